@@ -1,0 +1,117 @@
+"""The storage contract that Raft is written against.
+
+Two implementations exist: the segmented on-disk log (:mod:`raftlog.storage.log`)
+and the simulator's in-memory disk (which loses un-flushed data on a crash).
+Raft's stages only ever see these protocols, so the same code runs over both.
+
+Offsets count records (as Kafka's do). An empty log has
+``dirty_offset == flushed_offset == start_offset - 1``.
+
+Invariants every implementation keeps:
+
+- ``start_offset - 1 <= flushed_offset <= dirty_offset``;
+- batches are contiguous: each appended batch's ``base_offset`` is
+  ``dirty_offset + 1`` at the time of the append;
+- terms never decrease along the log.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from typing import Protocol
+
+from raftlog.storage.batch import RecordBatch
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class CommitContext:
+    """The latest commit context (varlog-style: only the latest is kept).
+
+    ``committed_offset`` is the last committed offset this replica knows of
+    (its high watermark minus one) in ``term``; ``snapshot`` is opaque state
+    machine state (the rm_stm producer table) as of ``committed_offset``.
+    Invariant on open: ``committed_offset <= dirty_offset`` once recovery has
+    run, otherwise the replica has lost acknowledged data and must resync.
+    """
+
+    committed_offset: int
+    term: int
+    snapshot: bytes = b""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class VoteState:
+    """Raft's persistent vote: the current term and whom this node voted for (-1: none)."""
+
+    term: int = 0
+    voted_for: int = -1
+
+
+class LogStorage(Protocol):
+    """One Raft group's log."""
+
+    @property
+    def start_offset(self) -> int: ...
+
+    @property
+    def dirty_offset(self) -> int:
+        """The last offset written (maybe not yet fsynced); ``start_offset - 1`` when empty."""
+        ...
+
+    @property
+    def flushed_offset(self) -> int:
+        """The last offset known durable."""
+        ...
+
+    @property
+    def last_term(self) -> int:
+        """The term of the last batch, or of the log's start when empty (0 for a new log)."""
+        ...
+
+    def term_at(self, offset: int) -> int | None:
+        """The term of the batch holding ``offset``; None when outside the log.
+
+        ``term_at(start_offset - 1)`` returns the term of the prefix-truncated
+        entry when known, so that a follower at the log start can be matched.
+        """
+        ...
+
+    def append(self, batches: Sequence[RecordBatch]) -> int:
+        """Write batches without fsync; return the new dirty offset.
+
+        Raises ValueError when a batch is not contiguous with the log.
+        """
+        ...
+
+    def flush(self) -> int:
+        """fsync everything written; return the new flushed offset."""
+        ...
+
+    def read(self, start: int, max_bytes: int, end: int | None = None) -> list[RecordBatch]:
+        """Whole batches from the one holding ``start``, up to ``max_bytes``.
+
+        At least one batch is returned when any exists at ``start`` (even if it
+        is larger than ``max_bytes``); none beyond ``end`` (inclusive) when given.
+        """
+        ...
+
+    def truncate(self, offset: int) -> None:
+        """Drop every batch at or after ``offset`` (a batch boundary)."""
+        ...
+
+    def prefix_truncate(self, offset: int) -> None:
+        """Drop whole segments that lie entirely below ``offset`` (retention)."""
+        ...
+
+    def save_commit_context(self, ctx: CommitContext) -> None: ...
+
+    def load_commit_context(self) -> CommitContext | None: ...
+
+    def save_vote(self, vote: VoteState) -> None:
+        """Durably replace the vote record (write, fsync, rename, fsync the directory)."""
+        ...
+
+    def load_vote(self) -> VoteState: ...
+
+    def close(self) -> None: ...

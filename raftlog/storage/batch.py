@@ -1,0 +1,221 @@
+"""The record batch: the unit of the log, of replication and of the wire.
+
+A batch is a fixed 52-byte little-endian header followed by an opaque payload.
+The engine never decodes payloads (for data written from Spark the payload is
+one Arrow IPC stream); only control batches (markers, raft configuration,
+controller commands) carry payloads that the engine itself reads.
+
+Header layout (all little-endian)::
+
+    crc            uint32   CRC32C over every header byte after this field, then the payload
+    base_offset    int64    offset of the first record; offsets count records
+    record_count   int32    >= 1
+    term           int64    raft term of the leader that appended the batch
+    attributes     int16    bit 0: transactional; bits 1-4: BatchKind
+    producer_id    int64    -1 when not an idempotent/transactional producer
+    producer_epoch int16    -1 when none
+    first_sequence int32    -1 when none
+    timestamp_ms   int64    append time on the leader (ms since the epoch)
+    payload_len    int32    bytes of payload that follow
+
+Invariants: ``last_offset == base_offset + record_count - 1``; a batch that
+decodes without error has a matching CRC, so a torn or corrupt batch is always
+detected.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import struct
+import time
+from collections.abc import Iterator
+
+import crc32c
+
+HEADER = struct.Struct("<IqiqhqhiqI")
+HEADER_SIZE = HEADER.size  # 52
+_CRC_FIELD = struct.Struct("<I")
+# Everything after the crc field, used to (re)compute the checksum.
+_BODY = struct.Struct("<qiqhqhiqI")
+
+MAX_PAYLOAD_BYTES = 64 * 1024 * 1024
+"""Hard upper bound of one batch's payload; larger is rejected as corrupt or oversized."""
+
+NO_PRODUCER = -1
+
+
+class BatchKind(enum.IntEnum):
+    """What a batch holds; stored in attribute bits 1-4."""
+
+    DATA = 0
+    TX_COMMIT = 1  # commit marker; payload: the application version (see producers)
+    TX_ABORT = 2  # abort marker
+    RAFT_CONFIG = 3  # raft group configuration (members, learners)
+    CONTROLLER = 4  # controller command (topic metadata)
+    NOOP = 5  # written by a new leader to commit entries of earlier terms
+    PRODUCER_FENCE = 6  # init_producer: epoch bump, replicated so replicas rebuild state
+
+
+_TX_BIT = 0x1
+_KIND_SHIFT = 1
+_KIND_MASK = 0xF
+
+
+class BatchError(ValueError):
+    """A batch could not be decoded; ``position`` is its byte position in the buffer."""
+
+    def __init__(self, message: str, position: int) -> None:
+        super().__init__(message)
+        self.position = position
+
+
+class TruncatedBatch(BatchError):
+    """The buffer ends inside a batch (a torn write)."""
+
+
+class CorruptBatch(BatchError):
+    """The batch's CRC or fields are invalid."""
+
+
+def make_attributes(kind: BatchKind, transactional: bool = False) -> int:
+    return (int(kind) << _KIND_SHIFT) | (_TX_BIT if transactional else 0)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class RecordBatch:
+    """One batch. Immutable: re-stamping offsets or term returns a new batch."""
+
+    base_offset: int
+    record_count: int
+    term: int
+    attributes: int
+    producer_id: int
+    producer_epoch: int
+    first_sequence: int
+    timestamp_ms: int
+    payload: bytes
+
+    @classmethod
+    def create(
+        cls,
+        payload: bytes,
+        record_count: int = 1,
+        *,
+        kind: BatchKind = BatchKind.DATA,
+        transactional: bool = False,
+        producer_id: int = NO_PRODUCER,
+        producer_epoch: int = NO_PRODUCER,
+        first_sequence: int = NO_PRODUCER,
+        timestamp_ms: int | None = None,
+    ) -> RecordBatch:
+        """A batch not yet placed in a log (offset and term 0; the leader stamps them)."""
+        if record_count < 1:
+            raise ValueError(f"record_count must be >= 1, got {record_count}")
+        if len(payload) > MAX_PAYLOAD_BYTES:
+            raise ValueError(
+                f"payload of {len(payload)} bytes exceeds the limit of {MAX_PAYLOAD_BYTES} bytes"
+            )
+        return cls(
+            base_offset=0,
+            record_count=record_count,
+            term=0,
+            attributes=make_attributes(kind, transactional),
+            producer_id=producer_id,
+            producer_epoch=producer_epoch,
+            first_sequence=first_sequence,
+            timestamp_ms=int(time.time() * 1000) if timestamp_ms is None else timestamp_ms,
+            payload=bytes(payload),
+        )
+
+    @property
+    def last_offset(self) -> int:
+        return self.base_offset + self.record_count - 1
+
+    @property
+    def kind(self) -> BatchKind:
+        return BatchKind((self.attributes >> _KIND_SHIFT) & _KIND_MASK)
+
+    @property
+    def is_transactional(self) -> bool:
+        return bool(self.attributes & _TX_BIT)
+
+    @property
+    def is_control(self) -> bool:
+        return self.kind is not BatchKind.DATA
+
+    @property
+    def size_bytes(self) -> int:
+        return HEADER_SIZE + len(self.payload)
+
+    def stamped(self, base_offset: int, term: int) -> RecordBatch:
+        """The same batch placed at ``base_offset`` in ``term`` (what a leader appends)."""
+        return dataclasses.replace(self, base_offset=base_offset, term=term)
+
+    def encode(self) -> bytes:
+        body = _BODY.pack(
+            self.base_offset,
+            self.record_count,
+            self.term,
+            self.attributes,
+            self.producer_id,
+            self.producer_epoch,
+            self.first_sequence,
+            self.timestamp_ms,
+            len(self.payload),
+        )
+        crc = crc32c.crc32c(self.payload, crc32c.crc32c(body))
+        return b"".join((_CRC_FIELD.pack(crc), body, self.payload))
+
+    @classmethod
+    def decode(cls, buf: bytes | memoryview, pos: int = 0) -> tuple[RecordBatch, int]:
+        """Decode the batch at ``pos``; return it and the position after it.
+
+        Raises :class:`TruncatedBatch` when the buffer ends inside the batch and
+        :class:`CorruptBatch` when the CRC or a field is invalid.
+        """
+        view = memoryview(buf)
+        end_header = pos + HEADER_SIZE
+        if end_header > len(view):
+            raise TruncatedBatch(
+                f"truncated batch header at byte {pos}: "
+                f"{len(view) - pos} of {HEADER_SIZE} bytes present",
+                pos,
+            )
+        (crc, base, count, term, attrs, pid, epoch, seq, ts, plen) = HEADER.unpack_from(view, pos)
+        if count < 1 or plen > MAX_PAYLOAD_BYTES or base < 0:
+            raise CorruptBatch(
+                f"corrupt batch header at byte {pos}: record_count={count}, "
+                f"payload_len={plen}, base_offset={base}",
+                pos,
+            )
+        end = end_header + plen
+        if end > len(view):
+            raise TruncatedBatch(
+                f"truncated batch at byte {pos}: payload has {len(view) - end_header} "
+                f"of {plen} bytes",
+                pos,
+            )
+        computed = crc32c.crc32c(view[end_header:end], crc32c.crc32c(view[pos + 4 : end_header]))
+        if computed != crc:
+            raise CorruptBatch(
+                f"CRC mismatch in batch at byte {pos} (base offset {base}): "
+                f"stored {crc:#010x}, computed {computed:#010x}",
+                pos,
+            )
+        batch = cls(base, count, term, attrs, pid, epoch, seq, ts, bytes(view[end_header:end]))
+        return batch, end
+
+
+def encode_batches(batches: list[RecordBatch]) -> bytes:
+    """Concatenate encoded batches (the form used on disk and on the wire)."""
+    return b"".join(b.encode() for b in batches)
+
+
+def decode_batches(buf: bytes | memoryview) -> Iterator[RecordBatch]:
+    """Decode a concatenation of batches; raises on any truncated or corrupt batch."""
+    pos = 0
+    view = memoryview(buf)
+    while pos < len(view):
+        batch, pos = RecordBatch.decode(view, pos)
+        yield batch

@@ -1,0 +1,59 @@
+# shellcheck shell=bash
+# Sourced by scripts/demo.sh and scripts/test.sh: makes .venv, installs the
+# project into it, makes sure Java 17+ is present, and exports PYSPARK_PYTHON.
+# Idempotent: a second run only re-installs when setup.cfg or pyproject.toml changed.
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+
+as_root() {
+    if [ "$(id -u)" = 0 ]; then "$@"
+    elif command -v sudo >/dev/null 2>&1; then sudo "$@"
+    else return 1
+    fi
+}
+
+apt_install() {
+    if ! command -v apt-get >/dev/null 2>&1; then
+        echo "raftlog setup: apt-get is not available; please install: $*" >&2
+        return 1
+    fi
+    as_root env DEBIAN_FRONTEND=noninteractive apt-get update -q >/dev/null \
+        && as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -q "$@" >/dev/null \
+        || { echo "raftlog setup: could not install $* (need root or sudo and network access to Debian's mirrors)" >&2; return 1; }
+}
+
+PYTHON="${PYTHON:-$(command -v python3.11 || command -v python3)}"
+if [ ! -x .venv/bin/python ]; then
+    echo "raftlog setup: creating .venv with $PYTHON" >&2
+    if ! "$PYTHON" -m venv .venv 2>/dev/null; then
+        rm -rf .venv
+        echo "raftlog setup: python venv support is missing; installing python3-venv" >&2
+        apt_install python3-venv || exit 1
+        "$PYTHON" -m venv .venv
+    fi
+fi
+
+STAMP=.venv/.raftlog-installed
+if [ ! -f "$STAMP" ] || [ setup.cfg -nt "$STAMP" ] || [ pyproject.toml -nt "$STAMP" ]; then
+    echo "raftlog setup: installing raftlog and its dependencies into .venv" >&2
+    .venv/bin/python -m pip install -q --upgrade pip
+    .venv/bin/python -m pip install -q -e ".[test,dev,bench,fast]"
+    touch "$STAMP"
+fi
+
+java_major() {
+    java -version 2>&1 | awk -F'"' '/version/ {split($2, v, "."); print (v[1] == "1" ? v[2] : v[1]); exit}'
+}
+if ! command -v java >/dev/null 2>&1 || [ "$(java_major)" -lt 17 ]; then
+    echo "raftlog setup: Spark needs Java 17 or newer; installing openjdk-17-jre-headless through apt" >&2
+    apt_install openjdk-17-jre-headless || {
+        echo "raftlog setup: install Java 17+ yourself (e.g. 'apt-get install openjdk-17-jre-headless') and re-run" >&2
+        exit 1
+    }
+fi
+
+export PYSPARK_PYTHON="$ROOT/.venv/bin/python"
+export PYSPARK_DRIVER_PYTHON="$ROOT/.venv/bin/python"
+export PATH="$ROOT/.venv/bin:$PATH"
