@@ -40,6 +40,41 @@ class CommitContext:
     snapshot: bytes = b""
 
 
+class StorageCorruption(Exception):
+    """Data before the log's tail is damaged; ``path`` and ``position`` say where.
+
+    Raised instead of silently dropping anything: only a torn or corrupt *tail*
+    of the last segment is repaired (truncated) on open.
+    """
+
+    def __init__(self, message: str, path: str, position: int) -> None:
+        super().__init__(message)
+        self.path = path
+        self.position = position
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class RecoveryReport:
+    """What open-time recovery found and did.
+
+    ``lost_committed_suffix`` is True when the commit context says offsets up
+    to ``committed_offset`` were committed but the log (after tail recovery)
+    ends at ``dirty_offset < committed_offset``: this replica broke the
+    invariant "committed end == local high watermark" and Raft must resync
+    it. Storage does not crash on this; it only reports.
+    """
+
+    dirty_offset: int
+    start_offset: int
+    segments: int
+    committed_offset: int | None = None
+    lost_committed_suffix: bool = False
+    truncated_file: str | None = None
+    truncated_position: int | None = None
+    truncated_bytes: int = 0
+    warnings: tuple[str, ...] = ()
+
+
 @dataclasses.dataclass(frozen=True, slots=True)
 class VoteState:
     """Raft's persistent vote: the current term and whom this node voted for (-1: none)."""

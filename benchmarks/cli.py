@@ -1,0 +1,147 @@
+"""``python -m benchmarks [SCENARIO ...] [--quick] [--out DIR] [scenario flags]``.
+
+Exit status: 0 when every selected scenario ran or was skipped, 1 when one
+failed (the results are still written), 2 on a usage error such as an unknown
+scenario name.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import shlex
+import sys
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from benchmarks import machine
+from benchmarks.plots import write_plot
+from benchmarks.registry import Registry, UnknownScenario, load_all
+from benchmarks.results import ScenarioResult, format_figure, write_json, write_markdown
+from benchmarks.runner import run_all
+
+RESULTS_ROOT = Path(__file__).resolve().parent / "results"
+
+
+def default_out_dir(today: datetime.date | None = None) -> Path:
+    """``benchmarks/results/<YYYY-MM-DD>/`` next to this package."""
+    return RESULTS_ROOT / (today or datetime.date.today()).isoformat()
+
+
+def build_parser(registry: Registry) -> argparse.ArgumentParser:
+    """The main parser, with every registered scenario's own flags in its own group."""
+    names = registry.names()
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks",
+        description="Run raftlog's benchmark scenarios; write results.json, results.md and "
+        "PNG plots.",
+        epilog="scenarios: " + "; ".join(f"{s.name}: {s.description}" for s in registry.all()),
+    )
+    parser.add_argument(
+        "scenarios",
+        nargs="*",
+        metavar="SCENARIO",
+        help=f"scenarios to run (default: all): {', '.join(names)}",
+    )
+    parser.add_argument("--quick", action="store_true", help="small sizes, for CI")
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        help="output directory (default: benchmarks/results/<YYYY-MM-DD>/)",
+    )
+    parser.add_argument("--list", action="store_true", help="list the scenarios and exit")
+    for entry in registry.all():
+        if entry.add_arguments is not None:
+            entry.add_arguments(parser.add_argument_group(f"scenario {entry.name}"))
+    return parser
+
+
+def _print_machine(console: Console, info: dict, vers: dict[str, str]) -> None:
+    disk = (
+        f"{info['disk_device']} ({info['disk_filesystem']}, {info['disk_kind']}) "
+        f"mounted at {info['disk_mount']}, {info['disk_free_gib']} GiB free"
+    )
+    console.print(
+        f"[bold]machine[/]: {info['cpu']}, {info['cores']} cores ({info['cores_usable']} "
+        f"usable), {info['memory_gib']} GiB memory, {info['os']}"
+    )
+    console.print(f"[bold]disk[/] of {info['disk_path']}: {disk}")
+    console.print("[bold]versions[/]: " + ", ".join(f"{k} {v}" for k, v in vers.items()))
+
+
+def _summary_table(results: list[ScenarioResult]) -> Table:
+    table = Table(title="raftlog benchmarks")
+    table.add_column("scenario", style="bold")
+    table.add_column("case")
+    table.add_column("figures")
+    table.add_column("s", justify="right")
+    for r in results:
+        if r.status != "ok":
+            style = "yellow" if r.status == "skipped" else "red"
+            table.add_row(r.name, f"[{style}]{r.detail}[/]", "", f"{r.seconds:.1f}")
+            continue
+        for i, row in enumerate(r.rows):
+            labels = ", ".join(v for v in row.values() if isinstance(v, str))
+            figures = "\n".join(
+                f"{k} {format_figure(v)}" for k, v in row.items() if not isinstance(v, str)
+            )
+            table.add_row(
+                r.name if i == 0 else "", labels, figures, f"{r.seconds:.1f}" if i == 0 else ""
+            )
+    return table
+
+
+def main(argv: list[str] | None = None, registry: Registry | None = None) -> int:
+    """Parse ``argv``, run the scenarios, print the table, write the files; the exit status."""
+    registry = registry if registry is not None else load_all()
+    parser = build_parser(registry)
+    args = parser.parse_args(argv)
+    console = Console()
+    if not console.is_terminal:  # piped or captured: do not wrap the table at 80 columns
+        console = Console(width=140)
+    if args.list:
+        for entry in registry.all():
+            print(f"{entry.name:<12} {entry.description}")
+        return 0
+    try:
+        selected = registry.select(args.scenarios)
+    except UnknownScenario as exc:
+        parser.print_usage(sys.stderr)
+        print(f"{parser.prog}: error: {exc}", file=sys.stderr)
+        return 2
+    out_dir: Path = args.out if args.out is not None else default_out_dir()
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        print(f"{parser.prog}: error: cannot create --out {out_dir}: {exc}", file=sys.stderr)
+        return 2
+
+    info, vers = machine.machine(out_dir), machine.versions()
+    _print_machine(console, info, vers)
+    header = {
+        "started": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
+        "quick": args.quick,
+        "command": shlex.join(
+            ["python", "-m", "benchmarks", *(sys.argv[1:] if argv is None else argv)]
+        ),
+        "machine": info,
+        "versions": vers,
+    }
+    results = run_all(selected, quick=args.quick, out_dir=out_dir, args=args, console=console)
+    plots: dict[str, str] = {}
+    for entry, result in zip(selected, results, strict=True):
+        try:
+            path = write_plot(entry, result, out_dir)
+        except Exception as exc:  # a broken plot must not lose the measured figures
+            result.notes.append(f"plot failed: {type(exc).__name__}: {exc}")
+            path = None
+        if path is not None:
+            plots[entry.name] = path.name
+    write_json(out_dir / "results.json", header, results, plots)
+    write_markdown(out_dir / "results.md", header, results, plots)
+    console.print(_summary_table(results))
+    console.print(f"results written to {out_dir}")
+    return 1 if any(r.status == "failed" for r in results) else 0

@@ -1,0 +1,135 @@
+"""Scenario ``restart``: how long a node takes to open its log, small vs large.
+
+Goal (reported, not enforced): opening a 1 GiB log takes at most 1.5x as long
+as opening a 10 MiB one, because recovery reads the first and last batch and
+the commit context instead of scanning the log. Each log is written once
+(appended and flushed in 1 MiB steps, then closed), then opened and closed
+several times; the median open time is reported. The page cache is warm (the
+harness does not drop caches: that needs root and touches the whole machine).
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import time
+from pathlib import Path
+from typing import Any
+
+from benchmarks.context import RunContext
+from benchmarks.registry import Row, Skip, require, scenario
+
+MIB = 1 << 20
+GIB = 1 << 30
+BATCH_PAYLOAD = 64 * 1024
+RECORDS_PER_BATCH = 64  # 1 KiB records: offsets grow as a real log's do
+BATCHES_PER_APPEND = MIB // BATCH_PAYLOAD
+GOAL_RATIO = 1.5
+
+QUICK_SIZES, FULL_SIZES = (10 * MIB, 100 * MIB), (10 * MIB, GIB)
+QUICK_OPENS, FULL_OPENS = 5, 9
+
+
+def _size_label(size: int) -> str:
+    return f"{size // GIB} GiB" if size % GIB == 0 else f"{size // MIB} MiB"
+
+
+def write_log(log_cls: Any, path: Path, size: int, ctx: RunContext) -> int:
+    """Write about ``size`` bytes of payload to a new log at ``path``; return its dirty offset."""
+    from raftlog.storage.batch import RecordBatch
+
+    payload = os.urandom(BATCH_PAYLOAD)
+    log = log_cls.open(path)
+    try:
+        offset = log.dirty_offset + 1
+        for _ in range(size // MIB):
+            batches = []
+            for _ in range(BATCHES_PER_APPEND):
+                batch = RecordBatch.create(payload, RECORDS_PER_BATCH).stamped(offset, 1)
+                batches.append(batch)
+                offset += RECORDS_PER_BATCH
+            log.append(batches)
+            log.flush()
+            ctx.advance(1)
+        dirty = int(log.dirty_offset)
+    finally:
+        log.close()
+    if dirty != offset - 1:
+        raise RuntimeError(f"log at {path} ends at offset {dirty}, expected {offset - 1}")
+    return dirty
+
+
+def time_opens(
+    log_cls: Any, path: Path, opens: int, expected: int, ctx: RunContext
+) -> tuple[list[float], int | None]:
+    """Open and close the log ``opens`` times: seconds of each open (the close is not
+    timed), and the log's ``segment_count`` when it has one.
+
+    Each open must recover the full log (``dirty_offset == expected``), else the
+    figure would be meaningless and a RuntimeError is raised.
+    """
+    times = []
+    segments = None
+    for _ in range(opens):
+        start = time.perf_counter()
+        log = log_cls.open(path)
+        times.append(time.perf_counter() - start)
+        try:
+            if log.dirty_offset != expected:
+                raise RuntimeError(
+                    f"reopened log at {path} ends at {log.dirty_offset}, expected {expected}"
+                )
+            segments = getattr(log, "segment_count", None)
+        finally:
+            log.close()
+        ctx.advance(1)
+    return times, segments
+
+
+@scenario("restart", "node open time of a 10 MiB vs a 1 GiB log (quick: 10 vs 100 MiB)")
+def run(ctx: RunContext) -> list[Row]:
+    """Rows: one per log size (median and max open seconds), then the ratio large/small."""
+    return measure(ctx, require("raftlog.storage.log", "SegmentedLog"))
+
+
+def measure(ctx: RunContext, log_cls: Any) -> list[Row]:
+    """The scenario's body, for any class with ``open(path)`` returning a LogStorage."""
+    sizes = QUICK_SIZES if ctx.quick else FULL_SIZES
+    opens = QUICK_OPENS if ctx.quick else FULL_OPENS
+    ctx.out_dir.mkdir(parents=True, exist_ok=True)
+    stat = os.statvfs(ctx.out_dir)
+    needed = int(max(sizes) * 1.2)  # the largest log plus index and slack; one log at a time
+    if stat.f_bavail * stat.f_frsize < needed:
+        raise Skip(f"needs {needed / GIB:.1f} GiB free in {ctx.out_dir}")
+    ctx.set_total(sum(s // MIB for s in sizes) + opens * len(sizes))
+    rows: list[Row] = []
+    medians = []
+    for size in sizes:
+        with ctx.scratch_dir("restart") as scratch:
+            path = scratch / "log"
+            dirty = write_log(log_cls, path, size, ctx)
+            times, segments = time_opens(log_cls, path, opens, dirty, ctx)
+        median = statistics.median(times)
+        medians.append(median)
+        row: Row = {
+            "log": _size_label(size),
+            "open s (median)": median,
+            "open s (max)": max(times),
+            "opens": opens,
+        }
+        if isinstance(segments, int):
+            row["segments"] = segments
+        rows.append(row)
+    ratio = medians[-1] / max(medians[0], 1e-9)  # perf_counter never gives 0; guard anyway
+    rows.append(
+        {
+            "log": f"{_size_label(sizes[-1])} / {_size_label(sizes[0])}",
+            "ratio": ratio,
+            "goal ratio": GOAL_RATIO,
+        }
+    )
+    ctx.note(
+        f"goal: {_size_label(sizes[-1])} open <= {GOAL_RATIO}x the {_size_label(sizes[0])} one; "
+        f"{'met' if ratio <= GOAL_RATIO else 'missed'} ({ratio:.2f}x); warm page cache"
+    )
+    return rows

@@ -1,0 +1,87 @@
+"""A small file replaced atomically and checked by CRC on load.
+
+Used for the vote record, the commit context and the log's start-offset
+record. A save writes ``<name>.tmp``, fsyncs it, renames it over ``<name>``
+and fsyncs the directory, so after a crash the file holds either the old or
+the new record, never a mix. The framing (magic, length, CRC32C) catches
+damage from outside (a disk error, a hand edit) on load.
+
+File layout (little-endian): ``magic[4] payload_len:u64 crc32c:u32 payload``.
+"""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import struct
+
+import crc32c
+
+from raftlog.storage.api import StorageCorruption
+
+_FRAME = struct.Struct("<4sQI")
+TMP_SUFFIX = ".tmp"
+
+
+def fsync_dir(directory: pathlib.Path) -> None:
+    """fsync a directory so that creations, renames and deletions in it are durable."""
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def save_record(path: pathlib.Path, magic: bytes, payload: bytes) -> None:
+    """Durably replace ``path`` with ``payload`` (write tmp, fsync, rename, fsync dir)."""
+    if len(magic) != 4:
+        raise ValueError(f"magic must be 4 bytes, got {magic!r}")
+    tmp = path.with_name(path.name + TMP_SUFFIX)
+    frame = _FRAME.pack(magic, len(payload), crc32c.crc32c(payload))
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        view = memoryview(frame + payload)
+        while view:  # os.write may write less than asked for large payloads
+            view = view[os.write(fd, view) :]
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+    fsync_dir(path.parent)
+
+
+def load_record(path: pathlib.Path, magic: bytes) -> bytes | None:
+    """The payload saved at ``path``; None when no record was ever saved.
+
+    Raises :class:`StorageCorruption` (naming the file) when the record is
+    damaged: since saves are atomic, damage is never a torn write of ours.
+    """
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return None
+    if len(data) < _FRAME.size:
+        raise StorageCorruption(
+            f"{path}: record is {len(data)} bytes, shorter than its {_FRAME.size}-byte header",
+            str(path),
+            0,
+        )
+    found_magic, length, crc = _FRAME.unpack_from(data, 0)
+    if found_magic != magic:
+        raise StorageCorruption(
+            f"{path}: bad magic {found_magic!r} at position 0, expected {magic!r}", str(path), 0
+        )
+    payload = data[_FRAME.size :]
+    if len(payload) != length:
+        raise StorageCorruption(
+            f"{path}: payload is {len(payload)} bytes, header says {length}",
+            str(path),
+            _FRAME.size,
+        )
+    if crc32c.crc32c(payload) != crc:
+        raise StorageCorruption(
+            f"{path}: CRC mismatch in record payload at position {_FRAME.size}",
+            str(path),
+            _FRAME.size,
+        )
+    return payload

@@ -1,0 +1,441 @@
+"""The segmented on-disk log of one Raft group (implements :class:`LogStorage`).
+
+Directory layout::
+
+    00000000000000000000-00000000000000000001.log    segment: base offset, term
+    00000000000000000000-00000000000000000001.index  its sparse offset index
+    vote             term/vote record          (atomic replace)
+    commit_context   latest commit context     (atomic replace)
+    start_offset     start after prefix truncation + term before it (atomic replace)
+
+Durability: ``append`` only writes (page cache) and advances the dirty
+offset; ``flush`` fsyncs the active segment (and the directory when a
+segment was created) and advances the flushed offset. When the log rolls to
+a new segment (size reached, or a new term: a segment holds one term, as in
+Redpanda) the old segment is sealed: fsynced with its index. So only the last
+segment can have a torn tail, and open checks older segments only at their
+ends: open costs O(segments), not O(bytes).
+"""
+
+from __future__ import annotations
+
+import bisect
+import itertools
+import logging
+import os
+import pathlib
+from collections.abc import Sequence
+
+from raftlog.storage.api import CommitContext, RecoveryReport, StorageCorruption, VoteState
+from raftlog.storage.batch import RecordBatch
+from raftlog.storage.commit_context import CommitContextStore
+from raftlog.storage.durable_record import TMP_SUFFIX, fsync_dir
+from raftlog.storage.recovery import recover_last_segment, verify_sealed_segment
+from raftlog.storage.segment import INDEX_SUFFIX, Segment, parse_segment_name
+from raftlog.storage.start_record import StartRecord, StartRecordStore
+from raftlog.storage.vote_store import VoteStore
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_SEGMENT_BYTES = 128 * 1024 * 1024
+DEFAULT_INDEX_INTERVAL_BYTES = 4096
+
+
+class SegmentedLog:
+    """One Raft group's log on disk. Create with :meth:`open`; not thread-safe.
+
+    Invariants: ``start_offset - 1 <= flushed_offset <= dirty_offset``; segments
+    are contiguous, never empty, each of one term, terms non-decreasing.
+    """
+
+    def __init__(
+        self,
+        directory: pathlib.Path,
+        segment_bytes: int,
+        index_interval_bytes: int,
+    ) -> None:
+        self._dir = directory
+        self._segment_bytes = segment_bytes
+        self._interval = index_interval_bytes
+        self._segments: list[Segment] = []
+        self._bases: list[int] = []
+        self._start = 0
+        self._prev_term: int | None = 0  # term of start_offset - 1; None when unknown
+        self._dirty = -1
+        self._flushed = -1
+        self._dir_dirty = False  # a file was created since the directory was last fsynced
+        self._votes = VoteStore(directory)
+        self._commit_contexts = CommitContextStore(directory)
+        self._start_records = StartRecordStore(directory)
+        self.recovery_report = RecoveryReport(dirty_offset=-1, start_offset=0, segments=0)
+
+    # -- open / close ---------------------------------------------------------------------
+
+    @classmethod
+    def open(
+        cls,
+        directory: pathlib.Path,
+        *,
+        segment_bytes: int = DEFAULT_SEGMENT_BYTES,
+        index_interval_bytes: int = DEFAULT_INDEX_INTERVAL_BYTES,
+    ) -> SegmentedLog:
+        """Open (creating if needed) the log in ``directory`` and recover it.
+
+        Recovery reads the commit context, each sealed segment's first and last
+        batch, and the last segment's tail after its last index entry; a torn or
+        corrupt tail is truncated with a warning. Afterwards ``flushed_offset ==
+        dirty_offset`` and :attr:`recovery_report` says what was found, including
+        ``lost_committed_suffix``. Raises :class:`StorageCorruption` for damage
+        before the tail.
+        """
+        if not isinstance(segment_bytes, int) or segment_bytes < 1:
+            raise ValueError(f"segment_bytes must be a positive int (bytes), got {segment_bytes!r}")
+        if not isinstance(index_interval_bytes, int) or index_interval_bytes < 1:
+            raise ValueError(
+                f"index_interval_bytes must be a positive int (bytes), got {index_interval_bytes!r}"
+            )
+        directory = pathlib.Path(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        log = cls(directory, segment_bytes, index_interval_bytes)
+        try:
+            log._recover()
+        except BaseException:
+            log.close()
+            raise
+        return log
+
+    def _recover(self) -> None:
+        changed_dir = False
+        found: list[tuple[int, int]] = []
+        for entry in os.scandir(self._dir):
+            if entry.name.endswith(TMP_SUFFIX):  # an interrupted atomic save
+                os.unlink(entry.path)
+                changed_dir = True
+            parsed = parse_segment_name(entry.name)
+            if parsed is not None:
+                found.append(parsed)
+        found.sort()
+        for (base, term), (next_base, next_term) in itertools.pairwise(found):
+            if next_base <= base or next_term < term:
+                raise StorageCorruption(
+                    f"{self._dir}: segment files out of order: base offset {base} term {term} "
+                    f"is followed by base offset {next_base} term {next_term}",
+                    str(self._dir),
+                    0,
+                )
+        record = self._start_records.load()
+        if record is not None:
+            self._start, self._prev_term = record.start_offset, record.prev_term
+            kept = []
+            for i, (base, term) in enumerate(found):
+                if base >= record.start_offset:
+                    kept.append((base, term))
+                    continue
+                if i + 1 < len(found) and found[i + 1][0] > record.start_offset:
+                    raise StorageCorruption(
+                        f"{self._dir}: start record says the log starts at offset "
+                        f"{record.start_offset}, inside segment with base offset {base}",
+                        str(self._dir),
+                        0,
+                    )
+                # Left over by a prefix truncation that crashed before deleting it.
+                self._segment(base, term).delete()
+                changed_dir = True
+            found = kept
+        elif found:
+            self._start = found[0][0]
+            self._prev_term = 0 if self._start == 0 else None
+        self._segments = [self._segment(base, term) for base, term in found]
+        for seg, nxt in itertools.pairwise(self._segments):
+            verify_sealed_segment(seg, nxt.base_offset)
+        # Recover the last segment; one emptied by a crash goes, and the previous
+        # (sealed, hence durable) segment becomes the last.
+        warnings: list[str] = []
+        truncated_file, truncated_position, truncated_bytes = None, None, 0
+        while self._segments:
+            tail = recover_last_segment(self._segments[-1], self._interval)
+            if tail.warning is not None:
+                warnings.append(tail.warning)
+                truncated_file = str(self._segments[-1].path)
+                truncated_position = tail.truncated_position
+                truncated_bytes += tail.truncated_bytes
+            if self._segments[-1].size > 0:
+                break
+            self._segments.pop().delete()
+            changed_dir = True
+        orphans = {s.index_path.name for s in self._segments}
+        for entry in os.scandir(self._dir):  # indexes whose segment is gone
+            if entry.name.endswith(INDEX_SUFFIX) and entry.name not in orphans:
+                os.unlink(entry.path)
+                changed_dir = True
+        if changed_dir:
+            fsync_dir(self._dir)
+        self._bases = [s.base_offset for s in self._segments]
+        if self._segments:
+            self._start = self._segments[0].base_offset
+            self._dirty = self._segments[-1].last_offset
+        else:
+            self._dirty = self._start - 1
+        self._flushed = self._dirty
+        ctx = self._commit_contexts.load()
+        lost = ctx is not None and ctx.committed_offset > self._dirty
+        if lost:
+            message = (
+                f"{self._dir}: commit context says offset {ctx.committed_offset} was committed "
+                f"but the log ends at offset {self._dirty}: the committed suffix was lost; "
+                "this replica must resync"
+            )
+            logger.warning("%s", message)
+            warnings.append(message)
+        self.recovery_report = RecoveryReport(
+            dirty_offset=self._dirty,
+            start_offset=self._start,
+            segments=len(self._segments),
+            committed_offset=None if ctx is None else ctx.committed_offset,
+            lost_committed_suffix=lost,
+            truncated_file=truncated_file,
+            truncated_position=truncated_position,
+            truncated_bytes=truncated_bytes,
+            warnings=tuple(warnings),
+        )
+
+    def _segment(self, base: int, term: int) -> Segment:
+        return Segment(
+            self._dir,
+            base,
+            term,
+            size=0,
+            last_offset=base - 1,
+            index_interval_bytes=self._interval,
+        )
+
+    def close(self) -> None:
+        """Close file descriptors. Does not fsync: unflushed data is as a crash leaves it."""
+        for seg in self._segments:
+            seg.close()
+
+    def __enter__(self) -> SegmentedLog:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- offsets --------------------------------------------------------------------------
+
+    @property
+    def directory(self) -> pathlib.Path:
+        return self._dir
+
+    @property
+    def start_offset(self) -> int:
+        return self._start
+
+    @property
+    def dirty_offset(self) -> int:
+        return self._dirty
+
+    @property
+    def flushed_offset(self) -> int:
+        return self._flushed
+
+    @property
+    def last_term(self) -> int:
+        if self._segments:
+            return self._segments[-1].term
+        return self._prev_term or 0
+
+    @property
+    def segment_count(self) -> int:
+        return len(self._segments)
+
+    def term_at(self, offset: int) -> int | None:
+        """The term holding ``offset``, from segment metadata (no read).
+
+        ``term_at(start_offset - 1)`` is the term of the last prefix-truncated entry
+        (0 for a log that starts at offset 0); None when unknown or outside the log.
+        """
+        if self._start <= offset <= self._dirty:
+            return self._segments[bisect.bisect_right(self._bases, offset) - 1].term
+        if offset == self._start - 1:
+            return self._prev_term
+        return None
+
+    # -- writing --------------------------------------------------------------------------
+
+    def append(self, batches: Sequence[RecordBatch]) -> int:
+        """Write ``batches`` without fsync; return the new dirty offset.
+
+        All batches are checked before anything is written: each must start at the
+        offset after the previous one (the first at ``dirty_offset + 1``) and terms
+        must not decrease; otherwise ValueError names the expected and got values.
+        """
+        expected, term = self._dirty + 1, self.last_term
+        for i, batch in enumerate(batches):
+            if batch.base_offset != expected:
+                raise ValueError(
+                    f"batch {i} is not contiguous with the log: expected base offset "
+                    f"{expected}, got {batch.base_offset}"
+                )
+            if batch.term < term:
+                raise ValueError(
+                    f"batch {i} has term {batch.term}, lower than the log's term {term}; "
+                    "terms must not decrease"
+                )
+            expected, term = batch.last_offset + 1, batch.term
+        pending: list[RecordBatch] = []
+        pending_bytes = 0
+        active = self._segments[-1] if self._segments else None
+        for batch in batches:
+            full = active is not None and (
+                active.size + pending_bytes > 0
+                and active.size + pending_bytes + batch.size_bytes > self._segment_bytes
+            )
+            if active is None or active.term != batch.term or full:
+                if active is not None and pending:
+                    active.append(pending)
+                active = self._roll(batch.base_offset, batch.term)
+                pending, pending_bytes = [], 0
+            pending.append(batch)
+            pending_bytes += batch.size_bytes
+        if active is not None and pending:
+            active.append(pending)
+        if batches:
+            self._dirty = batches[-1].last_offset
+        return self._dirty
+
+    def _roll(self, base_offset: int, term: int) -> Segment:
+        """Seal the active segment (fsync data and index) and start a new one."""
+        if self._segments:
+            self._segments[-1].sync(index_fsync=True)
+            if self._dir_dirty:
+                fsync_dir(self._dir)
+                self._dir_dirty = False
+        seg = Segment.create(self._dir, base_offset, term, self._interval)
+        self._dir_dirty = True
+        self._segments.append(seg)
+        self._bases.append(base_offset)
+        return seg
+
+    def flush(self) -> int:
+        """fsync the active segment (and the directory after a roll); return the flushed offset."""
+        if self._dirty > self._flushed and self._segments:
+            self._segments[-1].sync()
+        if self._dir_dirty:
+            fsync_dir(self._dir)
+            self._dir_dirty = False
+        self._flushed = self._dirty
+        return self._flushed
+
+    def truncate(self, offset: int) -> None:
+        """Durably drop every batch at or after ``offset``, which must be a batch boundary.
+
+        Later segments are deleted (and the directory fsynced) before the segment
+        holding ``offset`` is cut, so a crash mid-way leaves a contiguous log.
+        ``flushed_offset`` is clamped to ``offset - 1``.
+        """
+        if offset == self._dirty + 1:
+            return
+        if not self._start <= offset <= self._dirty:
+            raise ValueError(
+                f"truncate offset must be within the log [{self._start}, {self._dirty + 1}], "
+                f"got {offset}"
+            )
+        i = bisect.bisect_right(self._bases, offset) - 1
+        seg = self._segments[i]
+        position, batch = next(seg.iter_from(offset))
+        if batch.base_offset != offset:
+            raise ValueError(
+                f"truncate offset {offset} is not a batch boundary: it lies inside the batch "
+                f"of offsets {batch.base_offset}..{batch.last_offset}"
+            )
+        for later in reversed(self._segments[i + 1 :]):
+            later.delete()
+        del self._segments[i + 1 :]
+        if position == 0:
+            self._segments.pop().delete()
+        fsync_dir(self._dir)
+        self._dir_dirty = False
+        if position > 0:
+            seg.truncate_at(position, offset - 1)
+        self._bases = [s.base_offset for s in self._segments]
+        self._dirty = offset - 1
+        self._flushed = min(self._flushed, self._dirty)
+
+    def prefix_truncate(self, offset: int) -> None:
+        """Drop the whole segments that lie entirely below ``offset`` (retention).
+
+        ``start_offset`` becomes the first remaining segment's base (or
+        ``dirty_offset + 1`` when every segment went); the term of the entry
+        before it is kept for ``term_at(start_offset - 1)``. The start record is
+        saved before files are deleted, so a crash mid-way is finished on open.
+        """
+        if offset <= self._start:
+            return
+        if offset > self._dirty + 1:
+            raise ValueError(
+                f"prefix_truncate offset must be at most dirty_offset + 1 = {self._dirty + 1}, "
+                f"got {offset}"
+            )
+        dropped = 0
+        while dropped < len(self._segments) and self._segments[dropped].last_offset < offset:
+            dropped += 1
+        if dropped == 0:
+            return
+        remaining = self._segments[dropped:]
+        new_start = remaining[0].base_offset if remaining else self._dirty + 1
+        prev_term = self._segments[dropped - 1].term
+        self._start_records.save(StartRecord(new_start, prev_term))
+        for seg in self._segments[:dropped]:
+            seg.delete()
+        fsync_dir(self._dir)
+        self._dir_dirty = False
+        self._segments = remaining
+        self._bases = [s.base_offset for s in remaining]
+        self._start, self._prev_term = new_start, prev_term
+        self._flushed = max(self._flushed, new_start - 1)
+
+    # -- reading --------------------------------------------------------------------------
+
+    def read(self, start: int, max_bytes: int, end: int | None = None) -> list[RecordBatch]:
+        """Whole batches from the one holding ``start``, up to ``max_bytes`` of encoded size.
+
+        At least one batch is returned when any exists at ``start``; none whose base
+        offset is beyond ``end`` (inclusive) when given. Reading below
+        ``start_offset`` raises ValueError (that prefix is gone); at or past the end
+        returns ``[]``. Damaged data raises :class:`StorageCorruption`.
+        """
+        if start < self._start:
+            raise ValueError(
+                f"read start {start} is below the log start offset {self._start} (prefix-truncated)"
+            )
+        hi = self._dirty if end is None else min(end, self._dirty)
+        out: list[RecordBatch] = []
+        if start > hi:
+            return out
+        total = 0
+        for seg in self._segments[bisect.bisect_right(self._bases, start) - 1 :]:
+            for _, batch in seg.iter_from(max(start, seg.base_offset)):
+                if batch.base_offset > hi or (out and total + batch.size_bytes > max_bytes):
+                    return out
+                out.append(batch)
+                total += batch.size_bytes
+                # stop before decoding a batch that cannot be returned anyway
+                if total >= max_bytes or batch.last_offset >= hi:
+                    return out
+        return out
+
+    # -- records --------------------------------------------------------------------------
+
+    def save_commit_context(self, ctx: CommitContext) -> None:
+        """Durably replace the commit context (only the latest is kept)."""
+        self._commit_contexts.save(ctx)
+
+    def load_commit_context(self) -> CommitContext | None:
+        return self._commit_contexts.load()
+
+    def save_vote(self, vote: VoteState) -> None:
+        """Durably replace the vote record (write, fsync, rename, fsync the directory)."""
+        self._votes.save(vote)
+
+    def load_vote(self) -> VoteState:
+        return self._votes.load()

@@ -1,0 +1,197 @@
+"""An in-memory :class:`LogStorage` for unit tests and the Raft simulator.
+
+It keeps the same offsets, errors and read semantics as
+:class:`~raftlog.storage.log.SegmentedLog`, with one difference of grain:
+``prefix_truncate`` drops whole *batches* below the offset (each batch is
+its own "segment" here). Crashes are explicit: :meth:`crash` loses what was
+written after the last flush, :meth:`tear_tail` keeps only part of it (as a
+disk that wrote some pages before the power went). Commit context and vote
+saves are durable at once, as the on-disk atomic replace is.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Sequence
+
+from raftlog.storage.api import CommitContext, RecoveryReport, VoteState
+from raftlog.storage.batch import RecordBatch
+
+
+class MemoryLog:
+    """Batches in a list; offsets and invariants as in :mod:`raftlog.storage.api`."""
+
+    def __init__(self) -> None:
+        self._batches: list[RecordBatch] = []
+        self._bases: list[int] = []
+        self._start = 0
+        self._prev_term: int | None = 0
+        self._dirty = -1
+        self._flushed = -1
+        self._commit_context: CommitContext | None = None
+        self._vote = VoteState()
+        self.recovery_report = RecoveryReport(dirty_offset=-1, start_offset=0, segments=0)
+
+    @property
+    def start_offset(self) -> int:
+        return self._start
+
+    @property
+    def dirty_offset(self) -> int:
+        return self._dirty
+
+    @property
+    def flushed_offset(self) -> int:
+        return self._flushed
+
+    @property
+    def last_term(self) -> int:
+        if self._batches:
+            return self._batches[-1].term
+        return self._prev_term or 0
+
+    def term_at(self, offset: int) -> int | None:
+        if self._start <= offset <= self._dirty:
+            return self._batches[bisect.bisect_right(self._bases, offset) - 1].term
+        if offset == self._start - 1:
+            return self._prev_term
+        return None
+
+    def append(self, batches: Sequence[RecordBatch]) -> int:
+        """As :meth:`SegmentedLog.append`: all-or-nothing contiguity and term checks."""
+        expected, term = self._dirty + 1, self.last_term
+        for i, batch in enumerate(batches):
+            if batch.base_offset != expected:
+                raise ValueError(
+                    f"batch {i} is not contiguous with the log: expected base offset "
+                    f"{expected}, got {batch.base_offset}"
+                )
+            if batch.term < term:
+                raise ValueError(
+                    f"batch {i} has term {batch.term}, lower than the log's term {term}; "
+                    "terms must not decrease"
+                )
+            expected, term = batch.last_offset + 1, batch.term
+        for batch in batches:
+            self._batches.append(batch)
+            self._bases.append(batch.base_offset)
+        if batches:
+            self._dirty = batches[-1].last_offset
+        return self._dirty
+
+    def flush(self) -> int:
+        self._flushed = self._dirty
+        return self._flushed
+
+    def read(self, start: int, max_bytes: int, end: int | None = None) -> list[RecordBatch]:
+        if start < self._start:
+            raise ValueError(
+                f"read start {start} is below the log start offset {self._start} (prefix-truncated)"
+            )
+        hi = self._dirty if end is None else min(end, self._dirty)
+        out: list[RecordBatch] = []
+        if start > hi:
+            return out
+        total = 0
+        for batch in self._batches[bisect.bisect_right(self._bases, start) - 1 :]:
+            if batch.base_offset > hi or (out and total + batch.size_bytes > max_bytes):
+                break
+            out.append(batch)
+            total += batch.size_bytes
+            # stop before decoding a batch that cannot be returned anyway
+            if total >= max_bytes or batch.last_offset >= hi:
+                break
+        return out
+
+    def truncate(self, offset: int) -> None:
+        if offset == self._dirty + 1:
+            return
+        if not self._start <= offset <= self._dirty:
+            raise ValueError(
+                f"truncate offset must be within the log [{self._start}, {self._dirty + 1}], "
+                f"got {offset}"
+            )
+        i = bisect.bisect_right(self._bases, offset) - 1
+        batch = self._batches[i]
+        if batch.base_offset != offset:
+            raise ValueError(
+                f"truncate offset {offset} is not a batch boundary: it lies inside the batch "
+                f"of offsets {batch.base_offset}..{batch.last_offset}"
+            )
+        self._drop_from(i)
+
+    def _drop_from(self, i: int) -> None:
+        del self._batches[i:]
+        del self._bases[i:]
+        self._dirty = self._batches[-1].last_offset if self._batches else self._start - 1
+        self._flushed = min(self._flushed, self._dirty)
+
+    def prefix_truncate(self, offset: int) -> None:
+        """Drop the batches entirely below ``offset`` (batch grain; see the module doc)."""
+        if offset <= self._start:
+            return
+        if offset > self._dirty + 1:
+            raise ValueError(
+                f"prefix_truncate offset must be at most dirty_offset + 1 = {self._dirty + 1}, "
+                f"got {offset}"
+            )
+        dropped = 0
+        while dropped < len(self._batches) and self._batches[dropped].last_offset < offset:
+            dropped += 1
+        if dropped == 0:
+            return
+        self._prev_term = self._batches[dropped - 1].term
+        self._start = (
+            self._batches[dropped].base_offset
+            if dropped < len(self._batches)
+            else (self._dirty + 1)
+        )
+        del self._batches[:dropped]
+        del self._bases[:dropped]
+        self._flushed = max(self._flushed, self._start - 1)
+
+    # -- crashes --------------------------------------------------------------------------
+
+    def crash(self) -> int:
+        """Lose everything written after ``flushed_offset``; return the new dirty offset."""
+        return self.tear_tail(0)
+
+    def tear_tail(self, keep_unflushed_batches: int) -> int:
+        """Crash keeping only the first ``keep_unflushed_batches`` unflushed batches.
+
+        Models a disk that persisted part of the unflushed data (a torn batch is
+        dropped whole, as CRC-checked recovery does). After it, as after a real
+        open, ``flushed_offset == dirty_offset`` and :attr:`recovery_report` tells
+        whether the commit context now points past the log.
+        """
+        if keep_unflushed_batches < 0:
+            raise ValueError(f"keep_unflushed_batches must be >= 0, got {keep_unflushed_batches}")
+        first_unflushed = bisect.bisect_right(self._bases, self._flushed)
+        self._drop_from(min(first_unflushed + keep_unflushed_batches, len(self._batches)))
+        self._flushed = self._dirty
+        ctx = self._commit_context
+        self.recovery_report = RecoveryReport(
+            dirty_offset=self._dirty,
+            start_offset=self._start,
+            segments=len(self._batches),
+            committed_offset=None if ctx is None else ctx.committed_offset,
+            lost_committed_suffix=ctx is not None and ctx.committed_offset > self._dirty,
+        )
+        return self._dirty
+
+    # -- records --------------------------------------------------------------------------
+
+    def save_commit_context(self, ctx: CommitContext) -> None:
+        self._commit_context = ctx
+
+    def load_commit_context(self) -> CommitContext | None:
+        return self._commit_context
+
+    def save_vote(self, vote: VoteState) -> None:
+        self._vote = vote
+
+    def load_vote(self) -> VoteState:
+        return self._vote
+
+    def close(self) -> None:
+        """Nothing to release; the log stays usable (the simulator reuses it after a crash)."""

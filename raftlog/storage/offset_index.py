@@ -1,0 +1,129 @@
+"""The sparse offset index of one segment: batch base offset -> byte position.
+
+An entry is added for the first batch that starts at least
+``interval_bytes`` after the previous entry, so a lookup lands at most
+about one interval (plus one batch) before the wanted batch; position 0 (the
+segment's base offset) is implied and never stored.
+
+The index file is a hint derived from the log file, written only for data
+that is already fsynced (so an entry never points past durable data after a
+crash): entries are appended on flush and the file is rewritten and fsynced
+when the segment is sealed, truncated or recovered. Layout: a sequence of
+16-byte little-endian entries ``offset:i64 position:i64``, both strictly
+increasing.
+"""
+
+from __future__ import annotations
+
+import bisect
+import os
+import pathlib
+import struct
+
+ENTRY = struct.Struct("<qq")
+
+
+def read_index_file(path: pathlib.Path) -> list[tuple[int, int]] | None:
+    """The whole entries of an index file (a torn trailing entry is ignored); None if missing."""
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return None
+    whole = len(data) - len(data) % ENTRY.size
+    return [ENTRY.unpack_from(data, pos) for pos in range(0, whole, ENTRY.size)]
+
+
+def read_last_index_entry(path: pathlib.Path) -> tuple[int, int] | None:
+    """Only the last whole entry of an index file (one small read); None if missing or empty."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return None
+    try:
+        size = os.fstat(fd).st_size
+        whole = size - size % ENTRY.size
+        if whole == 0:
+            return None
+        return ENTRY.unpack(os.pread(fd, ENTRY.size, whole - ENTRY.size))
+    finally:
+        os.close(fd)
+
+
+class OffsetIndex:
+    """In-memory sparse index of one segment plus its on-disk file.
+
+    Invariant: offsets and positions strictly increase; every entry points at
+    the start of a batch whose base offset is the entry's offset.
+    """
+
+    def __init__(
+        self,
+        path: pathlib.Path,
+        base_offset: int,
+        interval_bytes: int,
+        entries: list[tuple[int, int]] | None = None,
+        *,
+        persisted: bool = False,
+    ) -> None:
+        self.path = path
+        self._base = base_offset
+        self._interval = interval_bytes
+        self._offsets: list[int] = [o for o, _ in entries or ()]
+        self._positions: list[int] = [p for _, p in entries or ()]
+        # How many leading entries the file already holds; None forces a rewrite.
+        self._persisted: int | None = len(self._offsets) if persisted else None
+
+    def __len__(self) -> int:
+        return len(self._offsets)
+
+    @property
+    def entries(self) -> list[tuple[int, int]]:
+        return list(zip(self._offsets, self._positions, strict=True))
+
+    def add(self, offset: int, position: int) -> None:
+        """Note that a batch with base ``offset`` starts at ``position`` (called per batch)."""
+        last = self._positions[-1] if self._positions else 0
+        if position - last >= self._interval:
+            self._offsets.append(offset)
+            self._positions.append(position)
+
+    def lookup(self, offset: int) -> tuple[int, int]:
+        """The (offset, position) of the last indexed batch starting at or before ``offset``."""
+        i = bisect.bisect_right(self._offsets, offset) - 1
+        if i < 0:
+            return self._base, 0
+        return self._offsets[i], self._positions[i]
+
+    def truncate(self, offset: int) -> None:
+        """Forget every entry at or after ``offset``."""
+        i = bisect.bisect_left(self._offsets, offset)
+        if i < len(self._offsets):
+            del self._offsets[i:]
+            del self._positions[i:]
+            if self._persisted is not None and self._persisted > i:
+                self._persisted = None
+
+    def persist(self, *, fsync: bool) -> None:
+        """Bring the file up to date: append new entries, or rewrite it after a truncation."""
+        if self._persisted is None:
+            flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC
+            start = 0
+        else:
+            if self._persisted == len(self._offsets) and not fsync:
+                return
+            flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND
+            start = self._persisted
+        data = b"".join(
+            ENTRY.pack(o, p)
+            for o, p in zip(self._offsets[start:], self._positions[start:], strict=True)
+        )
+        fd = os.open(self.path, flags, 0o644)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+            if fsync:
+                os.fsync(fd)
+        finally:
+            os.close(fd)
+        self._persisted = len(self._offsets)

@@ -1,0 +1,138 @@
+"""Open-time checks of segments, in time proportional to the number of segments.
+
+Only two kinds of segment exist on open:
+
+- *sealed* segments (every one but the last) were fsynced, index included,
+  when the log rolled past them, so damage in them is corruption: it raises
+  :class:`StorageCorruption` naming the file and position. Open checks only
+  their first batch and, through the last index entry, their last batch.
+- the *last* segment may end in a torn or corrupt tail (a crash mid-write, or
+  data written after the last flush). Its index (a hint covering durable data
+  only) is reused when valid, then only the bytes after the last good index
+  entry are scanned; the tail from the first invalid batch on is cut off,
+  with a warning naming the file, the position and the offset.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+
+from raftlog.storage.api import StorageCorruption
+from raftlog.storage.offset_index import OffsetIndex, read_index_file, read_last_index_entry
+from raftlog.storage.segment import Segment, SegmentDecodeError
+
+logger = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class TailRecovery:
+    """What recovering the last segment did; ``warning`` is None when nothing was cut."""
+
+    truncated_position: int | None = None
+    truncated_bytes: int = 0
+    warning: str | None = None
+
+
+def verify_sealed_segment(seg: Segment, next_base: int) -> None:
+    """Check a sealed segment's first and last batch; set its size and last offset.
+
+    The segment must hold exactly offsets ``seg.base_offset .. next_base - 1``.
+    Reads the first batch and the bytes from the last index entry to the end,
+    never the whole segment (unless its index file is missing).
+    """
+    size = os.fstat(seg.fd).st_size
+    seg.size = size
+    seg.last_offset = next_base - 1
+    if size == 0 or next_base <= seg.base_offset:
+        raise StorageCorruption(
+            f"{seg.path}: sealed segment is empty ({size} bytes; next segment starts at "
+            f"offset {next_base})",
+            str(seg.path),
+            0,
+        )
+    entry = None
+    try:
+        next(seg.scan(0, seg.base_offset, size))  # the first batch: CRC, offset, term
+        entry = read_last_index_entry(seg.index_path)
+        offset, position = entry if entry is not None else (seg.base_offset, 0)
+        if entry is not None and not (seg.base_offset < offset < next_base and 0 < position < size):
+            raise StorageCorruption(
+                f"{seg.index_path}: last entry (offset {offset} -> position {position}) lies "
+                f"outside {seg.path.name} (offsets {seg.base_offset}..{next_base - 1}, "
+                f"{size} bytes)",
+                str(seg.index_path),
+                0,
+            )
+        last = None
+        for _, batch in seg.scan(position, offset, size):
+            last = batch
+    except SegmentDecodeError as exc:
+        if entry is not None and exc.position == position:
+            raise StorageCorruption(
+                f"{seg.index_path}: last index entry (offset {offset} -> position {position}) "
+                f"points at garbage in {seg.path}: {exc}",
+                str(seg.path),
+                position,
+            ) from exc
+        raise exc.as_corruption() from exc
+    if last is None or last.last_offset != next_base - 1:
+        got = "nothing" if last is None else f"offset {last.last_offset}"
+        raise StorageCorruption(
+            f"{seg.path}: sealed segment ends at position {size} with {got}, but the next "
+            f"segment starts at offset {next_base}",
+            str(seg.path),
+            size,
+        )
+
+
+def recover_last_segment(seg: Segment, index_interval_bytes: int) -> TailRecovery:
+    """Find the last valid batch of the last segment; cut anything after it durably.
+
+    Afterwards the segment's size, last offset and index match its valid batches,
+    and the file and index are fsynced (what survived is durable).
+    """
+    file_size = os.fstat(seg.fd).st_size
+    # Keep the index's well-formed prefix inside the file; it only ever covered
+    # flushed data, but a cut file or a stale index may leave entries behind.
+    entries: list[tuple[int, int]] = []
+    prev_offset, prev_pos = seg.base_offset, 0
+    for offset, pos in read_index_file(seg.index_path) or ():
+        if not (offset > prev_offset and prev_pos < pos < file_size):
+            break
+        entries.append((offset, pos))
+        prev_offset, prev_pos = offset, pos
+    # The last entry that points at a valid batch is where the scan starts.
+    while entries:
+        offset, pos = entries[-1]
+        try:
+            next(seg.scan(pos, offset, file_size))
+            break
+        except (SegmentDecodeError, StopIteration):
+            entries.pop()
+    start_offset, start_pos = entries[-1] if entries else (seg.base_offset, 0)
+    index = OffsetIndex(seg.index_path, seg.base_offset, index_interval_bytes, entries)
+    end, last_offset, error = start_pos, start_offset - 1, None
+    try:
+        for pos, batch in seg.scan(start_pos, start_offset, file_size):
+            index.add(batch.base_offset, pos)
+            end, last_offset = pos + batch.size_bytes, batch.last_offset
+    except SegmentDecodeError as exc:
+        error = exc
+    result = TailRecovery()
+    if end < file_size:
+        reason = str(error) if error is not None else "trailing bytes"
+        warning = (
+            f"{seg.path}: truncating torn or corrupt tail at position {end} "
+            f"(offset {last_offset + 1}), dropping {file_size - end} bytes; cause: {reason}"
+        )
+        logger.warning("%s", warning)
+        os.ftruncate(seg.fd, end)
+        result = TailRecovery(end, file_size - end, warning)
+    os.fsync(seg.fd)
+    seg.size = end
+    seg.last_offset = last_offset
+    seg.set_index(index)
+    index.persist(fsync=True)
+    return result

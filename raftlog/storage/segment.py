@@ -1,0 +1,269 @@
+"""One segment: a file of contiguous record batches of a single term, plus its index.
+
+A segment's file is named ``<base offset:020>-<term:020>.log`` (its index:
+``.index``), so the log lists segments and knows every segment's term
+without reading a byte. A segment holds batches of exactly one term
+(segments roll on every term change), which is what lets ``term_at`` answer
+from metadata.
+
+Invariants: batches are contiguous from ``base_offset``; ``size`` is the
+byte length of the valid batches; ``last_offset`` is the last offset of the
+last batch (``base_offset - 1`` while empty); every batch has ``term``.
+"""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import re
+import struct
+from collections.abc import Iterator, Sequence
+
+from raftlog.storage.api import StorageCorruption
+from raftlog.storage.batch import HEADER_SIZE, BatchError, RecordBatch
+from raftlog.storage.offset_index import OffsetIndex, read_index_file
+
+LOG_SUFFIX = ".log"
+INDEX_SUFFIX = ".index"
+_NAME = re.compile(r"^(\d{20})-(\d{20})\.log$")
+_PAYLOAD_LEN = struct.Struct("<I")
+_READ_CHUNK = 256 * 1024
+_AT_BYTE = re.compile(r"at byte \d+")
+
+
+def segment_name(base_offset: int, term: int) -> str:
+    return f"{base_offset:020d}-{term:020d}{LOG_SUFFIX}"
+
+
+def parse_segment_name(name: str) -> tuple[int, int] | None:
+    """(base offset, term) of a segment file name; None when ``name`` is not a segment."""
+    match = _NAME.match(name)
+    if match is None:
+        return None
+    return int(match.group(1)), int(match.group(2))
+
+
+class SegmentDecodeError(Exception):
+    """A batch in a segment is invalid at ``position`` (torn, corrupt or out of sequence)."""
+
+    def __init__(self, message: str, path: pathlib.Path, position: int) -> None:
+        super().__init__(message)
+        self.path = path
+        self.position = position
+
+    def as_corruption(self) -> StorageCorruption:
+        return StorageCorruption(str(self), str(self.path), self.position)
+
+
+class Segment:
+    """One segment file; reads and writes go through a lazily opened descriptor."""
+
+    def __init__(
+        self,
+        directory: pathlib.Path,
+        base_offset: int,
+        term: int,
+        *,
+        size: int,
+        last_offset: int,
+        index_interval_bytes: int,
+        index: OffsetIndex | None = None,
+    ) -> None:
+        name = segment_name(base_offset, term)
+        self.path = directory / name
+        self.index_path = directory / (name[: -len(LOG_SUFFIX)] + INDEX_SUFFIX)
+        self.base_offset = base_offset
+        self.term = term
+        self.size = size
+        self.last_offset = last_offset
+        self._interval = index_interval_bytes
+        self._index = index  # None: not loaded yet (sealed segments load on first read)
+        self._fd: int | None = None
+
+    @classmethod
+    def create(
+        cls, directory: pathlib.Path, base_offset: int, term: int, index_interval_bytes: int
+    ) -> Segment:
+        """A new empty segment; the caller fsyncs the directory before relying on it."""
+        seg = cls(
+            directory,
+            base_offset,
+            term,
+            size=0,
+            last_offset=base_offset - 1,
+            index_interval_bytes=index_interval_bytes,
+        )
+        seg._index = OffsetIndex(seg.index_path, base_offset, index_interval_bytes)
+        seg._fd = os.open(seg.path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+        return seg
+
+    # -- descriptors ------------------------------------------------------------------------
+
+    @property
+    def fd(self) -> int:
+        if self._fd is None:
+            self._fd = os.open(self.path, os.O_RDWR)
+        return self._fd
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+    def delete(self) -> None:
+        """Close and unlink the log and index files (the caller fsyncs the directory)."""
+        self.close()
+        self.path.unlink(missing_ok=True)
+        self.index_path.unlink(missing_ok=True)
+
+    # -- index --------------------------------------------------------------------------------
+
+    @property
+    def index(self) -> OffsetIndex:
+        if self._index is None:
+            self._index = self._load_sealed_index()
+        return self._index
+
+    def _load_sealed_index(self) -> OffsetIndex:
+        """Load a sealed segment's index strictly: a malformed index is corruption.
+
+        A missing index file (e.g. deleted by hand) is rebuilt by one scan of the
+        segment, which also verifies every batch.
+        """
+        entries = read_index_file(self.index_path)
+        if entries is None:
+            index = OffsetIndex(self.index_path, self.base_offset, self._interval)
+            for pos, batch in self.scan(0, self.base_offset, self.size):
+                index.add(batch.base_offset, pos)
+            return index
+        prev_offset, prev_pos = self.base_offset, 0
+        for i, (offset, pos) in enumerate(entries):
+            if not (prev_offset < offset <= self.last_offset and prev_pos < pos < self.size):
+                raise StorageCorruption(
+                    f"{self.index_path}: entry {i} at position {i * 16} "
+                    f"(offset {offset} -> position {pos}) is out of order or outside "
+                    f"{self.path.name} (offsets {self.base_offset}..{self.last_offset}, "
+                    f"{self.size} bytes)",
+                    str(self.index_path),
+                    i * 16,
+                )
+            prev_offset, prev_pos = offset, pos
+        return OffsetIndex(
+            self.index_path, self.base_offset, self._interval, entries, persisted=True
+        )
+
+    def set_index(self, index: OffsetIndex) -> None:
+        self._index = index
+
+    # -- writing ------------------------------------------------------------------------------
+
+    def append(self, batches: Sequence[RecordBatch]) -> None:
+        """Write ``batches`` (already checked contiguous, of this term) at the end; no fsync."""
+        index = self.index
+        pos = self.size
+        chunks = []
+        for batch in batches:
+            data = batch.encode()
+            index.add(batch.base_offset, pos)
+            chunks.append(data)
+            pos += len(data)
+        view = memoryview(b"".join(chunks))
+        at = self.size
+        while view:
+            written = os.pwrite(self.fd, view, at)
+            view = view[written:]
+            at += written
+        self.size = pos
+        self.last_offset = batches[-1].last_offset
+
+    def sync(self, *, index_fsync: bool = False) -> None:
+        """fsync the data, then bring the index file up to date (it only covers durable data)."""
+        os.fsync(self.fd)
+        self.index.persist(fsync=index_fsync)
+
+    def truncate_at(self, position: int, last_offset: int) -> None:
+        """Durably cut the file at ``position`` (a batch boundary); ``last_offset`` is what remains.
+
+        The index file is rewritten and fsynced first, so it never points past the data.
+        """
+        self.index.truncate(last_offset + 1)
+        self.index.persist(fsync=True)
+        os.ftruncate(self.fd, position)
+        os.fsync(self.fd)
+        self.size = position
+        self.last_offset = last_offset
+
+    # -- reading ------------------------------------------------------------------------------
+
+    def scan(
+        self, position: int, expected_base: int, limit: int
+    ) -> Iterator[tuple[int, RecordBatch]]:
+        """Yield (position, batch) from ``position`` up to byte ``limit``, checking each batch.
+
+        Each batch must decode (CRC), start at the expected offset (contiguity) and
+        carry this segment's term. Raises :class:`SegmentDecodeError` naming the file and
+        the position of the first batch that does not.
+        """
+        buf = b""
+        buf_start = position
+        expected = expected_base
+        while position < limit:
+            rel = position - buf_start
+            need = HEADER_SIZE
+            if len(buf) - rel >= HEADER_SIZE:
+                need += _PAYLOAD_LEN.unpack_from(buf, rel + HEADER_SIZE - _PAYLOAD_LEN.size)[0]
+            if len(buf) - rel < need:
+                buf = os.pread(self.fd, min(max(_READ_CHUNK, need), limit - position), position)
+                buf_start, rel = position, 0
+            try:
+                batch, end = RecordBatch.decode(buf, rel)
+            except BatchError as exc:
+                reason = _AT_BYTE.sub(f"at position {position}", str(exc))
+                raise SegmentDecodeError(
+                    f"{self.path}: invalid batch at position {position} "
+                    f"(expected base offset {expected}): {reason}",
+                    self.path,
+                    position,
+                ) from exc
+            if batch.base_offset != expected or batch.term != self.term:
+                raise SegmentDecodeError(
+                    f"{self.path}: batch at position {position} has base offset "
+                    f"{batch.base_offset} and term {batch.term}, expected base offset "
+                    f"{expected} and term {self.term}",
+                    self.path,
+                    position,
+                )
+            yield position, batch
+            expected = batch.last_offset + 1
+            position = buf_start + end
+
+    def iter_from(self, offset: int) -> Iterator[tuple[int, RecordBatch]]:
+        """Yield (position, batch) from the batch holding ``offset`` to the segment's end.
+
+        Uses the sparse index, so it decodes at most about one index interval of
+        batches before the wanted one. Any invalid batch, or an index entry that
+        does not point at the batch it names, raises :class:`StorageCorruption`.
+        """
+        indexed_offset, position = self.index.lookup(offset)
+        last = indexed_offset - 1
+        try:
+            for pos, batch in self.scan(position, indexed_offset, self.size):
+                last = batch.last_offset
+                if last >= offset:
+                    yield pos, batch
+        except SegmentDecodeError as exc:
+            if exc.position == position and position != 0:
+                raise StorageCorruption(
+                    f"{self.index_path}: index entry (offset {indexed_offset} -> position "
+                    f"{position}) points at garbage in {self.path}: {exc}",
+                    str(self.path),
+                    position,
+                ) from exc
+            raise exc.as_corruption() from exc
+        if last != self.last_offset:
+            raise StorageCorruption(
+                f"{self.path}: data ends at position {self.size} after offset {last}, "
+                f"but the segment should hold offsets up to {self.last_offset}",
+                str(self.path),
+                self.size,
+            )
