@@ -9,6 +9,10 @@ import shutil
 import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from benchmarks.results import ScenarioResult
 
 
 def _ignore(_: float) -> None:
@@ -32,6 +36,8 @@ class RunContext:
     _set_total: Callable[[float], None] = _ignore
     _advance: Callable[[float], None] = _ignore
     notes: list[str] = dataclasses.field(default_factory=list)
+    earlier: list[ScenarioResult] = dataclasses.field(default_factory=list)
+    """Results of the scenarios already run in this invocation (e.g. ``disk`` for a ceiling)."""
 
     def set_total(self, total: float) -> None:
         """Set the length of this scenario's progress bar (in whatever units it advances)."""
@@ -40,6 +46,13 @@ class RunContext:
     def advance(self, amount: float = 1.0) -> None:
         """Move this scenario's progress bar forward."""
         self._advance(amount)
+
+    def earlier_rows(self, name: str) -> list[dict[str, str | int | float]]:
+        """The rows of scenario ``name`` if it already ran (status ok) in this invocation."""
+        for result in self.earlier:
+            if result.name == name and result.status == "ok":
+                return result.rows
+        return []
 
     def note(self, text: str) -> None:
         """Record a remark shown under the scenario's table (e.g. how it measured)."""

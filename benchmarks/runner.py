@@ -61,7 +61,7 @@ def run_all(
             def advance(amount: float, task: int = task) -> None:
                 progress.advance(task, amount)
 
-            ctx = RunContext(quick, out_dir, args, set_total, advance)
+            ctx = RunContext(quick, out_dir, args, set_total, advance, earlier=list(results))
             result = run_one(scenario, ctx)
             total = progress.tasks[task].total or 1.0
             progress.update(task, completed=total, status=result.detail or "done")

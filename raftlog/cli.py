@@ -1,15 +1,46 @@
 """The ``raftlog`` console script.
 
-Subcommands are registered by the modules that own them; this module only
-builds the top-level parser and dispatches.
+Commands: ``server`` (run one node), ``local start|status|stop`` (a local
+cluster of node processes), ``topic create|describe|list|delete``,
+``produce`` and ``consume`` (console producer and consumer, one record per
+line, as Kafka's console tools).
+
+Every client command finds the cluster through ``--servers``, else
+``RAFTLOG_SERVERS``, else the local cluster recorded in the default data dir
+(``$RAFTLOG_HOME`` or ``~/.raftlog/local``).
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
+import json
+import os
 import sys
+import time
+from typing import Any
 
 from raftlog import __version__
+
+NO_CLUSTER = (
+    "no raftlog cluster found: pass --servers HOST:PORT[,HOST:PORT...], set RAFTLOG_SERVERS, "
+    "or start a local cluster with `raftlog local start`"
+)
+
+
+def _positive_int(name: str) -> Any:
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"{name}: expected an integer >= 1, got {text!r}"
+            ) from None
+        if value < 1:
+            raise argparse.ArgumentTypeError(f"{name}: expected an integer >= 1, got {value}")
+        return value
+
+    return parse
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -18,7 +49,76 @@ def build_parser() -> argparse.ArgumentParser:
         description="A replicated, partitioned log on Raft.",
     )
     parser.add_argument("--version", action="version", version=f"raftlog {__version__}")
-    parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    from raftlog.node import add_server_arguments
+
+    server = sub.add_parser("server", help="run one node")
+    add_server_arguments(server)
+    server.set_defaults(handler=_cmd_server)
+
+    local = sub.add_parser("local", help="a local cluster of node processes")
+    local_sub = local.add_subparsers(dest="local_command", metavar="ACTION")
+    for name, handler, help_text in (
+        ("start", _cmd_local_start, "start a detached local cluster (no-op if running)"),
+        ("status", _cmd_local_status, "nodes, PIDs and leaders"),
+        ("stop", _cmd_local_stop, "stop the processes `local start` started"),
+    ):
+        p = local_sub.add_parser(name, help=help_text)
+        p.add_argument("--data-dir", help="default: $RAFTLOG_HOME or ~/.raftlog/local")
+        p.set_defaults(handler=handler)
+        if name == "start":
+            p.add_argument("--nodes", type=_positive_int("--nodes"), default=3)
+            p.add_argument(
+                "--default-partitions", type=_positive_int("--default-partitions"), default=6
+            )
+
+    topic = sub.add_parser("topic", help="create, describe, list and delete topics")
+    topic_sub = topic.add_subparsers(dest="topic_command", metavar="ACTION")
+    create = topic_sub.add_parser("create", help="create a topic")
+    create.add_argument("name")
+    create.add_argument("--partitions", type=_positive_int("--partitions"), default=None)
+    create.add_argument(
+        "--replication-factor", type=_positive_int("--replication-factor"), default=3
+    )
+    create.add_argument("--if-not-exists", action="store_true")
+    create.set_defaults(handler=_cmd_topic_create)
+    describe = topic_sub.add_parser("describe", help="partitions, leaders, offsets")
+    describe.add_argument("name")
+    describe.set_defaults(handler=_cmd_topic_describe)
+    lst = topic_sub.add_parser("list", help="topic names")
+    lst.set_defaults(handler=_cmd_topic_list)
+    delete = topic_sub.add_parser("delete", help="delete a topic")
+    delete.add_argument("name")
+    delete.set_defaults(handler=_cmd_topic_delete)
+
+    produce = sub.add_parser("produce", help="produce stdin lines, one record each")
+    produce.add_argument("topic")
+    produce.add_argument("--acks", choices=["all", "1", "0"], default="all")
+    produce.add_argument(
+        "--batch-lines",
+        type=_positive_int("--batch-lines"),
+        default=1000,
+        help="lines read before sending (default 1000)",
+    )
+    produce.set_defaults(handler=_cmd_produce)
+
+    consume = sub.add_parser("consume", help="print records, one per line")
+    consume.add_argument("topic")
+    consume.add_argument("--from-beginning", action="store_true")
+    consume.add_argument("--max", type=_positive_int("--max"), default=None, dest="max_records")
+    consume.add_argument("--print-offsets", action="store_true")
+    consume.add_argument(
+        "--timeout-ms",
+        type=_positive_int("--timeout-ms"),
+        default=None,
+        help="exit when no record arrives for this long",
+    )
+    consume.set_defaults(handler=_cmd_consume)
+
+    for p in (create, describe, lst, delete, produce, consume):
+        p.add_argument("--servers", help="HOST:PORT[,HOST:PORT...] (else $RAFTLOG_SERVERS)")
+        p.add_argument("--auth-token", help="else $RAFTLOG_AUTH_TOKEN")
     return parser
 
 
@@ -28,7 +128,251 @@ def main(argv: list[str] | None = None) -> int:
     if getattr(args, "handler", None) is None:
         parser.print_help()
         return 2
-    return int(args.handler(args) or 0)
+    from raftlog.client.errors import RaftlogError
+    from raftlog.cluster import ClusterError
+
+    try:
+        return int(args.handler(args) or 0)
+    except (RaftlogError, ClusterError, ValueError) as exc:
+        print(f"raftlog: error: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+
+
+# ---------------------------------------------------------------- server / local
+
+
+def _cmd_server(args: argparse.Namespace) -> int:
+    from raftlog.node import run_server
+
+    return run_server(args)
+
+
+def _cmd_local_start(args: argparse.Namespace) -> int:
+    from raftlog.cluster import start_cluster
+
+    cluster = start_cluster(
+        args.data_dir,
+        args.nodes,
+        extra_args=["--default-partitions", str(args.default_partitions)],
+    )
+    print(",".join(cluster.servers))
+    return 0
+
+
+def _cmd_local_status(args: argparse.Namespace) -> int:
+    from raftlog.cluster import cluster_status, default_data_dir, load_cluster
+
+    cluster = load_cluster(args.data_dir)
+    if cluster is None:
+        print(
+            f"no local cluster in {args.data_dir or default_data_dir()}; "
+            "start one with `raftlog local start`",
+            file=sys.stderr,
+        )
+        return 1
+    print(f"data dir: {cluster.data_dir}")
+    for st in cluster_status(cluster):
+        h = st["health"] or {}
+        state = "up" if st["alive"] else "down"
+        leads = h.get("leader_of", "-")
+        print(
+            f"node {st['node_id']}  {st['address']}  pid {st['pid']}  {state}  "
+            f"controller leader {h.get('controller_leader', '-')}  "
+            f"groups {h.get('groups', '-')}  leading {leads}"
+        )
+    return 0
+
+
+def _cmd_local_stop(args: argparse.Namespace) -> int:
+    from raftlog.cluster import default_data_dir, stop_cluster
+
+    cluster = stop_cluster(args.data_dir)
+    if cluster is None:
+        print(f"no local cluster in {args.data_dir or default_data_dir()}", file=sys.stderr)
+        return 1
+    print("stopped pids " + " ".join(str(n.pid) for n in cluster.nodes))
+    return 0
+
+
+# ---------------------------------------------------------------- client commands
+
+
+def resolve_servers(servers: str | None) -> tuple[list[str], str | None]:
+    """(servers, recorded auth token) from the flag, the env or the default local cluster."""
+    from raftlog.client import parse_servers
+    from raftlog.cluster import load_cluster, running
+
+    if servers:
+        return parse_servers(servers), None
+    env = os.environ.get("RAFTLOG_SERVERS")
+    if env:
+        return parse_servers(env), None
+    cluster = load_cluster()
+    if cluster is not None and running(cluster):
+        return cluster.servers, cluster.auth_token
+    raise ValueError(NO_CLUSTER)
+
+
+def _client(args: argparse.Namespace) -> Any:
+    from raftlog.client import RaftlogClient
+
+    servers, token = resolve_servers(args.servers)
+    token = args.auth_token or os.environ.get("RAFTLOG_AUTH_TOKEN") or token
+    return RaftlogClient(servers, auth_token=token, request_timeout_s=30.0)
+
+
+def _run(args: argparse.Namespace, fn: Any) -> int:
+    async def go() -> int:
+        async with _client(args) as client:
+            return int(await fn(client) or 0)
+
+    return asyncio.run(go())
+
+
+def _cmd_topic_create(args: argparse.Namespace) -> int:
+    async def go(client: Any) -> None:
+        meta = await client.create_topic(
+            args.name, args.partitions, args.replication_factor, exist_ok=args.if_not_exists
+        )
+        print(
+            f"created topic {meta.name}: {len(meta.partitions)} partitions, "
+            f"replication factor {meta.replication_factor}"
+        )
+
+    return _run(args, go)
+
+
+def _cmd_topic_describe(args: argparse.Namespace) -> int:
+    async def go(client: Any) -> None:
+        meta = await client.describe_topic(args.name)
+        print(
+            f"topic {meta.name}  partitions {len(meta.partitions)}  "
+            f"replication factor {meta.replication_factor}  "
+            f"schema {'yes' if meta.schema else 'none'}"
+        )
+        for p in meta.partitions:
+            print(
+                f"  partition {p.partition}  leader {p.leader}  replicas "
+                f"{','.join(map(str, p.replicas))}  start {p.start_offset}  "
+                f"high watermark {p.high_watermark}  lso {p.last_stable_offset}"
+            )
+
+    return _run(args, go)
+
+
+def _cmd_topic_list(args: argparse.Namespace) -> int:
+    async def go(client: Any) -> None:
+        for name in await client.list_topics():
+            print(name)
+
+    return _run(args, go)
+
+
+def _cmd_topic_delete(args: argparse.Namespace) -> int:
+    async def go(client: Any) -> None:
+        await client.delete_topic(args.name)
+        print(f"deleted topic {args.name}")
+
+    return _run(args, go)
+
+
+def _cmd_produce(args: argparse.Namespace) -> int:
+    from raftlog.client import frame_records
+
+    async def go(client: Any) -> None:
+        meta = await client.describe_topic(args.topic)
+        nparts = len(meta.partitions)
+        sent = 0
+        stdin = sys.stdin.buffer
+
+        async def flush(lines: list[bytes], first_index: int) -> None:
+            # line i (counting every line read so far) goes to partition i mod N
+            by_part: dict[int, list[bytes]] = {}
+            for k, line in enumerate(lines):
+                by_part.setdefault((first_index + k) % nparts, []).append(line)
+            await asyncio.gather(
+                *(
+                    client.produce(
+                        args.topic, p, [(frame_records(vals), len(vals))], acks=args.acks
+                    )
+                    for p, vals in by_part.items()
+                )
+            )
+
+        pending: list[bytes] = []
+        while True:
+            raw = await asyncio.to_thread(stdin.readline)
+            if raw:
+                pending.append(raw.rstrip(b"\r\n") if raw.endswith(b"\n") else raw)
+            if pending and (not raw or len(pending) >= args.batch_lines):
+                await flush(pending, sent)
+                sent += len(pending)
+                pending = []
+            if not raw:
+                break
+        print(f"produced {sent} records to {args.topic}", file=sys.stderr)
+
+    return _run(args, go)
+
+
+def _values(payload: bytes, record_count: int) -> list[bytes]:
+    """Record values of a payload: CLI framing, else Arrow IPC rows as JSON, else raw."""
+    from raftlog.client import unframe_records
+
+    values = unframe_records(payload, record_count)
+    if values is not None:
+        return values
+    try:
+        import pyarrow.ipc as ipc
+
+        table = ipc.open_stream(payload).read_all()
+        return [json.dumps(row, default=str).encode() for row in table.to_pylist()]
+    except Exception:  # not Arrow either: an opaque value
+        return [payload]
+
+
+def _cmd_consume(args: argparse.Namespace) -> int:
+    async def go(client: Any) -> int:
+        meta = await client.describe_topic(args.topic)
+        positions: dict[int, int] = {}
+        for p in meta.partitions:
+            start, _hwm, lso = await client.list_offsets(args.topic, p.partition)
+            positions[p.partition] = start if args.from_beginning else lso
+        printed = 0
+        out = sys.stdout.buffer
+        last_record = time.monotonic()
+        while args.max_records is None or printed < args.max_records:
+            got_any = False
+            for part, offset in positions.items():
+                r = await client.fetch(args.topic, part, offset)
+                for batch in r.batches:
+                    for i, value in enumerate(_values(batch.payload, batch.record_count)):
+                        if batch.base_offset + i < offset:
+                            continue
+                        if args.print_offsets:
+                            out.write(f"{part}\t{batch.base_offset + i}\t".encode())
+                        out.write(value + b"\n")
+                        printed += 1
+                        got_any = True
+                        if args.max_records is not None and printed >= args.max_records:
+                            out.flush()
+                            return 0
+                positions[part] = max(offset, r.next_offset)
+            out.flush()
+            if got_any:
+                last_record = time.monotonic()
+            else:
+                if (
+                    args.timeout_ms is not None
+                    and (time.monotonic() - last_record) * 1000 >= args.timeout_ms
+                ):
+                    return 0
+                await asyncio.sleep(0.1)
+        return 0
+
+    return _run(args, go)
 
 
 if __name__ == "__main__":

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import time
-from collections.abc import Sequence
 from typing import Any
 
 from benchmarks.context import RunContext
@@ -41,17 +40,8 @@ def add_arguments(group: argparse._ArgumentGroup) -> None:
 
 
 def failing_seeds(summary: Any) -> list[int]:
-    """The failing seeds in a run_seeds summary (``failures``: seeds or (seed, reason) pairs)."""
-    failures = summary.get("failures") if isinstance(summary, dict) else summary.failures
-    seeds = []
-    for failure in failures or ():
-        if isinstance(failure, int):
-            seeds.append(failure)
-        elif isinstance(failure, Sequence):
-            seeds.append(int(failure[0]))
-        else:
-            seeds.append(int(failure.seed))
-    return seeds
+    """The failing seeds of a :class:`raftlog.sim.runner.Summary` (its ``failed`` results)."""
+    return [result.seed for result in summary.failed]
 
 
 def measure(ctx: RunContext, run_seeds: Any) -> list[Row]:

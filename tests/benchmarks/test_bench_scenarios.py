@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from types import SimpleNamespace
 from typing import ClassVar
 
 import _bench_repo_path  # noqa: F401  (puts the repo root on sys.path)
@@ -99,9 +100,9 @@ def test_restart_refuses_a_log_that_reopens_short(tmp_path: Path) -> None:
 def test_sim_counts_seeds_and_failures(tmp_path: Path) -> None:
     calls: list[list[int]] = []
 
-    def run_seeds(seeds: list[int]) -> dict:
+    def run_seeds(seeds: list[int]) -> SimpleNamespace:
         calls.append(seeds)
-        return {"failures": [(s, "diverged") for s in seeds if s in (7, 160)]}
+        return SimpleNamespace(failed=[SimpleNamespace(seed=s) for s in seeds if s in (7, 160)])
 
     ctx = _ctx(tmp_path, seeds=None)
     (row,) = sim.measure(ctx, run_seeds)
@@ -112,11 +113,3 @@ def test_sim_counts_seeds_and_failures(tmp_path: Path) -> None:
     calls.clear()
     (row,) = sim.measure(_ctx(tmp_path, seeds=3), run_seeds)
     assert calls == [[0, 1, 2]] and row["failures"] == 0 and row["case"] == "3 seeds"
-
-
-@pytest.mark.parametrize(
-    "summary",
-    [{"failures": [4]}, {"failures": [(4, "x")]}, argparse.Namespace(failures=[4])],
-)
-def test_failing_seeds_reads_summary_shapes(summary: object) -> None:
-    assert sim.failing_seeds(summary) == [4]

@@ -1,0 +1,108 @@
+"""Scenario ``throughput``: large batches into a 3-node local cluster.
+
+One and six partitions, 100-byte and 1 KiB records packed into ~256 KiB
+batches (one batch per request, a few requests in flight per partition), at
+acks all, 1 and 0: MB/s, records/s and request latency. When ``disk`` ran
+earlier in the same invocation, MB/s is also shown as a fraction of the
+R=3 ceiling (the disk's MB/s with an fsync every 16 MiB, divided by 3).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+
+from benchmarks.context import RunContext
+from benchmarks.registry import Row, scenario
+from benchmarks.scenarios.small import seconds_per_step
+from benchmarks.workloads import raftlog_local
+from benchmarks.workloads.raftlog_load import batched_load
+
+PARTITIONS = (1, 6)
+RECORD_SIZES = (100, 1024)
+ACKS = ("all", "1", "0")
+BATCH_BYTES = 256 * 1024
+IN_FLIGHT = 4
+"""Requests outstanding per partition: enough to keep the leader's pipeline full."""
+FULL_SECONDS, QUICK_SECONDS = 8.0, 1.0
+MAX_REQUESTS = 1_000_000
+CEILING_KEY = "R=3 ceiling MB/s"
+
+
+def add_arguments(group: argparse._ArgumentGroup) -> None:
+    group.add_argument("--throughput-seconds", type=float, default=None, help="seconds per case")
+
+
+def disk_ceiling(ctx: RunContext) -> float | None:
+    """The best R=3 ceiling the ``disk`` scenario measured in this run, if it ran."""
+    ceilings = [
+        row[CEILING_KEY]
+        for row in ctx.earlier_rows("disk")
+        if isinstance(row.get(CEILING_KEY), int | float)
+    ]
+    return float(max(ceilings)) if ceilings else None  # type: ignore[arg-type]
+
+
+async def measure(ctx: RunContext, servers: list[str], seconds: float) -> list[Row]:
+    ceiling = disk_ceiling(ctx)
+    client = raftlog_local.client_class()(servers)
+    try:
+        for partitions in PARTITIONS:
+            await raftlog_local.create_topic(client, f"bench-tp{partitions}", partitions)
+    finally:
+        await client.close()
+    rows: list[Row] = []
+    for partitions in PARTITIONS:
+        for size in RECORD_SIZES:
+            count = BATCH_BYTES // size
+            batch = (os.urandom(size * count), count)
+            for acks in ACKS:
+                load = await batched_load(
+                    servers,
+                    f"bench-tp{partitions}",
+                    partitions,
+                    batch,
+                    acks,
+                    IN_FLIGHT,
+                    seconds,
+                    MAX_REQUESTS,
+                )
+                mb_s = load.requests * len(batch[0]) / 1e6 / load.seconds
+                row: Row = {
+                    "case": f"{partitions} partition(s), {size} B records, acks={acks}",
+                    "MB/s": mb_s,
+                    "records/s": load.requests * count / load.seconds,
+                    "p50 ms": load.p50_ms,
+                    "p99 ms": load.p99_ms,
+                    "errors": load.errors,
+                }
+                if ceiling:
+                    row["of R=3 disk ceiling"] = mb_s / ceiling
+                if load.first_error:
+                    ctx.note(f"{row['case']}: first error: {load.first_error}")
+                rows.append(row)
+                ctx.advance(1)
+    if ceiling is None:
+        ctx.note("run `disk` in the same invocation to see MB/s as a fraction of the ceiling")
+    else:
+        ctx.note(f"R=3 disk ceiling from `disk` in this run: {ceiling:.1f} MB/s")
+    return rows
+
+
+@scenario(
+    "throughput",
+    "large batches, 1 and 6 partitions, 100 B / 1 KiB records, acks all/1/0: MB/s",
+    add_arguments=add_arguments,
+)
+def run(ctx: RunContext) -> list[Row]:
+    seconds = seconds_per_step(ctx, QUICK_SECONDS, FULL_SECONDS, "throughput_seconds")
+    ctx.set_total(len(PARTITIONS) * len(RECORD_SIZES) * len(ACKS))
+    with ctx.scratch_dir("throughput") as data_dir:
+        with raftlog_local.local_cluster(data_dir) as cluster:
+            rows = asyncio.run(measure(ctx, cluster.servers, seconds))
+    ctx.note(
+        f"3-node local cluster on one disk, R=3; ~{BATCH_BYTES // 1024} KiB batches, one per "
+        f"request, {IN_FLIGHT} in flight per partition, {seconds:g} s per case"
+    )
+    return rows

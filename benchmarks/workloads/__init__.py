@@ -1,0 +1,1 @@
+"""Load generators shared by the scenarios (raftlog and its peers run the same code)."""

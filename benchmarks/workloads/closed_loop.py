@@ -1,0 +1,106 @@
+"""A closed-loop load generator: N concurrent async workers, each sending one request,
+waiting for its answer, and sending the next.
+
+The same generator drives raftlog (``small``) and etcd (``peers``), so their
+requests/s and latencies are measured by the same code. Every run is bounded by
+a duration and by a request count, whichever comes first. A failed request is
+counted (with its first error kept for the report) and does not stop the run:
+under faults (``failover``) failures are part of what is measured.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import math
+import time
+from collections.abc import Awaitable, Callable
+
+ERROR_PAUSE_S = 0.001
+
+RequestFn = Callable[[int, int], Awaitable[object]]
+"""``request(worker, n)``: send one request (the ``n``-th of the run) from ``worker``."""
+
+
+def percentile(values: list[float], q: float) -> float:
+    """The ``q`` quantile (0..1) of ``values`` by the nearest-rank method; 0.0 when empty."""
+    if not 0.0 <= q <= 1.0:
+        raise ValueError(f"q must be within 0..1, got {q}")
+    if not values:
+        return 0.0
+    ordered = sorted(values)
+    rank = max(1, math.ceil(q * len(ordered)))
+    return ordered[rank - 1]
+
+
+@dataclasses.dataclass
+class LoadResult:
+    """What one closed-loop run did. ``latencies_s`` holds one entry per successful request."""
+
+    clients: int
+    seconds: float
+    latencies_s: list[float] = dataclasses.field(default_factory=list)
+    errors: int = 0
+    first_error: str = ""
+
+    @property
+    def requests(self) -> int:
+        """Successful (acknowledged) requests."""
+        return len(self.latencies_s)
+
+    @property
+    def requests_per_s(self) -> float:
+        return self.requests / self.seconds if self.seconds > 0 else 0.0
+
+    @property
+    def p50_ms(self) -> float:
+        return percentile(self.latencies_s, 0.50) * 1e3
+
+    @property
+    def p99_ms(self) -> float:
+        return percentile(self.latencies_s, 0.99) * 1e3
+
+
+async def run_closed_loop(
+    request: RequestFn,
+    clients: int,
+    duration_s: float,
+    max_requests: int,
+) -> LoadResult:
+    """Run ``clients`` workers calling ``request`` back to back.
+
+    Stops when ``duration_s`` has passed or ``max_requests`` have been started,
+    whichever comes first; a request in flight at the deadline is awaited (each
+    request must bound its own time, e.g. with a client timeout) and counted.
+    """
+    if clients < 1:
+        raise ValueError(f"clients must be >= 1, got {clients}")
+    if duration_s <= 0:
+        raise ValueError(f"duration_s must be > 0, got {duration_s}")
+    if max_requests < 1:
+        raise ValueError(f"max_requests must be >= 1, got {max_requests}")
+    result = LoadResult(clients, 0.0)
+    started = 0
+    clock = time.perf_counter
+    start = clock()
+    deadline = start + duration_s
+
+    async def worker(index: int) -> None:
+        nonlocal started
+        while started < max_requests and clock() < deadline:
+            n = started
+            started += 1  # single-threaded event loop: no lock needed between the check and this
+            t0 = clock()
+            try:
+                await request(index, n)
+            except Exception as exc:  # a failed request is a measured outcome, not a crash
+                result.errors += 1
+                if not result.first_error:
+                    result.first_error = f"{type(exc).__name__}: {exc}"
+                await asyncio.sleep(ERROR_PAUSE_S)  # a fast-failing request must not spin
+                continue
+            result.latencies_s.append(clock() - t0)
+
+    await asyncio.gather(*(worker(i) for i in range(clients)))
+    result.seconds = clock() - start
+    return result

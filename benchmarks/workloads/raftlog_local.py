@@ -1,0 +1,103 @@
+"""A raftlog local cluster for one scenario: started in a scratch dir, stopped by PID.
+
+The cluster and client modules are looked up with :func:`require`, so a
+scenario skips (with the missing piece named) until they are built; once they
+exist, a cluster that fails to start fails the scenario with the nodes' logs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from benchmarks.registry import require
+
+START_TIMEOUT_S = 60.0
+STOP_TIMEOUT_S = 10.0
+LEADER_TIMEOUT_S = 30.0
+FSYNC_COUNTER = "raftlog_fsyncs_total"
+
+
+def client_class() -> Any:
+    """``raftlog.client.RaftlogClient`` (Skip until it exists)."""
+    return require("raftlog.client", "RaftlogClient")
+
+
+@contextlib.contextmanager
+def local_cluster(data_dir: Path, nodes: int = 3) -> Iterator[Any]:
+    """A running ``raftlog.cluster.LocalCluster`` in ``data_dir``; every node is stopped
+    by its recorded PID on exit, also when start-up or the scenario fails."""
+    start_cluster = require("raftlog.cluster", "start_cluster")
+    stop_cluster = require("raftlog.cluster", "stop_cluster")
+    client_class()  # skip before starting processes when the client is missing
+    try:
+        yield start_cluster(data_dir, nodes, timeout_s=START_TIMEOUT_S)
+    finally:
+        # cluster.json is written before start-up waits, so this finds every PID started.
+        stop_cluster(data_dir, timeout_s=STOP_TIMEOUT_S)
+
+
+def scrape(address: str, timeout_s: float = 5.0) -> str:
+    """A node's ``/metrics`` text ("" when it does not answer)."""
+    try:
+        with urllib.request.urlopen(f"http://{address}/metrics", timeout=timeout_s) as resp:
+            return resp.read().decode()
+    except (OSError, urllib.error.URLError):
+        return ""
+
+
+def fsync_total(addresses: list[str]) -> float | None:
+    """The sum of every node's fsync counter, or None when no node exports a sample of it."""
+    total, seen = 0.0, False
+    for address in addresses:
+        for line in scrape(address).splitlines():
+            if line.startswith(FSYNC_COUNTER + "{") or line.startswith(FSYNC_COUNTER + " "):
+                total += float(line.rsplit(" ", 1)[1])
+                seen = True
+    return total if seen else None
+
+
+async def wait_leaders(client: Any, topic: str, timeout_s: float = LEADER_TIMEOUT_S) -> list[int]:
+    """The leader node id of each partition of ``topic``, once every one has a leader."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        meta = await client.describe_topic(topic)
+        leaders = [p.leader for p in meta.partitions]
+        if all(leader >= 0 for leader in leaders):
+            return leaders
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"topic {topic!r} has partitions without a leader: {leaders}")
+        await asyncio.sleep(0.05)
+
+
+async def create_topic(client: Any, name: str, partitions: int) -> list[int]:
+    """Create ``name`` with 3 replicas and wait until every partition has a leader."""
+    await client.create_topic(name, partitions, 3)
+    return await wait_leaders(client, name)
+
+
+class ClientPool:
+    """Clients for ``workers`` concurrent workers, one client per ``per_client`` workers.
+
+    A client's connection pool holds a few connections per node; spreading the
+    workers over clients gives each worker its own connection, as independent
+    clients would have, instead of queueing them behind one pool.
+    """
+
+    def __init__(self, servers: list[str], workers: int, per_client: int = 16) -> None:
+        cls = client_class()
+        self.per_client = per_client
+        self.clients = [cls(servers) for _ in range(max(1, -(-workers // per_client)))]
+
+    def for_worker(self, worker: int) -> Any:
+        return self.clients[(worker // self.per_client) % len(self.clients)]
+
+    async def close(self) -> None:
+        for client in self.clients:
+            await client.close()

@@ -1,0 +1,175 @@
+"""Arrow IPC payloads: how Spark data is laid out inside raftlog record batches.
+
+Every record batch the connector writes carries one Arrow IPC *stream*: the
+schema, then exactly one Arrow record batch. That keeps each log entry
+self-describing (a reader can decode any single entry without context) and
+lets ``read()`` hand stored columns to Spark without a row-by-row path.
+
+* :func:`chunk_record_batch` cuts a (possibly large) Arrow batch from Spark into
+  payloads of at most ``chunk_bytes`` each. Rows are never split; a single row
+  larger than ``chunk_bytes`` travels alone in an oversized payload, and one
+  larger than the engine's hard limit (64 MiB) is an error.
+* :func:`decode_payload` turns a payload back into its Arrow record batch.
+* :func:`schema_to_bytes` / :func:`schema_from_bytes` (de)serialize the topic's
+  Arrow schema for the topic metadata.
+* :func:`check_schema` raises :class:`SchemaMismatchError` showing both schemas.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pyarrow as pa
+from pyspark_raftlog.errors import SchemaMismatchError
+from pyspark_raftlog.options import MAX_CHUNK_BYTES
+
+__all__ = [
+    "Chunk",
+    "check_schema",
+    "chunk_record_batch",
+    "conform_batch",
+    "decode_payload",
+    "encode_payload",
+    "schema_from_bytes",
+    "schema_to_bytes",
+]
+
+Chunk = tuple[bytes, int]
+"""(IPC stream payload, number of rows) -- the (payload, record_count) the client produces."""
+
+
+def encode_payload(batch: pa.RecordBatch) -> bytes:
+    """One IPC stream holding ``batch``'s schema and the batch itself.
+
+    A sliced batch is written with only its slice of the buffers (Arrow's IPC
+    writer truncates them), so slicing then encoding is how chunks are cut.
+    """
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, batch.schema) as writer:
+        writer.write_batch(batch)
+    return sink.getvalue().to_pybytes()
+
+
+def decode_payload(payload: bytes) -> pa.RecordBatch:
+    """The single record batch inside a payload written by :func:`encode_payload`.
+
+    Raises ValueError naming the problem when the payload is not one IPC stream
+    with exactly one batch (e.g. data written to the topic by a non-Spark producer).
+    """
+    try:
+        reader = pa.ipc.open_stream(payload)
+        batches = list(reader)
+    except pa.ArrowInvalid as exc:
+        raise ValueError(
+            f"record payload of {len(payload)} bytes is not an Arrow IPC stream: {exc}"
+        ) from None
+    if len(batches) != 1:
+        raise ValueError(
+            f"record payload holds {len(batches)} Arrow record batches; expected exactly 1"
+        )
+    return batches[0]
+
+
+def chunk_record_batch(batch: pa.RecordBatch, chunk_bytes: int) -> Iterator[Chunk]:
+    """Cut ``batch`` into payloads of at most ``chunk_bytes`` bytes (rows never split).
+
+    Yields (payload, rows) in row order; the rows of all chunks add up to
+    ``batch.num_rows``. An empty batch yields nothing.
+    """
+    if chunk_bytes < 1:
+        raise ValueError(f"chunk_bytes must be >= 1, got {chunk_bytes}")
+    if batch.num_rows == 0:
+        return
+    whole = encode_payload(batch)
+    if len(whole) <= chunk_bytes:
+        yield whole, batch.num_rows
+        return
+    # First guess at rows per chunk from the average row size, leaving room for the
+    # schema message; a guess that comes out too big is halved until it fits.
+    overhead = len(encode_payload(batch.slice(0, 0)))
+    per_row = max(1.0, (len(whole) - overhead) / batch.num_rows)
+    rows = max(1, int((chunk_bytes - overhead) / per_row))
+    start = 0
+    while start < batch.num_rows:
+        n = min(rows, batch.num_rows - start)
+        payload = encode_payload(batch.slice(start, n))
+        while len(payload) > chunk_bytes and n > 1:
+            n = max(1, n // 2)
+            payload = encode_payload(batch.slice(start, n))
+        if len(payload) > MAX_CHUNK_BYTES:
+            raise ValueError(
+                f"row {start} alone encodes to {len(payload)} bytes, more than the "
+                f"{MAX_CHUNK_BYTES}-byte limit of one raftlog record batch"
+            )
+        yield payload, n
+        start += n
+
+
+def schema_to_bytes(schema: pa.Schema) -> bytes:
+    """The schema as Arrow IPC bytes, for the topic's metadata."""
+    return schema.serialize().to_pybytes()
+
+
+def schema_from_bytes(data: bytes) -> pa.Schema:
+    """Inverse of :func:`schema_to_bytes`; a clear ValueError on bytes that are not a schema."""
+    try:
+        return pa.ipc.read_schema(pa.py_buffer(data))
+    except (pa.ArrowInvalid, OSError) as exc:
+        raise ValueError(
+            f"topic metadata holds {len(data)} bytes that are not an Arrow schema: {exc}"
+        ) from None
+
+
+def check_schema(topic: str, expected: pa.Schema, actual: pa.Schema) -> None:
+    """Raise :class:`SchemaMismatchError` unless the two schemas have the same fields.
+
+    Field names, order and types must match; nullability and metadata are not
+    compared (Spark marks columns nullable by its own analysis, which may
+    differ between two DataFrames with the same data), nor representation
+    (large vs regular string/binary, a timestamp's time zone label).
+    """
+    if _shape(expected) == _shape(actual):
+        return
+    raise SchemaMismatchError(
+        f"the DataFrame's schema does not match the schema of topic {topic!r}.\n"
+        f"topic schema:\n{_show(expected)}\n"
+        f"DataFrame schema:\n{_show(actual)}\n"
+        "write to a new topic, or select/cast the columns to the topic's schema"
+    )
+
+
+def conform_batch(topic: str, batch: pa.RecordBatch, target: pa.Schema) -> pa.RecordBatch:
+    """``batch`` with exactly the ``target`` schema, or :class:`SchemaMismatchError`.
+
+    Only representation differences are bridged (large vs regular string and
+    binary, a timestamp's time zone label, nullability flags); anything else,
+    e.g. int32 vs int64, is a mismatch. Spark's Arrow batches may use large types
+    or the session's time zone, while the topic keeps one canonical schema.
+    """
+    if batch.schema.equals(target):
+        return batch
+    check_schema(topic, target, batch.schema)
+    columns = [
+        col if col.type == field.type else col.cast(field.type)
+        for col, field in zip(batch.columns, target, strict=True)
+    ]
+    return pa.RecordBatch.from_arrays(columns, schema=target)
+
+
+def _shape(schema: pa.Schema) -> list[tuple[str, object]]:
+    return [(f.name, _representation_free(f.type)) for f in schema]
+
+
+def _representation_free(t: pa.DataType) -> object:
+    """A key equal for types that differ only in representation (see conform_batch)."""
+    if pa.types.is_large_string(t):
+        return pa.string()
+    if pa.types.is_large_binary(t):
+        return pa.binary()
+    if pa.types.is_timestamp(t):
+        return ("timestamp", t.unit, t.tz is not None)
+    return t
+
+
+def _show(schema: pa.Schema) -> str:
+    return "\n".join(f"  {f.name}: {f.type}" for f in schema) or "  (no columns)"

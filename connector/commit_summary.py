@@ -1,0 +1,49 @@
+"""The one-line summary the sink logs when Spark commits (or aborts) a write."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+__all__ = ["summarize"]
+
+
+def summarize(topic: str, label: str, messages: Sequence[object | None]) -> str:
+    """E.g. ``raftlog sink: topic 'events' batch 7: 1200 records, 96.0 KiB in 4 tasks to
+    partitions p0 [0..299], p1 [0..299]; 2 tasks replayed; 1 task failed``.
+
+    ``messages`` are the tasks' commit messages (objects with ``.write``, a
+    PartitionWrite) or None for a task that failed. Offset ranges are merged per
+    topic partition.
+    """
+    ok = [m for m in messages if m is not None]
+    failed = len(messages) - len(ok)
+    writes = [m.write for m in ok]  # type: ignore[attr-defined]
+    records = sum(w.records for w in writes)
+    size = sum(w.bytes for w in writes)
+    replayed = sum(1 for w in writes if w.replayed)
+    ranges: dict[int, tuple[int, int]] = {}
+    for w in writes:
+        if w.base_offset < 0:
+            continue
+        lo, hi = ranges.get(w.topic_partition, (w.base_offset, w.last_offset))
+        ranges[w.topic_partition] = (min(lo, w.base_offset), max(hi, w.last_offset))
+    parts = ", ".join(f"p{p} [{lo}..{hi}]" for p, (lo, hi) in sorted(ranges.items()))
+    line = (
+        f"raftlog sink: topic {topic!r} {label}: {records} records, {_size(size)} "
+        f"in {len(ok)} tasks"
+    )
+    if parts:
+        line += f" to partitions {parts}"
+    if replayed:
+        line += f"; {replayed} tasks replayed (already committed, skipped)"
+    if failed:
+        line += f"; {failed} tasks failed"
+    return line
+
+
+def _size(n: int) -> str:
+    for unit in ("B", "KiB", "MiB"):
+        if n < 1024 or unit == "MiB":
+            return f"{n} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024  # type: ignore[assignment]
+    return f"{n} B"  # unreachable: the loop returns at MiB

@@ -1,0 +1,95 @@
+"""``DefaultSource``: the entry point Spark finds as ``format("raftlog")``.
+
+Spark registers ``DefaultSource`` of every importable ``pyspark_<name>`` module
+on its own, so no ``spark.dataSource.register`` call is needed. The methods
+here run on the driver (in a Python worker process): they validate the
+options, resolve the cluster, create or load the topic, and hand Spark a
+picklable reader or writer that carries everything the tasks need.
+"""
+
+from __future__ import annotations
+
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceReader,
+    DataSourceStreamReader,
+    DataSourceStreamWriter,
+    DataSourceWriter,
+)
+from pyspark.sql.types import StructType
+from pyspark_raftlog.connection import open_blocking_client, resolve_servers
+from pyspark_raftlog.errors import OptionError
+from pyspark_raftlog.options import parse_sink_options, parse_source_options
+
+__all__ = ["DefaultSource"]
+
+
+class DefaultSource(DataSource):
+    """The raftlog data source: streaming and batch, read and write."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "raftlog"
+
+    def schema(self) -> StructType:
+        """The topic's stored Arrow schema as Spark columns, plus the metadata columns."""
+        from pyspark_raftlog.spark_schema import read_schema
+        from pyspark_raftlog.topics import topic_schema
+
+        # Whether this is spark.read or readStream is not known yet: reader() and
+        # streamReader() run the direction-specific checks.
+        opts = parse_source_options(self.options, streaming=None)
+        servers = resolve_servers(opts.servers)
+        client = open_blocking_client(servers, opts.request_timeout_s)
+        try:
+            return read_schema(opts.topic, topic_schema(client, opts.topic))
+        finally:
+            client.close()
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        from pyspark_raftlog.source import RaftlogBatchReader
+
+        opts = parse_source_options(self.options, streaming=False)
+        return RaftlogBatchReader(opts, resolve_servers(opts.servers), schema)
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        from pyspark_raftlog.source import RaftlogStreamReader
+
+        opts = parse_source_options(self.options, streaming=True)
+        return RaftlogStreamReader(opts, resolve_servers(opts.servers), schema)
+
+    def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
+        from pyspark_raftlog.sink import RaftlogArrowWriter
+
+        if overwrite:
+            raise OptionError(
+                "save mode 'overwrite' is not supported: a raftlog topic is an append-only log; "
+                "use mode('append')"
+            )
+        opts = parse_sink_options(self.options, streaming=False)
+        return RaftlogArrowWriter(*self._prepare_topic(opts, schema))
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
+        from pyspark_raftlog.sink import RaftlogStreamWriter
+
+        if overwrite:
+            raise OptionError(
+                "output mode 'complete' is not supported: a raftlog topic is an append-only "
+                "log; use outputMode('append') or 'update'"
+            )
+        opts = parse_sink_options(self.options, streaming=True)
+        return RaftlogStreamWriter(*self._prepare_topic(opts, schema))
+
+    @staticmethod
+    def _prepare_topic(opts, schema: StructType) -> tuple:
+        """(opts, servers, topic Arrow schema, partition count) for a writer."""
+        from pyspark_raftlog.spark_schema import arrow_schema_of
+        from pyspark_raftlog.topics import ensure_topic
+
+        servers = resolve_servers(opts.servers)
+        client = open_blocking_client(servers, opts.request_timeout_s)
+        try:
+            partitions, topic_schema = ensure_topic(client, opts, arrow_schema_of(schema))
+        finally:
+            client.close()
+        return opts, servers, topic_schema, partitions

@@ -1,0 +1,103 @@
+"""Source offsets: Kafka-style JSON ``{"<topic>": {"<partition>": next_offset}}``.
+
+An offset document names, per partition, the next offset to read (so the
+range a micro-batch reads is ``[start[p], end[p])``). Spark stores these
+documents in the checkpoint's offset log as JSON, so partition keys are
+strings, as in Kafka's source.
+
+Resolving ``startingOffsets``/``endingOffsets`` against the partitions' live
+bounds also lives here: ``earliest`` is a partition's log start offset,
+``latest`` its last stable offset (only committed, non-transactional-pending
+records are ever read), and in JSON -2 means earliest and -1 latest.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from pyspark_raftlog.options import OffsetSpec
+
+__all__ = [
+    "EARLIEST",
+    "LATEST",
+    "OffsetDocumentError",
+    "PartitionBounds",
+    "format_offsets",
+    "parse_offsets",
+    "resolve_spec",
+]
+
+EARLIEST = -2
+LATEST = -1
+
+PartitionBounds = tuple[int, int]
+"""(log start offset, last stable offset) of one partition."""
+
+
+class OffsetDocumentError(ValueError):
+    """An offset document (from Spark's checkpoint) is malformed or names another topic."""
+
+
+def format_offsets(topic: str, offsets: Mapping[int, int]) -> dict[str, dict[str, int]]:
+    """The JSON-able offset document for ``offsets`` (partition -> next offset).
+
+    Partitions are ordered numerically so equal offsets always serialize to equal
+    JSON (Spark compares serialized offsets to detect "no new data").
+    """
+    return {topic: {str(p): int(offsets[p]) for p in sorted(offsets)}}
+
+
+def parse_offsets(topic: str, doc: object) -> dict[int, int]:
+    """Partition -> next offset from an offset document; strict, as it comes from a checkpoint."""
+    if not isinstance(doc, Mapping) or len(doc) != 1:
+        raise OffsetDocumentError(
+            f'offset document must be {{"<topic>": {{"<partition>": <offset>}}}}; got {doc!r}'
+        )
+    ((name, parts),) = doc.items()
+    if name != topic:
+        raise OffsetDocumentError(
+            f"offset document is for topic {name!r}, but this query reads topic {topic!r}; "
+            "use a new checkpointLocation when changing the topic"
+        )
+    if not isinstance(parts, Mapping):
+        raise OffsetDocumentError(f"offset document for {topic!r} must map partitions to offsets")
+    out: dict[int, int] = {}
+    for key, off in parts.items():
+        if not (isinstance(key, str) and key.isdigit()):
+            raise OffsetDocumentError(f"partition key must be a non-negative integer; got {key!r}")
+        if isinstance(off, bool) or not isinstance(off, int) or off < 0:
+            raise OffsetDocumentError(
+                f"offset of partition {key} must be an integer >= 0; got {off!r}"
+            )
+        out[int(key)] = off
+    return out
+
+
+def resolve_spec(
+    spec: OffsetSpec, bounds: Mapping[int, PartitionBounds], option: str
+) -> dict[int, int]:
+    """Concrete next offsets for every partition in ``bounds`` from ``spec``.
+
+    ``option`` names the option the spec came from, for error text. A JSON spec
+    must name exactly the topic's partitions (as Kafka's source requires): a
+    missing partition would otherwise silently start at a guess.
+    """
+    if spec.kind == "earliest":
+        return {p: b[0] for p, b in bounds.items()}
+    if spec.kind == "latest":
+        return {p: b[1] for p, b in bounds.items()}
+    unknown = sorted(set(spec.offsets) - set(bounds))
+    missing = sorted(set(bounds) - set(spec.offsets))
+    if unknown or missing:
+        raise OffsetDocumentError(
+            f"option '{option}' must give an offset for each of the topic's partitions "
+            f"{sorted(bounds)}; "
+            + (f"unknown: {unknown}" if unknown else "")
+            + ("; " if unknown and missing else "")
+            + (f"missing: {missing}" if missing else "")
+        )
+    out: dict[int, int] = {}
+    for p, off in spec.offsets.items():
+        start, lso = bounds[p]
+        out[p] = start if off == EARLIEST else lso if off == LATEST else off
+    return out

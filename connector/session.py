@@ -1,0 +1,88 @@
+"""A SparkSession configured from the project's ``spark_conf/`` folder.
+
+``spark_conf/spark-defaults.conf`` holds the settings (local master, Python
+worker reuse, Arrow batch size, few shuffle partitions) and
+``spark_conf/log4j2.properties`` the JVM log level (WARN). The package is
+installed editable from ``connector/``, so the folder is found next to it, at
+``<repo>/spark_conf``.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+__all__ = ["build_session", "read_spark_defaults", "spark_conf_dir"]
+
+
+def spark_conf_dir() -> Path:
+    """``<repo>/spark_conf``; FileNotFoundError naming the path when it is missing."""
+    path = Path(__file__).resolve().parent.parent / "spark_conf"
+    if not (path / "spark-defaults.conf").is_file():
+        raise FileNotFoundError(
+            f"raftlog's Spark configuration is missing: expected {path / 'spark-defaults.conf'} "
+            "(pyspark_raftlog.session needs the repository checkout it was installed from "
+            "with `pip install -e`)"
+        )
+    return path
+
+
+def read_spark_defaults(path: Path) -> dict[str, str]:
+    """``key value`` lines of a spark-defaults.conf; '#' comments and blank lines skipped."""
+    conf: dict[str, str] = {}
+    for number, line in enumerate(path.read_text().splitlines(), 1):
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        parts = line.split(None, 1)
+        if len(parts) != 2:
+            raise ValueError(f"{path}:{number}: expected 'key value', got {line!r}")
+        conf[parts[0]] = parts[1].strip()
+    return conf
+
+
+def build_session(app_name: str, master: str | None = None) -> SparkSession:
+    """A SparkSession with ``spark_conf/``'s settings; ``master`` overrides ``spark.master``.
+
+    Also makes ``pyspark_raftlog`` discoverable by Spark's workers under an
+    editable install (see :func:`_make_discoverable`), points ``SPARK_CONF_DIR`` at ``spark_conf/`` (unless already set) so the JVM
+    picks up ``log4j2.properties``, and sets ``PYSPARK_PYTHON``/``PYSPARK_DRIVER_PYTHON``
+    to this interpreter (unless set) so workers run with the same packages. Both
+    only take effect when this call starts the JVM; an already running session is
+    returned with the settings applied where Spark allows it.
+    """
+    from pyspark.sql import SparkSession
+
+    conf_dir = spark_conf_dir()
+    os.environ.setdefault("SPARK_CONF_DIR", str(conf_dir))
+    _make_discoverable(conf_dir)
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    builder = SparkSession.builder.appName(app_name)
+    for key, value in read_spark_defaults(conf_dir / "spark-defaults.conf").items():
+        builder = builder.config(key, value)
+    if master is not None:
+        builder = builder.master(master)
+    return builder.getOrCreate()
+
+
+def _make_discoverable(conf_dir: Path) -> None:
+    """Let Spark's Python workers *list* pyspark_raftlog, so DefaultSource auto-registers.
+
+    Spark finds data sources with ``pkgutil.iter_modules()``, which cannot see a
+    package an editable install serves from a differently named folder
+    (``connector/``). ``spark_conf/pythonpath`` holds a ``pyspark_raftlog`` link to
+    that folder; it goes on ``PYTHONPATH``, which the JVM passes to its workers.
+    Nothing changes for a regular install, whose package folder has the right name.
+    """
+    if Path(__file__).resolve().parent.name == "pyspark_raftlog":
+        return
+    link_dir = str(conf_dir / "pythonpath")
+    paths = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    if link_dir not in paths:
+        os.environ["PYTHONPATH"] = os.pathsep.join([link_dir, *paths])

@@ -1,0 +1,334 @@
+"""The raftlog source: ``spark.readStream.format("raftlog")`` and ``spark.read.format("raftlog")``.
+
+Only committed records are read: offsets end at each partition's last stable
+offset (LSO), and fetches use ``read_committed``, so data of open or aborted
+transactions is never returned. Offsets are Kafka-style JSON
+``{"<topic>": {"<partition>": next_offset}}`` (see :mod:`pyspark_raftlog.offsets`).
+
+``read()`` yields the stored Arrow record batches themselves (sliced to the
+planned range, plus the metadata columns): no row-by-row path. One Spark input
+partition per topic partition, cut further for ``minPartitions``.
+
+Admission control: ``maxRecordsPerTrigger`` (offsets per trigger; transaction
+markers occupy offsets too, so slightly fewer records may be read) and
+``maxBytesPerTrigger`` (stored payload bytes). The byte limit is measured by
+fetching the candidate batches on the driver, so it costs a second read of the
+admitted data; it is soft by at most one record batch, which is always admitted
+so that the stream makes progress. ``Trigger.AvailableNow`` reads up to the
+LSOs seen when the query started.
+
+``failOnDataLoss`` (default true): when the offsets to read were removed by
+retention, the task fails naming the lost range; when false, it skips ahead to
+the log start and logs a warning.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxBytes,
+    ReadMaxRows,
+    SupportsTriggerAvailableNow,
+)
+from pyspark.sql.types import StructType
+from pyspark_raftlog.admission import limit_end_offsets
+from pyspark_raftlog.arrow_payload import conform_batch, decode_payload
+from pyspark_raftlog.connection import open_blocking_client
+from pyspark_raftlog.errors import DataLossError
+from pyspark_raftlog.logsetup import get_logger
+from pyspark_raftlog.offsets import format_offsets, parse_offsets, resolve_spec
+from pyspark_raftlog.options import OffsetSpec, SourceOptions
+from pyspark_raftlog.spark_schema import arrow_schema_of
+from pyspark_raftlog.splits import split_ranges
+
+__all__ = ["RaftlogBatchReader", "RaftlogInputPartition", "RaftlogStreamReader"]
+
+FETCH_BYTES = 4 * 1024 * 1024
+# A fetch that returns nothing below the planned end means the partition's LSO
+# moved back (a new leader that has not yet caught up); retried this many times.
+_EMPTY_FETCH_RETRIES = 50
+_EMPTY_FETCH_PAUSE_S = 0.2
+
+
+class RaftlogInputPartition(InputPartition):
+    """Read offsets ``[start, end)`` of one topic partition (picklable; sent to a task)."""
+
+    def __init__(self, partition: int, start: int, end: int) -> None:
+        super().__init__((partition, start, end))
+        self.partition = partition
+        self.start = start
+        self.end = end
+
+
+class _ReaderBase:
+    """Planning helpers shared by the stream and batch readers; runs on the driver.
+
+    The reader is pickled to the tasks (``read()`` runs there), so the driver's
+    client is dropped from the pickled state.
+    """
+
+    def __init__(self, opts: SourceOptions, servers: list[str], schema: StructType) -> None:
+        self.opts = opts
+        self.servers = servers
+        self.schema = schema
+        self._client: Any = None
+
+    def __getstate__(self) -> dict:
+        state = self.__dict__.copy()
+        state["_client"] = None
+        return state
+
+    def _driver_client(self) -> Any:
+        if self._client is None:
+            self._client = open_blocking_client(self.servers, self.opts.request_timeout_s)
+        return self._client
+
+    def _bounds(self) -> dict[int, tuple[int, int]]:
+        """Partition -> (log start offset, last stable offset), from each leader."""
+        client = self._driver_client()
+        meta = client.describe_topic(self.opts.topic)
+        out = {}
+        for part in meta.partitions:
+            start, _hw, lso = client.list_offsets(self.opts.topic, part.partition)
+            out[part.partition] = (start, lso)
+        return out
+
+    def _plan(self, start: Mapping[int, int], end: Mapping[int, int]) -> list[InputPartition]:
+        ranges = {p: (start.get(p, 0), e) for p, e in end.items()}
+        return [
+            RaftlogInputPartition(p, s, e)
+            for p, s, e in split_ranges(ranges, self.opts.min_partitions)
+        ]
+
+    def read(self, partition: RaftlogInputPartition) -> Iterator[pa.RecordBatch]:  # type: ignore[override]
+        yield from read_range(self.opts, self.servers, self.schema, partition)
+
+    def stop(self) -> None:
+        if self._client is not None:
+            self._client.close()
+            self._client = None
+
+
+class RaftlogStreamReader(_ReaderBase, DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """Micro-batch reader with admission control and Trigger.AvailableNow."""
+
+    def __init__(self, opts: SourceOptions, servers: list[str], schema: StructType) -> None:
+        super().__init__(opts, servers, schema)
+        self._target: dict[int, int] | None = None  # AvailableNow: the LSOs at query start
+        self._latest: dict[int, int] = {}
+
+    def initialOffset(self) -> dict:
+        spec = self.opts.starting_offsets or OffsetSpec("latest")  # Kafka's default for streams
+        return format_offsets(
+            self.opts.topic, resolve_spec(spec, self._bounds(), "startingOffsets")
+        )
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        self._target = {p: lso for p, (_, lso) in self._bounds().items()}
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        if self.opts.max_records_per_trigger is not None:
+            return ReadMaxRows(self.opts.max_records_per_trigger)
+        if self.opts.max_bytes_per_trigger is not None:
+            return ReadMaxBytes(self.opts.max_bytes_per_trigger)
+        return ReadAllAvailable()
+
+    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+        bounds = self._bounds()
+        begin = parse_offsets(self.opts.topic, start)
+        for p, (log_start, _) in bounds.items():
+            begin.setdefault(p, log_start)  # a partition new since `start`: from its beginning
+        latest = {p: lso for p, (_, lso) in bounds.items()}
+        self._latest = dict(latest)
+        if self._target is not None:
+            latest = {p: min(lso, self._target.get(p, lso)) for p, lso in latest.items()}
+        latest = {p: max(off, begin[p]) for p, off in latest.items()}  # never move back
+        rotation = sum(begin.values())
+        end = latest
+        if isinstance(limit, ReadMaxRows):
+            end = limit_end_offsets(begin, latest, limit.max_rows, rotation)
+            if self.opts.max_bytes_per_trigger is not None:
+                end = self._limit_bytes(begin, end, self.opts.max_bytes_per_trigger, rotation)
+        elif isinstance(limit, ReadMaxBytes):
+            end = self._limit_bytes(begin, latest, limit.max_bytes, rotation)
+        return format_offsets(self.opts.topic, end)
+
+    def reportLatestOffset(self) -> dict | None:
+        if not self._latest:
+            return None
+        return format_offsets(self.opts.topic, self._latest)
+
+    def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
+        begin = parse_offsets(self.opts.topic, start)
+        stop = parse_offsets(self.opts.topic, end)
+        planned = self._plan(begin, stop)
+        if self._latest:
+            behind = sum(max(0, lso - stop.get(p, 0)) for p, lso in self._latest.items())
+            get_logger().info(
+                "raftlog source: topic %r: %d offsets in %d splits this batch; %d offsets behind "
+                "latest",
+                self.opts.topic,
+                sum(e - begin.get(p, 0) for p, e in stop.items()),
+                len(planned),
+                behind,
+            )
+        return planned
+
+    def commit(self, end: dict) -> None:
+        # Nothing to do: raftlog has no consumer groups, the checkpoint is the position.
+        # (Spark may call this late, or not at all for the last batch.)
+        return None
+
+    def _limit_bytes(
+        self, begin: Mapping[int, int], end: Mapping[int, int], max_bytes: int, rotation: int
+    ) -> dict[int, int]:
+        """Cut ``end`` so that about ``max_bytes`` of stored payload is admitted.
+
+        Each partition's byte share is proportional to its backlog (in offsets);
+        its end is the end of the last whole batch that fits in its share. If no
+        batch fits anywhere, one batch of one partition (chosen round-robin by
+        ``rotation``) is admitted so the stream makes progress.
+        """
+        client = self._driver_client()
+        backlog = {p: max(0, end[p] - begin[p]) for p in end}
+        waiting = sorted(p for p, b in backlog.items() if b > 0)
+        if not waiting:
+            return dict(end)
+        total = sum(backlog.values())
+        shares = {p: max(1, max_bytes * backlog[p] // total) for p in waiting}
+        out = {p: begin.get(p, 0) for p in end}
+        first_batch_end: dict[int, int] = {}
+        for p in waiting:
+            result = client.fetch(self.opts.topic, p, begin[p], max_bytes=max(1, shares[p]))
+            used = 0
+            for batch in result.batches:
+                batch_end = min(end[p], batch.base_offset + batch.record_count)
+                first_batch_end.setdefault(p, batch_end)
+                used += len(batch.payload)
+                if used > shares[p] or batch.base_offset >= end[p]:
+                    break
+                out[p] = batch_end
+        if all(out[p] == begin[p] for p in waiting) and first_batch_end:
+            candidates = sorted(first_batch_end)
+            p = candidates[rotation % len(candidates)]
+            out[p] = first_batch_end[p]
+        return out
+
+
+class RaftlogBatchReader(_ReaderBase, DataSourceReader):
+    """Batch reader: ``startingOffsets`` (default earliest) to ``endingOffsets`` (default
+    latest)."""
+
+    def partitions(self) -> Sequence[InputPartition]:  # type: ignore[override]
+        bounds = self._bounds()
+        start = resolve_spec(
+            self.opts.starting_offsets or OffsetSpec("earliest"), bounds, "startingOffsets"
+        )
+        end = resolve_spec(
+            self.opts.ending_offsets or OffsetSpec("latest"), bounds, "endingOffsets"
+        )
+        try:
+            return self._plan(start, end)
+        finally:
+            self.stop()  # the planning client is not needed after this
+
+
+def read_range(
+    opts: SourceOptions, servers: list[str], schema: StructType, part: RaftlogInputPartition
+) -> Iterator[pa.RecordBatch]:
+    """Yield the committed records of ``[part.start, part.end)`` as Arrow batches of ``schema``.
+
+    Runs in a Spark task. Each stored payload becomes one output batch, sliced
+    to the range, with the metadata columns appended.
+    """
+    from raftlog.client import OffsetOutOfRangeError
+
+    out_schema = arrow_schema_of(schema)
+    user_schema = pa.schema(list(out_schema)[: len(out_schema) - 3])
+    topic, p = opts.topic, part.partition
+    offset = part.start
+    client = open_blocking_client(servers, opts.request_timeout_s)
+    try:
+        empty = 0
+        while offset < part.end:
+            try:
+                result = client.fetch(topic, p, offset, max_bytes=FETCH_BYTES)
+                log_start = result.start_offset
+            except OffsetOutOfRangeError:
+                log_start = client.list_offsets(topic, p)[0]
+                if offset >= log_start:
+                    raise
+                result = None
+            if offset < log_start:
+                offset = _on_data_loss(opts, p, offset, log_start, part.end)
+                continue
+            assert result is not None
+            for batch in result.batches:
+                if batch.base_offset >= part.end:
+                    break
+                yield _to_output(topic, p, batch, offset, part.end, user_schema, out_schema)
+            nxt = result.next_offset
+            if nxt < 0 and result.batches:
+                nxt = result.batches[-1].base_offset + result.batches[-1].record_count
+            if nxt > offset:
+                offset, empty = nxt, 0
+                continue
+            empty += 1
+            if empty > _EMPTY_FETCH_RETRIES:
+                raise RuntimeError(
+                    f"raftlog source: partition {p} of topic {topic!r} returned no records at "
+                    f"offset {offset} (planned end {part.end}, last stable offset "
+                    f"{result.last_stable_offset}) after {empty} attempts"
+                )
+            time.sleep(_EMPTY_FETCH_PAUSE_S)  # a new leader's LSO may lag briefly
+    finally:
+        client.close()
+
+
+def _on_data_loss(opts: SourceOptions, p: int, offset: int, log_start: int, end: int) -> int:
+    message = (
+        f"raftlog source: offsets {offset}..{min(log_start, end) - 1} of partition {p} of topic "
+        f"{opts.topic!r} were removed (the log now starts at {log_start})"
+    )
+    if opts.fail_on_data_loss:
+        raise DataLossError(
+            message + "; set option 'failOnDataLoss' to false to skip them and continue"
+        )
+    get_logger().warning("%s; skipping them (failOnDataLoss=false)", message)
+    return min(log_start, end)
+
+
+def _to_output(
+    topic: str,
+    p: int,
+    batch: Any,
+    start: int,
+    end: int,
+    user_schema: pa.Schema,
+    out_schema: pa.Schema,
+) -> pa.RecordBatch:
+    data = decode_payload(batch.payload)
+    if data.num_rows != batch.record_count:
+        raise ValueError(
+            f"raftlog source: batch at offset {batch.base_offset} of partition {p} of topic "
+            f"{topic!r} claims {batch.record_count} records but its Arrow payload has "
+            f"{data.num_rows} rows"
+        )
+    lo = max(start, batch.base_offset) - batch.base_offset
+    hi = min(end, batch.base_offset + batch.record_count) - batch.base_offset
+    data = conform_batch(topic, data.slice(lo, hi - lo), user_schema)
+    n = data.num_rows
+    first = batch.base_offset + lo
+    meta = [
+        pa.array([p] * n, pa.int32()),
+        pa.array(range(first, first + n), pa.int64()),
+        pa.array([batch.timestamp_ms * 1000] * n, pa.int64()).cast(out_schema[-1].type),
+    ]
+    return pa.RecordBatch.from_arrays([*data.columns, *meta], schema=out_schema)

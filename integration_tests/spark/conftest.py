@@ -1,0 +1,58 @@
+"""Fixtures for the Spark integration tests: one shared local SparkSession, and the
+raftlog cluster of integration_tests/conftest.py as a ``servers`` option value.
+
+The session runs ``local[2,4]``: two cores, and up to four attempts per task, so
+that tests can make a task fail once and watch Spark retry it.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+# Spark's Python workers must run this venv's interpreter (with pyarrow and pyspark_raftlog);
+# set before the JVM starts, which is when the first session is built.
+os.environ.setdefault("PYSPARK_PYTHON", str(Path(sys.executable)))
+os.environ.setdefault("PYSPARK_DRIVER_PYTHON", str(Path(sys.executable)))
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[object]:
+    """One SparkSession for every Spark test (starting one costs several seconds)."""
+    from pyspark_raftlog.session import build_session
+
+    session = build_session("raftlog-integration-tests", master="local[2,4]")
+    try:
+        yield session
+    finally:
+        session.stop()
+
+
+def _engine_missing() -> str | None:
+    """Why the raftlog engine cannot be used yet, or None when it can."""
+    for module in ("raftlog.client", "raftlog.cluster"):
+        try:
+            found = importlib.util.find_spec(module) is not None
+        except ImportError as exc:
+            return f"{module} cannot be imported: {exc}"
+        if not found:
+            return f"{module} does not exist yet (the engine is still being built)"
+    return None
+
+
+@pytest.fixture(scope="session")
+def servers(request: pytest.FixtureRequest) -> str:
+    """The shared 3-node cluster's servers as the connector's ``servers`` option value."""
+    missing = _engine_missing()
+    if missing:
+        pytest.skip(missing)
+    try:
+        cluster = request.getfixturevalue("raftlog_cluster")
+    except pytest.FixtureLookupError:
+        pytest.skip("integration_tests/conftest.py does not provide the raftlog_cluster fixture")
+    return ",".join(cluster.servers)

@@ -1,0 +1,522 @@
+"""The async client: admin, produce, fetch, with leader discovery and retries.
+
+Every call is one HTTP POST of a codec-framed request to ``/v1/<call>`` on a
+node; the reply is the framed response (200) or a framed ErrorResponse.
+
+Routing: partition calls go to the partition's leader as last seen in
+metadata; controller calls (create/delete topic) go to the controller leader.
+A NOT_LEADER reply carries the leader when the node knows it, and the client
+follows it. Retriable failures (not leader, no leader yet, timeouts, refused
+connections) are retried with exponential backoff (tenacity) until
+``request_timeout_s`` has passed in total; every other error surfaces at once
+as a :class:`RaftlogError` subclass with the server's message.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+from typing import Any, TypeVar
+
+import aiohttp
+from tenacity import (
+    AsyncRetrying,
+    retry_if_exception,
+    stop_after_delay,
+    wait_random_exponential,
+)
+
+from raftlog.client.errors import (
+    ClusterUnavailableError,
+    InvalidRequestError,
+    LeaderNotAvailableError,
+    NotLeaderError,
+    RaftlogError,
+    RequestTimeoutError,
+    UnauthorizedError,
+    UnknownPartitionError,
+    UnknownTopicError,
+    error_for,
+)
+from raftlog.rpc import codec
+from raftlog.rpc.codec import CodecError
+from raftlog.rpc.messages import (
+    ACKS,
+    CLIENT_ROUTES,
+    ISOLATION,
+    CreateTopicRequest,
+    CreateTopicResponse,
+    DeleteTopicRequest,
+    DeleteTopicResponse,
+    EndTxnRequest,
+    EndTxnResponse,
+    ErrorResponse,
+    FetchRequest,
+    FetchResponse,
+    InitProducerRequest,
+    InitProducerResponse,
+    ListOffsetsRequest,
+    ListOffsetsResponse,
+    ListTopicsRequest,
+    ListTopicsResponse,
+    MetadataRequest,
+    MetadataResponse,
+    ProduceBatch,
+    ProduceRequest,
+    ProduceResponse,
+    TopicInfo,
+)
+from raftlog.storage.batch import RecordBatch
+
+R = TypeVar("R")
+
+AUTH_HEADER = "Authorization"
+CONTENT_TYPE = "application/x-raftlog"
+
+ROUTES = CLIENT_ROUTES
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class PartitionMetadata:
+    partition: int
+    leader: int  # node id, -1 when unknown
+    replicas: list[int]
+    start_offset: int
+    high_watermark: int
+    last_stable_offset: int
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class TopicMetadata:
+    name: str
+    partitions: list[PartitionMetadata]
+    replication_factor: int
+    schema: bytes | None
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ProduceResult:
+    base_offset: int
+    last_offset: int
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ProducerSession:
+    producer_id: int
+    epoch: int
+    last_committed_version: int
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class FetchResult:
+    """Committed data batches from the requested offset.
+
+    Control batches (markers, raft configuration, no-ops) and aborted data are
+    not returned, so offsets may have gaps; continue from ``next_offset``
+    (which is past every batch returned and every batch skipped).
+    """
+
+    batches: list[RecordBatch]
+    high_watermark: int
+    last_stable_offset: int
+    start_offset: int
+    next_offset: int = -1
+
+
+def parse_servers(servers: str | list[str]) -> list[str]:
+    """``"h:p,h:p"`` or a list -> ``["h:p", ...]``; raises ValueError naming ``servers``."""
+    items = servers.split(",") if isinstance(servers, str) else list(servers)
+    out = []
+    for raw in items:
+        s = raw.strip()
+        if s.startswith("http://"):
+            s = s[len("http://") :]
+        host, sep, port = s.rpartition(":")
+        if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise ValueError(f"servers: expected a comma-separated list of HOST:PORT, got {raw!r}")
+        out.append(s)
+    if not out:
+        raise ValueError("servers: expected at least one HOST:PORT, got none")
+    return out
+
+
+def _retriable(exc: BaseException) -> bool:
+    return isinstance(
+        exc,
+        NotLeaderError
+        | LeaderNotAvailableError
+        | RequestTimeoutError
+        | ClusterUnavailableError
+        | _StaleMetadata,
+    )
+
+
+class _StaleMetadata(RaftlogError):
+    """Internal: the cached metadata lacks what the call needs; refresh and retry."""
+
+
+class RaftlogClient:
+    """Async client. Safe to share between tasks of one event loop."""
+
+    def __init__(
+        self,
+        servers: str | list[str],
+        *,
+        auth_token: str | None = None,
+        request_timeout_s: float = 30.0,
+    ) -> None:
+        if request_timeout_s <= 0:
+            raise ValueError(f"request_timeout_s must be > 0, got {request_timeout_s}")
+        self._seeds = parse_servers(servers)
+        self._auth_token = auth_token
+        self._timeout_s = float(request_timeout_s)
+        self._session: aiohttp.ClientSession | None = None
+        self._nodes: dict[int, str] = {}
+        self._topics: dict[str, TopicInfo] = {}
+        self._controller_leader = -1
+        self._leader_hints: dict[tuple[str, int], int] = {}
+
+    async def __aenter__(self) -> RaftlogClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    # ------------------------------------------------------------ admin
+
+    async def create_topic(
+        self,
+        name: str,
+        partitions: int | None = None,
+        replication_factor: int = 3,
+        schema: bytes | None = None,
+        exist_ok: bool = False,
+    ) -> TopicMetadata:
+        """Create a topic; ``partitions=None`` takes the cluster default.
+
+        The replication factor is capped at the node count. Raises
+        TopicExistsError unless ``exist_ok``; InvalidRequestError for a bad
+        name, partition count or replication factor.
+        """
+        if partitions is not None and partitions < 1:
+            raise InvalidRequestError(f"partitions must be >= 1, got {partitions}")
+        if replication_factor < 1:
+            raise InvalidRequestError(f"replication_factor must be >= 1, got {replication_factor}")
+        req = CreateTopicRequest(
+            name, -1 if partitions is None else partitions, replication_factor, schema, exist_ok
+        )
+        resp = await self._controller_call(req, CreateTopicResponse)
+        self._topics[name] = resp.topic
+        return _topic_metadata(resp.topic)
+
+    async def describe_topic(self, name: str) -> TopicMetadata:
+        """The topic's partitions with leaders and watermarks; UnknownTopicError if absent."""
+        meta = await self._metadata([name], with_offsets=True)
+        for t in meta.topics:
+            if t.name == name:
+                return _topic_metadata(t)
+        raise UnknownTopicError(f"unknown topic {name!r}")
+
+    async def list_topics(self) -> list[str]:
+        resp = await self._prefer_controller(ListTopicsRequest(), ListTopicsResponse)
+        return sorted(resp.names)
+
+    async def delete_topic(self, name: str) -> None:
+        await self._controller_call(DeleteTopicRequest(name), DeleteTopicResponse)
+        self._topics.pop(name, None)
+
+    async def metadata(self) -> MetadataResponse:
+        """The raw cluster metadata (nodes, controller leader, topics)."""
+        return await self._metadata([], with_offsets=False)
+
+    # ------------------------------------------------------------ data
+
+    async def produce(
+        self,
+        topic: str,
+        partition: int,
+        records: list[tuple[bytes, int]],
+        acks: str | int = "all",
+        producer_id: int = -1,
+        producer_epoch: int = -1,
+        first_sequence: int = -1,
+        transactional: bool = False,
+    ) -> ProduceResult:
+        """Append one RecordBatch per ``(payload, record_count)``; return the offsets.
+
+        With acks "all" the call returns once the batches are committed on a
+        majority; "1" once on the leader; "0" once the leader has enqueued them.
+        """
+        ack = _acks(acks)
+        if not records:
+            raise InvalidRequestError("records: expected at least one (payload, record_count)")
+        batches = []
+        for i, item in enumerate(records):
+            try:
+                payload, count = item
+            except (TypeError, ValueError):
+                raise InvalidRequestError(
+                    f"records[{i}]: expected a (payload bytes, record_count int) tuple"
+                ) from None
+            if not isinstance(payload, bytes | bytearray | memoryview):
+                raise InvalidRequestError(f"records[{i}]: payload must be bytes")
+            if not isinstance(count, int) or count < 1:
+                raise InvalidRequestError(f"records[{i}]: record_count must be >= 1, got {count}")
+            batches.append(ProduceBatch(bytes(payload), count))
+        req = ProduceRequest(
+            topic,
+            partition,
+            ack,
+            batches,
+            producer_id,
+            producer_epoch,
+            first_sequence,
+            transactional,
+        )
+        resp = await self._partition_call(topic, partition, req, ProduceResponse)
+        return ProduceResult(resp.base_offset, resp.last_offset)
+
+    async def fetch(
+        self,
+        topic: str,
+        partition: int,
+        offset: int,
+        max_bytes: int = 1024 * 1024,
+        isolation: str = "read_committed",
+    ) -> FetchResult:
+        """Committed data batches from ``offset`` (the batch holding it first), up to
+        ``max_bytes`` (at least one batch when any is available)."""
+        if isolation not in ISOLATION:
+            raise InvalidRequestError(
+                f"isolation: expected one of {sorted(ISOLATION)}, got {isolation!r}"
+            )
+        if max_bytes < 1:
+            raise InvalidRequestError(f"max_bytes must be >= 1, got {max_bytes}")
+        req = FetchRequest(topic, partition, offset, max_bytes, ISOLATION[isolation])
+        r = await self._partition_call(topic, partition, req, FetchResponse)
+        return FetchResult(
+            r.batches, r.high_watermark, r.last_stable_offset, r.start_offset, r.next_offset
+        )
+
+    async def list_offsets(self, topic: str, partition: int) -> tuple[int, int, int]:
+        """``(start_offset, high_watermark, last_stable_offset)`` from the leader."""
+        r = await self._partition_call(
+            topic, partition, ListOffsetsRequest(topic, partition), ListOffsetsResponse
+        )
+        return r.start_offset, r.high_watermark, r.last_stable_offset
+
+    async def init_producer(self, topic: str, partition: int, producer_id: int) -> ProducerSession:
+        """Bump ``producer_id``'s epoch on the partition (fencing older sessions)."""
+        r = await self._partition_call(
+            topic,
+            partition,
+            InitProducerRequest(topic, partition, producer_id),
+            InitProducerResponse,
+        )
+        return ProducerSession(r.producer_id, r.epoch, r.last_committed_version)
+
+    async def end_transaction(
+        self,
+        topic: str,
+        partition: int,
+        producer_id: int,
+        producer_epoch: int,
+        commit: bool,
+        version: int = -1,
+        acks: str | int = "all",
+    ) -> int:
+        """Write a commit or abort marker; return its offset."""
+        req = EndTxnRequest(
+            topic, partition, producer_id, producer_epoch, commit, version, _acks(acks)
+        )
+        r = await self._partition_call(topic, partition, req, EndTxnResponse)
+        return r.offset
+
+    # ------------------------------------------------------------ routing
+
+    def _retrying(self) -> AsyncRetrying:
+        return AsyncRetrying(
+            stop=stop_after_delay(self._timeout_s),
+            wait=wait_random_exponential(multiplier=0.05, max=1.0),
+            retry=retry_if_exception(_retriable),
+            reraise=True,
+        )
+
+    async def _metadata(self, topics: list[str], with_offsets: bool) -> MetadataResponse:
+        resp = await self._prefer_controller(
+            MetadataRequest(topics, with_offsets), MetadataResponse
+        )
+        self._absorb(resp)
+        return resp
+
+    def _absorb(self, meta: MetadataResponse) -> None:
+        if meta.nodes:
+            self._nodes = {n.node_id: n.address for n in meta.nodes}
+        self._controller_leader = meta.controller_leader
+        for t in meta.topics:
+            self._topics[t.name] = t
+            for p in t.partitions:
+                if p.leader >= 0:
+                    self._leader_hints[(t.name, p.partition)] = p.leader
+
+    async def _prefer_controller(self, req: Any, resp_type: type[R]) -> R:
+        """Ask the controller leader when known (it has applied every acknowledged
+        topic change, so reads follow writes), else any node."""
+        addr = self._nodes.get(self._controller_leader)
+        if addr is not None:
+            try:
+                return await self._send(addr, req, resp_type)
+            except (ClusterUnavailableError, RequestTimeoutError):
+                self._controller_leader = -1
+        return await self._any_call(req, resp_type)
+
+    def _candidates(self) -> list[str]:
+        known = list(self._nodes.values())
+        seeds = [s for s in self._seeds if s not in known]
+        out = known + seeds
+        random.shuffle(out)
+        return out
+
+    async def _any_call(self, req: Any, resp_type: type[R]) -> R:
+        """Send to any reachable node, trying each before backing off."""
+        async for attempt in self._retrying():
+            with attempt:
+                last: RaftlogError | None = None
+                for addr in self._candidates():
+                    try:
+                        return await self._send(addr, req, resp_type)
+                    except ClusterUnavailableError as exc:
+                        last = exc
+                raise last or ClusterUnavailableError("no servers configured")
+        raise AssertionError("unreachable")
+
+    async def _controller_call(self, req: Any, resp_type: type[R]) -> R:
+        async for attempt in self._retrying():
+            with attempt:
+                addr = self._nodes.get(self._controller_leader)
+                if addr is None:
+                    await self._metadata([], with_offsets=False)
+                    addr = self._nodes.get(self._controller_leader)
+                    if addr is None:
+                        raise LeaderNotAvailableError("the controller has no leader yet")
+                try:
+                    return await self._send(addr, req, resp_type)
+                except (NotLeaderError, ClusterUnavailableError, RequestTimeoutError) as exc:
+                    self._controller_leader = getattr(exc, "leader_id", -1)
+                    raise
+        raise AssertionError("unreachable")
+
+    async def _partition_call(self, topic: str, partition: int, req: Any, resp_type: type[R]) -> R:
+        key = (topic, partition)
+        refreshed = False
+        async for attempt in self._retrying():
+            with attempt:
+                leader = self._leader_hints.get(key, -1)
+                if leader < 0 or leader not in self._nodes:
+                    await self._metadata([topic], with_offsets=True)
+                    refreshed = True
+                    info = self._topics.get(topic)
+                    if info is None:
+                        raise UnknownTopicError(f"unknown topic {topic!r}")
+                    if not 0 <= partition < len(info.partitions):
+                        raise UnknownPartitionError(
+                            f"topic {topic!r} has no partition {partition} "
+                            f"(it has partitions 0..{len(info.partitions) - 1})"
+                        )
+                    leader = self._leader_hints.get(key, -1)
+                    if leader < 0 or leader not in self._nodes:
+                        raise LeaderNotAvailableError(
+                            f"partition {topic}/{partition} has no leader yet"
+                        )
+                try:
+                    return await self._send(self._nodes[leader], req, resp_type)
+                except (NotLeaderError, LeaderNotAvailableError) as exc:
+                    if exc.leader_id >= 0 and exc.leader_id != leader:
+                        self._leader_hints[key] = exc.leader_id
+                        if exc.leader_address:
+                            self._nodes.setdefault(exc.leader_id, exc.leader_address)
+                    else:
+                        self._leader_hints.pop(key, None)
+                    raise
+                except (ClusterUnavailableError, RequestTimeoutError):
+                    self._leader_hints.pop(key, None)
+                    raise
+                except UnknownTopicError:
+                    # The cache may predate a delete and recreate; check once.
+                    if refreshed:
+                        raise
+                    self._topics.pop(topic, None)
+                    self._leader_hints.pop(key, None)
+                    refreshed = True
+                    raise _StaleMetadata(f"unknown topic {topic!r}") from None
+        raise AssertionError("unreachable")
+
+    async def _send(self, address: str, req: Any, resp_type: type[R]) -> R:
+        if self._session is None:
+            self._session = aiohttp.ClientSession(
+                connector=aiohttp.TCPConnector(limit=64, limit_per_host=16),
+                timeout=aiohttp.ClientTimeout(
+                    total=self._timeout_s, connect=min(5, self._timeout_s)
+                ),
+            )
+        headers = {"Content-Type": CONTENT_TYPE}
+        if self._auth_token:
+            headers[AUTH_HEADER] = f"Bearer {self._auth_token}"
+        url = f"http://{address}/v1/{ROUTES[type(req)]}"
+        try:
+            async with self._session.post(url, data=codec.encode(req), headers=headers) as resp:
+                body = await resp.read()
+                status = resp.status
+        except TimeoutError as exc:
+            raise RequestTimeoutError(f"request to {address} timed out") from exc
+        except aiohttp.ClientError as exc:
+            raise ClusterUnavailableError(f"cannot reach {address}: {exc}") from exc
+        if status == 401:
+            raise UnauthorizedError(
+                f"{address} rejected the request: missing or wrong auth token "
+                "(pass auth_token= or set RAFTLOG_AUTH_TOKEN)"
+            )
+        try:
+            msg = codec.decode(body)
+        except CodecError as exc:
+            raise RaftlogError(
+                f"{address} answered HTTP {status} with an undecodable body: {exc}; {body[:200]!r}"
+            ) from exc
+        if isinstance(msg, ErrorResponse):
+            raise error_for(msg.code, msg.message, msg.leader_id, msg.leader_address)
+        if not isinstance(msg, resp_type):
+            raise RaftlogError(
+                f"{address} answered a {type(msg).__name__}, expected a {resp_type.__name__}"
+            )
+        return msg
+
+
+def _acks(acks: str | int) -> int:
+    key = str(acks)
+    if key not in ACKS:
+        raise InvalidRequestError(f"acks: expected one of 'all', '1', '0', got {acks!r}")
+    return ACKS[key]
+
+
+def _topic_metadata(t: TopicInfo) -> TopicMetadata:
+    return TopicMetadata(
+        name=t.name,
+        partitions=[
+            PartitionMetadata(
+                p.partition,
+                p.leader,
+                list(p.replicas),
+                p.start_offset,
+                p.high_watermark,
+                p.last_stable_offset,
+            )
+            for p in t.partitions
+        ],
+        replication_factor=t.replication_factor,
+        schema=t.schema,
+    )

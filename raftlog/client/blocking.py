@@ -1,0 +1,149 @@
+"""A blocking facade over :class:`RaftlogClient` for callers without an event loop
+(Spark's Python workers). It runs a private event loop in a daemon thread; each
+method submits the async call there and waits for its result, so the methods
+are safe to call from any thread."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Coroutine
+from typing import Any, TypeVar
+
+from raftlog.client.async_client import (
+    FetchResult,
+    ProduceResult,
+    ProducerSession,
+    RaftlogClient,
+    TopicMetadata,
+)
+
+T = TypeVar("T")
+
+
+class BlockingRaftlogClient:
+    """Same methods and arguments as RaftlogClient, but blocking."""
+
+    def __init__(
+        self,
+        servers: str | list[str],
+        *,
+        auth_token: str | None = None,
+        request_timeout_s: float = 30.0,
+    ) -> None:
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(
+            target=self._loop.run_forever, name="raftlog-client", daemon=True
+        )
+        self._thread.start()
+        self._closed = False
+        self._client: RaftlogClient = self._run(
+            _make(servers, auth_token=auth_token, request_timeout_s=request_timeout_s)
+        )
+
+    def _run(self, coro: Coroutine[Any, Any, T]) -> T:
+        if self._closed:
+            coro.close()
+            raise RuntimeError("the client is closed")
+        return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
+
+    def close(self) -> None:
+        """Close the connections and stop the loop thread (idempotent)."""
+        if self._closed:
+            return
+        try:
+            self._run(self._client.close())
+        finally:
+            self._closed = True
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join(timeout=10)
+            if not self._thread.is_alive():
+                self._loop.close()
+
+    def __enter__(self) -> BlockingRaftlogClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def create_topic(
+        self,
+        name: str,
+        partitions: int | None = None,
+        replication_factor: int = 3,
+        schema: bytes | None = None,
+        exist_ok: bool = False,
+    ) -> TopicMetadata:
+        return self._run(
+            self._client.create_topic(name, partitions, replication_factor, schema, exist_ok)
+        )
+
+    def describe_topic(self, name: str) -> TopicMetadata:
+        return self._run(self._client.describe_topic(name))
+
+    def list_topics(self) -> list[str]:
+        return self._run(self._client.list_topics())
+
+    def delete_topic(self, name: str) -> None:
+        self._run(self._client.delete_topic(name))
+
+    def produce(
+        self,
+        topic: str,
+        partition: int,
+        records: list[tuple[bytes, int]],
+        acks: str | int = "all",
+        producer_id: int = -1,
+        producer_epoch: int = -1,
+        first_sequence: int = -1,
+        transactional: bool = False,
+    ) -> ProduceResult:
+        return self._run(
+            self._client.produce(
+                topic,
+                partition,
+                records,
+                acks,
+                producer_id,
+                producer_epoch,
+                first_sequence,
+                transactional,
+            )
+        )
+
+    def fetch(
+        self,
+        topic: str,
+        partition: int,
+        offset: int,
+        max_bytes: int = 1024 * 1024,
+        isolation: str = "read_committed",
+    ) -> FetchResult:
+        return self._run(self._client.fetch(topic, partition, offset, max_bytes, isolation))
+
+    def list_offsets(self, topic: str, partition: int) -> tuple[int, int, int]:
+        return self._run(self._client.list_offsets(topic, partition))
+
+    def init_producer(self, topic: str, partition: int, producer_id: int) -> ProducerSession:
+        return self._run(self._client.init_producer(topic, partition, producer_id))
+
+    def end_transaction(
+        self,
+        topic: str,
+        partition: int,
+        producer_id: int,
+        producer_epoch: int,
+        commit: bool,
+        version: int = -1,
+        acks: str | int = "all",
+    ) -> int:
+        return self._run(
+            self._client.end_transaction(
+                topic, partition, producer_id, producer_epoch, commit, version, acks
+            )
+        )
+
+
+async def _make(servers: str | list[str], **kwargs: Any) -> RaftlogClient:
+    # Built on the loop thread so aiohttp binds to the right loop.
+    return RaftlogClient(servers, **kwargs)

@@ -1,0 +1,138 @@
+"""The controller state machine applied on every node from group 0's log."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+
+from raftlog.controller.commands import (
+    ControllerSnapshot,
+    CreateTopicCmd,
+    DeleteTopicCmd,
+    PartitionAssignment,
+    TopicAssignment,
+    decode_command,
+)
+from raftlog.controller.placement import place_partitions
+from raftlog.rpc import codec
+from raftlog.rpc.codec import CodecError
+from raftlog.storage.batch import BatchKind, RecordBatch
+
+log = logging.getLogger(__name__)
+
+
+class ControllerStm:
+    """Topics and their placement, derived deterministically from the log.
+
+    ``apply`` is called in log order with every committed batch of group 0;
+    non-CONTROLLER batches (NOOP, configuration) only advance
+    ``last_applied``. Listeners run after each change (the node reconciles
+    its local partition groups from them). ``next_group_id`` only grows, so a
+    group id is never reused, even after a topic is deleted and recreated.
+    """
+
+    def __init__(self) -> None:
+        self.topics: dict[str, TopicAssignment] = {}
+        self.next_group_id = 1
+        self.last_applied = -1
+        self._listeners: list[Callable[[], None]] = []
+        self._waiters: list[tuple[int, asyncio.Future[None]]] = []
+
+    def add_listener(self, fn: Callable[[], None]) -> None:
+        self._listeners.append(fn)
+
+    def apply(self, batch: RecordBatch) -> None:
+        """Apply one committed batch (idempotent for batches at or below last_applied)."""
+        if batch.last_offset <= self.last_applied:
+            return
+        if batch.kind is BatchKind.CONTROLLER:
+            try:
+                cmd = decode_command(batch)
+            except CodecError as exc:
+                # A replicated command is the same on every replica; skipping it
+                # everywhere keeps replicas identical.
+                log.error("skipping malformed controller command at %d: %s", batch.base_offset, exc)
+            else:
+                self._apply_command(cmd)
+        self.last_applied = batch.last_offset
+        self._notify()
+
+    def _apply_command(self, cmd: CreateTopicCmd | DeleteTopicCmd) -> None:
+        if isinstance(cmd, DeleteTopicCmd):
+            self.topics.pop(cmd.name, None)
+            return
+        if cmd.name in self.topics:
+            return
+        try:
+            rf = min(cmd.replication_factor, len(set(cmd.nodes)))
+            lists = place_partitions(cmd.partitions, rf, cmd.nodes, self.next_group_id - 1)
+        except ValueError as exc:
+            log.error("skipping create of topic %r: %s", cmd.name, exc)
+            return
+        parts = []
+        for p, replicas in enumerate(lists):
+            parts.append(PartitionAssignment(p, self.next_group_id, replicas))
+            self.next_group_id += 1
+        self.topics[cmd.name] = TopicAssignment(cmd.name, rf, parts, cmd.schema)
+
+    def snapshot(self) -> bytes:
+        return codec.encode_body(
+            ControllerSnapshot(self.next_group_id, sorted(self.topics.values(), key=_name))
+        )
+
+    def restore(self, data: bytes) -> None:
+        if not data:
+            return
+        snap = codec.decode_body(ControllerSnapshot, data)
+        self.topics = {t.name: t for t in snap.topics}
+        self.next_group_id = snap.next_group_id
+        self._notify()
+
+    def assignments_for(
+        self, node_id: int
+    ) -> dict[int, tuple[TopicAssignment, PartitionAssignment]]:
+        """group id -> (topic, partition) for every partition replicated on ``node_id``."""
+        out = {}
+        for t in self.topics.values():
+            for p in t.partitions:
+                if node_id in p.replicas:
+                    out[p.group_id] = (t, p)
+        return out
+
+    def find_group(self, group_id: int) -> tuple[TopicAssignment, PartitionAssignment] | None:
+        for t in self.topics.values():
+            for p in t.partitions:
+                if p.group_id == group_id:
+                    return t, p
+        return None
+
+    async def wait_applied(self, offset: int, timeout: float) -> bool:
+        """Wait until ``last_applied >= offset``; False on timeout."""
+        if self.last_applied >= offset:
+            return True
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiters.append((offset, fut))
+        try:
+            await asyncio.wait_for(asyncio.shield(fut), timeout)
+        except TimeoutError:
+            return False
+        finally:
+            if (offset, fut) in self._waiters:
+                self._waiters.remove((offset, fut))
+        return True
+
+    def _notify(self) -> None:
+        for fn in self._listeners:
+            try:
+                fn()
+            except Exception:  # a listener bug must not stop the state machine
+                log.exception("controller listener failed")
+        # apply runs on the event loop thread, so futures can be resolved directly
+        for offset, fut in list(self._waiters):
+            if offset <= self.last_applied and not fut.done():
+                fut.set_result(None)
+
+
+def _name(t: TopicAssignment) -> str:
+    return t.name

@@ -1,0 +1,21 @@
+"""One node process hosting many Raft groups (see :mod:`raftlog.node.process`)."""
+
+from raftlog.node.process import (
+    Node,
+    NodeConfig,
+    add_server_arguments,
+    config_from_args,
+    parse_peers,
+    run_server,
+    serve,
+)
+
+__all__ = [
+    "Node",
+    "NodeConfig",
+    "add_server_arguments",
+    "config_from_args",
+    "parse_peers",
+    "run_server",
+    "serve",
+]

@@ -1,0 +1,353 @@
+"""The Raft groups one node hosts, and a partition replica's request handling.
+
+:class:`GroupHost` owns what the groups of a node share: the peer transport,
+the node-level heartbeat manager and the peer dispatcher. Each group's log is
+a :class:`~raftlog.storage.log.SegmentedLog`.
+
+:class:`PartitionReplica` is one partition's group with rm_stm in front:
+produce goes replica -> rm_stm -> consensus.replicate, fetch reads committed
+batches below the last stable offset and lets rm_stm drop control batches and
+aborted data.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import pathlib
+from typing import Any
+
+from raftlog.producers.outcomes import (
+    DuplicateSequenceError,
+    InvalidProducerEpochError,
+    InvalidTxnStateError,
+    OutOfOrderSequenceError,
+    ProducerError,
+    ProducerFencedError,
+)
+from raftlog.producers.rm_stm import RmStm
+from raftlog.raft.configuration import Configuration
+from raftlog.raft.consensus import Consensus, ConsensusOptions
+from raftlog.raft.dispatch import PeerDispatcher
+from raftlog.raft.errors import NotLeaderError, RaftError, TermMismatchError
+from raftlog.raft.heartbeat_manager import HeartbeatManager
+from raftlog.raft.replicate_batcher import Consistency
+from raftlog.rpc.messages import (
+    EndTxnRequest,
+    EndTxnResponse,
+    ErrorCode,
+    FetchRequest,
+    FetchResponse,
+    InitProducerRequest,
+    InitProducerResponse,
+    ListOffsetsResponse,
+    PartitionStatus,
+    ProduceRequest,
+    ProduceResponse,
+)
+from raftlog.rpc.server import RequestError
+from raftlog.rpc.transport import HttpTransport
+from raftlog.storage.batch import RecordBatch
+from raftlog.storage.log import SegmentedLog
+
+CONSISTENCY = {-1: Consistency.QUORUM_ACK, 1: Consistency.LEADER_ACK, 0: Consistency.NO_ACK}
+REQUEST_TIMEOUT_S = 30.0
+
+
+def priorities(replicas: list[int]) -> dict[int, int]:
+    """Voting priorities from a replica list: the first (preferred leader) highest."""
+    n = len(replicas)
+    return {node: n - i for i, node in enumerate(replicas)}
+
+
+class GroupHost:
+    """Opens and closes the groups of one node; routes peer requests to them."""
+
+    def __init__(self, node_id: int, transport: HttpTransport, heartbeat_interval_s: float) -> None:
+        self.node_id = node_id
+        self.transport = transport
+        self.heartbeats = HeartbeatManager(node_id, transport, heartbeat_interval_s)
+        self.dispatcher = PeerDispatcher(node_id, self.heartbeats)
+        self.groups: dict[int, Consensus] = {}
+
+    async def start(self) -> None:
+        await self.heartbeats.start()
+
+    async def stop(self) -> None:
+        for gid in list(self.groups):
+            await self.close_group(gid)
+        await self.heartbeats.stop()
+
+    async def _new_consensus(
+        self, group: int, directory: pathlib.Path, replicas: list[int]
+    ) -> Consensus:
+        log = await asyncio.to_thread(SegmentedLog.open, directory)
+        return Consensus(
+            group,
+            self.node_id,
+            Configuration.of(replicas, priorities=priorities(replicas)),
+            log,
+            self.transport,
+            ConsensusOptions(),
+            seed=self.node_id * 1_000_003 + group,
+            heartbeats=self.heartbeats,
+        )
+
+    async def open_group(
+        self, group: int, directory: pathlib.Path, replicas: list[int], state_machines: list[Any]
+    ) -> Consensus:
+        """Open (creating or recovering) ``group``'s log in ``directory`` and start it."""
+        c = await self._new_consensus(group, directory, replicas)
+        for stm in state_machines:
+            c.add_state_machine(stm)
+        await c.start()
+        self.groups[group] = c
+        return c
+
+    async def open_partition(
+        self, topic: str, partition: int, group: int, directory: pathlib.Path, replicas: list[int]
+    ) -> PartitionReplica:
+        """Open a partition's group with rm_stm as its state machine, and start it."""
+        c = await self._new_consensus(group, directory, replicas)
+        rm = RmStm(c)  # registers itself with c.add_state_machine, before start()
+        await c.start()
+        self.groups[group] = c
+        return PartitionReplica(topic, partition, group, directory, list(replicas), c, rm)
+
+    async def close_group(self, group: int) -> None:
+        c = self.groups.pop(group, None)
+        if c is None:
+            return
+        await c.stop()
+        c.log.close()
+
+    async def transfer(self, c: Consensus, target: int) -> None:
+        """Move leadership to ``target`` when it is caught up (never stalls writes for
+        a follower that is behind or unreachable)."""
+        p = c.core.progress.get(target)
+        if p is None or p.match_offset < c.log.dirty_offset:
+            return
+        await c.transfer_leadership(target)
+
+
+class PartitionReplica:
+    """One partition's replica on this node: consensus plus rm_stm."""
+
+    def __init__(
+        self,
+        topic: str,
+        partition: int,
+        group_id: int,
+        directory: pathlib.Path,
+        replicas: list[int],
+        consensus: Consensus,
+        rm: RmStm,
+    ) -> None:
+        self.topic = topic
+        self.partition = partition
+        self.group_id = group_id
+        self.directory = directory
+        self.replicas = replicas
+        self.consensus = consensus
+        self.rm = rm
+
+    # -- metrics / status ----------------------------------------------------
+
+    def gauges(self) -> dict[str, float]:
+        c = self.consensus
+        batcher = getattr(c, "batcher", None)
+        queued = batcher.memory.capacity - batcher.memory.available if batcher else 0
+        flusher = getattr(c, "flusher", None)
+        return {
+            "is_leader": 1.0 if c.is_leader else 0.0,
+            "term": c.term,
+            "commit_index": c.commit_index,
+            "flushed_offset": c.flushed_offset,
+            "dirty_offset": c.dirty_offset,
+            "batcher_queue_bytes": queued,
+            "fsyncs": getattr(flusher, "flushes", 0) if flusher else 0,
+        }
+
+    def status(self) -> PartitionStatus:
+        c = self.consensus
+        leader = self._leader()
+        return PartitionStatus(
+            self.group_id,
+            leader,
+            c.log.start_offset,
+            c.high_watermark,
+            self.rm.last_stable_offset,
+        )
+
+    def _leader(self) -> int:
+        c = self.consensus
+        return c.node_id if c.is_leader else c.leader_id
+
+    def require_leader(self, peers: dict[int, str]) -> None:
+        c = self.consensus
+        if not c.is_leader:
+            leader = c.leader_id
+            code = ErrorCode.NOT_LEADER if leader >= 0 else ErrorCode.LEADER_NOT_AVAILABLE
+            raise RequestError(
+                code,
+                f"node {c.node_id} is not the leader of {self.topic}/{self.partition} "
+                f"(leader: {leader if leader >= 0 else 'unknown, election in progress'})",
+                leader,
+                peers.get(leader, ""),
+            )
+
+    # -- requests ------------------------------------------------------------
+
+    async def produce(self, req: ProduceRequest) -> ProduceResponse:
+        consistency = CONSISTENCY.get(req.acks)
+        if consistency is None:
+            raise RequestError(
+                ErrorCode.INVALID_REQUEST, f"acks: expected -1 (all), 1 or 0, got {req.acks}"
+            )
+        if not req.batches:
+            raise RequestError(ErrorCode.INVALID_REQUEST, "batches: expected at least one batch")
+        for i, b in enumerate(req.batches):
+            if b.record_count < 1:
+                raise RequestError(
+                    ErrorCode.INVALID_REQUEST,
+                    f"batches[{i}].record_count: expected >= 1, got {b.record_count}",
+                )
+        try:
+            batches = [
+                RecordBatch.create(
+                    b.payload,
+                    b.record_count,
+                    transactional=req.transactional,
+                    producer_id=req.producer_id,
+                    producer_epoch=req.producer_epoch,
+                    first_sequence=req.first_sequence,
+                )
+                for b in req.batches
+            ]
+        except ValueError as exc:
+            raise RequestError(ErrorCode.INVALID_REQUEST, str(exc)) from exc
+        async with _errors(self):
+            if req.producer_id < 0 and not req.transactional:
+                # Plain writes: one replicate call keeps the request's batches contiguous.
+                term = await self.rm.sync()
+                stages = self.consensus.replicate(batches, consistency, term)
+                if consistency is Consistency.NO_ACK:
+                    await asyncio.wait_for(stages.enqueued, REQUEST_TIMEOUT_S)
+                    return ProduceResponse(-1, -1)
+                res = await asyncio.wait_for(stages.finished, REQUEST_TIMEOUT_S)
+                return ProduceResponse(res.base_offset, res.last_offset)
+            if len(batches) != 1:
+                raise RequestError(
+                    ErrorCode.INVALID_REQUEST,
+                    f"batches: an idempotent or transactional produce carries exactly one "
+                    f"batch, got {len(batches)}",
+                )
+            r = await self.rm.replicate(batches[0], consistency)
+            return ProduceResponse(r.base_offset, r.last_offset)
+        raise AssertionError("unreachable")
+
+    async def fetch(self, req: FetchRequest) -> FetchResponse:
+        c = self.consensus
+        start = c.log.start_offset
+        hwm = c.high_watermark
+        lso = self.rm.last_stable_offset
+        if req.max_bytes < 1:
+            raise RequestError(
+                ErrorCode.INVALID_REQUEST, f"max_bytes: expected >= 1, got {req.max_bytes}"
+            )
+        if req.isolation not in (0, 1):
+            raise RequestError(
+                ErrorCode.INVALID_REQUEST,
+                f"isolation: expected 1 (read_committed) or 0 (read_uncommitted), "
+                f"got {req.isolation}",
+            )
+        if req.offset < start or req.offset > hwm:
+            raise RequestError(
+                ErrorCode.OFFSET_OUT_OF_RANGE,
+                f"offset {req.offset} of {self.topic}/{self.partition} is outside "
+                f"[{start}, {hwm}] (start offset, high watermark)",
+            )
+        limit = lso if req.isolation == 1 else hwm
+        batches: list[RecordBatch] = []
+        next_offset = req.offset
+        budget = req.max_bytes
+        # Skip runs of control batches (bounded), so a reader never stalls on them.
+        for _ in range(64):
+            if next_offset >= limit:
+                break
+            raw = c.read(next_offset, budget, limit - 1)
+            if not raw:
+                break
+            visible = (
+                self.rm.visible(raw) if req.isolation == 1 else [b for b in raw if not b.is_control]
+            )
+            batches.extend(visible)
+            next_offset = raw[-1].last_offset + 1
+            budget -= sum(b.size_bytes for b in raw)
+            if batches or budget <= 0:
+                break
+        return FetchResponse(batches, hwm, lso, start, next_offset)
+
+    def list_offsets(self) -> ListOffsetsResponse:
+        c = self.consensus
+        return ListOffsetsResponse(c.log.start_offset, c.high_watermark, self.rm.last_stable_offset)
+
+    async def init_producer(self, req: InitProducerRequest) -> InitProducerResponse:
+        async with _errors(self):
+            r = await self.rm.init_producer(req.producer_id)
+            return InitProducerResponse(r.producer_id, r.epoch, r.last_committed_version)
+        raise AssertionError("unreachable")
+
+    async def end_txn(self, req: EndTxnRequest) -> EndTxnResponse:
+        async with _errors(self):
+            offset = await self.rm.end_transaction(
+                req.producer_id, req.producer_epoch, req.commit, req.version
+            )
+            return EndTxnResponse(offset)
+        raise AssertionError("unreachable")
+
+
+class _errors:
+    """Map raft and rm_stm errors to RequestErrors with the right code."""
+
+    def __init__(self, rep: PartitionReplica) -> None:
+        self.rep = rep
+
+    async def __aenter__(self) -> None:
+        return None
+
+    async def __aexit__(self, et: Any, exc: BaseException | None, tb: Any) -> bool:
+        if exc is None or isinstance(exc, RequestError):
+            return False
+        where = f"{self.rep.topic}/{self.rep.partition}"
+        if isinstance(exc, NotLeaderError):
+            code = ErrorCode.NOT_LEADER if exc.leader_id >= 0 else ErrorCode.LEADER_NOT_AVAILABLE
+            raise RequestError(code, f"{where}: {exc}", exc.leader_id) from exc
+        if isinstance(exc, TermMismatchError):
+            raise RequestError(ErrorCode.NOT_LEADER, f"{where}: {exc}") from exc
+        if isinstance(exc, TimeoutError):
+            raise RequestError(
+                ErrorCode.TIMEOUT, f"{where}: not acknowledged within {REQUEST_TIMEOUT_S}s"
+            ) from exc
+        if isinstance(exc, ProducerError):
+            raise RequestError(_producer_code(exc), f"{where}: {exc}") from exc
+        if isinstance(exc, ValueError):
+            raise RequestError(ErrorCode.INVALID_REQUEST, f"{where}: {exc}") from exc
+        if isinstance(exc, RaftError):
+            raise RequestError(ErrorCode.LEADER_NOT_AVAILABLE, f"{where}: {exc}") from exc
+        return False
+
+
+def _producer_code(exc: ProducerError) -> ErrorCode:
+    if isinstance(exc, ProducerFencedError):
+        return ErrorCode.FENCED
+    if isinstance(exc, InvalidProducerEpochError):
+        return ErrorCode.INVALID_PRODUCER_EPOCH
+    if isinstance(exc, OutOfOrderSequenceError):
+        return ErrorCode.OUT_OF_ORDER_SEQUENCE
+    if isinstance(exc, DuplicateSequenceError):
+        return ErrorCode.DUPLICATE_SEQUENCE
+    if isinstance(exc, InvalidTxnStateError):
+        return ErrorCode.INVALID_TXN_STATE
+    if exc.retriable:
+        return ErrorCode.NOT_LEADER
+    return ErrorCode.INVALID_REQUEST

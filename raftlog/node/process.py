@@ -1,0 +1,620 @@
+"""One node process: many Raft groups, the controller, and the aiohttp server.
+
+``raftlog server --node-id N --listen 127.0.0.1:PORT --data-dir DIR --peers ID=HOST:PORT,...``
+
+- Group 0 is the controller (a Raft group over every node, as Redpanda's);
+  its state machine (:class:`raftlog.controller.ControllerStm`) holds topics,
+  partitions, placement and schemas.
+- Every partition replica placed on this node is one Raft group with its
+  log in ``DIR/<topic>/<partition>/``, fronted by rm_stm (produce goes
+  node -> partition -> rm_stm -> consensus.replicate). The node reconciles
+  its local groups with the controller state after every change.
+- Leaders are balanced towards each partition's preferred replica (the first
+  of its replica list) by leadership transfer.
+- Binding to a non-loopback address needs an auth token (``--auth-token`` or
+  ``RAFTLOG_AUTH_TOKEN``), checked on every peer and client request.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import dataclasses
+import ipaddress
+import logging
+import os
+import pathlib
+import shutil
+import signal
+import sys
+import time
+from typing import Any
+
+from aiohttp import web
+
+from raftlog.controller import (
+    CONTROLLER_GROUP,
+    ControllerStm,
+    CreateTopicCmd,
+    DeleteTopicCmd,
+    PartitionAssignment,
+    TopicAssignment,
+    command_batch,
+    validate_topic_name,
+)
+from raftlog.metrics import NodeMetrics
+from raftlog.node.groups import GroupHost, PartitionReplica
+from raftlog.rpc import codec
+from raftlog.rpc.messages import (
+    CreateTopicRequest,
+    CreateTopicResponse,
+    DeleteTopicRequest,
+    DeleteTopicResponse,
+    EndTxnRequest,
+    ErrorCode,
+    FetchRequest,
+    InitProducerRequest,
+    ListOffsetsRequest,
+    ListTopicsRequest,
+    ListTopicsResponse,
+    MetadataRequest,
+    MetadataResponse,
+    NodeInfo,
+    PartitionInfo,
+    PartitionStatus,
+    PartitionStatusRequest,
+    PartitionStatusResponse,
+    ProduceRequest,
+    TopicInfo,
+)
+from raftlog.rpc.server import RequestError, make_app
+from raftlog.rpc.transport import HttpTransport
+
+log = logging.getLogger("raftlog.node")
+
+DEFAULT_PARTITIONS = 6
+DEFAULT_MAX_BATCH_BYTES = 16 * 1024 * 1024
+MAX_PARTITIONS = 10_000
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class NodeConfig:
+    node_id: int
+    host: str
+    port: int
+    data_dir: pathlib.Path
+    peers: dict[int, str]  # every node, this one included
+    auth_token: str | None = None
+    default_partitions: int = DEFAULT_PARTITIONS
+    max_batch_bytes: int = DEFAULT_MAX_BATCH_BYTES
+    heartbeat_interval_s: float = 0.05
+
+    @property
+    def address(self) -> str:
+        return f"{self.host}:{self.port}"
+
+
+def parse_peers(text: str, option: str = "--peers") -> dict[int, str]:
+    """``"1=127.0.0.1:9001,2=..."`` -> ``{1: "127.0.0.1:9001", ...}``.
+
+    Raises ValueError naming the option and the expected form."""
+    out: dict[int, str] = {}
+    for item in filter(None, (s.strip() for s in text.split(","))):
+        node, sep, addr = item.partition("=")
+        host, colon, port = addr.rpartition(":")
+        if (
+            not sep
+            or not node.strip().isdigit()
+            or not colon
+            or not host
+            or not port.isdigit()
+            or not 0 < int(port) < 65536
+        ):
+            raise ValueError(f"{option}: expected ID=HOST:PORT[,ID=HOST:PORT...], got {item!r}")
+        out[int(node)] = addr
+    if not out:
+        raise ValueError(f"{option}: expected at least one ID=HOST:PORT")
+    return out
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def add_server_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--node-id", type=int, required=True, help="this node's id (an integer >= 0)")
+    p.add_argument("--listen", required=True, help="HOST:PORT to serve on, e.g. 127.0.0.1:9092")
+    p.add_argument("--data-dir", required=True, help="where this node keeps its logs")
+    p.add_argument(
+        "--peers",
+        default="",
+        help="every node of the cluster as ID=HOST:PORT,... (this node may be omitted)",
+    )
+    p.add_argument("--auth-token", default=None, help="shared token (else $RAFTLOG_AUTH_TOKEN)")
+    p.add_argument(
+        "--default-partitions",
+        type=int,
+        default=DEFAULT_PARTITIONS,
+        help="partitions of topics created without a count (default 6)",
+    )
+    p.add_argument(
+        "--max-batch-bytes",
+        type=int,
+        default=DEFAULT_MAX_BATCH_BYTES,
+        help="largest batch payload accepted by produce (default 16 MiB)",
+    )
+    p.add_argument("--log-level", default="INFO")
+
+
+def config_from_args(args: argparse.Namespace) -> NodeConfig:
+    """Validate the server flags; ValueError names the flag and the expected form."""
+    if args.node_id < 0:
+        raise ValueError(f"--node-id: expected an integer >= 0, got {args.node_id}")
+    host, colon, port = args.listen.rpartition(":")
+    if not colon or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(f"--listen: expected HOST:PORT, got {args.listen!r}")
+    peers = parse_peers(args.peers) if args.peers else {}
+    if peers.get(args.node_id, args.listen) != args.listen:
+        raise ValueError(
+            f"--peers: node {args.node_id} is listed as {peers[args.node_id]} "
+            f"but --listen is {args.listen}"
+        )
+    peers[args.node_id] = args.listen
+    token = args.auth_token or os.environ.get("RAFTLOG_AUTH_TOKEN") or None
+    non_loopback = [a for a in peers.values() if not _is_loopback(a.rpartition(":")[0])]
+    if non_loopback and not token:
+        raise ValueError(
+            f"binding or peering beyond loopback ({', '.join(non_loopback)}) requires a shared "
+            "auth token: pass --auth-token or set RAFTLOG_AUTH_TOKEN"
+        )
+    if not 1 <= args.default_partitions <= MAX_PARTITIONS:
+        raise ValueError(
+            f"--default-partitions: expected 1..{MAX_PARTITIONS}, got {args.default_partitions}"
+        )
+    if not 1 <= args.max_batch_bytes <= 64 * 1024 * 1024:
+        raise ValueError(
+            f"--max-batch-bytes: expected 1..67108864 bytes, got {args.max_batch_bytes}"
+        )
+    return NodeConfig(
+        node_id=args.node_id,
+        host=host,
+        port=int(port),
+        data_dir=pathlib.Path(args.data_dir),
+        peers=peers,
+        auth_token=token,
+        default_partitions=args.default_partitions,
+        max_batch_bytes=args.max_batch_bytes,
+    )
+
+
+class Node:
+    """One node: hosts groups, serves RPC; ``start()``/``stop()`` are idempotent."""
+
+    def __init__(self, config: NodeConfig) -> None:
+        self.config = config
+        self.node_id = config.node_id
+        self.transport = HttpTransport(
+            config.node_id, config.peers, auth_token=config.auth_token, timeout_s=5.0
+        )
+        self.host = GroupHost(config.node_id, self.transport, config.heartbeat_interval_s)
+        self.controller_stm = ControllerStm()
+        self.controller: Any = None
+        self.partitions: dict[int, PartitionReplica] = {}
+        self.metrics = NodeMetrics(config.node_id, self._group_views)
+        self._reconcile_needed = asyncio.Event()
+        self._tasks: list[asyncio.Task[None]] = []
+        self._runner: web.AppRunner | None = None
+        self._stopping = False
+        self._transfer_attempts: dict[int, float] = {}
+
+    # ------------------------------------------------------------ lifecycle
+
+    async def start(self) -> None:
+        self.config.data_dir.mkdir(parents=True, exist_ok=True)
+        await self.host.start()
+        self.controller_stm.add_listener(self._reconcile_needed.set)
+        self.controller = await self.host.open_group(
+            CONTROLLER_GROUP,
+            self.config.data_dir / "_controller",
+            sorted(self.config.peers),
+            state_machines=[self.controller_stm],
+        )
+        app = make_app(
+            self, auth_token=self.config.auth_token, max_request_bytes=self._max_request_bytes()
+        )
+        self._runner = web.AppRunner(app, access_log=None)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, self.config.host, self.config.port, reuse_address=True)
+        await site.start()
+        loop = asyncio.get_running_loop()
+        self._tasks = [
+            loop.create_task(self._reconcile_loop()),
+            loop.create_task(self._balance_loop()),
+        ]
+        self._reconcile_needed.set()
+        log.info("node %d serving on %s", self.node_id, self.config.address)
+
+    def _max_request_bytes(self) -> int:
+        # room for the request's own fields around the largest batch accepted
+        return self.config.max_batch_bytes * 2 + 1024 * 1024
+
+    async def stop(self) -> None:
+        if self._stopping:
+            return
+        self._stopping = True
+        for t in self._tasks:
+            t.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self._runner is not None:
+            await self._runner.cleanup()
+        for gid in list(self.partitions):
+            await self._close_partition(gid, delete=False)
+        await self.host.stop()
+        await self.transport.close()
+
+    # ------------------------------------------------------------ reconcile
+
+    async def _reconcile_loop(self) -> None:
+        while True:
+            await self._reconcile_needed.wait()
+            self._reconcile_needed.clear()
+            try:
+                await self._reconcile()
+            except Exception:
+                log.exception("reconciling local groups failed; retrying")
+                await asyncio.sleep(0.5)
+                self._reconcile_needed.set()
+
+    async def _reconcile(self) -> None:
+        desired = self.controller_stm.assignments_for(self.node_id)
+        for gid in [g for g in self.partitions if g not in desired]:
+            await self._close_partition(gid, delete=True)
+        for gid, (topic, part) in sorted(desired.items()):
+            if gid not in self.partitions:
+                await self._open_partition(topic, part)
+
+    def _partition_dir(self, topic: str, partition: int) -> pathlib.Path:
+        return self.config.data_dir / topic / str(partition)
+
+    async def _open_partition(self, topic: TopicAssignment, part: PartitionAssignment) -> None:
+        directory = self._partition_dir(topic.name, part.partition)
+        marker = directory / "group_id"
+        # A directory left by a deleted topic of the same name holds another group's log.
+        if directory.exists() and (
+            not marker.exists() or marker.read_text().strip() != str(part.group_id)
+        ):
+            shutil.rmtree(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        marker.write_text(str(part.group_id))
+        replica = await self.host.open_partition(
+            topic.name, part.partition, part.group_id, directory, part.replicas
+        )
+        self.partitions[part.group_id] = replica
+
+    async def _close_partition(self, gid: int, *, delete: bool) -> None:
+        replica = self.partitions.pop(gid, None)
+        if replica is None:
+            return
+        await self.host.close_group(gid)
+        if delete:
+            shutil.rmtree(replica.directory, ignore_errors=True)
+
+    async def _balance_loop(self) -> None:
+        """Move each partition's leadership to its preferred replica when possible."""
+        while True:
+            await asyncio.sleep(1.0)
+            now = time.monotonic()
+            for gid, rep in list(self.partitions.items()):
+                preferred = rep.replicas[0]
+                if preferred == self.node_id or not rep.consensus.is_leader:
+                    continue
+                if now - self._transfer_attempts.get(gid, 0.0) < 10.0:
+                    continue
+                self._transfer_attempts[gid] = now
+                with contextlib.suppress(Exception):
+                    await asyncio.wait_for(self.host.transfer(rep.consensus, preferred), 3.0)
+
+    # ------------------------------------------------------------ server hooks
+
+    async def handle_peer(self, message: Any) -> Any:
+        return await self.host.dispatcher.handle(message)
+
+    def health(self) -> dict[str, Any]:
+        return {
+            "node_id": self.node_id,
+            "address": self.config.address,
+            "controller_leader": self._controller_leader(),
+            "groups": len(self.partitions),
+            "leader_of": sum(1 for r in self.partitions.values() if r.consensus.is_leader),
+            "topics": len(self.controller_stm.topics),
+        }
+
+    def render_metrics(self) -> bytes:
+        return self.metrics.render()
+
+    def count_request(self, route: str, status: int) -> None:
+        self.metrics.rpc_requests.labels(route, str(status)).inc()
+
+    def _group_views(self) -> list[Any]:
+        return list(self.partitions.values())
+
+    def _controller_leader(self) -> int:
+        c = self.controller
+        if c is None:
+            return -1
+        return self.node_id if c.is_leader else c.leader_id
+
+    async def handle_client(self, msg: Any) -> Any:
+        handler = _CLIENT_HANDLERS.get(type(msg))
+        if handler is None:
+            raise RequestError(ErrorCode.INVALID_REQUEST, f"unsupported {type(msg).__name__}")
+        return await handler(self, msg)
+
+    # ------------------------------------------------------------ controller calls
+
+    def _require_controller_leader(self) -> None:
+        if not self.controller.is_leader:
+            leader = self.controller.leader_id
+            raise RequestError(
+                ErrorCode.NOT_LEADER,
+                f"node {self.node_id} is not the controller leader (leader: {leader})",
+                leader,
+                self.config.peers.get(leader, ""),
+            )
+
+    async def _replicate_controller(self, cmd: CreateTopicCmd | DeleteTopicCmd) -> None:
+        from raftlog.raft.errors import NotLeaderError
+        from raftlog.raft.replicate_batcher import Consistency
+
+        try:
+            stages = self.controller.replicate([command_batch(cmd)], Consistency.QUORUM_ACK)
+            res = await asyncio.wait_for(stages.finished, 10.0)
+        except NotLeaderError as exc:
+            raise RequestError(
+                ErrorCode.NOT_LEADER,
+                str(exc),
+                exc.leader_id,
+                self.config.peers.get(exc.leader_id, ""),
+            ) from exc
+        except TimeoutError as exc:
+            raise RequestError(ErrorCode.TIMEOUT, "the controller did not commit in 10s") from exc
+        if not await self.controller_stm.wait_applied(res.last_offset, 10.0):
+            raise RequestError(ErrorCode.TIMEOUT, "the controller did not apply the command in 10s")
+
+    async def create_topic(self, req: CreateTopicRequest) -> CreateTopicResponse:
+        try:
+            validate_topic_name(req.name)
+        except ValueError as exc:
+            raise RequestError(ErrorCode.INVALID_REQUEST, str(exc)) from exc
+        partitions = self.config.default_partitions if req.partitions == -1 else req.partitions
+        if not 1 <= partitions <= MAX_PARTITIONS:
+            raise RequestError(
+                ErrorCode.INVALID_REQUEST,
+                f"partitions: expected 1..{MAX_PARTITIONS} (or -1 for the default), "
+                f"got {req.partitions}",
+            )
+        if req.replication_factor < 1:
+            raise RequestError(
+                ErrorCode.INVALID_REQUEST,
+                f"replication_factor: expected >= 1, got {req.replication_factor}",
+            )
+        self._require_controller_leader()
+        existing = self.controller_stm.topics.get(req.name)
+        if existing is None:
+            rf = min(req.replication_factor, len(self.config.peers))
+            await self._replicate_controller(
+                CreateTopicCmd(req.name, partitions, rf, sorted(self.config.peers), req.schema)
+            )
+        elif not req.exist_ok:
+            raise RequestError(ErrorCode.TOPIC_EXISTS, f"topic {req.name!r} already exists")
+        topic = self.controller_stm.topics.get(req.name)
+        if topic is None:
+            raise RequestError(ErrorCode.INTERNAL, f"topic {req.name!r} was not created")
+        return CreateTopicResponse(self._topic_info(topic))
+
+    async def delete_topic(self, req: DeleteTopicRequest) -> DeleteTopicResponse:
+        self._require_controller_leader()
+        if req.name not in self.controller_stm.topics:
+            raise RequestError(ErrorCode.UNKNOWN_TOPIC, f"unknown topic {req.name!r}")
+        await self._replicate_controller(DeleteTopicCmd(req.name))
+        return DeleteTopicResponse(req.name)
+
+    async def list_topics(self, req: ListTopicsRequest) -> ListTopicsResponse:
+        return ListTopicsResponse(sorted(self.controller_stm.topics))
+
+    async def metadata(self, req: MetadataRequest) -> MetadataResponse:
+        names = req.topics or sorted(self.controller_stm.topics)
+        topics = [self.controller_stm.topics[n] for n in names if n in self.controller_stm.topics]
+        remote: dict[int, PartitionStatus] = {}
+        if req.with_offsets:
+            remote = await self._remote_statuses(topics)
+        return MetadataResponse(
+            self.node_id,
+            self._controller_leader(),
+            [NodeInfo(i, a) for i, a in sorted(self.config.peers.items())],
+            [self._topic_info(t, remote) for t in topics],
+        )
+
+    def _topic_info(
+        self, t: TopicAssignment, remote: dict[int, PartitionStatus] | None = None
+    ) -> TopicInfo:
+        parts = []
+        for p in t.partitions:
+            local = self._local_status(p.group_id)
+            # Offsets are the leader's: a follower's high watermark lags.
+            if local is not None and local.leader == self.node_id:
+                st: PartitionStatus | None = local
+            else:
+                st = (remote or {}).get(p.group_id) or local
+            if st is None:
+                parts.append(PartitionInfo(p.partition, p.group_id, -1, list(p.replicas)))
+            else:
+                parts.append(
+                    PartitionInfo(
+                        p.partition,
+                        p.group_id,
+                        st.leader,
+                        list(p.replicas),
+                        st.start_offset,
+                        st.high_watermark,
+                        st.last_stable_offset,
+                    )
+                )
+        return TopicInfo(t.name, t.replication_factor, parts, t.schema)
+
+    def _local_status(self, gid: int) -> PartitionStatus | None:
+        rep = self.partitions.get(gid)
+        if rep is None:
+            return None
+        return rep.status()
+
+    async def _remote_statuses(self, topics: list[TopicAssignment]) -> dict[int, PartitionStatus]:
+        """Ask one replica of each partition not hosted here (bounded, best effort)."""
+        wanted: dict[int, list[int]] = {}
+        for t in topics:
+            for p in t.partitions:
+                rep = self.partitions.get(p.group_id)
+                if rep is None:
+                    target = p.replicas[0]
+                else:
+                    target = rep.consensus.leader_id
+                    if rep.consensus.is_leader or target < 0:
+                        continue
+                wanted.setdefault(target, []).append(p.group_id)
+        if not wanted:
+            return {}
+        from raftlog.client.async_client import RaftlogClient
+
+        out: dict[int, PartitionStatus] = {}
+
+        async def ask(node: int, gids: list[int]) -> None:
+            addr = self.config.peers.get(node)
+            if addr is None:
+                return
+            client = RaftlogClient([addr], auth_token=self.config.auth_token, request_timeout_s=1.0)
+            try:
+                resp = await client._send(
+                    addr, PartitionStatusRequest(gids), PartitionStatusResponse
+                )
+                for st in resp.statuses:
+                    out[st.group_id] = st
+            except Exception:
+                return
+            finally:
+                await client.close()
+
+        await asyncio.gather(*(ask(n, g) for n, g in wanted.items()))
+        return out
+
+    async def partition_status(self, req: PartitionStatusRequest) -> PartitionStatusResponse:
+        return PartitionStatusResponse(
+            [st for st in (self._local_status(g) for g in req.group_ids) if st is not None]
+        )
+
+    # ------------------------------------------------------------ partition calls
+
+    def _replica(self, topic: str, partition: int) -> PartitionReplica:
+        t = self.controller_stm.topics.get(topic)
+        if t is None:
+            raise RequestError(ErrorCode.UNKNOWN_TOPIC, f"unknown topic {topic!r}")
+        if not 0 <= partition < len(t.partitions):
+            raise RequestError(
+                ErrorCode.UNKNOWN_PARTITION,
+                f"topic {topic!r} has no partition {partition} "
+                f"(it has partitions 0..{len(t.partitions) - 1})",
+            )
+        p = t.partitions[partition]
+        rep = self.partitions.get(p.group_id)
+        if rep is None:
+            raise RequestError(
+                ErrorCode.NOT_LEADER,
+                f"node {self.node_id} hosts no replica of {topic}/{partition}",
+                -1,
+            )
+        return rep
+
+    def _leader_replica(self, topic: str, partition: int) -> PartitionReplica:
+        rep = self._replica(topic, partition)
+        rep.require_leader(self.config.peers)
+        return rep
+
+    async def produce(self, req: ProduceRequest) -> Any:
+        rep = self._leader_replica(req.topic, req.partition)
+        for i, b in enumerate(req.batches):
+            if len(b.payload) > self.config.max_batch_bytes:
+                raise RequestError(
+                    ErrorCode.RECORD_TOO_LARGE,
+                    f"batches[{i}]: payload of {len(b.payload)} bytes exceeds the limit of "
+                    f"{self.config.max_batch_bytes} bytes (--max-batch-bytes)",
+                )
+        started = time.perf_counter()
+        resp = await rep.produce(req)
+        self.metrics.append_latency.labels(str(req.acks)).observe(time.perf_counter() - started)
+        return resp
+
+    async def fetch(self, req: FetchRequest) -> Any:
+        return await self._leader_replica(req.topic, req.partition).fetch(req)
+
+    async def list_offsets(self, req: ListOffsetsRequest) -> Any:
+        return self._leader_replica(req.topic, req.partition).list_offsets()
+
+    async def init_producer(self, req: InitProducerRequest) -> Any:
+        return await self._leader_replica(req.topic, req.partition).init_producer(req)
+
+    async def end_txn(self, req: EndTxnRequest) -> Any:
+        return await self._leader_replica(req.topic, req.partition).end_txn(req)
+
+
+_CLIENT_HANDLERS: dict[type, Any] = {
+    CreateTopicRequest: Node.create_topic,
+    DeleteTopicRequest: Node.delete_topic,
+    ListTopicsRequest: Node.list_topics,
+    MetadataRequest: Node.metadata,
+    PartitionStatusRequest: Node.partition_status,
+    ProduceRequest: Node.produce,
+    FetchRequest: Node.fetch,
+    ListOffsetsRequest: Node.list_offsets,
+    InitProducerRequest: Node.init_producer,
+    EndTxnRequest: Node.end_txn,
+}
+
+
+async def serve(config: NodeConfig) -> None:
+    """Run a node until SIGTERM or SIGINT, then stop it cleanly."""
+    node = Node(config)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await node.start()
+    try:
+        await stop.wait()
+    finally:
+        await asyncio.wait_for(node.stop(), 10.0)
+
+
+def run_server(args: argparse.Namespace) -> int:
+    """The ``raftlog server`` command."""
+    logging.basicConfig(
+        level=getattr(logging, str(args.log_level).upper(), logging.INFO),
+        format=f"%(asctime)s node-{args.node_id} %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    config = config_from_args(args)
+    try:
+        import uvloop
+    except ImportError:
+        asyncio.run(serve(config))
+    else:
+        uvloop.run(serve(config))
+    return 0
+
+
+# keep the codec registrations of controller commands and peer messages loaded
+_ = codec

@@ -1,0 +1,502 @@
+"""``rm_stm``: the producer state machine of one partition and its pipelined front.
+
+Follows Redpanda's ``rm_stm`` (with the pipelining of PR #5157) and Kafka's
+idempotent and transactional producer (KIP-98).
+
+State: a :class:`~raftlog.producers.producer_table.ProducerTable`, changed
+only by :meth:`RmStm.apply` with committed batches in log order, so every
+replica rebuilds the same table; :meth:`snapshot`/:meth:`restore` save it with
+the storage commit context.
+
+The leader's front adds, per producer, the requests *in flight*: enqueued in
+the replicate batcher but not yet applied. Invariants:
+
+- A producer's lock is held from the sequence check until ``enqueued`` and no
+  longer. Order in the log is fixed at ``enqueued``, so the in-flight list of
+  a producer is in log order and its tail is what the next request must
+  follow; a producer can keep up to 5 requests in flight.
+- A retry of an in-flight request parks on the original and gets its result.
+- Every replicate is conditional on the term the stm has *synced* to
+  (``expected_term``). Syncing to a new term replicates a barrier and waits
+  until it is applied, so the table holds everything earlier leaders
+  committed; in-flight lists of older terms are dropped then.
+- When a request's outcome is unknown (``finished`` failed or timed out after
+  ``enqueued``), the leader steps down. The next leader syncs, and a retry is
+  resolved from the log: written (original offsets) or not (written now).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import dataclasses
+import heapq
+import inspect
+import itertools
+import time
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from raftlog.producers.fetch_filter import visible_batches
+from raftlog.producers.markers import NO_VERSION, make_fence, make_marker
+from raftlog.producers.outcomes import (
+    AlreadyWritten,
+    InvalidProducerEpochError,
+    InvalidTxnStateError,
+    ProducerError,
+    ProducerFencedError,
+    UnknownOutcomeError,
+    raise_for,
+)
+from raftlog.producers.producer_locks import ProducerLocks
+from raftlog.producers.producer_state import SequenceTail
+from raftlog.producers.producer_table import ProducerTable, ProducerTableConfig
+from raftlog.producers.serial import (
+    NO_EPOCH,
+    NO_SEQUENCE,
+    check_epoch,
+    check_producer_id,
+    epoch_compare,
+    last_sequence_of,
+    next_epoch,
+)
+from raftlog.raft.errors import NotLeaderError, RaftError
+from raftlog.raft.replicate_batcher import Consistency, ReplicateStages
+from raftlog.storage.batch import NO_PRODUCER, BatchKind, RecordBatch
+
+DEFAULT_TRANSACTION_TIMEOUT_MS = 60_000
+
+
+class ConsensusLike(Protocol):
+    """What rm_stm uses of :class:`raftlog.raft.consensus.Consensus`."""
+
+    @property
+    def is_leader(self) -> bool: ...
+
+    @property
+    def term(self) -> int: ...
+
+    @property
+    def high_watermark(self) -> int: ...
+
+    def replicate(
+        self, batches: list[RecordBatch], consistency: Consistency, expected_term: int
+    ) -> ReplicateStages: ...
+
+    def step_down(self) -> Any: ...
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class RmStmConfig:
+    """rm_stm settings; ``table`` must be the same on every replica of a partition."""
+
+    transaction_timeout_ms: int = DEFAULT_TRANSACTION_TIMEOUT_MS
+    sync_timeout_s: float = 10.0
+    replicate_timeout_s: float = 30.0
+    table: ProducerTableConfig = dataclasses.field(default_factory=ProducerTableConfig)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.transaction_timeout_ms, int) or self.transaction_timeout_ms < 1:
+            raise ValueError(
+                f"transaction_timeout_ms must be an int >= 1 (milliseconds), "
+                f"got {self.transaction_timeout_ms!r}"
+            )
+        for name in ("sync_timeout_s", "replicate_timeout_s"):
+            value = getattr(self, name)
+            if not isinstance(value, int | float) or value <= 0:
+                raise ValueError(f"{name} must be a number of seconds > 0, got {value!r}")
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ProduceResult:
+    """Where a produce request's batch is in the log."""
+
+    base_offset: int
+    last_offset: int
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class InitProducerResult:
+    """A new producer session: its epoch and the last committed application version."""
+
+    producer_id: int
+    epoch: int
+    last_committed_version: int
+
+
+class SyncError(ProducerError):
+    """rm_stm could not catch up with the log in a new term; retry (maybe elsewhere)."""
+
+    code = "NOT_LEADER_OR_FOLLOWER"
+    retriable = True
+
+
+@dataclasses.dataclass(slots=True)
+class _InFlight:
+    """A request of one producer between its sequence check and its apply."""
+
+    kind: BatchKind
+    epoch: int
+    first_sequence: int  # -1 for markers and fences
+    last_sequence: int
+    transactional: bool
+    result: asyncio.Future[ProduceResult]
+
+
+def _consume(fut: asyncio.Future) -> None:
+    # parked retries may never come; don't warn about an unretrieved error
+    if not fut.cancelled():
+        fut.exception()
+
+
+class RmStm:
+    """The producer state machine of one partition (see the module doc)."""
+
+    def __init__(
+        self,
+        consensus: ConsensusLike,
+        config: RmStmConfig | None = None,
+        *,
+        clock_ms: Callable[[], int] | None = None,
+    ) -> None:
+        self.config = config or RmStmConfig()
+        self.table = ProducerTable(self.config.table)
+        self._c = consensus
+        self._clock_ms = clock_ms or (lambda: int(time.time() * 1000))
+        self._locks = ProducerLocks()
+        self._inflight: dict[int, collections.deque[_InFlight]] = {}
+        self._synced_term: int | None = None
+        self._sync_lock = asyncio.Lock()
+        self._waiters: list[tuple[int, int, asyncio.Future[None]]] = []
+        self._waiter_ids = itertools.count()
+        add = getattr(consensus, "add_state_machine", None)
+        if add is not None:
+            add(self)
+
+    # -- the state machine interface (called by consensus) -------------------
+
+    def apply(self, batch: RecordBatch) -> None:
+        """Apply a committed batch: update the table, retire its in-flight entry."""
+        self.table.apply(batch)
+        entries = self._inflight.get(batch.producer_id)
+        if entries:
+            for i, e in enumerate(entries):
+                if (
+                    e.kind is batch.kind
+                    and e.epoch == batch.producer_epoch
+                    and e.first_sequence == batch.first_sequence
+                ):
+                    del entries[i]
+                    break
+            if not entries:
+                del self._inflight[batch.producer_id]
+        applied = self.table.applied_offset
+        while self._waiters and self._waiters[0][0] <= applied:
+            _, _, fut = heapq.heappop(self._waiters)
+            if not fut.done():
+                fut.set_result(None)
+
+    def snapshot(self) -> bytes:
+        """The producer table as bytes, as of ``table.applied_offset``."""
+        return self.table.snapshot()
+
+    def restore(self, data: bytes) -> None:
+        """Replace the table with a snapshot; the front re-syncs before its next request."""
+        self.table.restore(data)
+        self._inflight.clear()
+        self._synced_term = None
+
+    # -- reads ---------------------------------------------------------------
+
+    @property
+    def last_stable_offset(self) -> int:
+        """The first offset readers may not see (see ``ProducerTable.last_stable_offset``)."""
+        return min(self.table.last_stable_offset(), self._c.high_watermark)
+
+    def visible(self, batches: list[RecordBatch]) -> list[RecordBatch]:
+        """What a fetch returns of ``batches`` (read in offset order): see ``fetch_filter``."""
+        return visible_batches(batches, self.last_stable_offset, self.table.aborted)
+
+    # -- sync ----------------------------------------------------------------
+
+    async def sync(self) -> int:
+        """Make sure the table reflects every entry of earlier terms; return the term.
+
+        Raises :class:`~raftlog.raft.errors.NotLeaderError` on a follower.
+        """
+        term = self._leader_term()
+        if self._synced_term == term:
+            return term
+        async with self._sync_lock:
+            term = self._leader_term()
+            if self._synced_term == term:
+                return term
+            self._synced_term = None
+            self._inflight.clear()  # requests of older terms resolve through their own stages
+            barrier = RecordBatch.create(b"", kind=BatchKind.NOOP, timestamp_ms=self._clock_ms())
+            try:
+                stages = self._c.replicate([barrier], Consistency.QUORUM_ACK, term)
+                res = await asyncio.wait_for(stages.finished, self.config.sync_timeout_s)
+                await self._wait_applied(res.last_offset, self.config.sync_timeout_s)
+            except (TimeoutError, RaftError) as exc:
+                raise SyncError(f"rm_stm could not sync to term {term}: {exc!r}") from exc
+            if self._c.term == term:
+                self._synced_term = term
+            return term
+
+    def _leader_term(self) -> int:
+        if not self._c.is_leader:
+            raise NotLeaderError(
+                getattr(self._c, "group", -1),
+                getattr(self._c, "leader_id", -1),
+            )
+        return self._c.term
+
+    async def _wait_applied(self, offset: int, timeout: float) -> None:
+        if self.table.applied_offset >= offset:
+            return
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        heapq.heappush(self._waiters, (offset, next(self._waiter_ids), fut))
+        await asyncio.wait_for(fut, timeout)
+
+    # -- produce -------------------------------------------------------------
+
+    async def replicate(self, batch: RecordBatch, consistency: Consistency) -> ProduceResult:
+        """Write one data batch, deduplicated by (producer id, epoch, sequence).
+
+        Returns the batch's offsets, or its original offsets when it was
+        already written. Raises :class:`DuplicateSequenceError` (older
+        duplicate), :class:`OutOfOrderSequenceError`, :class:`ProducerFencedError`,
+        :class:`UnknownOutcomeError` (retry), NotLeaderError, or ValueError for a
+        malformed request.
+        """
+        if batch.kind is not BatchKind.DATA:
+            raise ValueError(f"batch kind must be DATA for a produce, got {batch.kind.name}")
+        if batch.producer_id == NO_PRODUCER:
+            if batch.is_transactional:
+                raise ValueError("a transactional batch needs a producer_id (got -1)")
+            term = await self.sync()
+            stages = self._c.replicate([batch], consistency, term)
+            res = await asyncio.wait_for(stages.finished, self.config.replicate_timeout_s)
+            return ProduceResult(res.base_offset, res.last_offset)
+        pid, epoch, first = batch.producer_id, batch.producer_epoch, batch.first_sequence
+        # validates the fields with errors that name them, before any waiting
+        self.table.check(pid, epoch, first, batch.record_count)
+        last = last_sequence_of(first, batch.record_count)
+        term = await self.sync()
+        async with self._locks.hold(pid):
+            original = self._find_inflight(pid, epoch, first, last)
+            if original is None:
+                outcome = self.table.check(pid, epoch, first, batch.record_count, self._tail(pid))
+                if isinstance(outcome, AlreadyWritten):
+                    return ProduceResult(outcome.base_offset, outcome.last_offset)
+                raise_for(outcome, pid, first)
+                entry = self._track(pid, batch.kind, epoch, first, last, batch.is_transactional)
+                stages = await self._enqueue(pid, [entry], [batch], consistency, term)
+        if original is not None:
+            return await asyncio.shield(original.result)
+        res = await self._finish([entry], stages)
+        return ProduceResult(res.base_offset, res.last_offset)
+
+    # -- transactions --------------------------------------------------------
+
+    async def init_producer(self, producer_id: int) -> InitProducerResult:
+        """Start a new session of ``producer_id``: bump and return its epoch.
+
+        Fences every older session, aborts the producer's open transaction
+        (an abort marker, then a PRODUCER_FENCE batch, both at the new epoch),
+        and returns the last committed application version (-1: none). An
+        unknown producer starts at epoch 0.
+        """
+        check_producer_id("producer_id", producer_id)
+        term = await self.sync()
+        async with self._locks.hold(producer_id):
+            tail = self._tail(producer_id)
+            epoch = next_epoch(NO_EPOCH if tail is None else tail.epoch)
+            now = self._clock_ms()
+            batches, entries = [], []
+            if self._has_open_tx(producer_id):
+                batches.append(make_marker(producer_id, epoch, commit=False, timestamp_ms=now))
+                entries.append(self._track(producer_id, BatchKind.TX_ABORT, epoch))
+            batches.append(make_fence(producer_id, epoch, timestamp_ms=now))
+            entries.append(self._track(producer_id, BatchKind.PRODUCER_FENCE, epoch))
+            stages = await self._enqueue(
+                producer_id, entries, batches, Consistency.QUORUM_ACK, term
+            )
+        res = await self._finish(entries, stages)
+        await self._wait_applied(res.last_offset, self.config.replicate_timeout_s)
+        state = self.table.get(producer_id)
+        version = NO_VERSION if state is None else state.last_committed_version
+        return InitProducerResult(producer_id, epoch, version)
+
+    async def end_transaction(
+        self, producer_id: int, epoch: int, commit: bool, version: int = NO_VERSION
+    ) -> int:
+        """Write a commit (with ``version``) or abort marker; return the marker's offset.
+
+        Returns once the marker is applied, so the LSO has moved past the
+        transaction. A commit with no open transaction still records
+        ``version``. Raises ProducerFencedError for an older epoch,
+        InvalidProducerEpochError for a newer one, InvalidTxnStateError when
+        the producer has no session here.
+        """
+        check_producer_id("producer_id", producer_id)
+        check_epoch("producer_epoch", epoch)
+        marker = make_marker(
+            producer_id, epoch, commit=commit, version=version, timestamp_ms=self._clock_ms()
+        )
+        term = await self.sync()
+        async with self._locks.hold(producer_id):
+            tail = self._tail(producer_id)
+            if tail is None:
+                raise InvalidTxnStateError(
+                    f"producer {producer_id} has no session on this partition: "
+                    f"call init_producer first"
+                )
+            order = epoch_compare(epoch, tail.epoch)
+            if order < 0:
+                raise ProducerFencedError(producer_id, tail.epoch, epoch)
+            if order > 0:
+                raise InvalidProducerEpochError(
+                    f"producer {producer_id}: epoch {epoch} was never granted here "
+                    f"(current epoch {tail.epoch}); call init_producer"
+                )
+            entry = self._track(producer_id, marker.kind, epoch)
+            stages = await self._enqueue(
+                producer_id, [entry], [marker], Consistency.QUORUM_ACK, term
+            )
+        res = await self._finish([entry], stages)
+        await self._wait_applied(res.last_offset, self.config.replicate_timeout_s)
+        return res.last_offset
+
+    async def abort_expired(self, now_ms: int) -> list[int]:
+        """Abort transactions open for at least the timeout; return their producer ids.
+
+        The leader calls this periodically (a no-op on followers). The abort
+        marker carries the next epoch, which fences the (presumably dead)
+        writer: its next request fails with PRODUCER_FENCED. A producer whose
+        commit or abort is already in flight is left alone.
+        """
+        if not self._c.is_leader:
+            return []
+        term = await self.sync()
+        timeout = self.config.transaction_timeout_ms
+        aborted = []
+        for pid in self.table.expired_transactions(now_ms, timeout):
+            async with self._locks.hold(pid):
+                state = self.table.get(pid)
+                if state is None or state.open_tx is None:
+                    continue  # ended while we waited for the lock
+                if any(e.kind is not BatchKind.DATA for e in self._inflight.get(pid, ())):
+                    continue
+                tail = self._tail(pid)
+                epoch = next_epoch(state.epoch if tail is None else tail.epoch)
+                marker = make_marker(pid, epoch, commit=False, timestamp_ms=now_ms)
+                entry = self._track(pid, BatchKind.TX_ABORT, epoch)
+                stages = await self._enqueue(pid, [entry], [marker], Consistency.QUORUM_ACK, term)
+            res = await self._finish([entry], stages)
+            await self._wait_applied(res.last_offset, self.config.replicate_timeout_s)
+            aborted.append(pid)
+        return aborted
+
+    # -- in-flight bookkeeping -----------------------------------------------
+
+    def _find_inflight(self, pid: int, epoch: int, first: int, last: int) -> _InFlight | None:
+        for e in self._inflight.get(pid, ()):
+            if e.epoch == epoch and e.first_sequence == first and e.last_sequence == last:
+                return e
+        return None
+
+    def _tail(self, pid: int) -> SequenceTail | None:
+        """The (epoch, last sequence) after the applied state and every in-flight request."""
+        state = self.table.get(pid)
+        tail = None if state is None else state.tail()
+        for e in self._inflight.get(pid, ()):
+            if (
+                tail is None
+                or e.kind is BatchKind.PRODUCER_FENCE
+                or (epoch_compare(e.epoch, tail.epoch) > 0)
+            ):
+                tail = SequenceTail(e.epoch, NO_SEQUENCE)
+            if e.first_sequence != NO_SEQUENCE:
+                tail = SequenceTail(tail.epoch, e.last_sequence)
+        return tail
+
+    def _has_open_tx(self, pid: int) -> bool:
+        state = self.table.get(pid)
+        if state is not None and state.open_tx is not None:
+            return True
+        inflight = self._inflight.get(pid, ())
+        return any(e.kind is BatchKind.DATA and e.transactional for e in inflight)
+
+    def _track(
+        self,
+        pid: int,
+        kind: BatchKind,
+        epoch: int,
+        first: int = NO_SEQUENCE,
+        last: int = NO_SEQUENCE,
+        transactional: bool = False,
+    ) -> _InFlight:
+        fut: asyncio.Future[ProduceResult] = asyncio.get_running_loop().create_future()
+        fut.add_done_callback(_consume)
+        entry = _InFlight(kind, epoch, first, last, transactional, fut)
+        self._inflight.setdefault(pid, collections.deque()).append(entry)
+        return entry
+
+    async def _enqueue(
+        self,
+        pid: int,
+        entries: list[_InFlight],
+        batches: list[RecordBatch],
+        consistency: Consistency,
+        term: int,
+    ) -> ReplicateStages:
+        """Replicate in ``term`` and wait for ``enqueued`` (under the producer's lock)."""
+        try:
+            stages = self._c.replicate(batches, consistency, term)
+            await stages.enqueued
+        except BaseException as exc:
+            # not enqueued: nothing was written, so the outcome is known
+            queue = self._inflight.get(pid)
+            for e in entries:
+                if queue is not None and e in queue:
+                    queue.remove(e)
+                if e.result.done():
+                    continue
+                if isinstance(exc, Exception):
+                    e.result.set_exception(exc)
+                else:
+                    e.result.cancel()
+            if queue is not None and not queue:
+                del self._inflight[pid]
+            raise
+        return stages
+
+    async def _finish(self, entries: list[_InFlight], stages: ReplicateStages) -> Any:
+        """Wait for ``finished``; on failure the outcome is unknown, so step down."""
+        try:
+            res = await asyncio.wait_for(
+                asyncio.shield(stages.finished), self.config.replicate_timeout_s
+            )
+        except Exception as exc:
+            err = UnknownOutcomeError(
+                f"outcome unknown after enqueue ({exc!r}); the leader stepped down, "
+                f"retry with the same producer id, epoch and sequence"
+            )
+            await self._step_down()
+            for e in entries:
+                if not e.result.done():
+                    e.result.set_exception(err)
+            raise err from exc
+        result = ProduceResult(res.base_offset, res.last_offset)
+        for e in entries:
+            if not e.result.done():
+                e.result.set_result(result)
+        return res
+
+    async def _step_down(self) -> None:
+        self._synced_term = None
+        outcome = self._c.step_down()
+        if inspect.isawaitable(outcome):
+            await outcome

@@ -1,0 +1,722 @@
+"""``Consensus``: one Raft group on this node: the public API the node and rm_stm build on.
+
+Construction and lifecycle::
+
+    c = Consensus(group, node_id, Configuration.of([1, 2, 3]), log, transport,
+                  ConsensusOptions(), seed=node_id, heartbeats=node_heartbeat_manager)
+    c.add_state_machine(stm)        # optional, before start()
+    await c.start()
+    ...
+    await c.stop()
+
+Writing (leader only)::
+
+    stages = c.replicate(batches, Consistency.QUORUM_ACK, expected_term=None)
+    await stages.enqueued           # its place in the log is fixed (backpressure here)
+    result = await stages.finished  # ReplicateResult(base_offset, last_offset, term)
+
+``finished`` raises :class:`NotLeaderError` (``.leader_id``: the known leader,
+-1 unknown) when this node does not accept writes, :class:`LeadershipLostError`
+(a NotLeaderError) when the entry was appended but leadership was lost before
+it committed (outcome uncertain), and :class:`TermMismatchError` when
+``expected_term`` is not the current term (nothing appended).
+
+Incoming peer requests: ``await c.handle(message)`` for append entries, vote
+(and prevote) and timeout-now; heartbeat batches go to the node-level
+:class:`HeartbeatManager` (``handle_heartbeats``), which routes to groups.
+:class:`~raftlog.raft.dispatch.PeerDispatcher` does that routing for a node.
+
+Reading: ``read(start, max_bytes, end=None)`` returns committed batches only;
+``await wait_for_commit(offset, timeout)``. State: ``is_leader``,
+``leader_id`` (-1 unknown), ``term``, ``commit_index``, ``high_watermark``
+(= commit_index + 1), ``flushed_offset``, ``dirty_offset``, ``configuration``.
+
+State machines: ``add_state_machine(stm)``; ``stm.apply(batch)`` (plain or
+async) is called for every committed batch in log order, exactly once per
+process lifetime from the restored snapshot on; ``stm.snapshot() -> bytes``
+is saved with the commit context and given back to ``stm.restore(bytes)`` on
+start.
+
+Membership: ``await add_member(node, learner_first=True)``,
+``await remove_member(node)`` (one change in flight; a learner is promoted to
+voter automatically once it reaches the leader's flushed offset),
+``await transfer_leadership(target)``, ``step_down()``.
+
+Timing: the stages use the running event loop's clock (``asyncio.sleep``), so
+the simulator drives time by running them on a virtual-time loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import inspect
+import logging
+import random
+import struct
+from collections.abc import Coroutine
+from typing import Any, Protocol
+
+from raftlog.raft.configuration import Configuration, ConfigurationHistory
+from raftlog.raft.core import CoreOptions, RaftCore, Role
+from raftlog.raft.errors import (
+    ConfigurationChangeError,
+    LeadershipLostError,
+    NotLeaderError,
+    RaftError,
+    TransportError,
+)
+from raftlog.raft.flush import FlushCoalescer
+from raftlog.raft.heartbeat_manager import HeartbeatManager
+from raftlog.raft.messages import (
+    APPEND_GROUP_UNAVAILABLE,
+    AppendEntriesReply,
+    AppendEntriesRequest,
+    Heartbeat,
+    HeartbeatReply,
+    TimeoutNowReply,
+    TimeoutNowRequest,
+    VoteReply,
+    VoteRequest,
+)
+from raftlog.raft.recovery import Recovery
+from raftlog.raft.replicate_batcher import (
+    Consistency,
+    ReplicateBatcher,
+    ReplicateResult,
+    ReplicateStages,
+)
+from raftlog.raft.replicate_entries import ReplicateEntries
+from raftlog.raft.transport import Transport
+from raftlog.storage.api import CommitContext, LogStorage
+from raftlog.storage.batch import BatchKind, RecordBatch
+
+__all__ = [
+    "Configuration",
+    "Consensus",
+    "ConsensusOptions",
+    "Consistency",
+    "ReplicateResult",
+    "ReplicateStages",
+    "StateMachine",
+]
+
+log = logging.getLogger(__name__)
+
+_SCAN_CHUNK = 1 << 20
+_SNAPSHOT_LEN = struct.Struct("<I")
+
+
+class StateMachine(Protocol):
+    def apply(self, batch: RecordBatch) -> object:
+        """Apply one committed batch (may return an awaitable)."""
+        ...
+
+    def snapshot(self) -> bytes: ...
+
+    def restore(self, data: bytes) -> None: ...
+
+
+@dataclasses.dataclass(slots=True)
+class ConsensusOptions:
+    election_timeout_ticks: int = 10
+    tick_interval_s: float = 0.05
+    # Follower flush coalescing: flush when this many bytes are pending ...
+    flush_bytes: int = 256 * 1024
+    # ... or after this delay. Redpanda uses 100 ms; ours is shorter because
+    # quorum_ack appends flush at once anyway and this only bounds leader_ack lag.
+    flush_delay_s: float = 0.005
+    # Run log.flush() in a thread (on-disk logs); False runs it inline (simulator).
+    flush_in_executor: bool = True
+    # Simulated fsync duration (the simulator's slow disk); keep 0 in production.
+    flush_latency_s: float = 0.0
+    batcher_memory_bytes: int = 1024 * 1024
+    max_in_flight_appends: int = 4
+    recovery_chunk_bytes: int = 512 * 1024
+    check_quorum: bool = True
+    transfer_timeout_ticks: int = 20
+    # Save the commit context (and state machine snapshots) every this many ticks.
+    commit_context_interval_ticks: int = 20
+
+    def validate(self) -> None:
+        """Raise ValueError naming the first bad option."""
+        for name in (
+            "election_timeout_ticks",
+            "flush_bytes",
+            "batcher_memory_bytes",
+            "max_in_flight_appends",
+            "recovery_chunk_bytes",
+            "transfer_timeout_ticks",
+            "commit_context_interval_ticks",
+        ):
+            if getattr(self, name) < 1:
+                raise ValueError(f"ConsensusOptions.{name} must be >= 1, got {getattr(self, name)}")
+        for name in ("tick_interval_s", "flush_delay_s"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"ConsensusOptions.{name} must be > 0, got {getattr(self, name)}")
+
+
+@dataclasses.dataclass(slots=True)
+class _CommitWaiter:
+    result: ReplicateResult
+    future: asyncio.Future[ReplicateResult]
+
+
+class Consensus:
+    """One Raft group on this node (see the module docstring for the API contract)."""
+
+    def __init__(
+        self,
+        group: int,
+        node_id: int,
+        configuration: Configuration,
+        log: LogStorage,
+        transport: Transport,
+        options: ConsensusOptions | None = None,
+        seed: int = 0,
+        heartbeats: HeartbeatManager | None = None,
+    ) -> None:
+        self.group = group
+        self.node_id = node_id
+        self.log = log
+        self.transport = transport
+        self.options = options or ConsensusOptions()
+        self.options.validate()
+        self._heartbeats = heartbeats
+        self.configs = ConfigurationHistory(configuration)
+        self._scan_configurations()
+        ctx = log.load_commit_context()
+        self._restored_ctx = ctx
+        commit = log.start_offset - 1
+        if ctx is not None:
+            commit = max(commit, min(ctx.committed_offset, log.dirty_offset))
+        self.core = RaftCore(
+            group,
+            node_id,
+            self.configs,
+            log,
+            log.load_vote(),
+            commit,
+            CoreOptions(
+                election_timeout_ticks=self.options.election_timeout_ticks,
+                check_quorum=self.options.check_quorum,
+                transfer_timeout_ticks=self.options.transfer_timeout_ticks,
+            ),
+            random.Random(seed),
+        )
+        self.running = False
+        # An unexpected exception in one of this group's tasks (a bug; the simulator fails on it).
+        self.fatal_error: BaseException | None = None
+        # A dict, not a set: iteration (cancellation) order must not depend on ids (replay).
+        self._tasks: dict[asyncio.Task[Any], None] = {}
+        self._stms: list[StateMachine] = []
+        self.last_applied = commit
+        self._saved_commit = ctx.committed_offset if ctx else -1
+        self._waiters: list[_CommitWaiter] = []
+        self._commit_changed: asyncio.Event | None = None
+        self.flusher: FlushCoalescer
+        self.batcher: ReplicateBatcher
+        self.recovery = Recovery(self)
+        self._entries = ReplicateEntries(self)
+
+    def _scan_configurations(self) -> None:
+        # The latest configuration is the last RAFT_CONFIG batch in the log.
+        # Scanned on open; small for raft groups whose payloads are skipped cheaply.
+        offset = self.log.start_offset
+        for _ in range(1_000_000):
+            if offset > self.log.dirty_offset:
+                break
+            batches = self.log.read(offset, _SCAN_CHUNK)
+            if not batches:
+                break
+            self.configs.observe(batches)
+            offset = batches[-1].last_offset + 1
+
+    # ------------------------------------------------------------- lifecycle
+
+    def add_state_machine(self, stm: StateMachine) -> None:
+        """Register a state machine; call before ``start()``."""
+        if self.running:
+            raise RaftError("add_state_machine must be called before start()")
+        self._stms.append(stm)
+
+    async def start(self) -> None:
+        if self.running:
+            return
+        self._commit_changed = asyncio.Event()
+        self.flusher = FlushCoalescer(
+            self.log,
+            self.options.flush_bytes,
+            self.options.flush_delay_s,
+            self.options.flush_in_executor,
+            self._on_flushed,
+            self.options.flush_latency_s,
+        )
+        self.batcher = ReplicateBatcher(self._entries, self.options.batcher_memory_bytes)
+        self._restore_state_machines()
+        self.running = True
+        for coro in (self._ticker(), self.flusher.run(), self.batcher.run()):
+            self.spawn(coro)
+        if self._stms:
+            self.spawn(self._applier())
+        if self._heartbeats is not None:
+            self._heartbeats.register(self)
+
+    async def stop(self) -> None:
+        """Stop every task; pending callers fail with NotLeaderError; saves the commit context."""
+        if not self.running:
+            return
+        self._shutdown()
+        tasks = list(self._tasks)
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        self._tasks.clear()
+        self.save_commit_context()
+
+    def kill(self) -> None:
+        """Stop at once without saving anything (a simulated crash)."""
+        if not self.running:
+            return
+        self._shutdown()
+        for t in list(self._tasks):
+            t.cancel()
+        self._tasks.clear()
+
+    def _shutdown(self) -> None:
+        self.running = False
+        if self._heartbeats is not None and self._heartbeats.group(self.group) is self:
+            self._heartbeats.unregister(self.group)
+        err = NotLeaderError(self.group, -1, f"group {self.group} on node {self.node_id} stopped")
+        self.batcher.close(err)
+        self.flusher.fail_waiters(err)
+        self._fail_waiters(err)
+        self.recovery.cancel_all()
+
+    def spawn(self, coro: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
+        """Run ``coro`` as a task owned by this group (cancelled on stop)."""
+        task = asyncio.get_running_loop().create_task(coro)
+        self._tasks[task] = None
+        task.add_done_callback(self._task_done)
+        return task
+
+    def _task_done(self, task: asyncio.Task[Any]) -> None:
+        self._tasks.pop(task, None)
+        if not task.cancelled() and task.exception() is not None:
+            exc = task.exception()
+            if not isinstance(exc, (RaftError, TimeoutError)):
+                log.error("group %s node %s: task failed", self.group, self.node_id, exc_info=exc)
+                self.fatal_error = exc
+
+    async def _ticker(self) -> None:
+        while True:
+            await asyncio.sleep(self.options.tick_interval_s)
+            self.core.tick()
+            self.process_ready()
+            if self.core.ticks % self.options.commit_context_interval_ticks == 0:
+                self.save_commit_context()
+
+    # ------------------------------------------------------------ properties
+
+    @property
+    def is_leader(self) -> bool:
+        return self.core.is_leader
+
+    @property
+    def role(self) -> Role:
+        return self.core.role
+
+    @property
+    def leader_id(self) -> int:
+        return self.core.leader_id
+
+    @property
+    def term(self) -> int:
+        return self.core.term
+
+    @property
+    def commit_index(self) -> int:
+        return self.core.commit_index
+
+    @property
+    def high_watermark(self) -> int:
+        return self.core.commit_index + 1
+
+    @property
+    def flushed_offset(self) -> int:
+        return self.log.flushed_offset
+
+    @property
+    def dirty_offset(self) -> int:
+        return self.log.dirty_offset
+
+    @property
+    def configuration(self) -> Configuration:
+        return self.configs.latest
+
+    def not_leader_error(self) -> NotLeaderError:
+        core = self.core
+        known = core.transfer_target if core.transfer_target != -1 else core.leader_id
+        if known == self.node_id:
+            known = -1
+        return NotLeaderError(self.group, known)
+
+    # ------------------------------------------------------------ replicate
+
+    def replicate(
+        self,
+        batches: list[RecordBatch],
+        consistency: Consistency = Consistency.QUORUM_ACK,
+        expected_term: int | None = None,
+    ) -> ReplicateStages:
+        """Queue ``batches`` for the log; see the module docstring for the two stages."""
+        if not batches:
+            raise ValueError("replicate() needs at least one batch")
+        if not self.running:
+            raise RaftError(f"group {self.group} on node {self.node_id} is not running")
+        stages, enqueue = self.batcher.replicate(
+            batches, consistency, -1 if expected_term is None else expected_term
+        )
+        if not self.core.accepting_writes:
+            enqueue.close()
+            err = self.not_leader_error()
+            stages.enqueued.set_exception(err)
+            stages.finished.set_exception(err)
+            return stages
+        self.spawn(enqueue)
+        return stages
+
+    def append_local(self, batches: list[RecordBatch]) -> None:
+        """Append placed batches to the log (no flush) and track configurations."""
+        self.log.append(batches)
+        if self.configs.observe(batches):
+            self.core.on_configuration_changed()
+
+    def _truncate_local(self, offset: int) -> None:
+        self.log.truncate(offset)
+        if self.configs.truncate(offset):
+            self.core.on_configuration_changed()
+
+    def register_commit_waiter(
+        self, result: ReplicateResult, future: asyncio.Future[ReplicateResult]
+    ) -> None:
+        self._waiters.append(_CommitWaiter(result, future))
+
+    def _fail_waiters(self, exc: BaseException) -> None:
+        waiters, self._waiters = self._waiters, []
+        for w in waiters:
+            if not w.future.done():
+                w.future.set_exception(exc)
+
+    def _on_flushed(self, flushed: int) -> None:
+        if self.running:
+            self.core.on_local_flush()
+            self.process_ready()
+
+    # -------------------------------------------------------------- ready
+
+    def process_ready(self) -> None:
+        """Carry out what the core asked for: persist the vote first, then act."""
+        ready = self.core.take_ready()
+        if not ready:
+            return
+        if ready.vote is not None:
+            self.log.save_vote(ready.vote)
+        for target, message in ready.messages:
+            self.spawn(self._send_message(target, message))
+        if ready.stepped_down:
+            self._on_stepped_down()
+        if ready.became_leader:
+            self._on_became_leader()
+        if ready.commit_advanced:
+            self._on_commit()
+        if self.core.is_leader:
+            for node in ready.recover:
+                self.recovery.ensure(node)
+            for node in ready.promote:
+                self.spawn(self._promote(node))
+
+    async def _send_message(self, target: int, message: object) -> None:
+        try:
+            reply = await self.transport.send(target, message)
+        except TransportError:
+            return
+        if not self.running:
+            return
+        if isinstance(reply, VoteReply):
+            self.core.handle_vote_reply(reply)
+        self.process_ready()
+
+    def _on_became_leader(self) -> None:
+        self.recovery.cancel_all()
+        noop = RecordBatch.create(b"", kind=BatchKind.NOOP, timestamp_ms=0)
+        self.replicate([noop], Consistency.LEADER_ACK, expected_term=self.core.term)
+
+    def _on_stepped_down(self) -> None:
+        self.recovery.cancel_all()
+        self.batcher.fail_queued(self.not_leader_error())
+        waiters = self._waiters
+        self._waiters = []
+        for w in waiters:
+            if not w.future.done():
+                w.future.set_exception(
+                    LeadershipLostError(
+                        self.group,
+                        self.core.leader_id,
+                        f"group {self.group}: leadership lost before offset "
+                        f"{w.result.last_offset} was known committed (outcome uncertain)",
+                    )
+                )
+
+    def _on_commit(self) -> None:
+        commit = self.core.commit_index
+        done = 0
+        for w in self._waiters:
+            if w.result.last_offset > commit:
+                break
+            done += 1
+            if w.future.done():
+                continue
+            if self.core.term_at(w.result.last_offset) == w.result.term:
+                w.future.set_result(w.result)
+            else:
+                w.future.set_exception(LeadershipLostError(self.group, self.core.leader_id))
+        del self._waiters[:done]
+        if self._commit_changed is not None:
+            self._commit_changed.set()
+            self._commit_changed = asyncio.Event()
+
+    # ------------------------------------------------------- incoming requests
+
+    async def handle(self, message: object) -> object:
+        """The reply to one peer request addressed to this group."""
+        if not self.running:
+            raise RaftError(f"group {self.group} on node {self.node_id} is not running")
+        if isinstance(message, AppendEntriesRequest):
+            return await self._handle_append(message)
+        if isinstance(message, VoteRequest):
+            vote_reply = self.core.handle_vote(message)
+            self.process_ready()
+            return vote_reply
+        if isinstance(message, TimeoutNowRequest):
+            tn_reply = self.core.handle_timeout_now(message)
+            self.process_ready()
+            return tn_reply
+        raise TypeError(f"group {self.group}: unexpected message {type(message).__name__}")
+
+    async def _handle_append(self, req: AppendEntriesRequest) -> AppendEntriesReply:
+        plan = self.core.check_append(req)
+        if isinstance(plan, AppendEntriesReply):
+            self.process_ready()
+            return plan
+        # Check and mutation happen with no await in between: appends never interleave.
+        if plan.truncate_at != -1:
+            self._truncate_local(plan.truncate_at)
+        if plan.batches:
+            self.append_local(plan.batches)
+        self.process_ready()
+        if req.flush and self.log.flushed_offset < self.log.dirty_offset:
+            await self.flusher.flush_now()
+        elif plan.batches:
+            self.flusher.note_append(sum(b.size_bytes for b in plan.batches))
+        if not self.running:
+            raise RaftError(f"group {self.group} on node {self.node_id} stopped")
+        reply = self.core.finish_append(req)
+        self.process_ready()
+        return reply
+
+    def handle_heartbeat(self, source: int, hb: Heartbeat) -> HeartbeatReply:
+        reply = self.core.handle_heartbeat(source, hb)
+        self.process_ready()
+        return reply
+
+    def heartbeats(self) -> list[tuple[int, Heartbeat]]:
+        """Leader: one heartbeat per follower (for the node's HeartbeatManager)."""
+        if not self.core.is_leader:
+            return []
+        return [(node, self.core.heartbeat_for(node)) for node in sorted(self.core.progress)]
+
+    def on_heartbeat_reply(self, peer: int, hb: Heartbeat, reply: HeartbeatReply) -> None:
+        if reply.result == APPEND_GROUP_UNAVAILABLE:
+            return
+        self.core.handle_append_reply(peer, hb.term, hb.prev_log_offset, reply, is_heartbeat=True)
+        self.process_ready()
+
+    # ----------------------------------------------------------------- reads
+
+    def read(self, start: int, max_bytes: int, end: int | None = None) -> list[RecordBatch]:
+        """Committed batches from the one holding ``start`` (see LogStorage.read)."""
+        last = self.core.commit_index if end is None else min(end, self.core.commit_index)
+        if start > last:
+            return []
+        return [b for b in self.log.read(start, max_bytes, last) if b.last_offset <= last]
+
+    async def wait_for_commit(self, offset: int, timeout: float) -> int:
+        """Wait until ``commit_index >= offset``; the commit index, or TimeoutError."""
+        async with asyncio.timeout(timeout):
+            while self.core.commit_index < offset:
+                if not self.running or self._commit_changed is None:
+                    raise RaftError(f"group {self.group} on node {self.node_id} is not running")
+                await self._commit_changed.wait()
+        return self.core.commit_index
+
+    # -------------------------------------------------------- state machines
+
+    def _restore_state_machines(self) -> None:
+        ctx = self._restored_ctx
+        if not self._stms:
+            return
+        if ctx is None or not ctx.snapshot or ctx.committed_offset > self.log.dirty_offset:
+            self.last_applied = self.log.start_offset - 1
+            return
+        blobs = _split_snapshots(ctx.snapshot)
+        if len(blobs) != len(self._stms):
+            self.last_applied = self.log.start_offset - 1
+            return
+        for stm, blob in zip(self._stms, blobs, strict=True):
+            stm.restore(blob)
+        self.last_applied = ctx.committed_offset
+
+    async def _applier(self) -> None:
+        while True:
+            if self.last_applied >= self.core.commit_index:
+                assert self._commit_changed is not None
+                await self._commit_changed.wait()
+                continue
+            batches = self.read(self.last_applied + 1, _SCAN_CHUNK)
+            if not batches:
+                await asyncio.sleep(self.options.tick_interval_s)
+                continue
+            for b in batches:
+                if b.last_offset <= self.last_applied:
+                    continue
+                for stm in self._stms:
+                    res = stm.apply(b)
+                    if inspect.isawaitable(res):
+                        await res
+                self.last_applied = b.last_offset
+
+    def save_commit_context(self) -> None:
+        """Save the latest commit context (only offsets this replica has flushed)."""
+        if self._stms:
+            committed = self.last_applied
+            if committed > self.log.flushed_offset:
+                return
+            snapshot = _join_snapshots([stm.snapshot() for stm in self._stms])
+        else:
+            committed = min(self.core.commit_index, self.log.flushed_offset)
+            snapshot = b""
+        if committed <= self._saved_commit:
+            return
+        term = self.core.term_at(committed)
+        self.log.save_commit_context(CommitContext(committed, term or 0, snapshot))
+        self._saved_commit = committed
+
+    # ------------------------------------------------------------ membership
+
+    def step_down(self) -> None:
+        self.core.step_down()
+        self.process_ready()
+
+    def _require_leader(self) -> None:
+        if not (self.running and self.core.accepting_writes):
+            raise self.not_leader_error()
+
+    async def _replicate_config(self, config: Configuration) -> ReplicateResult:
+        stages = self.replicate([config.to_batch()], Consistency.QUORUM_ACK, self.core.term)
+        return await stages.finished
+
+    async def add_member(self, node: int, learner_first: bool = True) -> None:
+        """Add ``node`` (as a learner first, promoted once caught up); waits for the commit."""
+        self._require_leader()
+        config = self.configs.latest
+        if node in config.members:
+            raise ConfigurationChangeError(f"group {self.group}: node {node} is already a member")
+        if self.core.config_change_in_flight:
+            raise ConfigurationChangeError(
+                f"group {self.group}: a configuration change is already in flight"
+            )
+        await self._replicate_config(
+            config.with_learner(node) if learner_first else config.with_voter(node)
+        )
+
+    async def remove_member(self, node: int) -> None:
+        """Remove ``node`` from the group; waits for the commit."""
+        self._require_leader()
+        config = self.configs.latest
+        if node not in config.members:
+            raise ConfigurationChangeError(f"group {self.group}: node {node} is not a member")
+        if self.core.config_change_in_flight:
+            raise ConfigurationChangeError(
+                f"group {self.group}: a configuration change is already in flight"
+            )
+        if node in config.voters and len(config.voters) == 1:
+            raise ConfigurationChangeError(f"group {self.group}: cannot remove the last voter")
+        await self._replicate_config(config.without(node))
+
+    async def _promote(self, node: int) -> None:
+        try:
+            config = self.configs.latest
+            if node in config.learners and not self.core.config_change_in_flight:
+                await self._replicate_config(config.with_voter(node))
+        except RaftError:
+            pass
+        finally:
+            self.core.promotion_done(node)
+
+    async def transfer_leadership(self, target: int) -> None:
+        """Hand leadership to ``target``: stop writes, catch it up, send timeout-now.
+
+        Raises NotLeaderError when not leader, ConfigurationChangeError when
+        ``target`` is not a voter, RaftError when the transfer times out (the
+        old leader then accepts writes again).
+        """
+        self._require_leader()
+        if target == self.node_id:
+            return
+        if target not in self.configs.latest.voters:
+            raise ConfigurationChangeError(f"group {self.group}: node {target} is not a voter")
+        core = self.core
+        core.begin_transfer(target)
+        term = core.term
+        tick = self.options.tick_interval_s
+        sent = False
+        for _ in range(self.options.transfer_timeout_ticks * 2):
+            if not (self.running and core.is_leader and core.term == term):
+                return  # someone (hopefully the target) took over
+            if core.transfer_target != target:
+                break
+            p = core.progress.get(target)
+            if p is None:
+                break
+            if not sent and p.match_offset >= self.log.dirty_offset:
+                sent = True
+                try:
+                    reply = await self.transport.send(target, core.timeout_now_for(target))
+                except TransportError:
+                    reply = None
+                if not (isinstance(reply, TimeoutNowReply) and reply.accepted):
+                    sent = False
+            elif not sent and not p.recovering and p.in_flight == 0:
+                p.recovering = True
+                p.next_offset = min(p.next_offset, p.match_offset + 1)
+                self.recovery.ensure(target)
+            await asyncio.sleep(tick)
+        if self.running and core.is_leader and core.term == term:
+            core.abort_transfer()
+            raise RaftError(f"group {self.group}: leadership transfer to node {target} timed out")
+
+
+def _join_snapshots(blobs: list[bytes]) -> bytes:
+    return b"".join(_SNAPSHOT_LEN.pack(len(b)) + b for b in blobs)
+
+
+def _split_snapshots(data: bytes) -> list[bytes]:
+    out = []
+    pos = 0
+    while pos + _SNAPSHOT_LEN.size <= len(data):
+        (n,) = _SNAPSHOT_LEN.unpack_from(data, pos)
+        pos += _SNAPSHOT_LEN.size
+        out.append(data[pos : pos + n])
+        pos += n
+    return out

@@ -1,0 +1,617 @@
+"""The pure Raft core of one group: no IO, no clock, no asyncio.
+
+The core owns terms, votes, roles, the election timer (in ticks), follower
+progress, the commit index and leadership transfer. It reads the log only
+through the in-memory index every :class:`~raftlog.storage.api.LogStorage`
+keeps (``dirty_offset``, ``flushed_offset``, ``last_term``, ``term_at``);
+every mutation of the log is done by the async layer on the core's advice.
+
+Driving it (etcd's ``Ready`` style): call ``tick()`` and the ``handle_*``
+methods, then ``take_ready()`` and, in this order, persist ``ready.vote``
+before sending any message, send ``ready.messages``, and act on the rest.
+Replies that a handler returns must be sent only after the ready's vote is
+persisted.
+
+Invariants:
+
+- at most one vote per term (``voted_for`` is persisted before a grant leaves);
+- ``commit_index`` never decreases and only advances, on the leader, to an
+  offset whose entry is of the current term (§5.4.2) and is *flushed* on a
+  majority of voters (the leader counts its own flushed offset);
+- on a follower, ``commit_index <= min(leader_commit, matched_upto)``: only
+  entries verified equal to the current leader's are ever marked committed;
+- a follower never truncates at or below its commit index.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import random
+from typing import Protocol
+
+from raftlog.raft.configuration import ConfigurationHistory
+from raftlog.raft.election import ElectionTimer, PriorityTarget
+from raftlog.raft.messages import (
+    APPEND_FAILURE,
+    APPEND_SUCCESS,
+    AppendEntriesReply,
+    AppendEntriesRequest,
+    Heartbeat,
+    HeartbeatReply,
+    TimeoutNowReply,
+    TimeoutNowRequest,
+    VoteReply,
+    VoteRequest,
+)
+from raftlog.raft.progress import FollowerProgress
+from raftlog.storage.api import VoteState
+from raftlog.storage.batch import RecordBatch
+
+
+class LogView(Protocol):
+    """The read-only, in-memory part of a log the core may consult."""
+
+    @property
+    def dirty_offset(self) -> int: ...
+
+    @property
+    def flushed_offset(self) -> int: ...
+
+    @property
+    def last_term(self) -> int: ...
+
+    @property
+    def start_offset(self) -> int: ...
+
+    def term_at(self, offset: int) -> int | None: ...
+
+
+class Role(enum.Enum):
+    FOLLOWER = "follower"
+    CANDIDATE = "candidate"
+    LEADER = "leader"
+    LEARNER = "learner"  # not a voter in the latest configuration: never campaigns
+
+
+class SafetyViolation(AssertionError):
+    """The core was asked to do something Raft forbids (a bug or lost durable data)."""
+
+
+@dataclasses.dataclass(slots=True)
+class CoreOptions:
+    election_timeout_ticks: int = 10
+    # A leader steps down when it has not heard from a majority within this many ticks.
+    check_quorum: bool = True
+    # A transfer that has not completed within this many ticks is abandoned.
+    transfer_timeout_ticks: int = 20
+
+
+@dataclasses.dataclass(slots=True)
+class AppendPlan:
+    """How to apply an accepted append: truncate at ``truncate_at`` (-1: no), then append."""
+
+    truncate_at: int
+    batches: list[RecordBatch]
+
+
+@dataclasses.dataclass(slots=True)
+class Ready:
+    """What the async layer must do after a core call (see the module docstring)."""
+
+    vote: VoteState | None = None
+    messages: list[tuple[int, object]] = dataclasses.field(default_factory=list)
+    commit_advanced: bool = False
+    became_leader: bool = False
+    stepped_down: bool = False
+    promote: list[int] = dataclasses.field(default_factory=list)
+    recover: list[int] = dataclasses.field(default_factory=list)
+
+    def __bool__(self) -> bool:
+        return bool(
+            self.vote
+            or self.messages
+            or self.commit_advanced
+            or self.became_leader
+            or self.stepped_down
+            or self.promote
+            or self.recover
+        )
+
+
+class RaftCore:
+    """One group's Raft state machine (see the module docstring for the contract)."""
+
+    def __init__(
+        self,
+        group: int,
+        node_id: int,
+        configs: ConfigurationHistory,
+        log: LogView,
+        vote: VoteState,
+        commit_index: int,
+        options: CoreOptions,
+        rng: random.Random,
+    ) -> None:
+        self.group = group
+        self.node_id = node_id
+        self.configs = configs
+        self.log = log
+        self.options = options
+        self.term = vote.term
+        self.voted_for = vote.voted_for
+        self.commit_index = commit_index
+        self.leader_id = -1
+        self.role = Role.FOLLOWER
+        self.timer = ElectionTimer(options.election_timeout_ticks, rng)
+        self.priority_target = PriorityTarget()
+        self.progress: dict[int, FollowerProgress] = {}
+        self.ticks = 0
+        # Follower: the last offset verified equal to the current leader's log.
+        self.matched_upto = -1
+        self.transfer_target = -1
+        self._transfer_elapsed = 0
+        self._quorum_check_elapsed = 0
+        self._votes: dict[int, bool] = {}
+        self._prevoting = False
+        self._promoting: set[int] = set()
+        self._ready = Ready()
+        self._refresh_role()
+
+    # ------------------------------------------------------------------ views
+
+    @property
+    def is_leader(self) -> bool:
+        return self.role is Role.LEADER
+
+    @property
+    def accepting_writes(self) -> bool:
+        """Leader and not transferring leadership away."""
+        return self.role is Role.LEADER and self.transfer_target == -1
+
+    @property
+    def config_change_in_flight(self) -> bool:
+        return self.configs.latest_offset > self.commit_index
+
+    def take_ready(self) -> Ready:
+        ready, self._ready = self._ready, Ready()
+        return ready
+
+    def term_at(self, offset: int) -> int | None:
+        if offset < 0:
+            return 0
+        return self.log.term_at(offset)
+
+    # ---------------------------------------------------------------- ticking
+
+    def tick(self) -> None:
+        self.ticks += 1
+        if self.role is Role.LEADER:
+            self._tick_leader()
+            return
+        if self.timer.tick() and self.role is not Role.LEARNER:
+            self._on_election_timeout()
+
+    def _tick_leader(self) -> None:
+        if self.transfer_target != -1:
+            self._transfer_elapsed += 1
+            if self._transfer_elapsed > self.options.transfer_timeout_ticks:
+                self.abort_transfer()
+        if not self.options.check_quorum:
+            return
+        self._quorum_check_elapsed += 1
+        if self._quorum_check_elapsed < self.options.election_timeout_ticks:
+            return
+        self._quorum_check_elapsed = 0
+        window_start = self.ticks - self.options.election_timeout_ticks
+        voters = self.configs.latest.voters
+        heard = sum(
+            1
+            for v in voters
+            if v == self.node_id
+            or (v in self.progress and self.progress[v].last_heard_tick >= window_start)
+        )
+        if heard < len(voters) // 2 + 1:
+            self._become_follower(self.term, -1)
+
+    def _on_election_timeout(self) -> None:
+        config = self.configs.latest
+        self.timer.reset()
+        if self.node_id not in config.voters:
+            return
+        if not self.priority_target.may_campaign(config, self.node_id):
+            return
+        self.campaign(prevote=True, transfer=False)
+
+    # -------------------------------------------------------------- elections
+
+    def campaign(self, prevote: bool, transfer: bool) -> None:
+        """Start a (pre)vote round; a single-voter group wins at once."""
+        config = self.configs.latest
+        if self.node_id not in config.voters:
+            return
+        self._prevoting = prevote
+        self._votes = {self.node_id: True}
+        if prevote:
+            campaign_term = self.term + 1
+            self.role = Role.CANDIDATE
+        else:
+            self.term += 1
+            self.voted_for = self.node_id
+            self.leader_id = -1
+            self.role = Role.CANDIDATE
+            self._ready.vote = VoteState(self.term, self.voted_for)
+            campaign_term = self.term
+        self.timer.reset()
+        if self._tally():
+            return
+        for peer in config.voters:
+            if peer == self.node_id:
+                continue
+            self._ready.messages.append(
+                (
+                    peer,
+                    VoteRequest(
+                        group=self.group,
+                        source_node=self.node_id,
+                        target_node=peer,
+                        term=campaign_term,
+                        prevote=prevote,
+                        last_log_offset=self.log.dirty_offset,
+                        last_log_term=self.log.last_term,
+                        leadership_transfer=transfer,
+                    ),
+                )
+            )
+
+    def _tally(self) -> bool:
+        """Act on a majority of grants; True when the round is decided in our favour."""
+        config = self.configs.latest
+        granted = sum(1 for v, g in self._votes.items() if g and v in config.voters)
+        if granted < config.quorum():
+            return False
+        if self._prevoting:
+            self.campaign(prevote=False, transfer=False)
+        else:
+            self._become_leader()
+        return True
+
+    def _log_up_to_date(self, last_term: int, last_offset: int) -> bool:
+        return (last_term, last_offset) >= (self.log.last_term, self.log.dirty_offset)
+
+    def handle_vote(self, req: VoteRequest) -> VoteReply:
+        log_ok = self._log_up_to_date(req.last_log_term, req.last_log_offset)
+        # The leader lease: while a leader is heard, ignore disruptive candidates.
+        lease = (
+            not req.leadership_transfer
+            and self.leader_id not in (-1, req.source_node)
+            and (self.role is Role.LEADER or self.timer.within_lease)
+        )
+        if req.prevote:
+            granted = req.term > self.term and log_ok and not lease
+            return self._vote_reply(req, granted, log_ok, self.term if not granted else req.term)
+        if req.term < self.term or (req.term > self.term and lease):
+            return self._vote_reply(req, False, log_ok, self.term)
+        if req.term > self.term:
+            self._become_follower(req.term, -1)
+        granted = log_ok and self.voted_for in (-1, req.source_node)
+        if granted:
+            self.voted_for = req.source_node
+            self._ready.vote = VoteState(self.term, self.voted_for)
+            self.timer.reset()
+        return self._vote_reply(req, granted, log_ok, self.term)
+
+    def _vote_reply(self, req: VoteRequest, granted: bool, log_ok: bool, term: int) -> VoteReply:
+        return VoteReply(
+            group=self.group,
+            source_node=self.node_id,
+            target_node=req.source_node,
+            term=term,
+            prevote=req.prevote,
+            granted=granted,
+            log_ok=log_ok,
+        )
+
+    def handle_vote_reply(self, reply: VoteReply) -> None:
+        if reply.term > self.term and not reply.granted:
+            self._become_follower(reply.term, -1)
+            return
+        if self.role is not Role.CANDIDATE or reply.prevote != self._prevoting:
+            return
+        expected_term = self.term + 1 if self._prevoting else self.term
+        if reply.granted and reply.term != expected_term:
+            return
+        self._votes[reply.source_node] = reply.granted
+        self._tally()
+
+    def handle_timeout_now(self, req: TimeoutNowRequest) -> TimeoutNowReply:
+        accepted = (
+            req.term == self.term
+            and req.source_node == self.leader_id
+            and self.node_id in self.configs.latest.voters
+        )
+        reply = TimeoutNowReply(self.group, self.node_id, req.source_node, self.term, accepted)
+        if accepted:
+            self.campaign(prevote=False, transfer=True)
+        return reply
+
+    # -------------------------------------------------------- role transitions
+
+    def _refresh_role(self) -> None:
+        if self.role in (Role.FOLLOWER, Role.LEARNER):
+            voter = self.node_id in self.configs.latest.voters
+            self.role = Role.FOLLOWER if voter else Role.LEARNER
+
+    def _become_follower(self, term: int, leader: int) -> None:
+        was_leader = self.role is Role.LEADER
+        if term > self.term:
+            self.term = term
+            self.voted_for = -1
+            self._ready.vote = VoteState(self.term, self.voted_for)
+            self.matched_upto = -1
+        if leader != self.leader_id:
+            self.matched_upto = -1
+        self.leader_id = leader
+        self.role = Role.FOLLOWER
+        self._refresh_role()
+        self.transfer_target = -1
+        self._promoting.clear()
+        self.timer.reset()
+        if leader != -1:
+            self.priority_target.reset()
+        if was_leader:
+            self._ready.stepped_down = True
+
+    def _become_leader(self) -> None:
+        self.role = Role.LEADER
+        self.leader_id = self.node_id
+        self.transfer_target = -1
+        self._quorum_check_elapsed = 0
+        self.progress = {}
+        self._sync_progress()
+        self._ready.became_leader = True
+
+    def _sync_progress(self) -> None:
+        """One progress entry per member other than this node (after a config change)."""
+        members = set(self.configs.latest.members) - {self.node_id}
+        for node in list(self.progress):
+            if node not in members:
+                del self.progress[node]
+        for node in members:
+            if node not in self.progress:
+                p = FollowerProgress(node)
+                p.reset(self.log.dirty_offset, self.ticks)
+                self.progress[node] = p
+
+    def step_down(self) -> None:
+        """Give up leadership (or candidacy) in the current term."""
+        if self.role in (Role.LEADER, Role.CANDIDATE):
+            self._become_follower(self.term, -1)
+
+    def on_configuration_changed(self) -> None:
+        """Call after the configuration history changed (append or truncation)."""
+        self._refresh_role()
+        if self.role is Role.LEADER:
+            self._sync_progress()
+            self._maybe_advance_commit()
+
+    # ------------------------------------------------------------- followers
+
+    def _accept_leader(self, term: int, leader: int) -> bool:
+        """Common term handling for append entries and heartbeats."""
+        if term < self.term:
+            return False
+        if term > self.term or self.role is not Role.FOLLOWER or self.leader_id != leader:
+            if self.role is Role.LEADER and term == self.term:
+                raise SafetyViolation(
+                    f"group {self.group}: two leaders in term {term} ({self.node_id}, {leader})"
+                )
+            self._become_follower(term, leader)
+        self.timer.reset()
+        self.priority_target.reset()
+        return True
+
+    def check_append(self, req: AppendEntriesRequest) -> AppendPlan | AppendEntriesReply:
+        """Validate an append; a rejection reply or the plan to apply before ``finish_append``."""
+        if not self._accept_leader(req.term, req.source_node):
+            return self._append_reply(req.source_node, APPEND_FAILURE, -1)
+        if req.prev_log_offset > self.log.dirty_offset or (
+            self.term_at(req.prev_log_offset) != req.prev_log_term
+        ):
+            return self._append_reply(req.source_node, APPEND_FAILURE, -1)
+        truncate_at = -1
+        to_append: list[RecordBatch] = []
+        for i, batch in enumerate(req.batches):
+            if batch.base_offset <= self.log.dirty_offset:
+                if self.term_at(batch.base_offset) == batch.term:
+                    continue  # already have it (a duplicate or reordered request)
+                truncate_at = batch.base_offset
+            to_append = list(req.batches[i:])
+            break
+        if truncate_at != -1 and truncate_at <= self.commit_index:
+            raise SafetyViolation(
+                f"group {self.group} node {self.node_id}: leader {req.source_node} term "
+                f"{req.term} asks to truncate at {truncate_at} <= commit index {self.commit_index}"
+            )
+        return AppendPlan(truncate_at, to_append)
+
+    def finish_append(self, req: AppendEntriesRequest) -> AppendEntriesReply:
+        """After the plan was applied (and flushed if asked): the reply to send."""
+        if req.term != self.term or self.leader_id != req.source_node:
+            # A newer leader took over while this append was being applied.
+            return self._append_reply(req.source_node, APPEND_FAILURE, -1)
+        self._verified(req.last_offset, req.leader_commit)
+        return self._append_reply(req.source_node, APPEND_SUCCESS, req.last_offset)
+
+    def _verified(self, offset: int, leader_commit: int) -> None:
+        self.matched_upto = max(self.matched_upto, offset)
+        new_commit = min(leader_commit, self.matched_upto)
+        if new_commit > self.commit_index:
+            self.commit_index = new_commit
+            self._ready.commit_advanced = True
+
+    def _append_reply(self, leader: int, result: int, matched: int) -> AppendEntriesReply:
+        return AppendEntriesReply(
+            group=self.group,
+            source_node=self.node_id,
+            target_node=leader,
+            term=self.term,
+            result=result,
+            last_matched_offset=matched,
+            last_flushed_offset=self.log.flushed_offset,
+            last_dirty_offset=self.log.dirty_offset,
+        )
+
+    def handle_heartbeat(self, source: int, hb: Heartbeat) -> HeartbeatReply:
+        ok = self._accept_leader(hb.term, source)
+        matched = -1
+        if (
+            ok
+            and hb.prev_log_offset <= self.log.dirty_offset
+            and self.term_at(hb.prev_log_offset) == hb.prev_log_term
+        ):
+            matched = hb.prev_log_offset
+            self._verified(matched, hb.leader_commit)
+        return HeartbeatReply(
+            group=self.group,
+            term=self.term,
+            result=APPEND_SUCCESS if ok else APPEND_FAILURE,
+            last_matched_offset=matched,
+            last_flushed_offset=self.log.flushed_offset,
+            last_dirty_offset=self.log.dirty_offset,
+        )
+
+    # ---------------------------------------------------------------- leader
+
+    def heartbeat_for(self, node: int) -> Heartbeat:
+        p = self.progress[node]
+        prev = max(p.match_offset, self.log.start_offset - 1)
+        term = self.term_at(prev)
+        return Heartbeat(
+            group=self.group,
+            term=self.term,
+            prev_log_offset=prev,
+            prev_log_term=term if term is not None else 0,
+            leader_commit=self.commit_index,
+        )
+
+    def handle_append_reply(
+        self,
+        peer: int,
+        req_term: int,
+        req_prev_offset: int,
+        reply: AppendEntriesReply | HeartbeatReply,
+        is_heartbeat: bool = False,
+    ) -> None:
+        """Update a follower's progress from a reply (append entries or heartbeat)."""
+        if reply.term > self.term:
+            self._become_follower(reply.term, -1)
+            return
+        if self.role is not Role.LEADER or req_term != self.term:
+            return
+        p = self.progress.get(peer)
+        if p is None:
+            return
+        p.last_heard_tick = self.ticks
+        p.dirty_offset = reply.last_dirty_offset
+        p.flushed_offset = reply.last_flushed_offset
+        if p.match_offset > reply.last_dirty_offset:
+            # The follower lost unflushed entries (it crashed): it no longer has them.
+            p.match_offset = reply.last_dirty_offset
+        if reply.result == APPEND_SUCCESS and reply.last_matched_offset >= 0:
+            p.match_offset = max(p.match_offset, reply.last_matched_offset)
+            if not is_heartbeat:
+                p.next_offset = max(p.next_offset, reply.last_matched_offset + 1)
+        elif reply.result == APPEND_FAILURE and not is_heartbeat:
+            p.next_offset = max(
+                min(reply.last_dirty_offset + 1, req_prev_offset), self.log.start_offset
+            )
+            self._need_recovery(p)
+        if (
+            is_heartbeat
+            and p.in_flight == 0
+            and not p.recovering
+            and p.match_offset < self.log.dirty_offset
+        ):
+            # Nothing in flight yet the follower lags: an append or its reply was lost.
+            p.next_offset = max(min(p.next_offset, p.match_offset + 1), self.log.start_offset)
+            self._need_recovery(p)
+        elif is_heartbeat and p.recovering:
+            self._need_recovery(p)  # restarts a recovery that gave up on transport errors
+        self._maybe_promote(p)
+        self._maybe_advance_commit()
+
+    def _need_recovery(self, p: FollowerProgress) -> None:
+        p.recovering = True
+        if p.node not in self._ready.recover:
+            self._ready.recover.append(p.node)
+
+    def on_send_failed(self, peer: int, req_term: int) -> None:
+        """A pipelined append could not be delivered: recovery takes the follower over."""
+        p = self.progress.get(peer)
+        if self.role is not Role.LEADER or req_term != self.term or p is None:
+            return
+        p.next_offset = max(min(p.next_offset, p.match_offset + 1), self.log.start_offset)
+        self._need_recovery(p)
+
+    def on_local_flush(self) -> None:
+        if self.role is Role.LEADER:
+            self._maybe_advance_commit()
+            for p in self.progress.values():
+                self._maybe_promote(p)
+
+    def _maybe_advance_commit(self) -> None:
+        voters = self.configs.latest.voters
+        if not voters:
+            return
+        values = sorted(
+            (
+                self.log.flushed_offset
+                if v == self.node_id
+                else (self.progress[v].durable_offset if v in self.progress else -1)
+            )
+            for v in voters
+        )
+        # The highest offset flushed on at least a majority.
+        candidate = values[len(values) - (len(values) // 2 + 1)]
+        if candidate > self.commit_index and self.term_at(candidate) == self.term:
+            self.commit_index = candidate
+            self._ready.commit_advanced = True
+            self._after_commit()
+
+    def _after_commit(self) -> None:
+        config = self.configs.latest
+        if self.node_id not in config.voters and not self.config_change_in_flight:
+            # Removed from the group and the removal is committed: hand over.
+            self._become_follower(self.term, -1)
+            return
+        for p in self.progress.values():
+            self._maybe_promote(p)
+
+    def _maybe_promote(self, p: FollowerProgress) -> None:
+        config = self.configs.latest
+        if (
+            p.node in config.learners
+            and p.node not in self._promoting
+            and not self.config_change_in_flight
+            and self.role is Role.LEADER
+            and p.durable_offset >= self.log.flushed_offset
+        ):
+            self._promoting.add(p.node)
+            self._ready.promote.append(p.node)
+
+    def promotion_done(self, node: int) -> None:
+        self._promoting.discard(node)
+
+    # ---------------------------------------------------- leadership transfer
+
+    def begin_transfer(self, target: int) -> None:
+        """Stop accepting writes until ``target`` leads or the transfer times out."""
+        self.transfer_target = target
+        self._transfer_elapsed = 0
+
+    def abort_transfer(self) -> None:
+        self.transfer_target = -1
+
+    def timeout_now_for(self, target: int) -> TimeoutNowRequest:
+        return TimeoutNowRequest(self.group, self.node_id, target, self.term)

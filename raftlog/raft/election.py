@@ -1,0 +1,67 @@
+"""Election timing and priority-based voting, in ticks (no clock).
+
+Randomized timeouts: a follower waits ``[base, 2 * base)`` ticks without hearing
+a leader before it campaigns; the RNG is injected (seeded) so runs replay.
+
+Priority voting as in Redpanda (``consensus::next_target_priority``): a node
+only campaigns when its priority is at least the *target* priority, which
+starts at the highest voter priority. Each timeout at which the node declines
+to campaign decays the target by ``(n - 1) / n`` (n voters), so the
+highest-priority live node wins first, and lower ones follow after a few
+rounds when it is gone. Hearing a leader restores the target.
+"""
+
+from __future__ import annotations
+
+import random
+
+from raftlog.raft.configuration import MIN_PRIORITY, Configuration
+
+
+class ElectionTimer:
+    """Counts ticks since the last leader contact against a randomized timeout."""
+
+    def __init__(self, base_ticks: int, rng: random.Random) -> None:
+        if base_ticks < 2:
+            raise ValueError(f"election_timeout_ticks must be >= 2, got {base_ticks}")
+        self.base_ticks = base_ticks
+        self._rng = rng
+        self.elapsed = 0
+        self.timeout = self._draw()
+
+    def _draw(self) -> int:
+        return self.base_ticks + self._rng.randrange(self.base_ticks)
+
+    def reset(self) -> None:
+        self.elapsed = 0
+        self.timeout = self._draw()
+
+    def tick(self) -> bool:
+        """Advance one tick; True when the timeout has expired."""
+        self.elapsed += 1
+        return self.elapsed >= self.timeout
+
+    @property
+    def within_lease(self) -> bool:
+        """A leader was heard within the minimum election timeout."""
+        return self.elapsed < self.base_ticks
+
+
+class PriorityTarget:
+    """Redpanda's ``_target_priority``."""
+
+    def __init__(self) -> None:
+        self.value = -1  # -1: reset to the configuration's maximum on first use
+
+    def reset(self) -> None:
+        self.value = -1
+
+    def may_campaign(self, config: Configuration, node: int) -> bool:
+        """True when ``node`` may campaign now; otherwise decay the target for next time."""
+        if self.value < 0:
+            self.value = config.max_priority
+        if config.priority(node) >= self.value:
+            return True
+        n = max(len(config.voters), 1)
+        self.value = max((self.value * (n - 1)) // n, MIN_PRIORITY)
+        return False

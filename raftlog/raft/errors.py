@@ -1,0 +1,50 @@
+"""Errors raised by the replicate pipeline and the consensus API."""
+
+from __future__ import annotations
+
+
+class RaftError(Exception):
+    """Base of every error raised by :mod:`raftlog.raft`."""
+
+
+class NotLeaderError(RaftError):
+    """This node is not the group's leader (or is transferring leadership).
+
+    ``leader_id`` is the leader this node knows of, ``-1`` when unknown; a
+    client retries there.
+    """
+
+    def __init__(self, group: int, leader_id: int, message: str = "") -> None:
+        super().__init__(
+            message or f"group {group}: this node is not the leader (known leader: {leader_id})"
+        )
+        self.group = group
+        self.leader_id = leader_id
+
+
+class LeadershipLostError(NotLeaderError):
+    """The entry was appended but leadership was lost before it was known committed.
+
+    The outcome is uncertain: the entry may or may not survive. The next
+    leader's log says which (what rm_stm resolves after stepping down).
+    """
+
+
+class TermMismatchError(RaftError):
+    """``expected_term`` was given and is not the current term; nothing was appended."""
+
+    def __init__(self, group: int, expected_term: int, current_term: int) -> None:
+        super().__init__(
+            f"group {group}: expected term {expected_term} but the current term is {current_term}"
+        )
+        self.group = group
+        self.expected_term = expected_term
+        self.current_term = current_term
+
+
+class ConfigurationChangeError(RaftError):
+    """A membership change was refused (one already in flight, unknown node, ...)."""
+
+
+class TransportError(RaftError):
+    """A peer could not be reached or did not answer in time."""

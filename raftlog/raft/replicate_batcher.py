@@ -1,0 +1,157 @@
+"""``replicate_batcher``: the first stage of the replicate pipeline.
+
+Callers' requests are queued in arrival order with their consistency level and
+optional expected term. A memory semaphore (bytes, default 1 MiB) bounds what
+is queued; while it is exhausted a request's ``enqueued`` stage does not
+resolve: that is the backpressure. While one append is in flight, new requests
+build up and go to ``replicate_entries`` as one append. The order in the log
+is fixed once ``enqueued`` resolves (the queue is FIFO and drained in order).
+The memory units are released by ``replicate_entries`` once the append has
+been handed to the transport.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import enum
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any
+
+from raftlog.storage.batch import RecordBatch
+
+
+class Consistency(enum.Enum):
+    QUORUM_ACK = "quorum_ack"  # acks=all: answered when the commit index passes the entry
+    LEADER_ACK = "leader_ack"  # acks=1: answered after the leader's append (may be lost)
+    NO_ACK = "no_ack"  # acks=0: same path as leader_ack; the caller need not wait
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ReplicateResult:
+    base_offset: int
+    last_offset: int
+    term: int
+
+
+@dataclasses.dataclass(slots=True)
+class ReplicateStages:
+    """The two stages of one ``replicate()`` call; both are awaitable futures.
+
+    ``enqueued`` resolves (to None) once the request's place in the log is
+    fixed; ``finished`` resolves to a :class:`ReplicateResult` or raises
+    :class:`~raftlog.raft.errors.NotLeaderError` /
+    :class:`~raftlog.raft.errors.TermMismatchError`.
+    """
+
+    enqueued: asyncio.Future[None]
+    finished: asyncio.Future[ReplicateResult]
+
+
+@dataclasses.dataclass(slots=True)
+class ReplicateRequest:
+    batches: list[RecordBatch]
+    consistency: Consistency
+    expected_term: int  # -1: any term
+    units: int
+    stages: ReplicateStages
+
+
+def _consume_exception(fut: asyncio.Future) -> None:
+    # Callers of no_ack often never await ``finished``; don't warn about its error.
+    if not fut.cancelled():
+        fut.exception()
+
+
+class MemorySemaphore:
+    """A byte-counting semaphore; one waiter at a time (the batcher serializes)."""
+
+    def __init__(self, capacity: int) -> None:
+        if capacity < 1:
+            raise ValueError(f"batcher memory must be >= 1 byte, got {capacity}")
+        self.capacity = capacity
+        self.available = capacity
+        self._released = asyncio.Event()
+
+    async def acquire(self, units: int) -> None:
+        while self.available < units:
+            self._released.clear()
+            await self._released.wait()
+        self.available -= units
+
+    def release(self, units: int) -> None:
+        self.available += units
+        self._released.set()
+
+
+class ReplicateBatcher:
+    def __init__(
+        self,
+        append: Callable[[list[ReplicateRequest]], Awaitable[None]],
+        memory_bytes: int,
+    ) -> None:
+        self._append = append
+        self.memory = MemorySemaphore(memory_bytes)
+        self._lock = asyncio.Lock()
+        self._queue: list[ReplicateRequest] = []
+        self._wake = asyncio.Event()
+        self._closed_error: BaseException | None = None
+
+    def replicate(
+        self, batches: list[RecordBatch], consistency: Consistency, expected_term: int
+    ) -> tuple[ReplicateStages, Coroutine[Any, Any, None]]:
+        """Create the stages and the coroutine that enqueues the request."""
+        loop = asyncio.get_running_loop()
+        stages = ReplicateStages(loop.create_future(), loop.create_future())
+        stages.enqueued.add_done_callback(_consume_exception)
+        stages.finished.add_done_callback(_consume_exception)
+        size = sum(b.size_bytes for b in batches)
+        # A request larger than the window takes all of it rather than wait forever.
+        units = min(max(size, 1), self.memory.capacity)
+        req = ReplicateRequest(list(batches), consistency, expected_term, units, stages)
+        return stages, self._enqueue(req)
+
+    async def _enqueue(self, req: ReplicateRequest) -> None:
+        try:
+            async with self._lock:  # FIFO: arrival order is log order
+                if self._closed_error is not None:
+                    raise self._closed_error
+                await self.memory.acquire(req.units)
+                if self._closed_error is not None:
+                    self.memory.release(req.units)
+                    raise self._closed_error
+                self._queue.append(req)
+                self._wake.set()
+            req.stages.enqueued.set_result(None)
+        except BaseException as exc:
+            for fut in (req.stages.enqueued, req.stages.finished):
+                if not fut.done():
+                    if isinstance(exc, asyncio.CancelledError):
+                        fut.cancel()
+                    else:
+                        fut.set_exception(exc)
+            if not isinstance(exc, Exception):
+                raise
+
+    def fail_queued(self, exc: BaseException) -> None:
+        """Fail every queued request (leadership lost); their units are released."""
+        queued, self._queue = self._queue, []
+        for req in queued:
+            self.memory.release(req.units)
+            for fut in (req.stages.enqueued, req.stages.finished):
+                if not fut.done():
+                    fut.set_exception(exc)
+
+    def close(self, exc: BaseException) -> None:
+        self._closed_error = exc
+        self.fail_queued(exc)
+
+    async def run(self) -> None:
+        """Drain the queue into appends, one append in flight at a time (until cancelled)."""
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            if not self._queue:
+                continue
+            reqs, self._queue = self._queue, []
+            await self._append(reqs)

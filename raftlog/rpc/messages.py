@@ -1,0 +1,280 @@
+"""Client-call messages (``/v1/...``) and the error reply shared by every route.
+
+Every message is a frozen dataclass registered with :mod:`raftlog.rpc.codec`
+under a fixed type id (ids are wire format: never reuse or renumber one).
+Ids 1-99 are client calls, 100-199 raft peer messages (see
+:mod:`raftlog.rpc.peer`), 200-299 controller commands.
+
+Conventions: offsets count records; ``-1`` means "none/unknown" for ids,
+offsets, epochs and sequences, as in Kafka.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+
+from raftlog.rpc.codec import register
+from raftlog.storage.batch import RecordBatch
+
+
+class ErrorCode(enum.IntEnum):
+    """Why a request failed. ``retriable`` ones are retried by the client."""
+
+    NONE = 0
+    NOT_LEADER = 1  # retriable: leader_id/leader_address name the leader when known
+    LEADER_NOT_AVAILABLE = 2  # retriable: an election is in progress
+    TIMEOUT = 3  # retriable: the outcome is unknown
+    UNKNOWN_TOPIC = 4
+    UNKNOWN_PARTITION = 5
+    TOPIC_EXISTS = 6
+    INVALID_REQUEST = 7  # a malformed body or a bad field value
+    RECORD_TOO_LARGE = 8
+    OFFSET_OUT_OF_RANGE = 9
+    NOT_SUPPORTED = 10
+    UNAUTHORIZED = 11
+    FENCED = 12  # an older producer epoch
+    OUT_OF_ORDER_SEQUENCE = 13
+    STALE_TERM = 14
+    INTERNAL = 15
+    DUPLICATE_SEQUENCE = 16  # an older duplicate: already written, offsets no longer known
+    INVALID_TXN_STATE = 17
+    INVALID_PRODUCER_EPOCH = 18  # an epoch never granted (newer than the current one)
+
+    @property
+    def retriable(self) -> bool:
+        return self in (ErrorCode.NOT_LEADER, ErrorCode.LEADER_NOT_AVAILABLE, ErrorCode.TIMEOUT)
+
+
+ACKS = {"all": -1, "-1": -1, "1": 1, "0": 0}
+"""Kafka's acks names -> the wire value (-1 quorum_ack, 1 leader_ack, 0 no_ack)."""
+
+ISOLATION = {"read_uncommitted": 0, "read_committed": 1}
+
+
+@register(1)
+@dataclasses.dataclass(frozen=True, slots=True)
+class ErrorResponse:
+    code: ErrorCode
+    message: str
+    leader_id: int = -1
+    leader_address: str = ""
+
+
+@register(2)
+@dataclasses.dataclass(frozen=True, slots=True)
+class NodeInfo:
+    node_id: int
+    address: str  # "host:port"
+
+
+@register(3)
+@dataclasses.dataclass(frozen=True, slots=True)
+class PartitionInfo:
+    partition: int
+    group_id: int
+    leader: int  # -1 when unknown
+    replicas: list[int]
+    start_offset: int = -1
+    high_watermark: int = -1
+    last_stable_offset: int = -1
+
+
+@register(4)
+@dataclasses.dataclass(frozen=True, slots=True)
+class TopicInfo:
+    name: str
+    replication_factor: int
+    partitions: list[PartitionInfo]
+    schema: bytes | None = None
+
+
+@register(10)
+@dataclasses.dataclass(frozen=True, slots=True)
+class MetadataRequest:
+    topics: list[str]  # empty: every topic
+    with_offsets: bool = False  # ask replicas for leaders and watermarks (slower)
+
+
+@register(11)
+@dataclasses.dataclass(frozen=True, slots=True)
+class MetadataResponse:
+    node_id: int  # the node that answered
+    controller_leader: int
+    nodes: list[NodeInfo]
+    topics: list[TopicInfo]
+
+
+@register(12)
+@dataclasses.dataclass(frozen=True, slots=True)
+class CreateTopicRequest:
+    name: str
+    partitions: int  # -1: the cluster default
+    replication_factor: int
+    schema: bytes | None = None
+    exist_ok: bool = False
+
+
+@register(13)
+@dataclasses.dataclass(frozen=True, slots=True)
+class CreateTopicResponse:
+    topic: TopicInfo
+
+
+@register(14)
+@dataclasses.dataclass(frozen=True, slots=True)
+class DeleteTopicRequest:
+    name: str
+
+
+@register(15)
+@dataclasses.dataclass(frozen=True, slots=True)
+class DeleteTopicResponse:
+    name: str
+
+
+@register(16)
+@dataclasses.dataclass(frozen=True, slots=True)
+class ListTopicsRequest:
+    pass
+
+
+@register(17)
+@dataclasses.dataclass(frozen=True, slots=True)
+class ListTopicsResponse:
+    names: list[str]
+
+
+@register(20)
+@dataclasses.dataclass(frozen=True, slots=True)
+class ProduceBatch:
+    payload: bytes
+    record_count: int
+
+
+@register(21)
+@dataclasses.dataclass(frozen=True, slots=True)
+class ProduceRequest:
+    topic: str
+    partition: int
+    acks: int  # -1 all (quorum_ack), 1 (leader_ack), 0 (no_ack)
+    batches: list[ProduceBatch]
+    producer_id: int = -1
+    producer_epoch: int = -1
+    first_sequence: int = -1
+    transactional: bool = False
+
+
+@register(22)
+@dataclasses.dataclass(frozen=True, slots=True)
+class ProduceResponse:
+    base_offset: int
+    last_offset: int
+
+
+@register(23)
+@dataclasses.dataclass(frozen=True, slots=True)
+class FetchRequest:
+    topic: str
+    partition: int
+    offset: int
+    max_bytes: int
+    isolation: int = 1  # 1 read_committed (below the LSO), 0 read_uncommitted (below the HWM)
+
+
+@register(24)
+@dataclasses.dataclass(frozen=True, slots=True)
+class FetchResponse:
+    batches: list[RecordBatch]
+    high_watermark: int
+    last_stable_offset: int
+    start_offset: int
+    next_offset: int  # where the next fetch starts (skips control batches and aborted data)
+
+
+@register(25)
+@dataclasses.dataclass(frozen=True, slots=True)
+class ListOffsetsRequest:
+    topic: str
+    partition: int
+
+
+@register(26)
+@dataclasses.dataclass(frozen=True, slots=True)
+class ListOffsetsResponse:
+    start_offset: int
+    high_watermark: int
+    last_stable_offset: int
+
+
+@register(27)
+@dataclasses.dataclass(frozen=True, slots=True)
+class InitProducerRequest:
+    topic: str
+    partition: int
+    producer_id: int
+
+
+@register(28)
+@dataclasses.dataclass(frozen=True, slots=True)
+class InitProducerResponse:
+    producer_id: int
+    epoch: int
+    last_committed_version: int
+
+
+@register(29)
+@dataclasses.dataclass(frozen=True, slots=True)
+class EndTxnRequest:
+    topic: str
+    partition: int
+    producer_id: int
+    producer_epoch: int
+    commit: bool
+    version: int = -1
+    acks: int = -1
+
+
+@register(30)
+@dataclasses.dataclass(frozen=True, slots=True)
+class EndTxnResponse:
+    offset: int
+
+
+@register(40)
+@dataclasses.dataclass(frozen=True, slots=True)
+class PartitionStatusRequest:
+    """Peer query: a replica's view of local groups (leader and offsets)."""
+
+    group_ids: list[int]
+
+
+@register(41)
+@dataclasses.dataclass(frozen=True, slots=True)
+class PartitionStatus:
+    group_id: int
+    leader: int
+    start_offset: int
+    high_watermark: int
+    last_stable_offset: int
+
+
+@register(42)
+@dataclasses.dataclass(frozen=True, slots=True)
+class PartitionStatusResponse:
+    statuses: list[PartitionStatus]
+
+
+CLIENT_ROUTES: dict[type, str] = {
+    MetadataRequest: "metadata",
+    CreateTopicRequest: "create_topic",
+    DeleteTopicRequest: "delete_topic",
+    ListTopicsRequest: "list_topics",
+    ProduceRequest: "produce",
+    FetchRequest: "fetch",
+    ListOffsetsRequest: "list_offsets",
+    InitProducerRequest: "init_producer",
+    EndTxnRequest: "end_txn",
+    PartitionStatusRequest: "partition_status",
+}
+"""Client request type -> route name under ``/v1/`` (client and server share it)."""

@@ -1,0 +1,95 @@
+"""One simulated node: a MemoryLog per group it hosts and the real Consensus over it.
+
+``crash(keep_unflushed)`` cancels every task of the node at once and tears
+the log's unflushed tail (keeping only ``keep_unflushed`` unflushed batches);
+``restart()`` builds a fresh Consensus on the surviving log, as a process
+restart would.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from raftlog.raft.configuration import Configuration
+from raftlog.raft.consensus import Consensus, ConsensusOptions
+from raftlog.raft.dispatch import PeerDispatcher
+from raftlog.raft.heartbeat_manager import HeartbeatManager
+from raftlog.sim.network import Endpoint, SimNetwork
+from raftlog.storage.memory import MemoryLog
+
+GROUP = 1
+
+
+class SimNode:
+    def __init__(
+        self,
+        node_id: int,
+        network: SimNetwork,
+        configuration: Configuration,
+        options: ConsensusOptions,
+        heartbeat_interval_s: float,
+        seed: int,
+    ) -> None:
+        self.node_id = node_id
+        self.network = network
+        self.configuration = configuration
+        self.options = options
+        self.heartbeat_interval_s = heartbeat_interval_s
+        self.seed = seed
+        self.log = MemoryLog()
+        self.alive = False
+        self.incarnation = 0
+        self._tasks: dict[asyncio.Task[Any], None] = {}  # ordered: deterministic replay
+        self.consensus: Consensus
+        self.heartbeats: HeartbeatManager
+
+    def spawn(self, coro: Any) -> asyncio.Task[Any]:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._tasks[task] = None
+        task.add_done_callback(lambda t: self._tasks.pop(t, None))
+        return task
+
+    async def start(self) -> None:
+        transport = self.network.transport(self.node_id)
+        self.heartbeats = HeartbeatManager(self.node_id, transport, self.heartbeat_interval_s)
+        self.consensus = Consensus(
+            GROUP,
+            self.node_id,
+            self.configuration,
+            self.log,
+            transport,
+            self.options,
+            seed=self.seed * 1009 + self.node_id * 7 + self.incarnation,
+            heartbeats=self.heartbeats,
+        )
+        dispatcher = PeerDispatcher(self.node_id, self.heartbeats)
+        self.network.attach(self.node_id, Endpoint(dispatcher.handle, self.spawn))
+        await self.consensus.start()
+        await self.heartbeats.start()
+        self.alive = True
+
+    def crash(self, keep_unflushed: int = 0) -> None:
+        if not self.alive:
+            return
+        self.alive = False
+        self.network.detach(self.node_id)
+        self.consensus.kill()
+        self.heartbeats.kill()
+        for t in list(self._tasks):
+            t.cancel()
+        self.log.tear_tail(keep_unflushed)
+        self.incarnation += 1
+
+    async def restart(self) -> None:
+        if not self.alive:
+            await self.start()
+
+    async def stop(self) -> None:
+        if self.alive:
+            self.alive = False
+            self.network.detach(self.node_id)
+            await self.heartbeats.stop()
+            await self.consensus.stop()
+            for t in list(self._tasks):
+                t.cancel()

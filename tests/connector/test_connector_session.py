@@ -1,0 +1,24 @@
+"""spark_conf/ discovery and parsing (no SparkSession is started here)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from pyspark_raftlog.session import read_spark_defaults, spark_conf_dir
+
+
+def test_shipped_defaults_have_the_settings_the_tests_rely_on() -> None:
+    conf = read_spark_defaults(spark_conf_dir() / "spark-defaults.conf")
+    assert conf["spark.master"] == "local[2]"
+    assert conf["spark.python.worker.reuse"] == "true"
+    assert int(conf["spark.sql.shuffle.partitions"]) <= 8
+    assert int(conf["spark.sql.execution.arrow.maxRecordsPerBatch"]) > 0
+    assert "rootLogger.level = warn" in (spark_conf_dir() / "log4j2.properties").read_text()
+
+
+def test_malformed_line_names_file_and_line(tmp_path: Path) -> None:
+    bad = tmp_path / "spark-defaults.conf"
+    bad.write_text("# comment\n\nspark.master local[1]\nlonely\n")
+    with pytest.raises(ValueError, match=r"spark-defaults.conf:4: expected 'key value'"):
+        read_spark_defaults(bad)

@@ -1,0 +1,99 @@
+"""The small pieces: serial arithmetic, markers, the aborted index, producer locks."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from raftlog.producers.aborted_index import AbortedIndex
+from raftlog.producers.markers import decode_marker_payload, encode_marker_payload, make_marker
+from raftlog.producers.producer_locks import ProducerLocks
+from raftlog.producers.serial import (
+    EPOCH_MODULUS,
+    NO_EPOCH,
+    epoch_compare,
+    last_sequence_of,
+    next_epoch,
+    sequence_ahead,
+)
+from raftlog.storage.batch import BatchKind
+
+
+def test_epochs_wrap_and_compare_serially() -> None:
+    assert next_epoch(NO_EPOCH) == 0
+    assert next_epoch(EPOCH_MODULUS - 1) == 0
+    assert epoch_compare(0, EPOCH_MODULUS - 1) == 1  # 0 follows the last epoch
+    assert epoch_compare(EPOCH_MODULUS - 1, 0) == -1
+    assert epoch_compare(5, NO_EPOCH) == 1 and epoch_compare(NO_EPOCH, 5) == -1
+    assert epoch_compare(7, 7) == 0
+
+
+def test_sequence_distance_wraps() -> None:
+    assert last_sequence_of(2**31 - 1, 3) == 1
+    assert sequence_ahead(1, 2**31 - 1) == 2
+    assert sequence_ahead(2**31 - 1, 1) == -2
+
+
+def test_marker_payload_round_trips_and_rejects_bad_input() -> None:
+    assert decode_marker_payload(encode_marker_payload(123)) == 123
+    marker = make_marker(1, 2, commit=True, version=9, timestamp_ms=0)
+    assert (marker.kind, marker.is_transactional, marker.producer_epoch) == (
+        BatchKind.TX_COMMIT,
+        True,
+        2,
+    )
+    with pytest.raises(ValueError, match="must be 9 bytes, got 2"):
+        decode_marker_payload(b"ab")
+    with pytest.raises(ValueError, match="format must be 0, got 7"):
+        decode_marker_payload(b"\x07" + bytes(8))
+    with pytest.raises(ValueError, match="version must be an int"):
+        encode_marker_payload(-2)
+
+
+def test_aborted_index_lookup_and_prefix_truncate() -> None:
+    index = AbortedIndex()
+    index.add(1, 10, 20)
+    index.add(1, 30, 40)
+    index.add(2, 15, 16)
+    assert [index.is_aborted(1, o) for o in (9, 10, 20, 21, 35, 41)] == [
+        False,
+        True,
+        True,
+        False,
+        True,
+        False,
+    ]
+    assert index.is_aborted(2, 16) and not index.is_aborted(3, 16)
+    index.prefix_truncate(21)
+    assert list(index.entries()) == [(1, 30, 40)]
+    with pytest.raises(ValueError, match="overlaps or precedes"):
+        index.add(1, 35, 50)
+    with pytest.raises(ValueError, match="before first_offset"):
+        index.add(1, 60, 50)
+
+
+async def test_producer_locks_serialize_one_producer_and_are_dropped_when_unused() -> None:
+    locks = ProducerLocks()
+    order: list[str] = []
+    release = asyncio.Event()
+
+    async def holder() -> None:
+        async with locks.hold(1):
+            order.append("a in")
+            await release.wait()
+            order.append("a out")
+
+    async def waiter() -> None:
+        async with locks.hold(1):
+            order.append("b in")
+
+    a = asyncio.create_task(holder())
+    await asyncio.sleep(0)
+    b = asyncio.create_task(waiter())
+    async with locks.hold(2):  # another producer is not blocked
+        order.append("other")
+    release.set()
+    await asyncio.gather(a, b)
+    assert order == ["a in", "other", "a out", "b in"]
+    assert len(locks) == 0

@@ -1,0 +1,288 @@
+"""RmStm over a fake consensus: outcomes, pipelining, unknown outcomes, transactions."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from raftlog.producers.outcomes import (
+    DuplicateSequenceError,
+    InvalidProducerEpochError,
+    InvalidTxnStateError,
+    OutOfOrderSequenceError,
+    ProducerFencedError,
+    UnknownOutcomeError,
+)
+from raftlog.producers.producer_table import ProducerTable
+from raftlog.producers.rm_stm import ProduceResult, RmStm, RmStmConfig
+from raftlog.raft.errors import NotLeaderError
+from raftlog.raft.replicate_batcher import Consistency
+from raftlog.storage.batch import BatchKind, RecordBatch
+from tests.producers.fake_consensus import FakeConsensus
+
+Q = Consistency.QUORUM_ACK
+PID = 42
+
+
+def data(seq: int, count: int = 1, *, epoch: int = 0, tx: bool = False, pid: int = PID):
+    return RecordBatch.create(
+        f"{pid}:{epoch}:{seq}".encode(),
+        count,
+        transactional=tx,
+        producer_id=pid,
+        producer_epoch=epoch,
+        first_sequence=seq,
+    )
+
+
+def data_seqs(c: FakeConsensus, pid: int = PID) -> list[int]:
+    return [b.first_sequence for b in c.log if b.kind is BatchKind.DATA and b.producer_id == pid]
+
+
+async def test_written_sequence_returns_original_offsets_without_a_second_copy() -> None:
+    c = FakeConsensus()
+    stm = RmStm(c)
+    first = await stm.replicate(data(0, 3), Q)
+    again = await stm.replicate(data(0, 3), Q)
+    assert again == first
+    assert data_seqs(c) == [0]
+
+
+async def test_older_duplicate_and_gap_and_fenced_errors() -> None:
+    c = FakeConsensus()
+    stm = RmStm(c)
+    for seq in range(6):
+        await stm.replicate(data(seq, epoch=2), Q)
+    with pytest.raises(DuplicateSequenceError, match="last sequence is 5") as dup:
+        await stm.replicate(data(0, epoch=2), Q)
+    assert dup.value.last_sequence == 5
+    with pytest.raises(OutOfOrderSequenceError, match="expected first_sequence 6, got 8"):
+        await stm.replicate(data(8, epoch=2), Q)
+    with pytest.raises(ProducerFencedError, match="epoch 1 is older than the current epoch 2"):
+        await stm.replicate(data(6, epoch=1), Q)
+    with pytest.raises(OutOfOrderSequenceError, match="expected first_sequence 0, got 6"):
+        await stm.replicate(data(6, epoch=3), Q)
+    assert await stm.replicate(data(0, epoch=3), Q) == ProduceResult(7, 7)
+    assert data_seqs(c) == [0, 1, 2, 3, 4, 5, 0]
+
+
+async def test_bad_requests_name_the_field() -> None:
+    stm = RmStm(FakeConsensus())
+    with pytest.raises(ValueError, match="first_sequence"):
+        await stm.replicate(data(0).__class__.create(b"x", producer_id=1, producer_epoch=0), Q)
+    with pytest.raises(ValueError, match="batch kind must be DATA"):
+        await stm.replicate(RecordBatch.create(b"", kind=BatchKind.TX_COMMIT), Q)
+
+
+async def test_one_producer_keeps_five_requests_in_flight() -> None:
+    c = FakeConsensus()
+    stm = RmStm(c)
+    await stm.sync()
+    c.auto_commit = False
+    tasks = [asyncio.create_task(stm.replicate(data(seq), Q)) for seq in range(5)]
+    await asyncio.sleep(0)
+    for _ in range(10):  # bounded: each pass lets every task reach its next await
+        await asyncio.sleep(0)
+    assert data_seqs(c) == [0, 1, 2, 3, 4]  # all enqueued, none finished
+    assert not any(t.done() for t in tasks)
+    c.commit()
+    results = await asyncio.gather(*tasks)
+    assert [r.base_offset for r in results] == [1, 2, 3, 4, 5]  # offset 0 is the sync barrier
+
+
+async def test_retry_of_an_in_flight_request_parks_and_gets_the_original_result() -> None:
+    c = FakeConsensus()
+    stm = RmStm(c)
+    await stm.sync()
+    c.auto_commit = False
+    original = asyncio.create_task(stm.replicate(data(0, 2), Q))
+    for _ in range(5):
+        await asyncio.sleep(0)
+    retry = asyncio.create_task(stm.replicate(data(0, 2), Q))
+    for _ in range(5):
+        await asyncio.sleep(0)
+    assert not retry.done()
+    c.commit()
+    assert await retry == await original == ProduceResult(1, 2)
+    assert data_seqs(c) == [0]
+
+
+async def test_next_request_while_one_is_in_flight_follows_the_in_flight_tail() -> None:
+    c = FakeConsensus()
+    stm = RmStm(c)
+    await stm.sync()
+    c.auto_commit = False
+    t0 = asyncio.create_task(stm.replicate(data(0, 2), Q))
+    for _ in range(5):
+        await asyncio.sleep(0)
+    with pytest.raises(OutOfOrderSequenceError, match="expected first_sequence 2, got 3"):
+        await stm.replicate(data(3), Q)
+    t1 = asyncio.create_task(stm.replicate(data(2), Q))
+    for _ in range(5):
+        await asyncio.sleep(0)
+    c.commit()
+    assert [(await t0).base_offset, (await t1).base_offset] == [1, 3]
+
+
+@pytest.mark.parametrize("kept", [True, False])
+async def test_unknown_outcome_steps_down_and_the_next_leader_resolves_the_retry(
+    kept: bool,
+) -> None:
+    c = FakeConsensus()
+    stm = RmStm(c)
+    await stm.sync()
+    c.auto_commit = False
+    first = asyncio.create_task(stm.replicate(data(0), Q))
+    for _ in range(5):
+        await asyncio.sleep(0)
+    c.new_term(keep_uncommitted=kept)  # the append's fate is now up to the next leader
+    with pytest.raises(UnknownOutcomeError, match="leader stepped down"):
+        await first
+    assert c.step_downs == 1 and not c.is_leader
+    c.new_term(keep_uncommitted=True)
+    c.auto_commit = True
+    result = await stm.replicate(data(0), Q)
+    assert data_seqs(c) == [0]  # exactly one copy either way
+    assert c.log[result.base_offset].first_sequence == 0
+
+
+async def test_failed_enqueue_is_a_known_outcome_and_retry_succeeds() -> None:
+    c = FakeConsensus()
+    stm = RmStm(c)
+    await stm.sync()
+    c.fail_enqueue = NotLeaderError(0, 2)
+    with pytest.raises(NotLeaderError):
+        await stm.replicate(data(0), Q)
+    assert c.step_downs == 0
+    assert await stm.replicate(data(0), Q) == ProduceResult(1, 1)
+
+
+async def test_follower_refuses_and_each_term_is_synced_with_a_barrier() -> None:
+    c = FakeConsensus()
+    stm = RmStm(c)
+    c.is_leader = False
+    with pytest.raises(NotLeaderError):
+        await stm.replicate(data(0), Q)
+    c.is_leader = True
+    await stm.replicate(data(0), Q)
+    c.new_term(keep_uncommitted=True)
+    await stm.replicate(data(1), Q)
+    assert [(b.kind, b.term) for b in c.log] == [
+        (BatchKind.NOOP, 1),
+        (BatchKind.DATA, 1),
+        (BatchKind.NOOP, 2),
+        (BatchKind.DATA, 2),
+    ]
+
+
+async def test_init_producer_bumps_epoch_fences_and_aborts_the_open_transaction() -> None:
+    c = FakeConsensus()
+    stm = RmStm(c)
+    s0 = await stm.init_producer(PID)
+    assert (s0.epoch, s0.last_committed_version) == (0, -1)
+    tx = await stm.replicate(data(0, 2, tx=True), Q)
+    s1 = await stm.init_producer(PID)
+    assert s1.epoch == 1
+    assert [b.kind for b in c.log[-2:]] == [BatchKind.TX_ABORT, BatchKind.PRODUCER_FENCE]
+    assert stm.table.aborted.is_aborted(PID, tx.base_offset)
+    assert stm.table.open_transactions() == {}
+    with pytest.raises(ProducerFencedError):
+        await stm.replicate(data(2, tx=True), Q)
+    assert await stm.replicate(data(0, epoch=1, tx=True), Q) == ProduceResult(6, 6)
+
+
+async def test_commit_records_the_version_that_the_next_session_sees() -> None:
+    c = FakeConsensus()
+    stm = RmStm(c)
+    s = await stm.init_producer(PID)
+    await stm.replicate(data(0, epoch=s.epoch, tx=True), Q)
+    marker_offset = await stm.end_transaction(PID, s.epoch, commit=True, version=17)
+    assert c.log[-1].kind is BatchKind.TX_COMMIT and c.log[-1].base_offset == marker_offset
+    again = await stm.init_producer(PID)
+    assert (again.epoch, again.last_committed_version) == (1, 17)
+
+
+async def test_end_transaction_errors() -> None:
+    c = FakeConsensus()
+    stm = RmStm(c)
+    with pytest.raises(InvalidTxnStateError, match="call init_producer first"):
+        await stm.end_transaction(PID, 0, commit=True)
+    await stm.init_producer(PID)
+    await stm.init_producer(PID)
+    with pytest.raises(ProducerFencedError):
+        await stm.end_transaction(PID, 0, commit=True)
+    with pytest.raises(InvalidProducerEpochError, match="never granted"):
+        await stm.end_transaction(PID, 5, commit=False)
+    with pytest.raises(ValueError, match="version"):
+        await stm.end_transaction(PID, 1, commit=True, version=-7)
+
+
+async def test_lso_and_fetch_filter_hide_open_aborted_and_control_batches() -> None:
+    c = FakeConsensus()
+    stm = RmStm(c)
+    a = await stm.init_producer(1)
+    b = await stm.init_producer(2)
+    plain = await stm.replicate(RecordBatch.create(b"plain", timestamp_ms=1), Q)
+    open_tx = await stm.replicate(data(0, tx=True, pid=1, epoch=a.epoch), Q)
+    aborted = await stm.replicate(data(0, tx=True, pid=2, epoch=b.epoch), Q)
+    after = await stm.replicate(RecordBatch.create(b"after", timestamp_ms=1), Q)
+    assert stm.last_stable_offset == open_tx.base_offset
+    assert [x.base_offset for x in stm.visible(c.log)] == [plain.base_offset]
+    await stm.end_transaction(2, b.epoch, commit=False)
+    await stm.end_transaction(1, a.epoch, commit=True, version=3)
+    assert stm.last_stable_offset == c.high_watermark
+    seen = [x.base_offset for x in stm.visible(c.log)]
+    assert seen == [plain.base_offset, open_tx.base_offset, after.base_offset]
+    assert aborted.base_offset not in seen
+
+
+async def test_abort_expired_aborts_old_transactions_and_fences_their_writer() -> None:
+    now = [10_000]
+    c = FakeConsensus()
+    stm = RmStm(c, RmStmConfig(transaction_timeout_ms=1_000), clock_ms=lambda: now[0])
+    await stm.init_producer(1)
+    await stm.init_producer(2)
+    old = RecordBatch.create(
+        b"old",
+        transactional=True,
+        producer_id=1,
+        producer_epoch=0,
+        first_sequence=0,
+        timestamp_ms=10_000,
+    )
+    young = RecordBatch.create(
+        b"young",
+        transactional=True,
+        producer_id=2,
+        producer_epoch=0,
+        first_sequence=0,
+        timestamp_ms=10_800,
+    )
+    await stm.replicate(old, Q)
+    await stm.replicate(young, Q)
+    assert await stm.abort_expired(11_000) == [1]
+    assert list(stm.table.open_transactions()) == [2]
+    assert stm.table.get(1).epoch == 1
+    with pytest.raises(ProducerFencedError):
+        await stm.end_transaction(1, 0, commit=True)
+    c.is_leader = False
+    assert await stm.abort_expired(99_000) == []
+
+
+async def test_replicas_rebuild_the_same_table_and_snapshots_restore_it() -> None:
+    c = FakeConsensus()
+    stm = RmStm(c)
+    s = await stm.init_producer(PID)
+    for seq in range(7):
+        await stm.replicate(data(seq, epoch=s.epoch, tx=seq < 3), Q)
+    await stm.end_transaction(PID, s.epoch, commit=False)
+    await stm.replicate(data(0, pid=9), Q)
+    replica = ProducerTable()
+    for b in c.log:
+        replica.apply(b)
+    assert replica.snapshot() == stm.snapshot()
+    restarted = RmStm(FakeConsensus())
+    restarted.restore(stm.snapshot())
+    assert restarted.table.producers() == stm.table.producers()
+    assert restarted.table.aborted == stm.table.aborted

@@ -1,0 +1,181 @@
+"""The wire codec: round trips, and bad bodies raise CodecError (never anything else)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from raftlog.rpc import codec
+from raftlog.rpc.codec import CodecError
+from raftlog.rpc.messages import (
+    ErrorCode,
+    ErrorResponse,
+    FetchResponse,
+    PartitionInfo,
+    ProduceBatch,
+    ProduceRequest,
+    TopicInfo,
+)
+from raftlog.storage.batch import RecordBatch
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Entry:
+    term: int
+    ok: bool
+    note: str
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class SampleAppend:
+    """Shaped like raft's append_entries: scalars, batches, nested lists."""
+
+    group: int
+    term: int
+    prev_log_index: int
+    prev_log_term: int
+    commit_index: int
+    flush: bool
+    batches: list[RecordBatch]
+    members: list[int]
+    entries: list[Entry]
+    hint: str | None
+    blob: bytes
+    ratio: float
+
+
+codec.register(9001, SampleAppend)
+codec.register(9002, Entry)
+
+
+def _batch(payload: bytes, base: int = 0, count: int = 1) -> RecordBatch:
+    return RecordBatch.create(payload, count, timestamp_ms=1).stamped(base, 7)
+
+
+SAMPLE = SampleAppend(
+    group=3,
+    term=7,
+    prev_log_index=41,
+    prev_log_term=6,
+    commit_index=40,
+    flush=True,
+    batches=[_batch(b"\x00\xffpayload", 42, 3), _batch(b"", 45)],
+    members=[1, 2, 3],
+    entries=[Entry(1, False, "é")],
+    hint=None,
+    blob=b"\x01\x02",
+    ratio=0.5,
+)
+
+
+def test_round_trip_preserves_every_field_and_payload_bytes() -> None:
+    raw = codec.encode(SAMPLE)
+    back = codec.decode(raw)
+    assert back == SAMPLE
+    assert back.batches[0].payload == b"\x00\xffpayload"
+    assert back.batches[0].last_offset == 44
+    assert codec.encode(back) == raw
+
+
+def test_client_messages_round_trip() -> None:
+    msgs = [
+        ProduceRequest("t", 2, -1, [ProduceBatch(b"abc", 1)], 5, 0, 10, True),
+        FetchResponse([_batch(b"x", 3)], 4, 4, 0, 4),
+        ErrorResponse(ErrorCode.NOT_LEADER, "not leader", 2, "127.0.0.1:1"),
+        TopicInfo("t", 3, [PartitionInfo(0, 1, 2, [1, 2, 3])], schema=b"arrow"),
+    ]
+    for m in msgs:
+        assert codec.decode(codec.encode(m)) == m
+
+
+def test_expected_type_mismatch_names_both_types() -> None:
+    raw = codec.encode(SAMPLE)
+    with pytest.raises(CodecError, match="expected a ProduceRequest message, got SampleAppend"):
+        codec.decode(raw, ProduceRequest)
+
+
+def test_unknown_type_id() -> None:
+    with pytest.raises(CodecError, match="unknown message type id 65000"):
+        codec.decode(b"\xe8\xfd")
+
+
+def test_truncated_names_the_field() -> None:
+    raw = codec.encode(SAMPLE)
+    with pytest.raises(CodecError, match=r"SampleAppend\.group: truncated"):
+        codec.decode(raw[:5])
+
+
+def test_trailing_bytes_rejected() -> None:
+    with pytest.raises(CodecError, match="1 unexpected trailing bytes"):
+        codec.decode(codec.encode(SAMPLE) + b"\x00")
+
+
+def test_bad_bool_byte() -> None:
+    raw = bytearray(codec.encode(SAMPLE))
+    # the bool follows 2 bytes of type id and five int64 fields
+    raw[2 + 40] = 2
+    with pytest.raises(CodecError, match=r"SampleAppend\.flush: expected a bool byte 0 or 1"):
+        codec.decode(bytes(raw))
+
+
+def test_huge_list_count_rejected_without_allocating() -> None:
+    body = codec.encode(ProduceRequest("t", 0, -1, []))
+    # the batches count sits after topic (4+1), partition (8), acks (8)
+    pos = 2 + 5 + 16
+    raw = body[:pos] + b"\xff\xff\xff\xff" + body[pos + 4 :]
+    with pytest.raises(CodecError, match=r"ProduceRequest\.batches: list count 4294967295"):
+        codec.decode(raw)
+
+
+def test_corrupt_batch_crc_is_reported() -> None:
+    raw = bytearray(codec.encode(FetchResponse([_batch(b"abcdef", 0)], 1, 1, 0, 1)))
+    raw[2 + 4 + 52 + 2] ^= 0xFF  # a payload byte of the first batch
+    with pytest.raises(CodecError, match=r"FetchResponse\.batches\[0\]: CRC mismatch"):
+        codec.decode(bytes(raw))
+
+
+def test_encode_rejects_wrong_field_type() -> None:
+    with pytest.raises(CodecError, match=r"ProduceRequest\.partition: expected an int, got str"):
+        codec.encode(ProduceRequest("t", "0", -1, []))  # type: ignore[arg-type]
+
+
+def test_register_conflict() -> None:
+    with pytest.raises(ValueError, match="type id 9001 is already SampleAppend"):
+        codec.register(9001, Entry)
+
+
+@settings(max_examples=300, deadline=None)
+@given(cut=st.integers(min_value=0, max_value=10_000))
+def test_every_truncation_raises_codec_error(cut: int) -> None:
+    raw = codec.encode(SAMPLE)
+    cut = cut % len(raw)
+    with pytest.raises(CodecError):
+        codec.decode(raw[:cut])
+
+
+@settings(max_examples=500, deadline=None)
+@given(data=st.data())
+def test_mutated_bodies_decode_or_raise_codec_error(data: st.DataObject) -> None:
+    raw = bytearray(codec.encode(SAMPLE))
+    for _ in range(data.draw(st.integers(1, 4))):
+        i = data.draw(st.integers(0, len(raw) - 1))
+        raw[i] = data.draw(st.integers(0, 255))
+    try:
+        msg = codec.decode(bytes(raw))
+    except CodecError:
+        return
+    # anything that decodes must re-encode to the same bytes
+    assert codec.encode(msg) == bytes(raw)
+
+
+@settings(max_examples=200, deadline=None)
+@given(junk=st.binary(max_size=200))
+def test_random_bytes_decode_or_raise_codec_error(junk: bytes) -> None:
+    try:
+        msg = codec.decode(junk)
+    except CodecError:
+        return
+    assert codec.encode(msg) == junk
