@@ -8,9 +8,12 @@ such a crash would, for the next open to recover from.
 
 - :func:`cut_to_flushed` drops every batch after the node's flushed offset.
   The caller supplies that offset: :class:`SegmentedLog` keeps it in memory
-  only, so the node under test must report it (e.g. in its status) before it
-  is killed. Sealed segments were fsynced when the log rolled past them, so a
-  flushed offset before the last segment is rejected: no crash can lose it.
+  only. In a node under test, register per log
+  ``failpoints.add_crash_hook(lambda: cut_to_flushed(log.directory,
+  log.flushed_offset))`` and enable a site with the ``crash`` action: the
+  process cuts its own logs, then SIGKILLs itself. Sealed segments were
+  fsynced when the log rolled past them, so a flushed offset before the last
+  segment is rejected: no crash can lose it.
 - :func:`tear_tail` cuts the last ``nbytes`` off the last segment, normally
   leaving half a batch.
 

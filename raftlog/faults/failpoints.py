@@ -7,9 +7,12 @@ import::
 
 Each comma-separated entry is ``<site>=<action>[@<trigger>]``:
 
-- actions: ``kill`` (SIGKILL this process, as a power cut would, without
-  running any cleanup), ``error`` (raise :class:`FailpointError`),
-  ``sleep:<ms>`` (block the calling thread for that many milliseconds);
+- actions: ``kill`` (SIGKILL this process without running any cleanup; the
+  page cache survives, as after a process crash), ``crash`` (run the hooks
+  registered with :func:`add_crash_hook`, which drop what was written but
+  not fsynced, then SIGKILL: a power cut), ``error`` (raise
+  :class:`FailpointError`), ``sleep:<ms>`` (block the calling thread for that
+  many milliseconds);
 - trigger (optional): ``@N`` fires on the N-th hit only (N >= 1), ``@P%``
   fires on each hit with probability P (0 < P <= 100); without one, every
   hit fires.
@@ -26,6 +29,7 @@ has are listed below as constants.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import random
@@ -33,7 +37,8 @@ import re
 import signal
 import threading
 import time
-from collections.abc import Mapping
+import traceback
+from collections.abc import Callable, Mapping
 
 ENV_VAR = "RAFTLOG_FAILPOINTS"
 
@@ -52,7 +57,7 @@ KNOWN_SITES = frozenset(
 
 _EXPECTED = (
     "expected comma-separated <site>=<action>[@<trigger>] entries, where action is kill, "
-    "error or sleep:<ms> and trigger is @N (the N-th hit, N >= 1) or @P% (each hit with "
+    "crash, error or sleep:<ms> and trigger is @N (the N-th hit, N >= 1) or @P% (each hit with "
     "probability P, 0 < P <= 100), e.g. "
     f'{ENV_VAR}="log.before_flush=kill,raft.before_vote_save=kill@3"'
 )
@@ -76,7 +81,7 @@ class Failpoint:
     """What to do at one site. ``nth``: fire on that hit only; ``probability``: per hit."""
 
     site: str
-    action: str  # "kill", "error" or "sleep"
+    action: str  # "kill", "crash", "error" or "sleep"
     sleep_ms: int = 0
     nth: int | None = None
     probability: float | None = None
@@ -122,7 +127,7 @@ def parse(spec: str) -> dict[str, Failpoint]:
             if not ms.isdigit():
                 raise bad(f"sleep needs a whole number of milliseconds, got {ms!r}")
             action, sleep_ms = "sleep", int(ms)
-        elif action not in ("kill", "error"):
+        elif action not in ("kill", "crash", "error"):
             raise bad(f"unknown action {action!r}")
         out[site] = Failpoint(site, action, sleep_ms, nth, probability)
     return out
@@ -136,6 +141,7 @@ _POINTS: dict[str, Failpoint] = _from_env(os.environ)
 _ENABLED: frozenset[str] = frozenset(_POINTS)
 _hits: dict[str, int] = {}
 _hits_lock = threading.Lock()
+_crash_hooks: list[Callable[[], None]] = []
 
 
 def failpoint(name: str) -> None:
@@ -153,7 +159,9 @@ def _fire(point: Failpoint) -> None:
         return
     if point.probability is not None and random.random() >= point.probability:
         return
-    if point.action == "kill":
+    if point.action == "crash":
+        _run_crash_hooks()
+    if point.action in ("kill", "crash"):
         # SIGKILL, not sys.exit: no finally blocks, no atexit, no buffered flushes,
         # as close to pulling the plug as a process can do to itself.
         os.kill(os.getpid(), signal.SIGKILL)
@@ -161,6 +169,35 @@ def _fire(point: Failpoint) -> None:
         raise FailpointError(point.site)
     else:
         time.sleep(point.sleep_ms / 1000.0)
+
+
+def add_crash_hook(hook: Callable[[], None]) -> Callable[[], None]:
+    """Run ``hook`` when a ``crash`` failpoint fires, just before SIGKILL; returns a remover.
+
+    Meant for "drop everything after the last fsync": the node registers, per
+    log, ``lambda: cut_to_flushed(log.directory, log.flushed_offset)`` (see
+    :mod:`raftlog.faults.crash`). Hooks run in registration order on the
+    thread that hit the failpoint; one that raises is reported on stderr and
+    the others still run.
+    """
+    with _hits_lock:
+        _crash_hooks.append(hook)
+
+    def remove() -> None:
+        with _hits_lock, contextlib.suppress(ValueError):
+            _crash_hooks.remove(hook)
+
+    return remove
+
+
+def _run_crash_hooks() -> None:
+    with _hits_lock:
+        hooks = list(_crash_hooks)
+    for hook in hooks:
+        try:
+            hook()
+        except Exception:  # the process dies next anyway; say why the cut may be partial
+            traceback.print_exc()
 
 
 def configure(spec: str) -> None:

@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
+
 import pytest
 
 from raftlog.faults.crash import CutResult, cut_to_flushed, tear_tail
@@ -123,3 +128,39 @@ def test_bad_arguments_are_named(tmp_path, call, needle):
 def test_tear_empty_directory_is_an_error(tmp_path):
     with pytest.raises(ValueError, match="holds no segment to tear"):
         tear_tail(tmp_path, 1)
+
+
+POWER_CUT_CHILD = """
+import pathlib, sys
+from raftlog.faults import failpoints
+from raftlog.faults.crash import cut_to_flushed
+from raftlog.storage.batch import RecordBatch
+from raftlog.storage.log import SegmentedLog
+
+log = SegmentedLog.open(pathlib.Path(sys.argv[1]))
+failpoints.add_crash_hook(lambda: cut_to_flushed(log.directory, log.flushed_offset))
+for i in range(6):
+    log.append([RecordBatch.create(b"x" * 100, 1, timestamp_ms=1).stamped(i, 1)])
+    if i == 2:
+        log.flush()
+failpoints.failpoint("log.before_flush")  # the flush of offsets 3..5 never happens
+log.flush()
+print("survived", flush=True)
+"""
+
+
+def test_crash_failpoint_with_hook_drops_unflushed_data(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k != "RAFTLOG_FAILPOINTS"}
+    env["RAFTLOG_FAILPOINTS"] = "log.before_flush=crash"
+    child = subprocess.run(
+        [sys.executable, "-c", POWER_CUT_CHILD, str(tmp_path)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert child.returncode == -signal.SIGKILL, child.stderr
+    assert child.stdout == ""
+    with SegmentedLog.open(tmp_path) as log:
+        assert log.dirty_offset == 2  # what was fsynced, and nothing more
+        assert offsets(log) == [0, 1, 2]

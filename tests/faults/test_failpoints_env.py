@@ -33,6 +33,7 @@ def test_parse_every_form():
         "x-y_z": Failpoint("x-y_z", "error"),
     }
     assert parse("") == {} and parse("  ") == {}
+    assert parse("s=crash@2") == {"s": Failpoint("s", "crash", nth=2)}
 
 
 @pytest.mark.parametrize(
@@ -149,6 +150,37 @@ def test_kill_on_nth_hit_in_a_child():
     child = _run_child(code, "raft.before_vote_save=kill@3")
     assert child.returncode == -signal.SIGKILL
     assert child.stdout.split() == ["0", "1", "2"]
+
+
+CRASH_CHILD = (
+    "import pathlib, sys\n"
+    "from raftlog.faults import failpoints\n"
+    "def boom():\n"
+    "    raise RuntimeError('hook failed')\n"
+    "failpoints.add_crash_hook(boom)\n"
+    "failpoints.add_crash_hook(lambda: pathlib.Path(sys.argv[1]).write_text('cut'))\n"
+    "failpoints.add_crash_hook(lambda: print('removed hook ran'))()\n"
+    "failpoints.failpoint('log.before_flush')\n"
+    "print('after', flush=True)\n"
+)
+
+
+@pytest.mark.parametrize(("action", "hooks_ran"), [("crash", True), ("kill", False)])
+def test_crash_runs_hooks_then_sigkills_and_kill_does_not(tmp_path, action, hooks_ran):
+    marker = tmp_path / "marker"
+    env = {k: v for k, v in os.environ.items() if k != failpoints.ENV_VAR}
+    env[failpoints.ENV_VAR] = f"log.before_flush={action}"
+    child = subprocess.run(
+        [sys.executable, "-c", CRASH_CHILD, str(marker)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert child.returncode == -signal.SIGKILL
+    assert child.stdout == ""  # neither the removed hook nor the code after the site ran
+    assert marker.exists() is hooks_ran
+    assert ("RuntimeError: hook failed" in child.stderr) is hooks_ran
 
 
 def test_child_without_env_runs_through():
