@@ -50,11 +50,12 @@ def build_session(app_name: str, master: str | None = None) -> SparkSession:
     """A SparkSession with ``spark_conf/``'s settings; ``master`` overrides ``spark.master``.
 
     Also makes ``pyspark_raftlog`` discoverable by Spark's workers under an
-    editable install (see :func:`_make_discoverable`), points ``SPARK_CONF_DIR`` at ``spark_conf/`` (unless already set) so the JVM
-    picks up ``log4j2.properties``, and sets ``PYSPARK_PYTHON``/``PYSPARK_DRIVER_PYTHON``
-    to this interpreter (unless set) so workers run with the same packages. Both
-    only take effect when this call starts the JVM; an already running session is
-    returned with the settings applied where Spark allows it.
+    editable install (see :func:`_make_discoverable`), points ``SPARK_CONF_DIR`` at
+    ``spark_conf/`` (unless already set) so the JVM picks up ``log4j2.properties``,
+    and sets ``PYSPARK_PYTHON``/``PYSPARK_DRIVER_PYTHON`` to this interpreter (unless
+    set) so workers run with the same packages. These only take effect when this
+    call starts the JVM; an already running session is returned as it is, with the
+    settings applied where Spark allows it.
     """
     from pyspark.sql import SparkSession
 

@@ -29,7 +29,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 DEFAULT_NODES = 3
@@ -235,11 +235,16 @@ def start_cluster(
     extra_args: list[str] | None = None,
     auth_token: str | None = None,
     timeout_s: float = 60.0,
+    peer_routes: Callable[[dict[int, str]], dict[int, dict[int, str]]] | None = None,
 ) -> LocalCluster:
     """Start a local cluster unless one runs in ``data_dir``; return it once ready.
 
     Race-safe: concurrent callers serialize on the data dir's lock, and all but
     the first find the running cluster. Raises ClusterError when it cannot start.
+
+    ``peer_routes``, when given, is called with every node's address and returns,
+    per node id, where that node sends raft traffic for each peer (e.g. a proxy
+    per link); it becomes the node's ``--peer-routes``.
     """
     if not isinstance(nodes, int) or not 1 <= nodes <= 64:
         raise ClusterError(f"--nodes: expected an integer from 1 to 64, got {nodes!r}")
@@ -251,13 +256,20 @@ def start_cluster(
             return existing
         ports = free_ports(nodes)
         peers = {i: f"127.0.0.1:{p}" for i, p in zip(range(1, nodes + 1), ports, strict=True)}
+        routes = peer_routes(dict(peers)) if peer_routes is not None else {}
         cluster = LocalCluster(str(root), [], auth_token)
         for node_id, address in peers.items():
+            args = list(extra_args or [])
+            if routes.get(node_id):
+                args += [
+                    "--peer-routes",
+                    ",".join(f"{i}={a}" for i, a in sorted(routes[node_id].items())),
+                ]
             node = NodeProcess(
                 node_id,
                 address,
                 -1,
-                node_argv(node_id, address, root, peers, extra_args),
+                node_argv(node_id, address, root, peers, args),
                 str(root / f"node-{node_id}.log"),
             )
             spawn(node, auth_token)

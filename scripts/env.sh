@@ -35,12 +35,20 @@ if [ ! -x .venv/bin/python ]; then
     fi
 fi
 
+# Strict editable mode links every source file into build/, so that Spark, which
+# finds `pyspark_<name>` data sources with pkgutil.iter_modules(), sees the
+# connector; the default (lenient) mode serves it through an import hook that
+# pkgutil cannot list. A new module therefore needs a re-install: the stamp
+# records the package files and the set-up files it was installed from.
 STAMP=.venv/.raftlog-installed
-if [ ! -f "$STAMP" ] || [ setup.cfg -nt "$STAMP" ] || [ pyproject.toml -nt "$STAMP" ]; then
+WANT="$(cat setup.cfg setup.py pyproject.toml; find raftlog connector -name '*.py' | sort)"
+WANT="$(printf '%s' "$WANT" | cksum)"
+if [ ! -f "$STAMP" ] || [ "$(cat "$STAMP")" != "$WANT" ]; then
     echo "raftlog setup: installing raftlog and its dependencies into .venv" >&2
     .venv/bin/python -m pip install -q --upgrade pip
-    .venv/bin/python -m pip install -q -e ".[test,dev,bench,fast]"
-    touch "$STAMP"
+    .venv/bin/python -m pip install -q -e ".[test,dev,bench,fast]" \
+        --config-settings editable_mode=strict
+    printf '%s' "$WANT" > "$STAMP"
 fi
 
 java_major() {

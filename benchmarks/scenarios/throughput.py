@@ -98,9 +98,11 @@ async def measure(ctx: RunContext, servers: list[str], seconds: float) -> list[R
 def run(ctx: RunContext) -> list[Row]:
     seconds = seconds_per_step(ctx, QUICK_SECONDS, FULL_SECONDS, "throughput_seconds")
     ctx.set_total(len(PARTITIONS) * len(RECORD_SIZES) * len(ACKS))
-    with ctx.scratch_dir("throughput") as data_dir:
-        with raftlog_local.local_cluster(data_dir) as cluster:
-            rows = asyncio.run(measure(ctx, cluster.servers, seconds))
+    with (
+        ctx.scratch_dir("throughput") as data_dir,
+        raftlog_local.local_cluster(data_dir) as cluster,
+    ):
+        rows = asyncio.run(measure(ctx, cluster.servers, seconds))
     ctx.note(
         f"3-node local cluster on one disk, R=3; ~{BATCH_BYTES // 1024} KiB batches, one per "
         f"request, {IN_FLIGHT} in flight per partition, {seconds:g} s per case"

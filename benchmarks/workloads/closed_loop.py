@@ -42,6 +42,8 @@ class LoadResult:
     latencies_s: list[float] = dataclasses.field(default_factory=list)
     errors: int = 0
     first_error: str = ""
+    resends: int = 0
+    """Requests the workload had to send again (e.g. idempotent sends that overtook)."""
 
     @property
     def requests(self) -> int:

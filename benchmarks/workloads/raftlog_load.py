@@ -77,6 +77,8 @@ class IdempotentProducer:
         self.next_seq = 0
         self.slots = asyncio.Semaphore(in_flight)
         self.last: asyncio.Future[None] | None = None
+        self.resends = 0
+        """Sends repeated because they overtook their predecessor (out of order sequence)."""
 
     async def init(self) -> None:
         session = await self.client.init_producer(self.topic, self.partition, self.producer_id)
@@ -107,6 +109,7 @@ class IdempotentProducer:
                     except OutOfOrderSequenceError:
                         if attempt == OUT_OF_ORDER_RETRIES or before is None:
                             raise
+                        self.resends += 1
                         await asyncio.wait([before])  # overtook its predecessor
             finally:
                 mine.set_result(None)
@@ -141,6 +144,8 @@ async def producers_load(
             else:
                 await pool.for_worker(worker).produce(topic, 0, [batch], acks="all")
 
-        return await run_closed_loop(produce, producers * in_flight, duration_s, max_requests)
+        result = await run_closed_loop(produce, producers * in_flight, duration_s, max_requests)
+        result.resends = sum(p.resends for p in sessions)
+        return result
     finally:
         await pool.close()

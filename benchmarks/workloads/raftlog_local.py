@@ -22,6 +22,9 @@ START_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 10.0
 LEADER_TIMEOUT_S = 30.0
 FSYNC_COUNTER = "raftlog_fsyncs_total"
+REQUEST_TIMEOUT_S = 10.0
+"""Per call, retries included: a request not acknowledged by then counts as an error
+(the client's own default, 30 s, would let one stuck request eat a quick run)."""
 
 
 def client_class() -> Any:
@@ -90,10 +93,19 @@ class ClientPool:
     clients would have, instead of queueing them behind one pool.
     """
 
-    def __init__(self, servers: list[str], workers: int, per_client: int = 16) -> None:
+    def __init__(
+        self,
+        servers: list[str],
+        workers: int,
+        per_client: int = 16,
+        request_timeout_s: float = REQUEST_TIMEOUT_S,
+    ) -> None:
         cls = client_class()
         self.per_client = per_client
-        self.clients = [cls(servers) for _ in range(max(1, -(-workers // per_client)))]
+        self.clients = [
+            cls(servers, request_timeout_s=request_timeout_s)
+            for _ in range(max(1, -(-workers // per_client)))
+        ]
 
     def for_worker(self, worker: int) -> Any:
         return self.clients[(worker // self.per_client) % len(self.clients)]

@@ -56,3 +56,15 @@ def servers(request: pytest.FixtureRequest) -> str:
     except pytest.FixtureLookupError:
         pytest.skip("integration_tests/conftest.py does not provide the raftlog_cluster fixture")
     return ",".join(cluster.servers)
+
+
+@pytest.fixture
+def private_cluster(request: pytest.FixtureRequest):
+    """A private 3-node cluster (``fresh_cluster``) for tests that kill nodes."""
+    missing = _engine_missing()
+    if missing:
+        pytest.skip(missing)
+    try:
+        return request.getfixturevalue("fresh_cluster")
+    except pytest.FixtureLookupError:
+        pytest.skip("integration_tests/conftest.py does not provide the fresh_cluster fixture")

@@ -16,6 +16,8 @@ import asyncio
 import pathlib
 from typing import Any
 
+from raftlog.faults import failpoints
+from raftlog.faults.crash import cut_to_flushed
 from raftlog.producers.outcomes import (
     DuplicateSequenceError,
     InvalidProducerEpochError,
@@ -68,6 +70,7 @@ class GroupHost:
         self.heartbeats = HeartbeatManager(node_id, transport, heartbeat_interval_s)
         self.dispatcher = PeerDispatcher(node_id, self.heartbeats)
         self.groups: dict[int, Consensus] = {}
+        self._crash_hooks: dict[int, Any] = {}
 
     async def start(self) -> None:
         await self.heartbeats.start()
@@ -81,6 +84,7 @@ class GroupHost:
         self, group: int, directory: pathlib.Path, replicas: list[int]
     ) -> Consensus:
         log = await asyncio.to_thread(SegmentedLog.open, directory)
+        self._register_crash_hook(group, log)
         return Consensus(
             group,
             self.node_id,
@@ -113,7 +117,20 @@ class GroupHost:
         self.groups[group] = c
         return PartitionReplica(topic, partition, group, directory, list(replicas), c, rm)
 
+    def _register_crash_hook(self, group: int, log: SegmentedLog) -> None:
+        """With failpoints enabled, a ``crash`` failpoint cuts this log to its flushed
+        offset before the process dies: everything after the last fsync is lost."""
+        if not failpoints.enabled():
+            return
+        remove = self._crash_hooks.pop(group, None)
+        if remove is not None:
+            remove()
+        self._crash_hooks[group] = failpoints.add_crash_hook(lambda: _cut_log(log))
+
     async def close_group(self, group: int) -> None:
+        remove = self._crash_hooks.pop(group, None)
+        if remove is not None:
+            remove()
         c = self.groups.pop(group, None)
         if c is None:
             return
@@ -127,6 +144,13 @@ class GroupHost:
         if p is None or p.match_offset < c.log.dirty_offset:
             return
         await c.transfer_leadership(target)
+
+
+def _cut_log(log: SegmentedLog) -> None:
+    # A roll fsyncs the sealed segment without advancing the flushed offset, so
+    # everything before the last segment is durable whatever flushed_offset says.
+    bases = getattr(log, "_bases", None) or [0]
+    cut_to_flushed(log.directory, max(log.flushed_offset, bases[-1] - 1))
 
 
 class PartitionReplica:

@@ -89,6 +89,9 @@ class NodeConfig:
     default_partitions: int = DEFAULT_PARTITIONS
     max_batch_bytes: int = DEFAULT_MAX_BATCH_BYTES
     heartbeat_interval_s: float = 0.05
+    # Where to send peer (raft) traffic for a node when not its address: e.g. a
+    # fault-injecting proxy per link. Clients are still told ``peers``.
+    peer_routes: dict[int, str] = dataclasses.field(default_factory=dict)
 
     @property
     def address(self) -> str:
@@ -136,6 +139,11 @@ def add_server_arguments(p: argparse.ArgumentParser) -> None:
         default="",
         help="every node of the cluster as ID=HOST:PORT,... (this node may be omitted)",
     )
+    p.add_argument(
+        "--peer-routes",
+        default="",
+        help="send raft traffic for these nodes elsewhere (e.g. through a proxy): ID=HOST:PORT,...",
+    )
     p.add_argument("--auth-token", default=None, help="shared token (else $RAFTLOG_AUTH_TOKEN)")
     p.add_argument(
         "--default-partitions",
@@ -166,6 +174,13 @@ def config_from_args(args: argparse.Namespace) -> NodeConfig:
             f"but --listen is {args.listen}"
         )
     peers[args.node_id] = args.listen
+    routes_arg = getattr(args, "peer_routes", "")
+    peer_routes = parse_peers(routes_arg, "--peer-routes") if routes_arg else {}
+    unknown = sorted(set(peer_routes) - set(peers))
+    if unknown:
+        raise ValueError(
+            f"--peer-routes: node(s) {', '.join(map(str, unknown))} are not in --peers"
+        )
     token = args.auth_token or os.environ.get("RAFTLOG_AUTH_TOKEN") or None
     non_loopback = [a for a in peers.values() if not _is_loopback(a.rpartition(":")[0])]
     if non_loopback and not token:
@@ -190,6 +205,7 @@ def config_from_args(args: argparse.Namespace) -> NodeConfig:
         auth_token=token,
         default_partitions=args.default_partitions,
         max_batch_bytes=args.max_batch_bytes,
+        peer_routes=peer_routes,
     )
 
 
@@ -200,7 +216,10 @@ class Node:
         self.config = config
         self.node_id = config.node_id
         self.transport = HttpTransport(
-            config.node_id, config.peers, auth_token=config.auth_token, timeout_s=5.0
+            config.node_id,
+            {**config.peers, **config.peer_routes},
+            auth_token=config.auth_token,
+            timeout_s=5.0,
         )
         self.host = GroupHost(config.node_id, self.transport, config.heartbeat_interval_s)
         self.controller_stm = ControllerStm()

@@ -118,6 +118,13 @@ class ConfigurationHistory:
     def latest_offset(self) -> int:
         return self._entries[-1][0]
 
+    def at(self, offset: int) -> tuple[int, Configuration]:
+        """The configuration effective at ``offset`` and the offset that carries it."""
+        for entry_offset, config in reversed(self._entries):
+            if entry_offset <= offset:
+                return entry_offset, config
+        return self._entries[0]
+
     def add(self, offset: int, config: Configuration) -> None:
         if offset <= self._entries[-1][0]:
             raise ValueError(

@@ -51,6 +51,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import inspect
+import json
 import logging
 import random
 import struct
@@ -101,7 +102,7 @@ __all__ = [
     "StateMachine",
 ]
 
-log = logging.getLogger(__name__)
+log_ = logging.getLogger(__name__)
 
 _SCAN_CHUNK = 1 << 20
 _SNAPSHOT_LEN = struct.Struct("<I")
@@ -183,10 +184,16 @@ class Consensus:
         self.options = options or ConsensusOptions()
         self.options.validate()
         self._heartbeats = heartbeats
-        self.configs = ConfigurationHistory(configuration)
-        self._scan_configurations()
         ctx = log.load_commit_context()
+        if ctx is not None and ctx.committed_offset > log.dirty_offset:
+            log_.warning(
+                "group %s node %s: commit context at %s is past the log end %s "
+                "(acknowledged data lost locally); resyncing from the leader",
+                group, node_id, ctx.committed_offset, log.dirty_offset,
+            )  # fmt: skip
+            ctx = None
         self._restored_ctx = ctx
+        self.configs = self._load_configurations(configuration, ctx)
         commit = log.start_offset - 1
         if ctx is not None:
             commit = max(commit, min(ctx.committed_offset, log.dirty_offset))
@@ -219,18 +226,34 @@ class Consensus:
         self.recovery = Recovery(self)
         self._entries = ReplicateEntries(self)
 
-    def _scan_configurations(self) -> None:
-        # The latest configuration is the last RAFT_CONFIG batch in the log.
-        # Scanned on open; small for raft groups whose payloads are skipped cheaply.
+    def _load_configurations(
+        self, initial: Configuration, ctx: CommitContext | None
+    ) -> ConfigurationHistory:
+        """The configuration history: from the commit context, then the log above it.
+
+        Only the uncommitted tail is scanned when a commit context exists (it
+        carries the configuration effective at its offset), so opening a long
+        log does not read it all.
+        """
+        configs = ConfigurationHistory(initial)
         offset = self.log.start_offset
+        saved = _snapshot_config(ctx.snapshot) if ctx is not None else None
+        if ctx is not None and saved is not None:
+            cfg_offset, cfg = saved
+            if cfg_offset < 0:
+                configs = ConfigurationHistory(cfg)
+            else:
+                configs.add(cfg_offset, cfg)
+            offset = max(offset, ctx.committed_offset + 1)
         for _ in range(1_000_000):
             if offset > self.log.dirty_offset:
                 break
             batches = self.log.read(offset, _SCAN_CHUNK)
             if not batches:
                 break
-            self.configs.observe(batches)
+            configs.observe(batches)
             offset = batches[-1].last_offset + 1
+        return configs
 
     # ------------------------------------------------------------- lifecycle
 
@@ -305,7 +328,7 @@ class Consensus:
         if not task.cancelled() and task.exception() is not None:
             exc = task.exception()
             if not isinstance(exc, (RaftError, TimeoutError)):
-                log.error("group %s node %s: task failed", self.group, self.node_id, exc_info=exc)
+                log_.error("group %s node %s: task failed", self.group, self.node_id, exc_info=exc)
                 self.fatal_error = exc
 
     async def _ticker(self) -> None:
@@ -505,16 +528,19 @@ class Consensus:
         raise TypeError(f"group {self.group}: unexpected message {type(message).__name__}")
 
     async def _handle_append(self, req: AppendEntriesRequest) -> AppendEntriesReply:
-        plan = self.core.check_append(req)
-        if isinstance(plan, AppendEntriesReply):
+        async with self.flusher.mutation_lock:
+            if not self.running:
+                raise RaftError(f"group {self.group} on node {self.node_id} stopped")
+            plan = self.core.check_append(req)
+            if isinstance(plan, AppendEntriesReply):
+                self.process_ready()
+                return plan
+            # Check and mutation happen with no await in between: appends never interleave.
+            if plan.truncate_at != -1:
+                self._truncate_local(plan.truncate_at)
+            if plan.batches:
+                self.append_local(plan.batches)
             self.process_ready()
-            return plan
-        # Check and mutation happen with no await in between: appends never interleave.
-        if plan.truncate_at != -1:
-            self._truncate_local(plan.truncate_at)
-        if plan.batches:
-            self.append_local(plan.batches)
-        self.process_ready()
         if req.flush and self.log.flushed_offset < self.log.dirty_offset:
             await self.flusher.flush_now()
         elif plan.batches:
@@ -569,7 +595,7 @@ class Consensus:
         if ctx is None or not ctx.snapshot or ctx.committed_offset > self.log.dirty_offset:
             self.last_applied = self.log.start_offset - 1
             return
-        blobs = _split_snapshots(ctx.snapshot)
+        blobs = _split_snapshots(ctx.snapshot)[1:]  # [0] is the configuration
         if len(blobs) != len(self._stms):
             self.last_applied = self.log.start_offset - 1
             return
@@ -602,12 +628,15 @@ class Consensus:
             committed = self.last_applied
             if committed > self.log.flushed_offset:
                 return
-            snapshot = _join_snapshots([stm.snapshot() for stm in self._stms])
+            blobs = [stm.snapshot() for stm in self._stms]
         else:
             committed = min(self.core.commit_index, self.log.flushed_offset)
-            snapshot = b""
+            blobs = []
         if committed <= self._saved_commit:
             return
+        cfg_offset, cfg = self.configs.at(committed)
+        config_blob = json.dumps({"offset": cfg_offset, "config": cfg.encode().decode()}).encode()
+        snapshot = _join_snapshots([config_blob, *blobs])
         term = self.core.term_at(committed)
         self.log.save_commit_context(CommitContext(committed, term or 0, snapshot))
         self._saved_commit = committed
@@ -709,6 +738,18 @@ class Consensus:
 
 def _join_snapshots(blobs: list[bytes]) -> bytes:
     return b"".join(_SNAPSHOT_LEN.pack(len(b)) + b for b in blobs)
+
+
+def _snapshot_config(snapshot: bytes) -> tuple[int, Configuration] | None:
+    """The configuration saved in a commit context snapshot; None when absent or invalid."""
+    blobs = _split_snapshots(snapshot)
+    if not blobs:
+        return None
+    try:
+        doc = json.loads(blobs[0])
+        return int(doc["offset"]), Configuration.decode(doc["config"].encode())
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return None
 
 
 def _split_snapshots(data: bytes) -> list[bytes]:

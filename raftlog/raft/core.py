@@ -209,7 +209,7 @@ class RaftCore:
             1
             for v in voters
             if v == self.node_id
-            or (v in self.progress and self.progress[v].last_heard_tick >= window_start)
+            or (v in self.progress and self.progress[v].last_heard_tick > window_start)
         )
         if heard < len(voters) // 2 + 1:
             self._become_follower(self.term, -1)

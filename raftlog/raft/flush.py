@@ -38,6 +38,10 @@ class FlushCoalescer:
         self._waiters: list[asyncio.Future[int]] = []
         self._wake = asyncio.Event()
         self.flushes = 0
+        # Held while log.flush() runs in a thread: appends and truncations take it too,
+        # so the log is never mutated concurrently with an fsync (the storage need not
+        # be thread-safe). Uncontended in inline mode, where acquiring never yields.
+        self.mutation_lock = asyncio.Lock()
 
     def note_append(self, nbytes: int) -> None:
         """Record unflushed bytes; a flush follows by size or by delay."""
@@ -77,7 +81,8 @@ class FlushCoalescer:
                         await asyncio.sleep(self._latency_s)
                     if self._in_executor:
                         loop = asyncio.get_running_loop()
-                        await loop.run_in_executor(None, self._log.flush)
+                        async with self.mutation_lock:
+                            await loop.run_in_executor(None, self._log.flush)
                     else:
                         self._log.flush()
                     self.flushes += 1

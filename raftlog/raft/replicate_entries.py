@@ -27,6 +27,7 @@ from raftlog.raft.errors import TermMismatchError, TransportError
 from raftlog.raft.messages import APPEND_GROUP_UNAVAILABLE, AppendEntriesReply, AppendEntriesRequest
 from raftlog.raft.progress import FollowerProgress
 from raftlog.raft.replicate_batcher import Consistency, ReplicateRequest, ReplicateResult
+from raftlog.storage.batch import RecordBatch
 
 if TYPE_CHECKING:
     from raftlog.raft.consensus import Consensus
@@ -46,6 +47,17 @@ class ReplicateEntries:
             c.batcher.memory.release(units)
 
     async def _replicate(self, reqs: list[ReplicateRequest]) -> None:
+        async with self._c.flusher.mutation_lock:
+            dispatch = self._append(reqs)
+        if dispatch is not None:
+            self._dispatch(*dispatch)
+            # Let the send tasks reach the transport before the memory units go back.
+            await asyncio.sleep(0)
+
+    def _append(
+        self, reqs: list[ReplicateRequest]
+    ) -> tuple[int, int, list[RecordBatch], bool] | None:
+        """Steps 1-2 (no await: offsets and the append are atomic); what to dispatch."""
         c = self._c
         core = c.core
         if not (c.running and core.accepting_writes):
@@ -53,7 +65,7 @@ class ReplicateEntries:
             for r in reqs:
                 if not r.stages.finished.done():
                     r.stages.finished.set_exception(err)
-            return
+            return None
         term = core.term
         accepted: list[ReplicateRequest] = []
         for r in reqs:
@@ -62,9 +74,8 @@ class ReplicateEntries:
             else:
                 accepted.append(r)
         if not accepted:
-            return
+            return None
         prev = c.log.dirty_offset
-        prev_term = core.term_at(prev)
         offset = prev + 1
         stamped = []
         spans = []
@@ -85,6 +96,15 @@ class ReplicateEntries:
                 c.register_commit_waiter(result, r.stages.finished)
             else:
                 r.stages.finished.set_result(result)
+        return prev, term, stamped, quorum
+
+    def _dispatch(self, prev: int, term: int, stamped: list[RecordBatch], quorum: bool) -> None:
+        """Step 3: the leader flush in parallel with append_entries to every follower."""
+        c = self._c
+        core = c.core
+        if not (c.running and core.is_leader and core.term == term):
+            return
+        prev_term = core.term_at(prev)
         nbytes = sum(b.size_bytes for b in stamped)
         if quorum:
             c.spawn(c.flusher.flush_now())
@@ -117,8 +137,6 @@ class ReplicateEntries:
                     p.next_offset = min(p.next_offset, p.last_sent_offset + 1)
                 c.recovery.ensure(p.node)
         c.process_ready()
-        # Let the send tasks reach the transport before the memory units go back.
-        await asyncio.sleep(0)
 
     async def _send(self, p: FollowerProgress, req: AppendEntriesRequest) -> None:
         c = self._c

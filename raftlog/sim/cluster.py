@@ -84,8 +84,7 @@ class SimCluster:
             if (
                 node is not None
                 and node.node_id != exclude
-                and node.consensus.core.term_at(node.consensus.commit_index)
-                == node.consensus.term
+                and node.consensus.core.term_at(node.consensus.commit_index) == node.consensus.term
             ):
                 return node
             await asyncio.sleep(step)

@@ -14,10 +14,12 @@ seed prints itself and replays exactly with ``run_seed(seed)``.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import random
 import traceback
-from collections.abc import Iterable
+from collections.abc import Coroutine, Iterable
+from typing import Any
 
 from raftlog.raft.errors import RaftError
 from raftlog.raft.replicate_batcher import Consistency
@@ -70,12 +72,15 @@ class _Sim:
         drop = self.rng.choice([0.0, 0.0, 0.02, 0.1])
         options = sim_options()
         options.flush_latency_s = self.rng.choice([0.0, 0.002, 0.01, 0.03])
+        # Short elections: more leader changes (and so more chances of a bug) per seed.
+        options.election_timeout_ticks = 5
         self.cluster = SimCluster(
             self.n, seed, options, network=NetworkOptions(drop_rate=drop, rpc_timeout_s=0.2)
         )
         self.checker = InvariantChecker()
         self.writes = 0
         self.stop = False
+        self.background: list[asyncio.Task[None]] = []
 
     async def run(self) -> SeedResult:
         cluster = self.cluster
@@ -164,7 +169,7 @@ class _Sim:
         cluster = self.cluster
         ids = cluster.ids
         for _ in range(10_000):
-            await asyncio.sleep(rng.uniform(0.1, 0.4))
+            await asyncio.sleep(rng.uniform(0.05, 0.3))
             if self.stop:
                 return
             action = rng.random()
@@ -184,18 +189,34 @@ class _Sim:
                 leader = cluster.leader()
                 if leader is not None:
                     target = rng.choice([i for i in ids if i != leader.node_id])
-                    asyncio.create_task(_quietly(leader.consensus.transfer_leadership(target)))
-            else:
+                    self.background.append(
+                        asyncio.create_task(_quietly(leader.consensus.transfer_leadership(target)))
+                    )
+            elif action < 0.95:
                 leader = cluster.leader()
                 if leader is not None:
                     leader.consensus.step_down()
+            else:
+                self._reconfigure(rng)
+
+    def _reconfigure(self, rng: random.Random) -> None:
+        """Remove one follower from the group, or add a removed node back (as a learner)."""
+        leader = self.cluster.leader()
+        if leader is None:
+            return
+        c = leader.consensus
+        missing = [i for i in self.cluster.ids if i not in c.configuration.members]
+        if missing:
+            change = c.add_member(rng.choice(missing))
+        else:
+            victim = rng.choice([i for i in c.configuration.voters if i != leader.node_id])
+            change = c.remove_member(victim)
+        self.background.append(asyncio.create_task(_quietly(change)))
 
 
-async def _quietly(coro: object) -> None:
-    try:
-        await coro  # type: ignore[misc]
-    except (RaftError, TimeoutError):
-        pass
+async def _quietly(coro: Coroutine[Any, Any, None]) -> None:
+    with contextlib.suppress(RaftError, TimeoutError):
+        await coro
 
 
 def run_seed(seed: int, config: SimConfig | None = None) -> SeedResult:
@@ -218,9 +239,7 @@ def run_seed(seed: int, config: SimConfig | None = None) -> SeedResult:
         )
 
 
-def run_seeds(
-    seeds: Iterable[int], config: SimConfig | None = None, processes: int = 1
-) -> Summary:
+def run_seeds(seeds: Iterable[int], config: SimConfig | None = None, processes: int = 1) -> Summary:
     """Run many seeds (in ``processes`` worker processes when > 1); failing seeds print."""
     seed_list = list(seeds)
     if processes > 1:

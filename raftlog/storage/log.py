@@ -26,6 +26,7 @@ import os
 import pathlib
 from collections.abc import Sequence
 
+from raftlog.faults.failpoints import LOG_AFTER_FLUSH, LOG_BEFORE_FLUSH, failpoint
 from raftlog.storage.api import CommitContext, RecoveryReport, StorageCorruption, VoteState
 from raftlog.storage.batch import RecordBatch
 from raftlog.storage.commit_context import CommitContextStore
@@ -318,11 +319,16 @@ class SegmentedLog:
 
     def flush(self) -> int:
         """fsync the active segment (and the directory after a roll); return the flushed offset."""
+        work = self._dirty > self._flushed or self._dir_dirty
+        if work:
+            failpoint(LOG_BEFORE_FLUSH)
         if self._dirty > self._flushed and self._segments:
             self._segments[-1].sync()
         if self._dir_dirty:
             fsync_dir(self._dir)
             self._dir_dirty = False
+        if work:
+            failpoint(LOG_AFTER_FLUSH)
         self._flushed = self._dirty
         return self._flushed
 

@@ -209,12 +209,19 @@ class Segment:
         expected = expected_base
         while position < limit:
             rel = position - buf_start
-            need = HEADER_SIZE
-            if len(buf) - rel >= HEADER_SIZE:
-                need += _PAYLOAD_LEN.unpack_from(buf, rel + HEADER_SIZE - _PAYLOAD_LEN.size)[0]
-            if len(buf) - rel < need:
-                buf = os.pread(self.fd, min(max(_READ_CHUNK, need), limit - position), position)
+            if len(buf) - rel < HEADER_SIZE:
+                buf = os.pread(self.fd, min(_READ_CHUNK, limit - position), position)
                 buf_start, rel = position, 0
+            if len(buf) - rel >= HEADER_SIZE:
+                # A batch may be larger than one read chunk: once its header is in
+                # hand, read the whole batch, or it would look torn.
+                need = (
+                    HEADER_SIZE
+                    + _PAYLOAD_LEN.unpack_from(buf, rel + HEADER_SIZE - _PAYLOAD_LEN.size)[0]
+                )
+                if len(buf) - rel < need:
+                    buf = os.pread(self.fd, min(need, limit - position), position)
+                    buf_start, rel = position, 0
             try:
                 batch, end = RecordBatch.decode(buf, rel)
             except BatchError as exc:

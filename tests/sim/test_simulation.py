@@ -53,5 +53,7 @@ def test_checker_rejects_diverging_committed_logs() -> None:
 def test_checker_reports_unacked_entries_missing_after_heal() -> None:
     checker = InvariantChecker()
     checker.record_ack(ReplicateResult(3, 3, 2), RecordBatch.create(b"z", timestamp_ms=0))
-    with pytest.raises(InvariantViolation, match="offset 3 .term 2. is not in the committed log"):
+    with pytest.raises(
+        InvariantViolation, match=r"offset 3 \(term 2\) is not in the committed log"
+    ):
         checker.check_all_acked_committed()

@@ -207,3 +207,19 @@ def test_memory_log_crash_and_tear_tail():
     log.append(make_batches(6, 2, [5]))
     assert log.crash() == 5
     assert [b.base_offset for b in log.read(0, 10**6)] == [0, 2, 4]
+
+
+def test_batches_larger_than_a_read_chunk_read_back_whole(tmp_path):
+    # Regression: the scanner read one 256 KiB chunk for a batch's header and then
+    # decoded a larger batch from it, reporting a torn batch in a healthy log.
+    log = SegmentedLog.open(tmp_path / "big", segment_bytes=8 * 1024 * 1024)
+    small = make_batches(0, 1, [100])
+    big = make_batches(2, 1, [600 * 1024, 300 * 1024])
+    log.append(small + big)  # not flushed: the applier reads written, unflushed data
+    assert log.read(0, 10**7) == small + big
+    assert log.read(2, 1) == big[:1]  # at least one whole batch, even over budget
+    log.flush()
+    log.close()
+    reopened = SegmentedLog.open(tmp_path / "big", segment_bytes=8 * 1024 * 1024)
+    assert reopened.read(0, 10**7) == small + big
+    reopened.close()

@@ -45,12 +45,3 @@ def test_bad_values_are_rejected_with_the_field_named(tmp_path):
     with pytest.raises(ValueError, match="committed_offset must be >= -1"):
         CommitContextStore(tmp_path).save(CommitContext(committed_offset=-2, term=0))
     assert not (tmp_path / "vote").exists()
-
-
-def test_demo_reads_back_what_it_wrote(tmp_path, capsys):
-    from raftlog import demo
-
-    assert demo.run(tmp_path) is True
-    out = capsys.readouterr().out
-    assert "wrote 50 batches, offsets 0..199" in out
-    assert "check: OK" in out

@@ -1,0 +1,72 @@
+"""Scenario ``failover``: kill -9 a partition leader under load, N times.
+
+Time from SIGKILL to the first write acknowledged by the new leader (p50 and
+max over the rounds; goal p50 <= 1 s). Between rounds the killed node is
+restarted and caught up, so every round starts from a healthy 3-node cluster.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+
+from benchmarks.context import RunContext
+from benchmarks.registry import Row, scenario
+from benchmarks.workloads import failover_round, raftlog_local
+from benchmarks.workloads.closed_loop import percentile
+
+FULL_ROUNDS, QUICK_ROUNDS = 10, 2
+TOPIC = "bench-failover"
+
+
+def add_arguments(group: argparse._ArgumentGroup) -> None:
+    group.add_argument("--failover-rounds", type=int, default=None, help="leader kills")
+
+
+async def measure(ctx: RunContext, cluster: object, rounds: int) -> list[Row]:
+    servers = cluster.servers  # type: ignore[attr-defined]
+    meta = raftlog_local.client_class()(servers, request_timeout_s=raftlog_local.REQUEST_TIMEOUT_S)
+    pool = raftlog_local.ClientPool(servers, failover_round.WORKERS)
+    rows: list[Row] = []
+    times: list[float] = []
+    unrecovered = 0
+    try:
+        await raftlog_local.create_topic(meta, TOPIC, 1)
+        for i in range(rounds):
+            result = await failover_round.run_round(cluster, TOPIC, meta, pool)
+            label = f"round {i + 1}: killed node {result.killed}, new leader {result.new_leader}"
+            if result.recovery_s is None:
+                unrecovered += 1
+                ctx.note(f"{label}: no write acknowledged within the bound")
+            else:
+                times.append(result.recovery_s)
+                rows.append({"case": label, "s to first ack": result.recovery_s})
+            ctx.advance(1)
+    finally:
+        await pool.close()
+        await meta.close()
+    summary: Row = {"case": f"{rounds} leader kills", "unrecovered": unrecovered}
+    if times:
+        summary["p50 s"] = percentile(times, 0.5)
+        summary["max s"] = max(times)
+    return [summary, *rows]
+
+
+@scenario(
+    "failover",
+    "kill -9 a leader under load: time to the first acknowledged write (p50, max)",
+    add_arguments=add_arguments,
+)
+def run(ctx: RunContext) -> list[Row]:
+    rounds = ctx.option("failover_rounds", quick=QUICK_ROUNDS, full=FULL_ROUNDS)
+    ctx.set_total(rounds)
+    with (
+        ctx.scratch_dir("failover") as data_dir,
+        raftlog_local.local_cluster(data_dir) as cluster,
+    ):
+        rows = asyncio.run(measure(ctx, cluster, rounds))
+    ctx.note(
+        f"3-node local cluster, 1 partition, {failover_round.WORKERS} writers of 100-byte "
+        "records at acks=all; clock from SIGKILL to the first ack after the PID is gone"
+    )
+    return rows

@@ -1,0 +1,176 @@
+"""Scenario ``peers``: etcd and PySyncObj beside raftlog, measured in the same run.
+
+- etcd (3 members, loopback): the ``small`` workload (100-byte values, one per
+  request, closed loop) through its JSON gateway, by the same generator that
+  drives raftlog in ``small``; raftlog's requests/s at the same client counts
+  and the ratio.
+- PySyncObj (3 node processes, loopback): replicated 100-byte appends
+  submitted inside the nodes, as its own benchmark does; raftlog's records/s
+  for 100-byte records batched through its client at acks=all, and the ratio.
+
+A peer that is not installed is left out with how to install it; the scenario
+skips only when neither is.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import subprocess
+from typing import Any
+
+from benchmarks.context import RunContext
+from benchmarks.peers import detect
+from benchmarks.peers.etcd_cluster import EtcdCluster
+from benchmarks.peers.etcd_load import etcd_put_load
+from benchmarks.registry import Row, Skip, scenario
+from benchmarks.scenarios.small import seconds_per_step
+from benchmarks.workloads import raftlog_local
+from benchmarks.workloads.pysyncobj_bench import measure_pysyncobj
+from benchmarks.workloads.raftlog_load import batched_load, small_load
+
+FULL_CLIENTS, QUICK_CLIENTS = (1, 64, 256), (1, 16)
+FULL_WINDOWS, QUICK_WINDOWS = (50, 200, 1000, 3000), (100, 1000)
+"""PySyncObj commands in flight per node."""
+FULL_SECONDS, QUICK_SECONDS = 10.0, 2.0
+MAX_REQUESTS = 2_000_000
+RECORDS_PER_BATCH = 1000
+RAFTLOG_IN_FLIGHT = 4
+
+
+def add_arguments(group: argparse._ArgumentGroup) -> None:
+    group.add_argument("--peers-seconds", type=float, default=None, help="seconds per step")
+
+
+def etcd_version() -> str:
+    binary = detect.etcd_binary() or "etcd"
+    try:
+        out = subprocess.run([binary, "--version"], capture_output=True, text=True, timeout=10)
+        return out.stdout.split()[2] if out.stdout.startswith("etcd Version:") else "?"
+    except (OSError, subprocess.TimeoutExpired, IndexError):
+        return "?"
+
+
+def pysyncobj_version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("pysyncobj")
+    except PackageNotFoundError:
+        return "?"
+
+
+async def raftlog_figures(
+    servers: list[str], counts: tuple[int, ...], seconds: float
+) -> tuple[dict[int, Any], Any]:
+    """raftlog's small-request loads per client count and its batched 100-byte load."""
+    client = raftlog_local.client_class()(servers)
+    try:
+        await raftlog_local.create_topic(client, "bench-peers", 1)
+    finally:
+        await client.close()
+    small = {n: await small_load(servers, "bench-peers", n, seconds, MAX_REQUESTS) for n in counts}
+    batch = (os.urandom(100 * RECORDS_PER_BATCH), RECORDS_PER_BATCH)
+    batched = await batched_load(
+        servers, "bench-peers", 1, batch, "all", RAFTLOG_IN_FLIGHT, seconds, MAX_REQUESTS
+    )
+    return small, batched
+
+
+@scenario(
+    "peers",
+    "etcd and PySyncObj beside raftlog: small requests/s and 100-byte records/s, ratios",
+    add_arguments=add_arguments,
+)
+def run(ctx: RunContext) -> list[Row]:
+    etcd_hint, syncobj_hint = detect.etcd_missing(), detect.pysyncobj_missing()
+    if etcd_hint and syncobj_hint:
+        raise Skip(f"{etcd_hint}; {syncobj_hint}")
+    counts = QUICK_CLIENTS if ctx.quick else FULL_CLIENTS
+    windows = QUICK_WINDOWS if ctx.quick else FULL_WINDOWS
+    seconds = seconds_per_step(ctx, QUICK_SECONDS, FULL_SECONDS, "peers_seconds")
+    ctx.set_total(2 * len(counts) + len(windows) + 1)
+    rows: list[Row] = []
+    with ctx.scratch_dir("peers") as scratch:
+        # raftlog first, so its figures are there to divide by; left out (with the
+        # reason) while its cluster or client is not built.
+        small: dict[int, Any] = {}
+        batched = None
+        try:
+            with raftlog_local.local_cluster(scratch / "raftlog") as cluster:
+                small, batched = asyncio.run(raftlog_figures(cluster.servers, counts, seconds))
+        except Skip as skip:
+            ctx.note(f"raftlog left out: {skip.reason}")
+        ctx.advance(len(counts) + 1)
+
+        if etcd_hint:
+            ctx.note(f"etcd left out: {etcd_hint}")
+        else:
+            version = etcd_version()
+            with EtcdCluster(scratch / "etcd") as etcd:
+                for n in counts:
+                    load = asyncio.run(etcd_put_load(etcd.client_urls, n, seconds, MAX_REQUESTS))
+                    rows.append(
+                        {
+                            "system": f"etcd {version}",
+                            "case": f"small, {n} clients",
+                            "requests/s": load.requests_per_s,
+                            "p50 ms": load.p50_ms,
+                            "p99 ms": load.p99_ms,
+                            "errors": load.errors,
+                        }
+                    )
+                    if n in small:
+                        mine = small[n]
+                        rows.append(
+                            {
+                                "system": "raftlog",
+                                "case": f"small, {n} clients",
+                                "requests/s": mine.requests_per_s,
+                                "p50 ms": mine.p50_ms,
+                                "p99 ms": mine.p99_ms,
+                                "errors": mine.errors,
+                                "x etcd": mine.requests_per_s / max(load.requests_per_s, 1e-9),
+                            }
+                        )
+                    ctx.advance(1)
+
+        if syncobj_hint:
+            ctx.note(f"PySyncObj left out: {syncobj_hint}")
+        else:
+            figures = measure_pysyncobj(scratch / "pysyncobj", windows, seconds, 100, ctx.advance)
+            for f in figures:
+                rows.append(
+                    {
+                        "system": f"pysyncobj {pysyncobj_version()}",
+                        "case": f"100-byte appends, {f.in_flight} in flight per node",
+                        "records/s": f.records_per_s,
+                        "p50 ms": f.p50_ms,
+                        "p99 ms": f.p99_ms,
+                        "errors": f.errors,
+                    }
+                )
+            best = max(f.records_per_s for f in figures)
+            if batched is not None:
+                rows.append(
+                    {
+                        "system": "raftlog",
+                        "case": f"100-byte records in batches of {RECORDS_PER_BATCH}, acks=all",
+                        "records/s": batched.requests * RECORDS_PER_BATCH / batched.seconds,
+                        "p50 ms": batched.p50_ms,
+                        "p99 ms": batched.p99_ms,
+                        "errors": batched.errors,
+                        "x pysyncobj best": batched.requests
+                        * RECORDS_PER_BATCH
+                        / batched.seconds
+                        / max(best, 1e-9),
+                    }
+                )
+    ctx.note(
+        f"{seconds:g} s per step; etcd through its JSON gateway, workers round-robin over the "
+        "3 members; PySyncObj: default SyncObjConf (in-memory journal, no fsync), commands "
+        "submitted with callbacks inside all 3 node processes, closed loop per window; "
+        "raftlog: 3-node local cluster, R=3, acks=all, same closed-loop generator as etcd"
+    )
+    return rows

@@ -1,0 +1,107 @@
+"""The closed-loop load generator, the etcd put load, and the PySyncObj node cluster."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+
+import _bench_repo_path  # noqa: F401  (puts the repo root on sys.path)
+import pytest
+
+from benchmarks.peers import detect
+from benchmarks.peers.etcd_cluster import EtcdCluster
+from benchmarks.peers.etcd_load import etcd_put_load
+from benchmarks.workloads.closed_loop import percentile, run_closed_loop
+
+needs_etcd = pytest.mark.skipif(detect.etcd_missing() is not None, reason=detect.ETCD_INSTALL_HINT)
+needs_pysyncobj = pytest.mark.skipif(
+    detect.pysyncobj_missing() is not None, reason=detect.PYSYNCOBJ_INSTALL_HINT
+)
+
+
+def test_percentile_is_nearest_rank() -> None:
+    values = [float(v) for v in range(1, 101)]
+    assert percentile(values, 0.5) == 50.0
+    assert percentile(values, 0.99) == 99.0
+    assert percentile(values, 1.0) == 100.0
+    assert percentile([], 0.5) == 0.0
+    with pytest.raises(ValueError, match="q must be"):
+        percentile(values, 1.5)
+
+
+async def test_closed_loop_stops_at_the_request_count_and_counts_errors() -> None:
+    seen: list[tuple[int, int]] = []
+
+    async def request(worker: int, n: int) -> None:
+        seen.append((worker, n))
+        await asyncio.sleep(0)
+        if n % 10 == 0:
+            raise RuntimeError(f"request {n} refused")
+
+    result = await run_closed_loop(request, clients=4, duration_s=60.0, max_requests=100)
+    assert sorted(n for _, n in seen) == list(range(100))  # each request number once
+    assert {w for w, _ in seen} == {0, 1, 2, 3}  # every worker took part
+    assert result.errors == 10 and result.requests == 90
+    assert result.first_error.startswith("RuntimeError: request")
+    assert result.requests_per_s > 0 and result.p99_ms >= result.p50_ms >= 0
+
+
+async def test_closed_loop_stops_at_the_deadline_with_no_more_than_clients_in_flight() -> None:
+    in_flight = peak = 0
+
+    async def request(_worker: int, _n: int) -> None:
+        nonlocal in_flight, peak
+        in_flight += 1
+        peak = max(peak, in_flight)
+        await asyncio.sleep(0.001)
+        in_flight -= 1
+
+    result = await run_closed_loop(request, clients=3, duration_s=0.2, max_requests=10**9)
+    assert 0 < result.requests < 10**9  # ended by the deadline, not the count
+    assert peak == 3
+
+
+async def test_closed_loop_rejects_bad_bounds() -> None:
+    async def request(_worker: int, _n: int) -> None:
+        return None
+
+    for kwargs in ({"clients": 0}, {"duration_s": 0.0}, {"max_requests": 0}):
+        args = {"clients": 1, "duration_s": 1.0, "max_requests": 1, **kwargs}
+        with pytest.raises(ValueError, match=next(iter(kwargs))):
+            await run_closed_loop(request, **args)  # type: ignore[arg-type]
+
+
+@needs_etcd
+async def test_closed_loop_against_etcd_measures_puts(tmp_path: Path) -> None:
+    with EtcdCluster(tmp_path) as cluster:
+        result = await etcd_put_load(
+            cluster.client_urls, clients=4, duration_s=60.0, max_requests=40
+        )
+    assert result.errors == 0, result.first_error
+    assert result.requests == 40
+    assert len(result.latencies_s) == 40 and all(t > 0 for t in result.latencies_s)
+    assert result.p99_ms >= result.p50_ms > 0
+
+
+@needs_pysyncobj
+def test_pysyncobj_cluster_replicates_an_append_and_stops_by_pid(tmp_path: Path) -> None:
+    from benchmarks.peers.pysyncobj_cluster import PySyncObjCluster
+
+    cluster = PySyncObjCluster(tmp_path)
+    with cluster:
+        assert len(set(cluster.pids)) == 3
+        assert all(a.startswith("127.0.0.1:") for a in cluster.addresses)
+        assert cluster.call(0, {"cmd": "append", "value": "hello"}) == {"ok": True}
+        # A follower applies the entry once it learns the new commit index (its next
+        # append or heartbeat): poll, bounded, for the read-back on another node.
+        deadline = time.monotonic() + 10.0
+        got = cluster.call(2, {"cmd": "read"})
+        while got["count"] < 1 and time.monotonic() < deadline:
+            time.sleep(0.05)
+            got = cluster.call(2, {"cmd": "read"})
+        assert got == {"count": 1, "last": "hello"}
+        answers = cluster.bench(seconds=0.3, size=100, inflight=10)
+        assert len(answers) == 3 and sum(a["success"] for a in answers) > 0
+    assert all(node.process.poll() is not None for node in cluster.nodes)
+    cluster.stop()  # idempotent

@@ -1,0 +1,367 @@
+"""Consensus scenarios over the simulated network, disk and (virtual) clock.
+
+Every test runs on a fresh virtual-time loop, so it is deterministic and the
+waits below cost no wall-clock time (they are bounds, not assertions on speed).
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from raftlog.raft.configuration import Configuration
+from raftlog.raft.consensus import Consensus
+from raftlog.raft.dispatch import PeerDispatcher
+from raftlog.raft.errors import ConfigurationChangeError, NotLeaderError, TermMismatchError
+from raftlog.raft.heartbeat_manager import HeartbeatManager
+from raftlog.raft.messages import HeartbeatBatchRequest
+from raftlog.raft.replicate_batcher import Consistency, ReplicateBatcher
+from raftlog.raft.transport import LocalNetwork
+from raftlog.sim.cluster import SimCluster, sim_options
+from raftlog.sim.loop import run_virtual
+from raftlog.storage.batch import BatchKind, RecordBatch
+from raftlog.storage.memory import MemoryLog
+
+
+def data(payload: bytes, count: int = 1) -> RecordBatch:
+    return RecordBatch.create(payload, count, timestamp_ms=0)
+
+
+def log_of(c: Consensus) -> list[str]:
+    """The committed log, readable: ``base..last@term KIND payload``."""
+    return [
+        f"{b.base_offset}..{b.last_offset}@{b.term} {b.kind.name} {b.payload.decode()}"
+        for b in c.read(0, 1 << 20)
+    ]
+
+
+def test_three_nodes_elect_and_replicate_quorum_ack() -> None:
+    async def scenario() -> None:
+        cluster = SimCluster(3, seed=7)
+        await cluster.start()
+        leader = (await cluster.wait_for_leader()).consensus
+        stages = leader.replicate([data(b"a", 2), data(b"b")])
+        await stages.enqueued
+        result = await stages.finished
+        assert (result.base_offset, result.last_offset, result.term) == (1, 3, leader.term)
+        assert leader.commit_index == 3 and leader.high_watermark == 4
+        await asyncio.sleep(0.5)  # heartbeats carry the commit index to followers
+        t = leader.term
+        for node in cluster.nodes.values():
+            assert log_of(node.consensus) == [
+                f"0..0@{t} NOOP ",
+                f"1..2@{t} DATA a",
+                f"3..3@{t} DATA b",
+            ]
+            assert node.consensus.flushed_offset == 3
+        # A follower reports who leads.
+        follower = next(n for n in cluster.nodes.values() if n.consensus is not leader)
+        assert follower.consensus.leader_id == leader.node_id
+        with pytest.raises(NotLeaderError) as info:
+            await follower.consensus.replicate([data(b"x")]).finished
+        assert info.value.leader_id == leader.node_id
+        await cluster.stop()
+
+    run_virtual(scenario())
+
+
+def test_partitioned_leader_steps_down_and_its_suffix_is_repaired() -> None:
+    async def scenario() -> None:
+        cluster = SimCluster(3, seed=3)
+        await cluster.start()
+        old = await cluster.wait_for_leader()
+        await old.consensus.replicate([data(b"kept")]).finished
+        cluster.network.partition({old.node_id}, cluster.ids)
+        lost = old.consensus.replicate([data(b"lost")])
+        new = await cluster.wait_for_leader(exclude=old.node_id)
+        assert new.consensus.term > old.consensus.term or not old.consensus.is_leader
+        with pytest.raises(NotLeaderError):
+            await lost.finished  # never committed: the old leader gave up (check quorum)
+        assert not old.consensus.is_leader
+        await new.consensus.replicate([data(b"new")]).finished
+        cluster.network.heal()
+        await new.consensus.wait_for_commit(new.consensus.commit_index, 5)
+        await asyncio.sleep(1.0)
+        for node in cluster.nodes.values():
+            payloads = [b.payload for b in node.consensus.read(0, 1 << 20) if not b.is_control]
+            assert payloads == [b"kept", b"new"], node.node_id
+        await cluster.stop()
+
+    run_virtual(scenario())
+
+
+def test_expected_term_mismatch_appends_nothing() -> None:
+    async def scenario() -> None:
+        cluster = SimCluster(3, seed=1)
+        await cluster.start()
+        leader = (await cluster.wait_for_leader()).consensus
+        before = leader.dirty_offset
+        with pytest.raises(TermMismatchError, match="expected term 99 but the current term is"):
+            await leader.replicate([data(b"x")], expected_term=99).finished
+        assert leader.dirty_offset == before
+        ok = await leader.replicate([data(b"y")], expected_term=leader.term).finished
+        assert ok.base_offset == before + 1
+        await cluster.stop()
+
+    run_virtual(scenario())
+
+
+def test_leader_ack_answers_after_the_leader_append_only() -> None:
+    async def scenario() -> None:
+        cluster = SimCluster(3, seed=2)
+        await cluster.start()
+        leader = await cluster.wait_for_leader()
+        c = leader.consensus
+        for other in cluster.ids:  # followers unreachable: nothing can commit
+            if other != leader.node_id:
+                cluster.network.cut(leader.node_id, other)
+        commit = c.commit_index
+        res = await c.replicate([data(b"l")], Consistency.LEADER_ACK).finished
+        assert res.base_offset == commit + 1
+        assert c.commit_index == commit  # answered without a quorum
+        quorum = c.replicate([data(b"q")], Consistency.QUORUM_ACK)
+        await asyncio.sleep(0.2)
+        assert not quorum.finished.done()
+        await cluster.stop()
+
+    run_virtual(scenario())
+
+
+def test_leadership_transfer_hands_over_and_stops_writes() -> None:
+    async def scenario() -> None:
+        cluster = SimCluster(3, seed=5)
+        await cluster.start()
+        old = await cluster.wait_for_leader()
+        await old.consensus.replicate([data(b"before")]).finished
+        target = next(i for i in cluster.ids if i != old.node_id)
+        transfer = asyncio.create_task(old.consensus.transfer_leadership(target))
+        await asyncio.sleep(0)
+        with pytest.raises(NotLeaderError) as info:
+            await old.consensus.replicate([data(b"during")]).finished
+        assert info.value.leader_id == target
+        await transfer
+        new = await cluster.wait_for_leader()
+        assert new.node_id == target
+        assert not old.consensus.is_leader
+        await new.consensus.replicate([data(b"after")]).finished
+        payloads = [b.payload for b in new.consensus.read(0, 1 << 20) if not b.is_control]
+        assert payloads == [b"before", b"after"]
+        await cluster.stop()
+
+    run_virtual(scenario())
+
+
+def test_learner_catches_up_and_is_promoted() -> None:
+    async def scenario() -> None:
+        cluster = SimCluster(3, seed=11)
+        await cluster.start()
+        leader = (await cluster.wait_for_leader()).consensus
+        for i in range(5):
+            await leader.replicate([data(f"r{i}".encode())]).finished
+        node4 = cluster.add_node(4, voters=[1, 2, 3])
+        await node4.start()
+        assert node4.consensus.role.value == "learner"
+        with pytest.raises(ConfigurationChangeError, match="already a member"):
+            await leader.add_member(2)
+        await leader.add_member(4)
+        for _ in range(100):
+            if 4 in leader.configuration.voters:
+                break
+            await asyncio.sleep(0.05)
+        assert leader.configuration == Configuration.of([1, 2, 3, 4])
+        await leader.replicate([data(b"with4")]).finished
+        await asyncio.sleep(0.5)
+        assert node4.consensus.configuration.voters == (1, 2, 3, 4)
+        assert node4.consensus.role.value == "follower"
+        payloads = [b.payload for b in node4.consensus.read(0, 1 << 20) if not b.is_control]
+        assert payloads == [b"r0", b"r1", b"r2", b"r3", b"r4", b"with4"]
+        kinds = [b.kind for b in leader.read(0, 1 << 20) if b.kind is BatchKind.RAFT_CONFIG]
+        assert len(kinds) == 2  # added as a learner, then promoted
+        await cluster.stop()
+
+    run_virtual(scenario())
+
+
+def test_remove_member_shrinks_the_quorum() -> None:
+    async def scenario() -> None:
+        cluster = SimCluster(3, seed=13)
+        await cluster.start()
+        leader = await cluster.wait_for_leader()
+        victim = next(i for i in cluster.ids if i != leader.node_id)
+        await leader.consensus.remove_member(victim)
+        assert victim not in leader.consensus.configuration.members
+        cluster.nodes[victim].crash()
+        # Two voters left: both needed, and enough.
+        res = await leader.consensus.replicate([data(b"x")]).finished
+        assert leader.consensus.commit_index >= res.last_offset
+        await cluster.stop()
+
+    run_virtual(scenario())
+
+
+def test_crashed_follower_loses_unflushed_tail_and_is_recovered() -> None:
+    async def scenario() -> None:
+        cluster = SimCluster(3, seed=17)
+        await cluster.start()
+        leader = await cluster.wait_for_leader()
+        follower = cluster.nodes[next(i for i in cluster.ids if i != leader.node_id)]
+        for i in range(3):
+            await leader.consensus.replicate([data(f"q{i}".encode())]).finished
+        for i in range(3):  # leader_ack: followers need not flush these
+            await leader.consensus.replicate(
+                [data(f"l{i}".encode())], Consistency.LEADER_ACK
+            ).finished
+        follower.crash(keep_unflushed=0)
+        await follower.restart()
+        await leader.consensus.replicate([data(b"end")]).finished
+        await asyncio.sleep(1.0)
+        expected = [b"q0", b"q1", b"q2", b"l0", b"l1", b"l2", b"end"]
+        payloads = [b.payload for b in follower.consensus.read(0, 1 << 20) if not b.is_control]
+        assert payloads == expected
+        await cluster.stop()
+
+    run_virtual(scenario())
+
+
+def test_follower_flushes_are_coalesced() -> None:
+    async def scenario() -> None:
+        options = sim_options()
+        options.flush_delay_s = 0.05
+        cluster = SimCluster(3, seed=19, options=options)
+        await cluster.start()
+        leader = (await cluster.wait_for_leader()).consensus
+        stages = [leader.replicate([data(b"x")], Consistency.LEADER_ACK) for _ in range(40)]
+        for s in stages:
+            await s.finished
+        await asyncio.sleep(0.5)
+        for node in cluster.nodes.values():
+            if node.consensus is leader:
+                continue
+            assert node.consensus.flushed_offset == leader.dirty_offset
+            # 40 appends (batched by the batcher into fewer), far fewer fsyncs.
+            assert node.consensus.flusher.flushes < 10
+        await cluster.stop()
+
+    run_virtual(scenario())
+
+
+def test_batcher_memory_is_the_backpressure() -> None:
+    async def scenario() -> None:
+        gate = asyncio.Event()
+        appended: list[list[bytes]] = []
+
+        async def append(reqs) -> None:
+            appended.append([b.payload for r in reqs for b in r.batches])
+            await gate.wait()
+            batcher.memory.release(sum(r.units for r in reqs))
+
+        batcher = ReplicateBatcher(append, memory_bytes=200)
+        runner = asyncio.create_task(batcher.run())
+        first, enq1 = batcher.replicate([data(b"1" * 100)], Consistency.QUORUM_ACK, -1)
+        second, enq2 = batcher.replicate([data(b"2" * 100)], Consistency.QUORUM_ACK, -1)
+        t1, t2 = asyncio.create_task(enq1), asyncio.create_task(enq2)
+        await asyncio.sleep(0.1)
+        assert first.enqueued.done()
+        assert not second.enqueued.done()  # 152 + 152 bytes > 200: waits for memory
+        gate.set()
+        await asyncio.sleep(0.1)
+        assert second.enqueued.done()
+        assert appended == [[b"1" * 100], [b"2" * 100]]
+        runner.cancel()
+        await asyncio.gather(runner, t1, t2, return_exceptions=True)
+
+    run_virtual(scenario())
+
+
+class _Recorder:
+    def __init__(self, network: LocalNetwork, node: int) -> None:
+        self.inner = network.transport(node)
+        self.sent: list[object] = []
+
+    async def send(self, target_node: int, message: object) -> object:
+        self.sent.append(message)
+        return await self.inner.send(target_node, message)
+
+
+def test_heartbeats_are_batched_per_peer_node() -> None:
+    async def scenario() -> None:
+        network = LocalNetwork()
+        config = Configuration.of([1, 2, 3], (), {1: 10})  # node 1 leads both groups
+        recorders = {}
+        groups = {}
+        for node in (1, 2, 3):
+            rec = recorders[node] = _Recorder(network, node)
+            hb = HeartbeatManager(node, rec, interval_s=0.1)
+            network.register(node, PeerDispatcher(node, hb).handle)
+            for g in (10, 20):
+                c = Consensus(g, node, config, MemoryLog(), rec, sim_options(), 0, hb)
+                groups[(node, g)] = c
+                await c.start()
+            await hb.start()
+        for _ in range(100):
+            if groups[(1, 10)].is_leader and groups[(1, 20)].is_leader:
+                break
+            await asyncio.sleep(0.05)
+        assert groups[(1, 10)].is_leader and groups[(1, 20)].is_leader
+        recorders[1].sent.clear()
+        await asyncio.sleep(0.35)
+        batches = [m for m in recorders[1].sent if isinstance(m, HeartbeatBatchRequest)]
+        assert batches, "no heartbeat sent"
+        # One request per peer per round, each carrying both groups.
+        assert {m.target_node for m in batches} == {2, 3}
+        assert all(sorted(h.group for h in m.heartbeats) == [10, 20] for m in batches)
+        for c in groups.values():
+            await c.stop()
+
+    run_virtual(scenario())
+
+
+class _Counter:
+    """A state machine that sums record counts of data batches."""
+
+    def __init__(self) -> None:
+        self.total = 0
+        self.applied: list[int] = []
+
+    def apply(self, batch: RecordBatch) -> None:
+        self.applied.append(batch.base_offset)
+        if batch.kind is BatchKind.DATA:
+            self.total += batch.record_count
+
+    def snapshot(self) -> bytes:
+        return str(self.total).encode()
+
+    def restore(self, data: bytes) -> None:
+        self.total = int(data)
+
+
+def test_state_machine_applies_in_order_and_restores_from_the_commit_context() -> None:
+    async def scenario() -> None:
+        network = LocalNetwork()
+        log = MemoryLog()
+        c = Consensus(1, 1, Configuration.of([1]), log, network.transport(1), sim_options())
+        stm = _Counter()
+        c.add_state_machine(stm)
+        await c.start()
+        for _ in range(100):
+            if c.is_leader:
+                break
+            await asyncio.sleep(0.05)
+        for n in (2, 3, 4):
+            await c.replicate([data(b"x", n)]).finished
+        await asyncio.sleep(0.1)
+        assert (stm.total, stm.applied) == (9, [0, 1, 3, 6])
+        await c.stop()
+        assert log.load_commit_context().committed_offset == 9
+        again = Consensus(1, 1, Configuration.of([1]), log, network.transport(1), sim_options())
+        stm2 = _Counter()
+        again.add_state_machine(stm2)
+        await again.start()
+        assert (stm2.total, again.commit_index) == (9, 9)
+        assert stm2.applied == []  # restored, not replayed
+        with pytest.raises(TimeoutError):
+            await again.wait_for_commit(50, timeout=0.2)
+        await again.stop()
+
+    run_virtual(scenario())

@@ -1,0 +1,213 @@
+"""Scripted scenarios against the pure core, in the style of etcd's interaction tests.
+
+Each scenario drives cores by hand and compares a readable trace or state.
+"""
+
+from __future__ import annotations
+
+from raftlog.raft.core import SafetyViolation
+from raftlog.raft.messages import (
+    APPEND_FAILURE,
+    APPEND_SUCCESS,
+    AppendEntriesReply,
+    AppendEntriesRequest,
+    Heartbeat,
+    VoteRequest,
+)
+from raftlog.sim.core_net import CoreNet, placed
+
+
+def _append(leader: int, target: int, term: int, prev: int, prev_term: int, batches, commit=-1):
+    return AppendEntriesRequest(1, leader, target, term, prev, prev_term, commit, True, batches)
+
+
+def test_election_prevote_then_vote() -> None:
+    net = CoreNet(3)
+    net.cores[1].campaign(prevote=True, transfer=False)
+    assert net.deliver() == [
+        "1->2 prevote term=1: granted",
+        "1->3 prevote term=1: granted",
+        "1->2 vote term=1: granted",
+        "1->3 vote term=1: granted",
+    ]
+    assert net.state() == [
+        "n1 leader term=1 vote=1 leader=1 commit=-1",
+        "n2 follower term=1 vote=1 leader=-1 commit=-1",
+        "n3 follower term=1 vote=1 leader=-1 commit=-1",
+    ]
+    # The vote was persisted before it was granted.
+    assert net.logs[2].load_vote().voted_for == 1
+
+
+def test_partitioned_node_prevotes_without_bumping_its_term() -> None:
+    net = CoreNet(3)
+    net.cut = {3}
+    for _ in range(3):
+        net.cores[3].campaign(prevote=True, transfer=False)
+        net.deliver()
+    assert net.state()[2] == "n3 candidate term=0 vote=-1 leader=-1 commit=-1"
+    # Back in the network it did not disrupt anything: others still at term 0.
+    assert [c.term for c in net.cores.values()] == [0, 0, 0]
+
+
+def test_stale_term_is_rejected() -> None:
+    net = CoreNet(3)
+    core = net.cores[2]
+    core.handle_vote(VoteRequest(1, 1, 2, 5, False, -1, 0, False))
+    assert core.term == 5
+    reply = core.check_append(_append(3, 2, 4, -1, 0, [placed(0, 4)]))
+    assert isinstance(reply, AppendEntriesReply)
+    assert (reply.result, reply.term) == (APPEND_FAILURE, 5)
+    stale_vote = core.handle_vote(VoteRequest(1, 3, 2, 4, False, 10, 4, False))
+    assert (stale_vote.granted, stale_vote.term) == (False, 5)
+    hb = core.handle_heartbeat(3, Heartbeat(1, 4, -1, 0, 0))
+    assert (hb.result, hb.term) == (APPEND_FAILURE, 5)
+    assert core.leader_id == -1
+
+
+def test_vote_denied_to_candidate_with_shorter_log() -> None:
+    net = CoreNet(3)
+    net.write(2, placed(0, 1), placed(1, 1))
+    net.write(3, placed(0, 1), placed(1, 1))
+    net.cores[1].campaign(prevote=True, transfer=False)
+    assert net.deliver() == [
+        "1->2 prevote term=1: rejected",
+        "1->3 prevote term=1: rejected",
+    ]
+    assert net.cores[1].term == 0
+
+
+def test_leader_lease_ignores_a_disruptive_candidate() -> None:
+    net = CoreNet(3)
+    net.cores[1].campaign(prevote=True, transfer=False)
+    net.deliver()
+    net.cores[2].handle_heartbeat(1, Heartbeat(1, 1, -1, 0, -1))
+    reply = net.cores[2].handle_vote(VoteRequest(1, 3, 2, 2, False, 100, 1, False))
+    assert (reply.granted, net.cores[2].term) == (False, 1)
+    # ... unless it is a leadership transfer (timeout-now).
+    reply = net.cores[2].handle_vote(VoteRequest(1, 3, 2, 2, False, 100, 1, True))
+    assert (reply.granted, net.cores[2].term) == (True, 2)
+
+
+def test_priority_voting_lower_priority_waits_and_decays() -> None:
+    net = CoreNet(3, priorities={1: 100, 2: 10, 3: 10})
+    core = net.cores[2]
+    trace = []
+    for _ in range(12):
+        core._on_election_timeout()
+        trace.append(f"target={core.priority_target.value} role={core.role.value}")
+        if core.role.value == "candidate":
+            break
+    # target decays by (n-1)/n per declined round until node 2's priority reaches it.
+    assert trace == [
+        "target=66 role=follower",
+        "target=44 role=follower",
+        "target=29 role=follower",
+        "target=19 role=follower",
+        "target=12 role=follower",
+        "target=8 role=follower",
+        "target=8 role=candidate",
+    ]
+    assert net.cores[1].priority_target.may_campaign(net.cores[1].configs.latest, 1)
+
+
+def test_commit_needs_current_term_entry_flushed_on_majority() -> None:
+    """Raft §5.4.2: an old-term entry on a majority is not committed by counting."""
+    net = CoreNet(3)
+    for n in (1, 2):
+        net.write(n, placed(0, 1))
+    # Node 1 becomes leader in term 2 with a term-1 entry replicated on 1 and 2.
+    net.cores[1].handle_vote(VoteRequest(1, 3, 1, 1, False, -1, 0, False))
+    net.cores[1].campaign(prevote=False, transfer=False)
+    net.deliver()
+    leader = net.cores[1]
+    assert (leader.role.value, leader.term) == ("leader", 2)
+    ok = AppendEntriesReply(1, 2, 1, 2, APPEND_SUCCESS, 0, 0, 0)
+    leader.handle_append_reply(2, 2, -1, ok)
+    assert leader.commit_index == -1  # term-1 entry on a majority: still not committed
+    net.write(1, placed(1, 2), flush=False)  # the new leader's noop, not yet flushed
+    ok = AppendEntriesReply(1, 2, 1, 2, APPEND_SUCCESS, 1, 1, 1)
+    leader.handle_append_reply(2, 2, 0, ok)
+    assert leader.commit_index == -1  # flushed on node 2 only; the leader has not flushed
+    net.logs[1].flush()
+    leader.on_local_flush()
+    assert leader.commit_index == 1
+
+
+def test_dirty_offsets_do_not_commit() -> None:
+    net = CoreNet(3)
+    net.cores[1].campaign(prevote=False, transfer=False)
+    net.deliver()
+    leader = net.cores[1]
+    net.write(1, placed(0, 1))
+    for peer in (2, 3):  # appended but not flushed on the followers
+        leader.handle_append_reply(peer, 1, -1, AppendEntriesReply(1, peer, 1, 1, 0, 0, -1, 0))
+    assert (leader.progress[2].dirty_offset, leader.progress[2].flushed_offset) == (0, -1)
+    assert leader.commit_index == -1
+    leader.handle_append_reply(3, 1, -1, AppendEntriesReply(1, 3, 1, 1, 0, 0, 0, 0))
+    assert leader.commit_index == 0
+
+
+def test_log_repair_plan_truncates_the_divergent_suffix_only() -> None:
+    net = CoreNet(3)
+    # Follower 2 has 0..1@1 and a divergent 2..4@2; the term-3 leader has 2..3@3.
+    net.write(2, placed(0, 1, 2), placed(2, 2, 3))
+    follower = net.cores[2]
+    plan = follower.check_append(_append(1, 2, 3, 1, 1, [placed(2, 3, 2)]))
+    assert not isinstance(plan, AppendEntriesReply)
+    assert (plan.truncate_at, [b.base_offset for b in plan.batches]) == (2, [2])
+    # A mismatch at prev is refused, reporting the follower's dirty offset for backoff.
+    reply = follower.check_append(_append(1, 2, 3, 4, 3, [placed(5, 3)]))
+    assert isinstance(reply, AppendEntriesReply)
+    assert (reply.result, reply.last_dirty_offset) == (APPEND_FAILURE, 4)
+    # Duplicates of entries it already has are skipped, not re-appended.
+    plan = follower.check_append(_append(1, 2, 3, -1, 0, [placed(0, 1, 2)]))
+    assert not isinstance(plan, AppendEntriesReply)
+    assert (plan.truncate_at, plan.batches) == (-1, [])
+
+
+def test_truncating_below_the_commit_index_is_refused() -> None:
+    net = CoreNet(3)
+    net.write(2, placed(0, 1), placed(1, 1))
+    follower = net.cores[2]
+    follower.handle_heartbeat(1, Heartbeat(1, 1, 1, 1, 1))
+    assert follower.commit_index == 1
+    try:
+        follower.check_append(_append(3, 2, 2, 0, 1, [placed(1, 2)]))
+    except SafetyViolation as exc:
+        assert "truncate at 1 <= commit index 1" in str(exc)
+    else:
+        raise AssertionError("a committed entry was allowed to be truncated")
+
+
+def test_leadership_transfer_timeout_now_starts_an_election() -> None:
+    net = CoreNet(3)
+    net.cores[1].campaign(prevote=False, transfer=False)
+    net.deliver()
+    for n in (2, 3):
+        net.cores[n].handle_heartbeat(1, Heartbeat(1, 1, -1, 0, -1))
+    leader = net.cores[1]
+    leader.begin_transfer(3)
+    assert not leader.accepting_writes
+    net.cores[3].handle_timeout_now(leader.timeout_now_for(3))
+    assert net.deliver() == [
+        "3->1 vote term=2: granted",
+        "3->2 vote term=2: granted",
+    ]
+    assert net.state() == [
+        "n1 follower term=2 vote=3 leader=-1 commit=-1",
+        "n2 follower term=2 vote=3 leader=-1 commit=-1",
+        "n3 leader term=2 vote=3 leader=3 commit=-1",
+    ]
+
+
+def test_leader_without_a_quorum_steps_down() -> None:
+    net = CoreNet(3)
+    net.cores[1].campaign(prevote=False, transfer=False)
+    net.deliver()
+    leader = net.cores[1]
+    leader.take_ready()
+    for _ in range(10):
+        leader.tick()
+    assert leader.role.value == "follower"
+    assert leader.take_ready().stepped_down
