@@ -5,6 +5,11 @@ worker reuse, Arrow batch size, few shuffle partitions) and
 ``spark_conf/log4j2.properties`` the JVM log level (WARN). The package is
 installed editable from ``connector/``, so the folder is found next to it, at
 ``<repo>/spark_conf``.
+
+Spark finds ``DefaultSource`` by listing ``pyspark_*`` modules with
+``pkgutil.iter_modules()`` in a Python worker. The project is installed in
+setuptools' *strict* editable mode (a link tree, not an import hook), so
+``pyspark_raftlog`` is listable under any session, built here or not.
 """
 
 from __future__ import annotations
@@ -49,11 +54,10 @@ def read_spark_defaults(path: Path) -> dict[str, str]:
 def build_session(app_name: str, master: str | None = None) -> SparkSession:
     """A SparkSession with ``spark_conf/``'s settings; ``master`` overrides ``spark.master``.
 
-    Also makes ``pyspark_raftlog`` discoverable by Spark's workers under an
-    editable install (see :func:`_make_discoverable`), points ``SPARK_CONF_DIR`` at
-    ``spark_conf/`` (unless already set) so the JVM picks up ``log4j2.properties``,
-    and sets ``PYSPARK_PYTHON``/``PYSPARK_DRIVER_PYTHON`` to this interpreter (unless
-    set) so workers run with the same packages. These only take effect when this
+    Also points ``SPARK_CONF_DIR`` at ``spark_conf/`` (unless already set) so the
+    JVM picks up ``log4j2.properties``, and sets ``PYSPARK_PYTHON`` and
+    ``PYSPARK_DRIVER_PYTHON`` to this interpreter (unless set) so workers run with
+    the same packages. These only take effect when this
     call starts the JVM; an already running session is returned as it is, with the
     settings applied where Spark allows it.
     """
@@ -61,7 +65,6 @@ def build_session(app_name: str, master: str | None = None) -> SparkSession:
 
     conf_dir = spark_conf_dir()
     os.environ.setdefault("SPARK_CONF_DIR", str(conf_dir))
-    _make_discoverable(conf_dir)
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     builder = SparkSession.builder.appName(app_name)
@@ -70,20 +73,3 @@ def build_session(app_name: str, master: str | None = None) -> SparkSession:
     if master is not None:
         builder = builder.master(master)
     return builder.getOrCreate()
-
-
-def _make_discoverable(conf_dir: Path) -> None:
-    """Let Spark's Python workers *list* pyspark_raftlog, so DefaultSource auto-registers.
-
-    Spark finds data sources with ``pkgutil.iter_modules()``, which cannot see a
-    package an editable install serves from a differently named folder
-    (``connector/``). ``spark_conf/pythonpath`` holds a ``pyspark_raftlog`` link to
-    that folder; it goes on ``PYTHONPATH``, which the JVM passes to its workers.
-    Nothing changes for a regular install, whose package folder has the right name.
-    """
-    if Path(__file__).resolve().parent.name == "pyspark_raftlog":
-        return
-    link_dir = str(conf_dir / "pythonpath")
-    paths = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
-    if link_dir not in paths:
-        os.environ["PYTHONPATH"] = os.pathsep.join([link_dir, *paths])

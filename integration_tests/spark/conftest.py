@@ -68,3 +68,16 @@ def private_cluster(request: pytest.FixtureRequest):
         return request.getfixturevalue("fresh_cluster")
     except pytest.FixtureLookupError:
         pytest.skip("integration_tests/conftest.py does not provide the fresh_cluster fixture")
+
+
+@pytest.fixture
+def spark_standalone(tmp_path: Path) -> Iterator[object]:
+    """A Spark standalone master and two workers on 127.0.0.1 (pyspark's ``spark-class``),
+    stopped by PID afterwards, even when the test fails."""
+    from standalone_cluster import start_standalone
+
+    cluster = start_standalone(tmp_path / "spark-standalone", workers=2)
+    try:
+        yield cluster
+    finally:
+        cluster.stop()

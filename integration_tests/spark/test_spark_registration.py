@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from spark_drivers import run_driver
 
 
 def test_auto_registered_source_rejects_bad_options(spark, tmp_path: Path) -> None:
@@ -33,3 +34,18 @@ def test_auto_registered_source_rejects_bad_options(spark, tmp_path: Path) -> No
             query.awaitTermination(120)  # bounded: the failure comes within seconds
         finally:
             query.stop()
+
+
+def test_plain_session_finds_default_source_on_its_own(tmp_path: Path) -> None:
+    """A plain ``SparkSession.builder.master("local[1]").getOrCreate()`` in its own
+    interpreter (no build_session, no PYTHONPATH): the option errors are the connector's,
+    so Spark listed pyspark_raftlog and registered its DefaultSource by itself."""
+    done = run_driver("plain_session.py", cwd=tmp_path, timeout_s=240)
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = dict(line.split(": ", 1) for line in done.stdout.splitlines() if ": " in line)
+    assert lines.get("write") == (
+        "pyspark_raftlog.errors.OptionError: option 'acks' must be one of all, 1, 0; got 'two'"
+    ), done.stdout
+    assert lines.get("read", "").startswith(
+        "pyspark_raftlog.errors.OptionError: option 'acks' applies to writes, not reads"
+    ), done.stdout

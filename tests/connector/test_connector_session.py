@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pkgutil
 from pathlib import Path
 
 import pytest
@@ -22,3 +23,13 @@ def test_malformed_line_names_file_and_line(tmp_path: Path) -> None:
     bad.write_text("# comment\n\nspark.master local[1]\nlonely\n")
     with pytest.raises(ValueError, match=r"spark-defaults.conf:4: expected 'key value'"):
         read_spark_defaults(bad)
+
+
+def test_package_is_listable_so_spark_finds_default_source() -> None:
+    # Spark registers DefaultSource of each pyspark_* module that pkgutil.iter_modules()
+    # lists; an editable install's import hook is not listable, a strict one's link tree is.
+    listed = {m.name for m in pkgutil.iter_modules() if m.name.startswith("pyspark_")}
+    assert "pyspark_raftlog" in listed, (
+        "pyspark_raftlog is importable but not listable: reinstall with "
+        "`pip install -e . --config-settings editable_mode=strict --no-deps`"
+    )
