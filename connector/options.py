@@ -69,8 +69,13 @@ SOURCE_OPTIONS = (
 )
 
 _TOPIC_RE = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
-_SERVER_RE = re.compile(r"^(?:http://)?(?P<host>[A-Za-z0-9._-]+|\[[0-9A-Fa-f:.]+\]):(?P<port>\d+)$")
-_SIZE_RE = re.compile(r"^(?P<num>\d+)\s*(?P<unit>[kmg]i?b?|b)?$", re.IGNORECASE)
+# ASCII digits with bounded length: `\d` admits other scripts' digits, and int() of
+# thousands of digits raises ValueError (or is slow) instead of an OptionError.
+_SERVER_RE = re.compile(
+    r"^(?:http://)?(?P<host>[A-Za-z0-9._-]+|\[[0-9A-Fa-f:.]+\]):(?P<port>[0-9]{1,5})$"
+)
+_SIZE_RE = re.compile(r"^(?P<num>[0-9]{1,18})\s*(?P<unit>[kmg]i?b?|b)?$", re.IGNORECASE)
+_INT_RE = re.compile(r"^[+-]?[0-9]{1,18}$")
 _SIZE_UNITS = {"": 1, "b": 1, "k": 1024, "m": 1024**2, "g": 1024**3}
 
 
@@ -309,10 +314,9 @@ def _opt_int(
     if raw is None:
         return None
     bound = f"between {minimum} and {maximum}" if maximum is not None else f">= {minimum}"
-    try:
-        value = int(raw.strip())
-    except ValueError:
-        raise OptionError(f"option '{name}' must be an integer {bound}; got {raw!r}") from None
+    if not _INT_RE.match(raw.strip()):
+        raise OptionError(f"option '{name}' must be an integer {bound}; got {raw!r}")
+    value = int(raw.strip())
     if value < minimum or (maximum is not None and value > maximum):
         raise OptionError(f"option '{name}' must be an integer {bound}; got {raw!r}")
     return value
@@ -367,8 +371,11 @@ def _opt_offset_spec(
         raise OptionError(f"option '{name}': {expected}; got {raw!r}")
     try:
         doc = json.loads(value)
-    except json.JSONDecodeError as exc:
-        raise OptionError(f"option '{name}' is not valid JSON ({exc}); {expected}") from None
+    except (ValueError, RecursionError) as exc:
+        # JSONDecodeError is a ValueError; an integer too long to convert raises a plain
+        # ValueError and deep nesting a RecursionError: all are bad input, not crashes.
+        reason = "nested too deeply" if isinstance(exc, RecursionError) else str(exc)[:200]
+        raise OptionError(f"option '{name}' is not valid JSON ({reason}); {expected}") from None
     if not isinstance(doc, dict) or len(doc) != 1:
         raise OptionError(f"option '{name}' must hold exactly one topic; {expected}; got {raw!r}")
     ((topic, parts),) = doc.items()
@@ -378,7 +385,7 @@ def _opt_offset_spec(
         )
     offsets: dict[int, int] = {}
     for key, off in parts.items():
-        if not (isinstance(key, str) and key.isdigit()):
+        if not (isinstance(key, str) and key.isascii() and key.isdigit() and len(key) <= 9):
             raise OptionError(
                 f"option '{name}': partition keys must be non-negative integers as strings; "
                 f"got {key!r}"

@@ -36,6 +36,7 @@ from raftlog.client.errors import (
     UnknownTopicError,
 )
 from raftlog.client.framing import frame_records, unframe_records
+from raftlog.client.producer import IdempotentProducer, ProducerClosedError
 
 __all__ = [
     "BlockingRaftlogClient",
@@ -43,6 +44,7 @@ __all__ = [
     "DuplicateSequenceError",
     "FencedError",
     "FetchResult",
+    "IdempotentProducer",
     "InvalidProducerEpochError",
     "InvalidRequestError",
     "InvalidTxnStateError",
@@ -53,6 +55,7 @@ __all__ = [
     "OutOfOrderSequenceError",
     "PartitionMetadata",
     "ProduceResult",
+    "ProducerClosedError",
     "ProducerSession",
     "RaftlogClient",
     "RaftlogError",

@@ -10,19 +10,28 @@ follows it. Retriable failures (not leader, no leader yet, timeouts, refused
 connections) are retried with exponential backoff (tenacity) until
 ``request_timeout_s`` has passed in total; every other error surfaces at once
 as a :class:`RaftlogError` subclass with the server's message.
+
+Each HTTP attempt has its own, shorter bound (``attempt_timeout_s``, by
+default ``min(request_timeout_s / 3, 10 s)``) and never outlives the call's
+overall deadline, so one hung connection costs an attempt, not the whole
+budget: the call is retried (on a fresh leader lookup) within the deadline.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import contextvars
 import dataclasses
 import random
-from typing import Any, TypeVar
+import time
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import aiohttp
 from tenacity import (
     AsyncRetrying,
     retry_if_exception,
-    stop_after_delay,
     wait_random_exponential,
 )
 
@@ -68,12 +77,26 @@ from raftlog.rpc.messages import (
 )
 from raftlog.storage.batch import RecordBatch
 
+if TYPE_CHECKING:
+    from raftlog.client.producer import IdempotentProducer
+
 R = TypeVar("R")
 
 AUTH_HEADER = "Authorization"
 CONTENT_TYPE = "application/x-raftlog"
 
 ROUTES = CLIENT_ROUTES
+
+#: Upper bound of the default per-attempt timeout (see the module doc).
+MAX_ATTEMPT_TIMEOUT_S = 10.0
+#: The least time an attempt is given even when the call's deadline is (nearly) spent.
+MIN_ATTEMPT_TIMEOUT_S = 0.05
+
+# The deadline (time.monotonic()) of the outermost client call running in this task;
+# nested retry loops (a metadata refresh inside a produce) share it.
+_DEADLINE: contextvars.ContextVar[float | None] = contextvars.ContextVar(
+    "raftlog_client_deadline", default=None
+)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -155,6 +178,13 @@ class _StaleMetadata(RaftlogError):
     """Internal: the cached metadata lacks what the call needs; refresh and retry."""
 
 
+@dataclasses.dataclass(slots=True)
+class _CallState:
+    """What the attempts of one partition call share."""
+
+    refreshed: bool = False  # the topic's metadata was fetched during this call
+
+
 class RaftlogClient:
     """Async client. Safe to share between tasks of one event loop."""
 
@@ -164,17 +194,24 @@ class RaftlogClient:
         *,
         auth_token: str | None = None,
         request_timeout_s: float = 30.0,
+        attempt_timeout_s: float | None = None,
     ) -> None:
         if request_timeout_s <= 0:
             raise ValueError(f"request_timeout_s must be > 0, got {request_timeout_s}")
+        if attempt_timeout_s is None:
+            attempt_timeout_s = min(request_timeout_s / 3, MAX_ATTEMPT_TIMEOUT_S)
+        if attempt_timeout_s <= 0:
+            raise ValueError(f"attempt_timeout_s must be > 0, got {attempt_timeout_s}")
         self._seeds = parse_servers(servers)
         self._auth_token = auth_token
         self._timeout_s = float(request_timeout_s)
+        self._attempt_timeout_s = min(float(attempt_timeout_s), self._timeout_s)
         self._session: aiohttp.ClientSession | None = None
         self._nodes: dict[int, str] = {}
         self._topics: dict[str, TopicInfo] = {}
         self._controller_leader = -1
         self._leader_hints: dict[tuple[str, int], int] = {}
+        self._refreshing: dict[str, asyncio.Future[Any]] = {}
 
     async def __aenter__(self) -> RaftlogClient:
         return self
@@ -337,15 +374,86 @@ class RaftlogClient:
         r = await self._partition_call(topic, partition, req, EndTxnResponse)
         return r.offset
 
+    async def idempotent_producer(
+        self,
+        topic: str,
+        partition: int,
+        *,
+        producer_id: int | None = None,
+        max_in_flight: int = 5,
+        transactional: bool = False,
+        acks: str | int = "all",
+        delivery_timeout_s: float = 120.0,
+    ) -> IdempotentProducer:
+        """Start a producer session on one partition (``init_producer``: bumps the epoch,
+        fencing older sessions of ``producer_id``, and aborts their open transaction).
+
+        ``producer_id`` None picks a random one. The producer sends its batches in
+        sequence order, up to ``max_in_flight`` at once, retrying in order through
+        leader changes (see :mod:`raftlog.client.producer`). Close it when done.
+        """
+        from raftlog.client.producer import IdempotentProducer
+
+        if producer_id is None:
+            producer_id = random.getrandbits(62)
+        if not isinstance(producer_id, int) or not 0 <= producer_id < 2**63:
+            raise InvalidRequestError(
+                f"producer_id must be an int in [0, 2**63 - 1], got {producer_id!r}"
+            )
+        if not isinstance(max_in_flight, int) or not 1 <= max_in_flight <= 5:
+            raise InvalidRequestError(f"max_in_flight must be in [1, 5], got {max_in_flight!r}")
+        ack = _acks(acks)
+        session = await self.init_producer(topic, partition, producer_id)
+        return IdempotentProducer(
+            self,
+            topic,
+            partition,
+            session,
+            max_in_flight=max_in_flight,
+            transactional=transactional,
+            acks=ack,
+            delivery_timeout_s=delivery_timeout_s,
+        )
+
     # ------------------------------------------------------------ routing
 
-    def _retrying(self) -> AsyncRetrying:
+    @property
+    def request_timeout_s(self) -> float:
+        return self._timeout_s
+
+    @property
+    def attempt_timeout_s(self) -> float:
+        return self._attempt_timeout_s
+
+    @contextlib.contextmanager
+    def _deadline(self) -> Iterator[float]:
+        """The call's overall deadline: ``request_timeout_s`` from now, or the enclosing
+        call's when this one is nested in it (whichever is sooner)."""
+        outer = _DEADLINE.get()
+        mine = time.monotonic() + self._timeout_s
+        deadline = mine if outer is None else min(outer, mine)
+        token = _DEADLINE.set(deadline)
+        try:
+            yield deadline
+        finally:
+            _DEADLINE.reset(token)
+
+    def _retrying(self, deadline: float) -> AsyncRetrying:
         return AsyncRetrying(
-            stop=stop_after_delay(self._timeout_s),
+            stop=lambda _state: time.monotonic() >= deadline,
             wait=wait_random_exponential(multiplier=0.05, max=1.0),
             retry=retry_if_exception(_retriable),
             reraise=True,
         )
+
+    def _attempt_timeout(self) -> float:
+        """This attempt's bound: the per-attempt timeout, cut to what is left of the
+        call's deadline (at least MIN_ATTEMPT_TIMEOUT_S)."""
+        deadline = _DEADLINE.get()
+        if deadline is None:
+            return self._attempt_timeout_s
+        left = deadline - time.monotonic()
+        return max(MIN_ATTEMPT_TIMEOUT_S, min(self._attempt_timeout_s, left))
 
     async def _metadata(self, topics: list[str], with_offsets: bool) -> MetadataResponse:
         resp = await self._prefer_controller(
@@ -367,13 +475,14 @@ class RaftlogClient:
     async def _prefer_controller(self, req: Any, resp_type: type[R]) -> R:
         """Ask the controller leader when known (it has applied every acknowledged
         topic change, so reads follow writes), else any node."""
-        addr = self._nodes.get(self._controller_leader)
-        if addr is not None:
-            try:
-                return await self._send(addr, req, resp_type)
-            except (ClusterUnavailableError, RequestTimeoutError):
-                self._controller_leader = -1
-        return await self._any_call(req, resp_type)
+        with self._deadline():
+            addr = self._nodes.get(self._controller_leader)
+            if addr is not None:
+                try:
+                    return await self._send(addr, req, resp_type)
+                except (ClusterUnavailableError, RequestTimeoutError):
+                    self._controller_leader = -1
+            return await self._any_call(req, resp_type)
 
     def _candidates(self) -> list[str]:
         known = list(self._nodes.values())
@@ -384,96 +493,121 @@ class RaftlogClient:
 
     async def _any_call(self, req: Any, resp_type: type[R]) -> R:
         """Send to any reachable node, trying each before backing off."""
-        async for attempt in self._retrying():
-            with attempt:
-                last: RaftlogError | None = None
-                for addr in self._candidates():
-                    try:
-                        return await self._send(addr, req, resp_type)
-                    except ClusterUnavailableError as exc:
-                        last = exc
-                raise last or ClusterUnavailableError("no servers configured")
+        with self._deadline() as deadline:
+            async for attempt in self._retrying(deadline):
+                with attempt:
+                    last: RaftlogError | None = None
+                    for addr in self._candidates():
+                        try:
+                            return await self._send(addr, req, resp_type)
+                        except ClusterUnavailableError as exc:
+                            last = exc
+                    raise last or ClusterUnavailableError("no servers configured")
         raise AssertionError("unreachable")
 
     async def _controller_call(self, req: Any, resp_type: type[R]) -> R:
-        async for attempt in self._retrying():
-            with attempt:
-                addr = self._nodes.get(self._controller_leader)
-                if addr is None:
-                    await self._metadata([], with_offsets=False)
+        with self._deadline() as deadline:
+            async for attempt in self._retrying(deadline):
+                with attempt:
                     addr = self._nodes.get(self._controller_leader)
                     if addr is None:
-                        raise LeaderNotAvailableError("the controller has no leader yet")
-                try:
-                    return await self._send(addr, req, resp_type)
-                except (NotLeaderError, ClusterUnavailableError, RequestTimeoutError) as exc:
-                    self._controller_leader = getattr(exc, "leader_id", -1)
-                    raise
+                        await self._metadata([], with_offsets=False)
+                        addr = self._nodes.get(self._controller_leader)
+                        if addr is None:
+                            raise LeaderNotAvailableError("the controller has no leader yet")
+                    try:
+                        return await self._send(addr, req, resp_type)
+                    except (NotLeaderError, ClusterUnavailableError, RequestTimeoutError) as exc:
+                        self._controller_leader = getattr(exc, "leader_id", -1)
+                        raise
         raise AssertionError("unreachable")
 
     async def _partition_call(self, topic: str, partition: int, req: Any, resp_type: type[R]) -> R:
-        key = (topic, partition)
-        refreshed = False
-        async for attempt in self._retrying():
-            with attempt:
-                leader = self._leader_hints.get(key, -1)
-                if leader < 0 or leader not in self._nodes:
-                    await self._metadata([topic], with_offsets=True)
-                    refreshed = True
-                    info = self._topics.get(topic)
-                    if info is None:
-                        raise UnknownTopicError(f"unknown topic {topic!r}")
-                    if not 0 <= partition < len(info.partitions):
-                        raise UnknownPartitionError(
-                            f"topic {topic!r} has no partition {partition} "
-                            f"(it has partitions 0..{len(info.partitions) - 1})"
-                        )
-                    leader = self._leader_hints.get(key, -1)
-                    if leader < 0 or leader not in self._nodes:
-                        raise LeaderNotAvailableError(
-                            f"partition {topic}/{partition} has no leader yet"
-                        )
-                try:
-                    return await self._send(self._nodes[leader], req, resp_type)
-                except (NotLeaderError, LeaderNotAvailableError) as exc:
-                    if exc.leader_id >= 0 and exc.leader_id != leader:
-                        self._leader_hints[key] = exc.leader_id
-                        if exc.leader_address:
-                            self._nodes.setdefault(exc.leader_id, exc.leader_address)
-                    else:
-                        self._leader_hints.pop(key, None)
-                    raise
-                except (ClusterUnavailableError, RequestTimeoutError):
-                    self._leader_hints.pop(key, None)
-                    raise
-                except UnknownTopicError:
-                    # The cache may predate a delete and recreate; check once.
-                    if refreshed:
-                        raise
-                    self._topics.pop(topic, None)
-                    self._leader_hints.pop(key, None)
-                    refreshed = True
-                    raise _StaleMetadata(f"unknown topic {topic!r}") from None
+        state = _CallState()
+        with self._deadline() as deadline:
+            async for attempt in self._retrying(deadline):
+                with attempt:
+                    return await self._partition_attempt(topic, partition, req, resp_type, state)
         raise AssertionError("unreachable")
+
+    async def _partition_attempt(
+        self, topic: str, partition: int, req: Any, resp_type: type[R], state: _CallState
+    ) -> R:
+        """One attempt of a partition call at the leader as last seen (looked up first when
+        unknown). Retriable errors (see ``_retriable``) are raised for the caller to retry,
+        after the leader hint was updated from them."""
+        key = (topic, partition)
+        leader = self._leader_hints.get(key, -1)
+        if leader < 0 or leader not in self._nodes:
+            await self._refresh_topic(topic)
+            state.refreshed = True
+            info = self._topics.get(topic)
+            if info is None:
+                raise UnknownTopicError(f"unknown topic {topic!r}")
+            if not 0 <= partition < len(info.partitions):
+                raise UnknownPartitionError(
+                    f"topic {topic!r} has no partition {partition} "
+                    f"(it has partitions 0..{len(info.partitions) - 1})"
+                )
+            leader = self._leader_hints.get(key, -1)
+            if leader < 0 or leader not in self._nodes:
+                raise LeaderNotAvailableError(f"partition {topic}/{partition} has no leader yet")
+        try:
+            return await self._send(self._nodes[leader], req, resp_type)
+        except (NotLeaderError, LeaderNotAvailableError) as exc:
+            if exc.leader_id >= 0 and exc.leader_id != leader:
+                self._leader_hints[key] = exc.leader_id
+                if exc.leader_address:
+                    self._nodes.setdefault(exc.leader_id, exc.leader_address)
+            elif self._leader_hints.get(key) == leader:
+                self._leader_hints.pop(key, None)
+            raise
+        except (ClusterUnavailableError, RequestTimeoutError):
+            if self._leader_hints.get(key) == leader:
+                self._leader_hints.pop(key, None)
+            raise
+        except UnknownTopicError:
+            # The cache may predate a delete and recreate; check once.
+            if state.refreshed:
+                raise
+            self._topics.pop(topic, None)
+            self._leader_hints.pop(key, None)
+            state.refreshed = True
+            raise _StaleMetadata(f"unknown topic {topic!r}") from None
+
+    async def _refresh_topic(self, topic: str) -> None:
+        """Refresh ``topic``'s metadata; concurrent callers share one request."""
+        fut = self._refreshing.get(topic)
+        if fut is None or fut.done():
+            fut = asyncio.ensure_future(self._metadata([topic], with_offsets=True))
+            self._refreshing[topic] = fut
+
+            def _forget(f: asyncio.Future[Any], t: str = topic) -> None:
+                if self._refreshing.get(t) is f:
+                    del self._refreshing[t]
+
+            fut.add_done_callback(_forget)
+        await asyncio.shield(fut)
 
     async def _send(self, address: str, req: Any, resp_type: type[R]) -> R:
         if self._session is None:
             self._session = aiohttp.ClientSession(
                 connector=aiohttp.TCPConnector(limit=64, limit_per_host=16),
-                timeout=aiohttp.ClientTimeout(
-                    total=self._timeout_s, connect=min(5, self._timeout_s)
-                ),
             )
         headers = {"Content-Type": CONTENT_TYPE}
         if self._auth_token:
             headers[AUTH_HEADER] = f"Bearer {self._auth_token}"
         url = f"http://{address}/v1/{ROUTES[type(req)]}"
+        bound = self._attempt_timeout()
+        timeout = aiohttp.ClientTimeout(total=bound, connect=min(5.0, bound))
         try:
-            async with self._session.post(url, data=codec.encode(req), headers=headers) as resp:
+            async with self._session.post(
+                url, data=codec.encode(req), headers=headers, timeout=timeout
+            ) as resp:
                 body = await resp.read()
                 status = resp.status
         except TimeoutError as exc:
-            raise RequestTimeoutError(f"request to {address} timed out") from exc
+            raise RequestTimeoutError(f"request to {address} timed out after {bound:.3g}s") from exc
         except aiohttp.ClientError as exc:
             raise ClusterUnavailableError(f"cannot reach {address}: {exc}") from exc
         if status == 401:

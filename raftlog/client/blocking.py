@@ -6,6 +6,7 @@ are safe to call from any thread."""
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import threading
 from collections.abc import Coroutine
 from typing import Any, TypeVar
@@ -17,6 +18,7 @@ from raftlog.client.async_client import (
     RaftlogClient,
     TopicMetadata,
 )
+from raftlog.client.producer import IdempotentProducer
 
 T = TypeVar("T")
 
@@ -30,6 +32,7 @@ class BlockingRaftlogClient:
         *,
         auth_token: str | None = None,
         request_timeout_s: float = 30.0,
+        attempt_timeout_s: float | None = None,
     ) -> None:
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(
@@ -38,7 +41,12 @@ class BlockingRaftlogClient:
         self._thread.start()
         self._closed = False
         self._client: RaftlogClient = self._run(
-            _make(servers, auth_token=auth_token, request_timeout_s=request_timeout_s)
+            _make(
+                servers,
+                auth_token=auth_token,
+                request_timeout_s=request_timeout_s,
+                attempt_timeout_s=attempt_timeout_s,
+            )
         )
 
     def _run(self, coro: Coroutine[Any, Any, T]) -> T:
@@ -142,6 +150,104 @@ class BlockingRaftlogClient:
                 topic, partition, producer_id, producer_epoch, commit, version, acks
             )
         )
+
+    def idempotent_producer(
+        self,
+        topic: str,
+        partition: int,
+        *,
+        producer_id: int | None = None,
+        max_in_flight: int = 5,
+        transactional: bool = False,
+        acks: str | int = "all",
+        delivery_timeout_s: float = 120.0,
+    ) -> BlockingIdempotentProducer:
+        producer = self._run(
+            self._client.idempotent_producer(
+                topic,
+                partition,
+                producer_id=producer_id,
+                max_in_flight=max_in_flight,
+                transactional=transactional,
+                acks=acks,
+                delivery_timeout_s=delivery_timeout_s,
+            )
+        )
+        return BlockingIdempotentProducer(self, producer)
+
+
+class BlockingIdempotentProducer:
+    """The blocking face of :class:`~raftlog.client.producer.IdempotentProducer`.
+
+    ``send`` returns a :class:`concurrent.futures.Future` at once; sends from one
+    thread get sequences in call order.
+    """
+
+    def __init__(self, client: BlockingRaftlogClient, producer: IdempotentProducer) -> None:
+        self._client = client
+        self._producer = producer
+
+    @property
+    def producer_id(self) -> int:
+        return self._producer.producer_id
+
+    @property
+    def epoch(self) -> int:
+        return self._producer.epoch
+
+    @property
+    def last_committed_version(self) -> int:
+        return self._producer.last_committed_version
+
+    @property
+    def producer(self) -> IdempotentProducer:
+        """The async producer (use it on the client's loop only)."""
+        return self._producer
+
+    def send(self, values: list[bytes]) -> concurrent.futures.Future[ProduceResult]:
+        return self._submit(self._producer.send, values)
+
+    def send_batch(
+        self, payload: bytes, record_count: int
+    ) -> concurrent.futures.Future[ProduceResult]:
+        return self._submit(self._producer.send_batch, payload, record_count)
+
+    def _submit(self, fn: Any, *args: Any) -> concurrent.futures.Future[ProduceResult]:
+        out: concurrent.futures.Future[ProduceResult] = concurrent.futures.Future()
+        out.set_running_or_notify_cancel()
+
+        def done(f: asyncio.Future[ProduceResult]) -> None:
+            if f.cancelled():
+                out.cancel()
+            elif f.exception() is not None:
+                out.set_exception(f.exception())  # type: ignore[arg-type]
+            else:
+                out.set_result(f.result())
+
+        async def queue() -> None:
+            # on the loop, in call order: the batch's sequence is fixed here
+            fn(*args).add_done_callback(done)
+
+        self._client._run(queue())
+        return out
+
+    def flush(self) -> None:
+        self._client._run(self._producer.flush())
+
+    def commit(self, version: int = -1) -> int:
+        return self._client._run(self._producer.commit(version))
+
+    def abort(self) -> int:
+        return self._client._run(self._producer.abort())
+
+    def close(self, *, flush: bool = True) -> None:
+        self._client._run(self._producer.close(flush=flush))
+
+    def __enter__(self) -> BlockingIdempotentProducer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
 async def _make(servers: str | list[str], **kwargs: Any) -> RaftlogClient:

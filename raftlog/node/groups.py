@@ -147,10 +147,8 @@ class GroupHost:
 
 
 def _cut_log(log: SegmentedLog) -> None:
-    # A roll fsyncs the sealed segment without advancing the flushed offset, so
-    # everything before the last segment is durable whatever flushed_offset says.
-    bases = getattr(log, "_bases", None) or [0]
-    cut_to_flushed(log.directory, max(log.flushed_offset, bases[-1] - 1))
+    # flushed_offset covers sealed segments too (a roll fsyncs and advances it).
+    cut_to_flushed(log.directory, log.flushed_offset)
 
 
 class PartitionReplica:
@@ -180,7 +178,6 @@ class PartitionReplica:
         c = self.consensus
         batcher = getattr(c, "batcher", None)
         queued = batcher.memory.capacity - batcher.memory.available if batcher else 0
-        flusher = getattr(c, "flusher", None)
         return {
             "is_leader": 1.0 if c.is_leader else 0.0,
             "term": c.term,
@@ -188,7 +185,7 @@ class PartitionReplica:
             "flushed_offset": c.flushed_offset,
             "dirty_offset": c.dirty_offset,
             "batcher_queue_bytes": queued,
-            "fsyncs": getattr(flusher, "flushes", 0) if flusher else 0,
+            "fsyncs": getattr(c.log, "fsyncs", 0),
         }
 
     def status(self) -> PartitionStatus:

@@ -16,6 +16,14 @@ the replicate batcher but not yet applied. Invariants:
   a producer is in log order and its tail is what the next request must
   follow; a producer can keep up to 5 requests in flight.
 - A retry of an in-flight request parks on the original and gets its result.
+- A request that arrives *ahead* of its predecessor (a gap in the same epoch:
+  a producer's concurrent requests travel on separate connections and may
+  overtake each other) waits up to ``reorder_wait_s`` for the gap to close,
+  re-checking whenever the producer's tail changes, before it is rejected as
+  out of order. At most ``SEQUENCE_CACHE - 1`` requests of a producer wait.
+  Without this an overtaking request, and every later one in flight behind
+  it, would fail and be resent, which cost idempotent producers more than
+  half their throughput.
 - Every replicate is conditional on the term the stm has *synced* to
   (``expected_term``). Syncing to a new term replicates a barrier and waits
   until it is applied, so the table holds everything earlier leaders
@@ -29,6 +37,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import dataclasses
 import heapq
 import inspect
@@ -49,22 +58,26 @@ from raftlog.producers.outcomes import (
     raise_for,
 )
 from raftlog.producers.producer_locks import ProducerLocks
-from raftlog.producers.producer_state import SequenceTail
+from raftlog.producers.producer_state import SEQUENCE_CACHE, SequenceTail
 from raftlog.producers.producer_table import ProducerTable, ProducerTableConfig
 from raftlog.producers.serial import (
     NO_EPOCH,
     NO_SEQUENCE,
+    add_sequence,
     check_epoch,
     check_producer_id,
     epoch_compare,
     last_sequence_of,
     next_epoch,
+    sequence_ahead,
 )
 from raftlog.raft.errors import NotLeaderError, RaftError
 from raftlog.raft.replicate_batcher import Consistency, ReplicateStages
 from raftlog.storage.batch import NO_PRODUCER, BatchKind, RecordBatch
 
 DEFAULT_TRANSACTION_TIMEOUT_MS = 60_000
+REORDER_POLL_S = 0.05
+"""A request waiting for a gap to close re-checks at least this often."""
 
 
 class ConsensusLike(Protocol):
@@ -93,6 +106,7 @@ class RmStmConfig:
     transaction_timeout_ms: int = DEFAULT_TRANSACTION_TIMEOUT_MS
     sync_timeout_s: float = 10.0
     replicate_timeout_s: float = 30.0
+    reorder_wait_s: float = 0.5  # 0: reject a gap at once
     table: ProducerTableConfig = dataclasses.field(default_factory=ProducerTableConfig)
 
     def __post_init__(self) -> None:
@@ -105,6 +119,10 @@ class RmStmConfig:
             value = getattr(self, name)
             if not isinstance(value, int | float) or value <= 0:
                 raise ValueError(f"{name} must be a number of seconds > 0, got {value!r}")
+        if not isinstance(self.reorder_wait_s, int | float) or self.reorder_wait_s < 0:
+            raise ValueError(
+                f"reorder_wait_s must be a number of seconds >= 0, got {self.reorder_wait_s!r}"
+            )
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -169,6 +187,8 @@ class RmStm:
         self._sync_lock = asyncio.Lock()
         self._waiters: list[tuple[int, int, asyncio.Future[None]]] = []
         self._waiter_ids = itertools.count()
+        # requests waiting for a gap before them to close, per producer (see the module doc)
+        self._reorder: dict[int, list[asyncio.Future[None]]] = {}
         add = getattr(consensus, "add_state_machine", None)
         if add is not None:
             add(self)
@@ -190,6 +210,8 @@ class RmStm:
                     break
             if not entries:
                 del self._inflight[batch.producer_id]
+        if batch.producer_id in self._reorder:
+            self._tail_changed(batch.producer_id)
         applied = self.table.applied_offset
         while self._waiters and self._waiters[0][0] <= applied:
             _, _, fut = heapq.heappop(self._waiters)
@@ -233,6 +255,8 @@ class RmStm:
                 return term
             self._synced_term = None
             self._inflight.clear()  # requests of older terms resolve through their own stages
+            for pid in list(self._reorder):
+                self._tail_changed(pid)
             barrier = RecordBatch.create(b"", kind=BatchKind.NOOP, timestamp_ms=self._clock_ms())
             try:
                 stages = self._c.replicate([barrier], Consistency.QUORUM_ACK, term)
@@ -283,20 +307,66 @@ class RmStm:
         # validates the fields with errors that name them, before any waiting
         self.table.check(pid, epoch, first, batch.record_count)
         last = last_sequence_of(first, batch.record_count)
-        term = await self.sync()
-        async with self._locks.hold(pid):
-            original = self._find_inflight(pid, epoch, first, last)
-            if original is None:
-                outcome = self.table.check(pid, epoch, first, batch.record_count, self._tail(pid))
-                if isinstance(outcome, AlreadyWritten):
-                    return ProduceResult(outcome.base_offset, outcome.last_offset)
-                raise_for(outcome, pid, first)
-                entry = self._track(pid, batch.kind, epoch, first, last, batch.is_transactional)
-                stages = await self._enqueue(pid, [entry], [batch], consistency, term)
+        loop = asyncio.get_running_loop()
+        reorder_deadline: float | None = None
+        for _ in range(10_000):  # bounded: each pass but the last waits for a tail change
+            term = await self.sync()
+            gap: asyncio.Future[None] | None = None
+            async with self._locks.hold(pid):
+                original = self._find_inflight(pid, epoch, first, last)
+                if original is None:
+                    tail = self._tail(pid)
+                    outcome = self.table.check(pid, epoch, first, batch.record_count, tail)
+                    if isinstance(outcome, AlreadyWritten):
+                        return ProduceResult(outcome.base_offset, outcome.last_offset)
+                    if reorder_deadline is None:
+                        reorder_deadline = loop.time() + self.config.reorder_wait_s
+                    if loop.time() < reorder_deadline and self._overtook(pid, epoch, first, tail):
+                        gap = loop.create_future()
+                        self._reorder.setdefault(pid, []).append(gap)
+                    else:
+                        raise_for(outcome, pid, first)
+                        entry = self._track(
+                            pid, batch.kind, epoch, first, last, batch.is_transactional
+                        )
+                        stages = await self._enqueue(pid, [entry], [batch], consistency, term)
+            if gap is None:
+                break
+            try:
+                # in slices, so a lost leadership is noticed (by sync) while waiting;
+                # asyncio.timeout, as wait_for may swallow a cancel racing its timeout (3.11)
+                left = max(0.0, reorder_deadline - loop.time())
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(min(left, REORDER_POLL_S)):
+                        await gap
+            finally:
+                waiting = self._reorder.get(pid, [])
+                if gap in waiting:
+                    waiting.remove(gap)
+                if not waiting:
+                    self._reorder.pop(pid, None)
+        else:
+            raise AssertionError("unreachable: the reorder wait is bounded by its deadline")
         if original is not None:
             return await asyncio.shield(original.result)
         res = await self._finish([entry], stages)
         return ProduceResult(res.base_offset, res.last_offset)
+
+    def _overtook(self, pid: int, epoch: int, first: int, tail: SequenceTail | None) -> bool:
+        """True when the request is ahead of its producer's tail in the same epoch (its
+        predecessor may still arrive), and fewer than SEQUENCE_CACHE - 1 already wait."""
+        if tail is None or epoch_compare(epoch, tail.epoch) != 0:
+            return False
+        if len(self._reorder.get(pid, ())) >= SEQUENCE_CACHE - 1:
+            return False
+        expected = 0 if tail.last_sequence == NO_SEQUENCE else add_sequence(tail.last_sequence, 1)
+        return sequence_ahead(first, expected) > 0
+
+    def _tail_changed(self, pid: int) -> None:
+        """Wake the requests of ``pid`` waiting for a gap to close; they check again."""
+        for fut in self._reorder.pop(pid, ()):
+            if not fut.done():
+                fut.set_result(None)
 
     # -- transactions --------------------------------------------------------
 
@@ -442,6 +512,9 @@ class RmStm:
         fut.add_done_callback(_consume)
         entry = _InFlight(kind, epoch, first, last, transactional, fut)
         self._inflight.setdefault(pid, collections.deque()).append(entry)
+        if pid in self._reorder:
+            # the waiters re-check under the lock, so after this entry is enqueued
+            self._tail_changed(pid)
         return entry
 
     async def _enqueue(

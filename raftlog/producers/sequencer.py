@@ -15,7 +15,8 @@ Contract with the driver (the code that does the IO):
 1. :meth:`add` queues a batch of ``record_count`` records and assigns its
    sequence range; sequences are consecutive and wrap like Kafka's.
 2. :meth:`next_to_send` hands out the next batch to send (lowest sequence
-   first), or None when ``max_in_flight`` are already out or nothing waits.
+   first), or None when nothing waits among the first ``max_in_flight``
+   unacknowledged batches (the window starts at the oldest unacknowledged one).
    Each hand-out carries an ``attempt`` number.
 3. Every response is reported with the ``(first_sequence, attempt)`` of the
    send it answers: :meth:`on_success` (also for an older duplicate, with no
@@ -129,10 +130,15 @@ class Sequencer:
 
         A batch waiting to be resent blocks every later batch: sends leave in
         sequence order, so rm_stm never sees a gap it did not cause.
+
+        Only the first ``max_in_flight`` unacknowledged slots may be sent (as
+        Kafka: at most 5 in flight counted from the oldest unacknowledged
+        batch). Batches acknowledged out of order behind an unacknowledged one
+        still occupy the window: rm_stm keeps the offsets of a producer's last
+        5 batches only, so writing more past the oldest unacknowledged batch
+        would turn its resend into an older duplicate with no offset.
         """
-        if self.in_flight >= self.max_in_flight:
-            return None
-        for slot in self._slots:
+        for slot in self._slots[: self.max_in_flight]:
             if slot.status is _Status.WAITING:
                 self._attempts += 1
                 slot.status = _Status.IN_FLIGHT
@@ -156,18 +162,25 @@ class Sequencer:
         while self._slots and self._slots[0].status is _Status.ACKED:
             self._slots.pop(0)
 
-    def on_retriable(self, first_sequence: int, attempt: int) -> None:
-        """The send failed or its outcome is unknown: resend it and everything after it."""
-        slot = self._slot(first_sequence)
-        if slot is None or slot.status is not _Status.IN_FLIGHT or slot.attempt != attempt:
-            return  # answers an abandoned attempt
-        self._rewind_from(first_sequence)
+    def on_retriable(self, first_sequence: int, attempt: int) -> bool:
+        """The send failed or its outcome is unknown: resend it and everything after it.
 
-    def on_out_of_order(self, first_sequence: int, attempt: int) -> None:
-        """rm_stm saw a gap: an earlier batch failed first (rewind) or state was lost (fatal)."""
+        Returns False when the answer is for an abandoned attempt (nothing changes).
+        """
         slot = self._slot(first_sequence)
         if slot is None or slot.status is not _Status.IN_FLIGHT or slot.attempt != attempt:
-            return
+            return False  # answers an abandoned attempt
+        self._rewind_from(first_sequence)
+        return True
+
+    def on_out_of_order(self, first_sequence: int, attempt: int) -> bool:
+        """rm_stm saw a gap: an earlier batch failed first (rewind) or state was lost (fatal).
+
+        Returns False when the answer is for an abandoned attempt (nothing changes).
+        """
+        slot = self._slot(first_sequence)
+        if slot is None or slot.status is not _Status.IN_FLIGHT or slot.attempt != attempt:
+            return False
         if slot is self._slots[0]:
             raise SequencerError(
                 f"producer {self.producer_id} epoch {self.epoch}: out of order sequence for the "
@@ -175,6 +188,7 @@ class Sequencer:
                 f"lost earlier data or the producer's state: start a new session"
             )
         self._rewind_from(first_sequence)
+        return True
 
     def reset(self, epoch: int) -> None:
         """A new session (after init_producer): the sequence restarts at 0.

@@ -58,6 +58,12 @@ import struct
 from collections.abc import Coroutine
 from typing import Any, Protocol
 
+from raftlog.faults.failpoints import (
+    RAFT_BEFORE_VOTE_SAVE,
+    RAFT_FOLLOWER_BEFORE_REPLY,
+    FailpointError,
+    failpoint,
+)
 from raftlog.raft.configuration import Configuration, ConfigurationHistory
 from raftlog.raft.core import CoreOptions, RaftCore, Role
 from raftlog.raft.errors import (
@@ -71,6 +77,7 @@ from raftlog.raft.flush import FlushCoalescer
 from raftlog.raft.heartbeat_manager import HeartbeatManager
 from raftlog.raft.messages import (
     APPEND_GROUP_UNAVAILABLE,
+    APPEND_SUCCESS,
     AppendEntriesReply,
     AppendEntriesRequest,
     Heartbeat,
@@ -89,7 +96,7 @@ from raftlog.raft.replicate_batcher import (
 )
 from raftlog.raft.replicate_entries import ReplicateEntries
 from raftlog.raft.transport import Transport
-from raftlog.storage.api import CommitContext, LogStorage
+from raftlog.storage.api import CommitContext, LogStorage, VoteState
 from raftlog.storage.batch import BatchKind, RecordBatch
 
 __all__ = [
@@ -220,7 +227,13 @@ class Consensus:
         self.last_applied = commit
         self._saved_commit = ctx.committed_offset if ctx else -1
         self._waiters: list[_CommitWaiter] = []
+        # A vote the core decided on that could not be saved yet: retried before anything
+        # else is sent, so no message ever leaves carrying an unpersisted term or vote.
+        self._unsaved_vote: VoteState | None = None
         self._commit_changed: asyncio.Event | None = None
+        # Set (and replaced) on every local append: a follower request that arrived
+        # before its predecessor waits on it (see _await_predecessor).
+        self._appended: asyncio.Event | None = None
         self.flusher: FlushCoalescer
         self.batcher: ReplicateBatcher
         self.recovery = Recovery(self)
@@ -267,6 +280,7 @@ class Consensus:
         if self.running:
             return
         self._commit_changed = asyncio.Event()
+        self._appended = asyncio.Event()
         self.flusher = FlushCoalescer(
             self.log,
             self.options.flush_bytes,
@@ -335,7 +349,14 @@ class Consensus:
         while True:
             await asyncio.sleep(self.options.tick_interval_s)
             self.core.tick()
-            self.process_ready()
+            try:
+                self.process_ready()
+            except (OSError, FailpointError) as exc:
+                # The vote could not be saved (a disk error): nothing was sent; the save
+                # is retried on the next tick, before anything else goes out.
+                log_.error(
+                    "group %s node %s: saving the vote failed: %s", self.group, self.node_id, exc
+                )
             if self.core.ticks % self.options.commit_context_interval_ticks == 0:
                 self.save_commit_context()
 
@@ -414,6 +435,9 @@ class Consensus:
         self.log.append(batches)
         if self.configs.observe(batches):
             self.core.on_configuration_changed()
+        if self._appended is not None:
+            self._appended.set()
+            self._appended = asyncio.Event()
 
     def _truncate_local(self, offset: int) -> None:
         self.log.truncate(offset)
@@ -441,10 +465,16 @@ class Consensus:
     def process_ready(self) -> None:
         """Carry out what the core asked for: persist the vote first, then act."""
         ready = self.core.take_ready()
+        vote = ready.vote if ready.vote is not None else self._unsaved_vote
+        if vote is not None:
+            # Until this save succeeds, what this ready asked to send is dropped (the
+            # exception propagates): a vote or a term that is not durable never leaves.
+            self._unsaved_vote = vote
+            failpoint(RAFT_BEFORE_VOTE_SAVE)
+            self.log.save_vote(vote)
+            self._unsaved_vote = None
         if not ready:
             return
-        if ready.vote is not None:
-            self.log.save_vote(ready.vote)
         for target, message in ready.messages:
             self.spawn(self._send_message(target, message))
         if ready.stepped_down:
@@ -527,7 +557,35 @@ class Consensus:
             return tn_reply
         raise TypeError(f"group {self.group}: unexpected message {type(message).__name__}")
 
+    async def _await_predecessor(self, req: AppendEntriesRequest) -> None:
+        """Wait (at most a tick) for the appends before ``req`` when it overtook them.
+
+        The leader pipelines appends over several connections, so one can arrive
+        before its predecessor. Rejecting it would hand the follower to recovery
+        (one request per round trip) for no reason: the predecessor is on its way.
+        """
+        core = self.core
+        deadline = asyncio.get_running_loop().time() + self.options.tick_interval_s
+        for _ in range(self.options.max_in_flight_appends + 1):
+            if not (
+                self.running
+                and self._appended is not None
+                and req.term == core.term
+                and req.source_node == core.leader_id
+                and req.prev_log_offset > self.log.dirty_offset
+            ):
+                return
+            remaining = deadline - asyncio.get_running_loop().time()
+            if remaining <= 0:
+                return
+            try:
+                await asyncio.wait_for(self._appended.wait(), remaining)
+            except TimeoutError:
+                return
+
     async def _handle_append(self, req: AppendEntriesRequest) -> AppendEntriesReply:
+        if req.prev_log_offset > self.log.dirty_offset:
+            await self._await_predecessor(req)
         async with self.flusher.mutation_lock:
             if not self.running:
                 raise RaftError(f"group {self.group} on node {self.node_id} stopped")
@@ -549,6 +607,8 @@ class Consensus:
             raise RaftError(f"group {self.group} on node {self.node_id} stopped")
         reply = self.core.finish_append(req)
         self.process_ready()
+        if reply.result == APPEND_SUCCESS:
+            failpoint(RAFT_FOLLOWER_BEFORE_REPLY)
         return reply
 
     def handle_heartbeat(self, source: int, hb: Heartbeat) -> HeartbeatReply:

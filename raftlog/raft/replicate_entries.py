@@ -37,6 +37,8 @@ class ReplicateEntries:
     def __init__(self, consensus: Consensus) -> None:
         self._c = consensus
         self.appends = 0
+        # Set (and replaced) whenever a pipelined append to a follower completes.
+        self._slot_freed = asyncio.Event()
 
     async def __call__(self, reqs: list[ReplicateRequest]) -> None:
         c = self._c
@@ -46,7 +48,31 @@ class ReplicateEntries:
         finally:
             c.batcher.memory.release(units)
 
+    async def _await_follower_slots(self) -> None:
+        """Wait (at most a tick) while a follower in the pipeline has no append slot free.
+
+        The leader appends faster than a follower that fsyncs can reply. Sending
+        anyway would hand that follower to recovery (one request per round trip,
+        which then chases the leader); waiting instead lets the queued requests
+        build up in the batcher and go as one larger append: fewer requests, fewer
+        fsyncs. A follower still saturated after the wait goes to recovery.
+        """
+        c = self._c
+        limit = c.options.max_in_flight_appends
+        deadline = asyncio.get_running_loop().time() + c.options.tick_interval_s
+        for _ in range(limit * 8):
+            if not any(not p.recovering and p.in_flight >= limit for p in c.core.progress.values()):
+                return
+            remaining = deadline - asyncio.get_running_loop().time()
+            if remaining <= 0:
+                return
+            try:
+                await asyncio.wait_for(self._slot_freed.wait(), remaining)
+            except TimeoutError:
+                return
+
     async def _replicate(self, reqs: list[ReplicateRequest]) -> None:
+        await self._await_follower_slots()
         async with self._c.flusher.mutation_lock:
             dispatch = self._append(reqs)
         if dispatch is not None:
@@ -69,6 +95,10 @@ class ReplicateEntries:
         term = core.term
         accepted: list[ReplicateRequest] = []
         for r in reqs:
+            if r.stages.finished.done():
+                # The caller gave up (cancelled ``finished``) while the request waited
+                # for a follower slot or the flush lock: it is not appended.
+                continue
             if r.expected_term not in (-1, term):
                 r.stages.finished.set_exception(TermMismatchError(c.group, r.expected_term, term))
             else:
@@ -94,7 +124,7 @@ class ReplicateEntries:
             if r.consistency is Consistency.QUORUM_ACK:
                 quorum = True
                 c.register_commit_waiter(result, r.stages.finished)
-            else:
+            elif not r.stages.finished.done():
                 r.stages.finished.set_result(result)
         return prev, term, stamped, quorum
 
@@ -146,6 +176,8 @@ class ReplicateEntries:
             reply = None
         finally:
             p.in_flight -= 1
+            self._slot_freed.set()
+            self._slot_freed = asyncio.Event()
         if not c.running:
             return
         if not isinstance(reply, AppendEntriesReply) or reply.result == APPEND_GROUP_UNAVAILABLE:

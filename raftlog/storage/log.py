@@ -12,7 +12,8 @@ Durability: ``append`` only writes (page cache) and advances the dirty
 offset; ``flush`` fsyncs the active segment (and the directory when a
 segment was created) and advances the flushed offset. When the log rolls to
 a new segment (size reached, or a new term: a segment holds one term, as in
-Redpanda) the old segment is sealed: fsynced with its index. So only the last
+Redpanda) the old segment is sealed: fsynced with its index, and the flushed
+offset advances to the end of the sealed segment. So only the last
 segment can have a torn tail, and open checks older segments only at their
 ends: open costs O(segments), not O(bytes).
 """
@@ -69,6 +70,10 @@ class SegmentedLog:
         self._commit_contexts = CommitContextStore(directory)
         self._start_records = StartRecordStore(directory)
         self.recovery_report = RecoveryReport(dirty_offset=-1, start_offset=0, segments=0)
+        # Durability barriers issued since open: data fsyncs of a flush or of a segment
+        # seal, durable truncations, and vote and commit context saves (each counts one,
+        # whatever directory fsyncs go with it). Read by the node's metrics.
+        self.fsyncs = 0
 
     # -- open / close ---------------------------------------------------------------------
 
@@ -305,12 +310,19 @@ class SegmentedLog:
         return self._dirty
 
     def _roll(self, base_offset: int, term: int) -> Segment:
-        """Seal the active segment (fsync data and index) and start a new one."""
+        """Seal the active segment (fsync data and index) and start a new one.
+
+        Sealing makes everything before ``base_offset`` durable (the sealed
+        segment's data, and its directory entry), so the flushed offset moves to
+        ``base_offset - 1``.
+        """
         if self._segments:
             self._segments[-1].sync(index_fsync=True)
+            self.fsyncs += 1
             if self._dir_dirty:
                 fsync_dir(self._dir)
                 self._dir_dirty = False
+            self._flushed = max(self._flushed, base_offset - 1)
         seg = Segment.create(self._dir, base_offset, term, self._interval)
         self._dir_dirty = True
         self._segments.append(seg)
@@ -324,6 +336,7 @@ class SegmentedLog:
             failpoint(LOG_BEFORE_FLUSH)
         if self._dirty > self._flushed and self._segments:
             self._segments[-1].sync()
+            self.fsyncs += 1
         if self._dir_dirty:
             fsync_dir(self._dir)
             self._dir_dirty = False
@@ -363,6 +376,7 @@ class SegmentedLog:
         self._dir_dirty = False
         if position > 0:
             seg.truncate_at(position, offset - 1)
+        self.fsyncs += 1
         self._bases = [s.base_offset for s in self._segments]
         self._dirty = offset - 1
         self._flushed = min(self._flushed, self._dirty)
@@ -435,6 +449,7 @@ class SegmentedLog:
     def save_commit_context(self, ctx: CommitContext) -> None:
         """Durably replace the commit context (only the latest is kept)."""
         self._commit_contexts.save(ctx)
+        self.fsyncs += 1
 
     def load_commit_context(self) -> CommitContext | None:
         return self._commit_contexts.load()
@@ -442,6 +457,7 @@ class SegmentedLog:
     def save_vote(self, vote: VoteState) -> None:
         """Durably replace the vote record (write, fsync, rename, fsync the directory)."""
         self._votes.save(vote)
+        self.fsyncs += 1
 
     def load_vote(self) -> VoteState:
         return self._votes.load()

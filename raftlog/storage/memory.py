@@ -31,6 +31,7 @@ class MemoryLog:
         self._commit_context: CommitContext | None = None
         self._vote = VoteState()
         self.recovery_report = RecoveryReport(dirty_offset=-1, start_offset=0, segments=0)
+        self.fsyncs = 0  # flushes that had something to make durable (as SegmentedLog counts)
 
     @property
     def start_offset(self) -> int:
@@ -80,6 +81,8 @@ class MemoryLog:
         return self._dirty
 
     def flush(self) -> int:
+        if self._dirty > self._flushed:
+            self.fsyncs += 1
         self._flushed = self._dirty
         return self._flushed
 

@@ -286,3 +286,63 @@ async def test_replicas_rebuild_the_same_table_and_snapshots_restore_it() -> Non
     restarted.restore(stm.snapshot())
     assert restarted.table.producers() == stm.table.producers()
     assert restarted.table.aborted == stm.table.aborted
+
+
+async def _steps(n: int = 10) -> None:
+    for _ in range(n):  # bounded: lets tasks reach their next await
+        await asyncio.sleep(0)
+
+
+async def test_requests_that_overtake_their_predecessor_wait_for_it_and_are_written() -> None:
+    """Concurrent requests of one producer may arrive out of order (separate connections).
+    Those ahead of a gap wait for it to close instead of failing as out of order."""
+    c = FakeConsensus()
+    stm = RmStm(c, RmStmConfig(reorder_wait_s=30.0))  # long: the test never waits for it
+    await stm.replicate(data(0), Q)
+    later = [asyncio.create_task(stm.replicate(data(seq), Q)) for seq in (4, 2, 3)]
+    await _steps()
+    assert not any(t.done() for t in later)
+    assert data_seqs(c) == [0]  # nothing written past the gap
+    first = await stm.replicate(data(1), Q)
+    results = await asyncio.gather(*later)
+    assert data_seqs(c) == [0, 1, 2, 3, 4]
+    assert [first.base_offset, *sorted(r.base_offset for r in results)] == [2, 3, 4, 5]
+    assert not stm._reorder
+
+
+async def test_a_gap_that_does_not_close_is_rejected_after_the_reorder_wait() -> None:
+    c = FakeConsensus()
+    stm = RmStm(c, RmStmConfig(reorder_wait_s=0.05))
+    await stm.replicate(data(0), Q)
+    with pytest.raises(OutOfOrderSequenceError, match="expected first_sequence 1, got 3"):
+        await stm.replicate(data(3), Q)
+    # with no wait configured, at once (and a gap in a new epoch never waits)
+    stm0 = RmStm(FakeConsensus(), RmStmConfig(reorder_wait_s=0))
+    await stm0.replicate(data(0), Q)
+    with pytest.raises(OutOfOrderSequenceError, match="expected first_sequence 1, got 2"):
+        await stm0.replicate(data(2), Q)
+    assert data_seqs(c) == [0]
+
+
+async def test_at_most_four_requests_of_a_producer_wait_for_a_gap() -> None:
+    c = FakeConsensus()
+    stm = RmStm(c, RmStmConfig(reorder_wait_s=30.0))
+    await stm.replicate(data(0), Q)
+    waiting = [asyncio.create_task(stm.replicate(data(seq), Q)) for seq in (2, 3, 4, 5)]
+    await _steps()
+    with pytest.raises(OutOfOrderSequenceError, match="expected first_sequence 1, got 6"):
+        await stm.replicate(data(6), Q)
+    await stm.replicate(data(1), Q)
+    await asyncio.gather(*waiting)
+    assert data_seqs(c) == [0, 1, 2, 3, 4, 5]
+
+
+async def test_a_waiting_request_fails_as_not_leader_after_a_leadership_loss() -> None:
+    c = FakeConsensus()
+    stm = RmStm(c, RmStmConfig(reorder_wait_s=30.0))
+    await stm.replicate(data(0), Q)
+    waiting = asyncio.create_task(stm.replicate(data(2), Q))
+    await _steps()
+    c.step_down()
+    with pytest.raises(NotLeaderError):
+        await waiting

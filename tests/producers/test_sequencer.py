@@ -162,3 +162,70 @@ async def test_no_duplicates_and_no_gaps_through_leader_changes(seed: int) -> No
         assert first == expected_next, f"gap or duplicate at sequence {first}"
         expected_next = first + count
     assert expected_next == seq.next_sequence
+
+
+def test_window_counts_from_the_oldest_unacknowledged_batch() -> None:
+    # Batches acknowledged behind an unacknowledged one still occupy the window.
+    seq = Sequencer(7, 0)
+    for _ in range(8):
+        seq.add(1)
+    sent = drain(seq)
+    assert [s.first_sequence for s in sent] == [0, 1, 2, 3, 4]
+    seq.on_retriable(0, sent[0].attempt)  # rewinds 0..4
+    for s in sent[1:]:
+        seq.on_success(s.first_sequence, s.attempt, 10 + s.first_sequence)
+    assert seq.unacknowledged == 8
+    assert [s.first_sequence for s in drain(seq)] == [0]  # not 5, 6, 7 too
+    assert seq.in_flight == 1
+    with_window_1 = Sequencer(7, 0, max_in_flight=1)
+    for _ in range(3):
+        with_window_1.add(1)
+    (only,) = drain(with_window_1)
+    with_window_1.on_retriable(0, only.attempt)
+    assert [s.first_sequence for s in drain(with_window_1)] == [0]
+
+
+async def test_resent_oldest_batch_gets_its_original_offset_when_it_lands_last() -> None:
+    """The nemesis failure: batch 0 is written but its answer is lost; batches 1..4 are
+    acknowledged. Whatever else the sequencer hands out next may land before the resend of 0
+    (separate connections); the resend of 0 must still find 0 among rm_stm's last 5 batches and get
+    its offset, not an offset-less DUPLICATE_SEQUENCE."""
+    c = FakeConsensus()
+    stm = RmStm(c)
+    session = await stm.init_producer(5)
+    seq = Sequencer(5, session.epoch)
+    for _ in range(10):
+        seq.add(1)
+
+    def batch(send: Send) -> RecordBatch:
+        return RecordBatch.create(
+            b"r",
+            send.record_count,
+            producer_id=send.producer_id,
+            producer_epoch=send.epoch,
+            first_sequence=send.first_sequence,
+        )
+
+    first = drain(seq)
+    offsets = {}
+    for send in first:
+        offsets[send.first_sequence] = (
+            await stm.replicate(batch(send), Consistency.QUORUM_ACK)
+        ).base_offset
+    seq.on_retriable(0, first[0].attempt)  # the answer for 0 was lost (a timeout)
+    for send in first[1:]:
+        seq.on_success(send.first_sequence, send.attempt, offsets[send.first_sequence])
+    resent = drain(seq)
+    # the resend of 0 is slow: every other send handed out now lands before it
+    results = {}
+    for send in resent[1:] + resent[:1]:
+        try:
+            res = await stm.replicate(batch(send), Consistency.QUORUM_ACK)
+        except DuplicateSequenceError as exc:
+            raise AssertionError(f"sequence {send.first_sequence} lost its offset: {exc}") from exc
+        results[send.first_sequence] = res.base_offset
+        seq.on_success(send.first_sequence, send.attempt, res.base_offset)
+    assert results[0] == offsets[0]
+    assert seq.unacknowledged == 5
+    rest = drain(seq)
+    assert [s.first_sequence for s in rest] == [5, 6, 7, 8, 9]

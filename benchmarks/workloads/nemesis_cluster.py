@@ -1,0 +1,125 @@
+"""A local 3-node raftlog cluster whose every link runs through a proxy process.
+
+The same wiring as the nemesis tests' ``proxied_cluster`` fixture: one
+:class:`~raftlog.faults.proxy_process.ProxyProcess` serves a link per ordered
+pair of nodes (``"1-2"``: node 1's raft traffic to node 2) and a client link per
+node (``"c-2"``: clients' traffic to node 2); each node's ``--peer-routes`` point
+at its links. :func:`proxied_cluster` stops every node and the proxy by PID on
+exit, also when start-up or the caller fails.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import pathlib
+import signal
+from collections.abc import Iterator
+
+from raftlog.cluster import (
+    LocalCluster,
+    pid_alive,
+    restart_node,
+    start_cluster,
+    stop_cluster,
+    stop_node,
+)
+from raftlog.faults.proxy_process import ProxyProcess
+
+NODES = (1, 2, 3)
+
+
+class ProxiedCluster:
+    """A running cluster (``servers``, ``kill``, ``restart``, ``alive``) with ``proxy``."""
+
+    def __init__(self, cluster: LocalCluster, proxy: ProxyProcess, peers: dict[int, str]) -> None:
+        self.cluster = cluster
+        self.proxy = proxy
+        self.peers = peers
+
+    @property
+    def servers(self) -> list[str]:
+        return self.cluster.servers
+
+    @property
+    def data_dir(self) -> pathlib.Path:
+        return pathlib.Path(self.cluster.data_dir)
+
+    def address(self, node_id: int) -> str:
+        return self.cluster.node(node_id).address
+
+    def pid(self, node_id: int) -> int:
+        return self.cluster.node(node_id).pid
+
+    def kill(self, node_id: int, sig: int = signal.SIGKILL) -> None:
+        """Signal the node by PID and wait (bounded) for it to exit."""
+        stop_node(self.cluster.node(node_id), sig, timeout_s=10.0)
+
+    def restart(self, node_id: int) -> None:
+        restart_node(self.cluster, node_id)
+
+    def alive(self, node_id: int) -> bool:
+        return pid_alive(self.cluster.node(node_id).pid)
+
+    def stop(self) -> None:
+        stop_cluster(self.cluster.data_dir, timeout_s=10.0)
+        for n in self.cluster.nodes:  # a restarted node's PID is not in older state
+            if pid_alive(n.pid):
+                stop_node(n, signal.SIGKILL, timeout_s=5.0)
+
+    @property
+    def client_map(self) -> dict[str, str]:
+        """Each node's address -> its client link through the proxy."""
+        return {a: self.proxy.address(f"c-{i}") for i, a in self.peers.items()}
+
+    def links_between(self, a: set[int], b: set[int]) -> list[str]:
+        """The peer links from any node of ``a`` to any of ``b`` and back."""
+        return [f"{i}-{j}" for i in a for j in b if i != j] + [
+            f"{j}-{i}" for i in a for j in b if i != j
+        ]
+
+    def heal_all(self) -> None:
+        """Heal every link, SIGCONT and restart every node that is stopped or dead."""
+        self.proxy.heal()
+        for node_id in NODES:
+            if self.alive(node_id):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(self.pid(node_id), signal.SIGCONT)
+            else:
+                self.restart(node_id)
+
+
+@contextlib.contextmanager
+def proxied_cluster(data_dir: pathlib.Path, timeout_s: float = 60.0) -> Iterator[ProxiedCluster]:
+    """Start the proxy and a 3-node cluster behind it in ``data_dir``; stop both on exit."""
+    os.environ.pop("RAFTLOG_AUTH_TOKEN", None)
+    holder: dict[str, object] = {}
+
+    def routes(peers: dict[int, str]) -> dict[int, dict[int, str]]:
+        links: dict[str, tuple[str, int]] = {}
+        for i in peers:
+            host, _, port = peers[i].rpartition(":")
+            links[f"c-{i}"] = (host, int(port))
+            for j in peers:
+                if i != j:
+                    host, _, port = peers[j].rpartition(":")
+                    links[f"{i}-{j}"] = (host, int(port))
+        proxy = ProxyProcess(links)
+        holder["proxy"] = proxy
+        proxy.start()
+        holder["peers"] = dict(peers)
+        return {i: {j: proxy.address(f"{i}-{j}") for j in peers if j != i} for i in peers}
+
+    handle: ProxiedCluster | None = None
+    try:
+        cluster = start_cluster(data_dir, len(NODES), timeout_s=timeout_s, peer_routes=routes)
+        handle = ProxiedCluster(cluster, holder["proxy"], holder["peers"])  # type: ignore[arg-type]
+        yield handle
+    finally:
+        try:
+            if handle is not None:
+                handle.stop()
+        finally:
+            proxy = holder.get("proxy")
+            if isinstance(proxy, ProxyProcess):
+                proxy.stop()

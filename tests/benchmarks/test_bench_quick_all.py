@@ -1,0 +1,142 @@
+"""``python -m benchmarks --quick`` as CI runs it: every scenario, once, from the repo root.
+
+The run happens once per test session (a module fixture); the tests check that it
+completes and writes its files -- every registered scenario present, ok or
+skipped with a reason, results.md and a PNG per scenario that ran -- not that any
+figure is reached. A scenario needing a tool that is not installed (``peers``
+without etcd) skips itself.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import numbers
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import _bench_repo_path  # noqa: F401  (puts the repo root on sys.path)
+import pytest
+
+from benchmarks.registry import load_all
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+RUN_TIMEOUT_S = 420
+"""A safety bound only (subprocess.run kills the run past it); --quick aims at < 3 minutes."""
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+pytestmark = pytest.mark.timeout(RUN_TIMEOUT_S + 60)
+
+
+@pytest.fixture(scope="module")
+def quick_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    out = tmp_path_factory.mktemp("bench-quick") / "results"
+    proc = subprocess.run(
+        [sys.executable, "-m", "benchmarks", "--quick", "--out", str(out)],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=RUN_TIMEOUT_S,
+        check=False,
+    )
+    return {"proc": proc, "out": out}
+
+
+def _scenarios(quick_run: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    doc = json.loads((quick_run["out"] / "results.json").read_text())
+    return {s["name"]: s for s in doc["scenarios"]}
+
+
+def test_quick_run_exits_0_and_prints_the_table(quick_run: dict[str, Any]) -> None:
+    proc = quick_run["proc"]
+    assert proc.returncode == 0, proc.stdout[-8000:] + proc.stderr[-8000:]
+    assert "raftlog benchmarks" in proc.stdout
+    assert f"results written to {quick_run['out']}" in " ".join(proc.stdout.split())
+
+
+def test_every_registered_scenario_is_ok_or_skipped_with_a_reason(
+    quick_run: dict[str, Any],
+) -> None:
+    by_name = _scenarios(quick_run)
+    assert list(by_name) == load_all().names()
+    for name, entry in by_name.items():
+        assert entry["status"] in ("ok", "skipped"), (name, entry["reason"], entry["notes"])
+        assert entry["seconds"] >= 0
+        if entry["status"] == "skipped":
+            assert entry["reason"].strip(), name
+            assert entry["rows"] == []
+            continue
+        assert entry["rows"], name
+        for row in entry["rows"]:
+            figures = [v for v in row.values() if not isinstance(v, str)]
+            assert figures, (name, row)
+            assert all(isinstance(v, numbers.Real) and math.isfinite(v) for v in figures), row
+
+
+def test_results_json_header_names_the_machine_and_versions(quick_run: dict[str, Any]) -> None:
+    doc = json.loads((quick_run["out"] / "results.json").read_text())
+    assert doc["quick"] is True
+    assert doc["machine"]["cores"] >= 1
+    assert doc["machine"]["disk_filesystem"]
+    assert set(doc["versions"]) >= {"python", "raftlog", "pyspark", "pyarrow", "aiohttp"}
+
+
+def test_disk_always_measures_and_derives_the_r3_ceiling(quick_run: dict[str, Any]) -> None:
+    disk = _scenarios(quick_run)["disk"]
+    assert disk["status"] == "ok", disk
+    cases = {row["case"]: row for row in disk["rows"]}
+    assert set(cases) == {
+        "sequential write, fsync every 1 MiB",
+        "sequential write, fsync every 16 MiB",
+        "4 KiB append + fsync",
+    }
+    for row in cases.values():
+        assert row["MB/s"] > 0 and row["fsyncs/s"] > 0
+    one_mib = cases["sequential write, fsync every 1 MiB"]
+    assert one_mib["R=3 ceiling MB/s"] == pytest.approx(one_mib["MB/s"] / 3)
+
+
+def test_spark_compares_every_sink_and_both_reads(quick_run: dict[str, Any]) -> None:
+    spark = _scenarios(quick_run)["spark"]
+    if spark["status"] == "skipped":  # no Java here: the reason says how to get it
+        assert "Java" in spark["reason"] or "not built yet" in spark["reason"], spark
+        return
+    rows = {row["case"]: row for row in spark["rows"]}
+    sinks = ("noop", "parquet", "python ceiling", "raftlog")
+    assert list(rows) == [f"write: rate-micro-batch -> {s}" for s in sinks] + [
+        "read (AvailableNow): raftlog -> noop",
+        "read (AvailableNow): parquet -> noop",
+    ]
+    for row in rows.values():
+        assert row["rows/s"] > 0 and row["micro-batches"] >= 1
+    write = rows["write: rate-micro-batch -> raftlog"]
+    assert write["raftlog / python ceiling"] == pytest.approx(
+        write["rows/s"] / rows["write: rate-micro-batch -> python ceiling"]["rows/s"]
+    )
+    assert write["raftlog / parquet"] == pytest.approx(
+        write["rows/s"] / rows["write: rate-micro-batch -> parquet"]["rows/s"]
+    )
+    read = rows["read (AvailableNow): raftlog -> noop"]
+    assert read["rows"] > 0 and rows["read (AvailableNow): parquet -> noop"]["rows"] > 0
+    assert read["raftlog / parquet"] == pytest.approx(
+        read["rows/s"] / rows["read (AvailableNow): parquet -> noop"]["rows/s"]
+    )
+
+
+def test_markdown_and_a_png_per_scenario_that_ran(quick_run: dict[str, Any]) -> None:
+    out: Path = quick_run["out"]
+    by_name = _scenarios(quick_run)
+    markdown = (out / "results.md").read_text()
+    assert "## Machine" in markdown
+    assert "| sequential write, fsync every 1 MiB |" in markdown
+    doc = json.loads((out / "results.json").read_text())
+    for name, entry in by_name.items():
+        assert f"## {name}" in markdown, name
+        if entry["status"] == "ok":
+            png = out / f"{name}.png"
+            assert png.read_bytes()[:8] == PNG_MAGIC, name
+            assert doc["scenarios"][list(by_name).index(name)]["plot"] == png.name
+    # Scratch dirs (clusters, parquet output, checkpoints) are removed afterwards.
+    assert sorted(p.name for p in out.iterdir() if p.name.startswith(".")) == []

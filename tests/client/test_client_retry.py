@@ -1,0 +1,122 @@
+"""Client retries against a scripted fake node (no cluster): a hung attempt is retried."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable
+
+import pytest
+from aiohttp import web
+
+from raftlog.client import RaftlogClient, RequestTimeoutError
+from raftlog.cluster import free_ports
+from raftlog.rpc import codec
+from raftlog.rpc.messages import (
+    MetadataResponse,
+    NodeInfo,
+    PartitionInfo,
+    ProduceRequest,
+    ProduceResponse,
+    TopicInfo,
+)
+
+Handler = Callable[[ProduceRequest, int], Awaitable[object]]
+
+
+class FakeNode:
+    """One node that leads partition t/0; ``on_produce(request, attempt_no)`` scripts produce."""
+
+    def __init__(self, on_produce: Handler) -> None:
+        (self.port,) = free_ports(1)
+        self.address = f"127.0.0.1:{self.port}"
+        self.on_produce = on_produce
+        self.produce_requests: list[ProduceRequest] = []
+        self.release = asyncio.Event()  # set at teardown: frees every hung handler
+        self._runner: web.AppRunner | None = None
+
+    async def _metadata(self, request: web.Request) -> web.Response:
+        meta = MetadataResponse(
+            1, 1, [NodeInfo(1, self.address)], [TopicInfo("t", 1, [PartitionInfo(0, 1, 1, [1])])]
+        )
+        return web.Response(body=codec.encode(meta))
+
+    async def _produce(self, request: web.Request) -> web.Response:
+        req = codec.decode(await request.read())
+        assert isinstance(req, ProduceRequest)
+        self.produce_requests.append(req)
+        resp = await self.on_produce(req, len(self.produce_requests))
+        return web.Response(body=codec.encode(resp))
+
+    async def start(self) -> None:
+        app = web.Application()
+        app.router.add_post("/v1/metadata", self._metadata)
+        app.router.add_post("/v1/produce", self._produce)
+        self._runner = web.AppRunner(app, shutdown_timeout=1.0)
+        await self._runner.setup()
+        await web.TCPSite(self._runner, "127.0.0.1", self.port).start()
+
+    async def stop(self) -> None:
+        self.release.set()
+        if self._runner is not None:
+            await self._runner.cleanup()
+
+
+@pytest.fixture
+async def node_factory() -> AsyncIterator[Callable[[Handler], Awaitable[FakeNode]]]:
+    nodes: list[FakeNode] = []
+
+    async def make(on_produce: Handler) -> FakeNode:
+        node = FakeNode(on_produce)
+        await node.start()
+        nodes.append(node)
+        return node
+
+    yield make
+    for n in nodes:
+        await n.stop()
+
+
+async def test_a_hung_attempt_is_retried_within_the_request_timeout(node_factory) -> None:
+    node: FakeNode
+
+    async def hang_first(req: ProduceRequest, n: int) -> object:
+        if n == 1:
+            await node.release.wait()  # never answers while the client waits
+        return ProduceResponse(7, 7)
+
+    node = await node_factory(hang_first)
+    async with RaftlogClient([node.address], request_timeout_s=3.0) as client:
+        r = await client.produce(
+            "t", 0, [(b"v", 1)], producer_id=4, producer_epoch=0, first_sequence=0
+        )
+    assert (r.base_offset, r.last_offset) == (7, 7)
+    assert len(node.produce_requests) >= 2
+    # the retry is the same idempotent request (rm_stm resolves it from its table)
+    assert {(q.producer_id, q.first_sequence) for q in node.produce_requests} == {(4, 0)}
+
+
+async def test_attempts_that_all_hang_fail_with_a_timeout_naming_the_node(node_factory) -> None:
+    node: FakeNode
+
+    async def hang(req: ProduceRequest, n: int) -> object:
+        await node.release.wait()
+        return ProduceResponse(0, 0)
+
+    node = await node_factory(hang)
+    async with RaftlogClient([node.address], request_timeout_s=0.6) as client:
+        with pytest.raises(RequestTimeoutError, match=f"request to {node.address} timed out"):
+            await client.produce("t", 0, [(b"v", 1)])
+    assert len(node.produce_requests) >= 2  # retried, not one attempt using the whole budget
+
+
+def test_attempt_timeout_defaults_and_validation() -> None:
+    assert RaftlogClient("127.0.0.1:1", request_timeout_s=30.0).attempt_timeout_s == 10.0
+    assert RaftlogClient("127.0.0.1:1", request_timeout_s=0.3).attempt_timeout_s == (
+        pytest.approx(0.1)
+    )
+    assert (
+        RaftlogClient("127.0.0.1:1", request_timeout_s=2, attempt_timeout_s=5).attempt_timeout_s
+        == 2
+    )
+    with pytest.raises(ValueError, match="attempt_timeout_s must be > 0"):
+        RaftlogClient("127.0.0.1:1", attempt_timeout_s=0)

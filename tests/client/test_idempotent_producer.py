@@ -1,0 +1,213 @@
+"""The client's IdempotentProducer against a fake node whose produce path is a real RmStm
+(over the in-memory consensus of the producer tests), with scripted faults."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+
+import pytest
+from aiohttp import web
+
+from raftlog.client import (
+    FencedError,
+    InvalidRequestError,
+    RaftlogClient,
+    unframe_records,
+)
+from raftlog.cluster import free_ports
+from raftlog.producers.outcomes import ProducerError
+from raftlog.producers.rm_stm import RmStm, RmStmConfig
+from raftlog.raft.replicate_batcher import Consistency
+from raftlog.rpc import codec
+from raftlog.rpc.messages import (
+    EndTxnRequest,
+    EndTxnResponse,
+    ErrorCode,
+    ErrorResponse,
+    InitProducerRequest,
+    InitProducerResponse,
+    MetadataResponse,
+    NodeInfo,
+    PartitionInfo,
+    ProduceRequest,
+    ProduceResponse,
+    TopicInfo,
+)
+from raftlog.storage.batch import BatchKind, RecordBatch
+from tests.producers.fake_consensus import FakeConsensus
+
+CODES = {
+    "DUPLICATE_SEQUENCE_NUMBER": ErrorCode.DUPLICATE_SEQUENCE,
+    "OUT_OF_ORDER_SEQUENCE_NUMBER": ErrorCode.OUT_OF_ORDER_SEQUENCE,
+    "PRODUCER_FENCED": ErrorCode.FENCED,
+    "INVALID_PRODUCER_EPOCH": ErrorCode.INVALID_PRODUCER_EPOCH,
+    "INVALID_TXN_STATE": ErrorCode.INVALID_TXN_STATE,
+    "NOT_LEADER_OR_FOLLOWER": ErrorCode.NOT_LEADER,
+}
+
+# fault(request, produce request number) -> None (serve), "not_leader" (refuse, write
+# nothing) or "lose_answer" (write, then never answer: the client's attempt times out)
+Fault = Callable[[ProduceRequest, int], str | None]
+
+
+class RmStmNode:
+    """One node leading t/0, serving produce, init_producer and end_txn through RmStm."""
+
+    def __init__(self, reorder_wait_s: float = 0.5) -> None:
+        (self.port,) = free_ports(1)
+        self.address = f"127.0.0.1:{self.port}"
+        self.consensus = FakeConsensus()
+        self.stm = RmStm(self.consensus, RmStmConfig(reorder_wait_s=reorder_wait_s))
+        self.fault: Fault = lambda req, n: None
+        self.produce_count = 0
+        self.release = asyncio.Event()
+        self._runner: web.AppRunner | None = None
+
+    def values(self, pid: int) -> list[tuple[int, str]]:
+        """(offset, value) of every data record of ``pid`` in the log, in log order."""
+        out = []
+        for b in self.consensus.log:
+            if b.kind is BatchKind.DATA and b.producer_id == pid:
+                vals = unframe_records(b.payload, b.record_count)
+                assert vals is not None
+                out += [(b.base_offset + i, v.decode()) for i, v in enumerate(vals)]
+        return out
+
+    async def _handle(self, request: web.Request) -> web.Response:
+        req = codec.decode(await request.read())
+        try:
+            resp = await self._serve(req)
+        except ProducerError as exc:
+            resp = ErrorResponse(CODES.get(exc.code, ErrorCode.INVALID_REQUEST), str(exc))
+        return web.Response(body=codec.encode(resp))
+
+    async def _serve(self, req: object) -> object:
+        if isinstance(req, InitProducerRequest):
+            r = await self.stm.init_producer(req.producer_id)
+            return InitProducerResponse(r.producer_id, r.epoch, r.last_committed_version)
+        if isinstance(req, EndTxnRequest):
+            off = await self.stm.end_transaction(
+                req.producer_id, req.producer_epoch, req.commit, req.version
+            )
+            return EndTxnResponse(off)
+        assert isinstance(req, ProduceRequest)
+        self.produce_count += 1
+        fault = self.fault(req, self.produce_count)
+        if fault == "not_leader":
+            return ErrorResponse(ErrorCode.NOT_LEADER, "t/0: not the leader", 1, self.address)
+        (b,) = req.batches
+        batch = RecordBatch.create(
+            b.payload,
+            b.record_count,
+            transactional=req.transactional,
+            producer_id=req.producer_id,
+            producer_epoch=req.producer_epoch,
+            first_sequence=req.first_sequence,
+        )
+        r = await self.stm.replicate(batch, Consistency.QUORUM_ACK)
+        if fault == "lose_answer":
+            await self.release.wait()
+        return ProduceResponse(r.base_offset, r.last_offset)
+
+    async def _metadata(self, request: web.Request) -> web.Response:
+        meta = MetadataResponse(
+            1, 1, [NodeInfo(1, self.address)], [TopicInfo("t", 1, [PartitionInfo(0, 1, 1, [1])])]
+        )
+        return web.Response(body=codec.encode(meta))
+
+    async def start(self) -> None:
+        app = web.Application()
+        app.router.add_post("/v1/metadata", self._metadata)
+        for route in ("produce", "init_producer", "end_txn"):
+            app.router.add_post(f"/v1/{route}", self._handle)
+        self._runner = web.AppRunner(app, shutdown_timeout=1.0)
+        await self._runner.setup()
+        await web.TCPSite(self._runner, "127.0.0.1", self.port).start()
+
+    async def stop(self) -> None:
+        self.release.set()
+        if self._runner is not None:
+            await self._runner.cleanup()
+
+
+@pytest.fixture
+async def node() -> AsyncIterator[RmStmNode]:
+    n = RmStmNode()
+    await n.start()
+    try:
+        yield n
+    finally:
+        await n.stop()
+
+
+async def test_in_order_exactly_once_through_refusals_and_lost_answers(node: RmStmNode) -> None:
+    def fault(req: ProduceRequest, n: int) -> str | None:
+        if n % 7 == 3:
+            return "not_leader"
+        if n % 11 == 5:
+            return "lose_answer"
+        return None
+
+    node.fault = fault
+    async with RaftlogClient([node.address], request_timeout_s=5.0, attempt_timeout_s=0.3) as c:
+        p = await c.idempotent_producer("t", 0, producer_id=9)
+        futures = [p.send([f"v{i}".encode()]) for i in range(100)]
+        await p.flush()
+        results = [f.result() for f in futures]
+        assert p.retries > 0 and p.sends > 100  # the faults were met and retried
+        await p.close()
+    log = node.values(9)
+    assert [v for _, v in log] == [f"v{i}" for i in range(100)]  # each once, in order
+    assert [r.base_offset for r in results] == [off for off, _ in log]
+    assert all(r.base_offset == r.last_offset for r in results)
+
+
+async def test_a_fenced_producer_fails_its_sends_with_the_server_message(node: RmStmNode) -> None:
+    async with RaftlogClient([node.address], request_timeout_s=5.0) as c:
+        p = await c.idempotent_producer("t", 0, producer_id=3)
+        first = await p.send([b"a"])
+        await node.stm.init_producer(3)  # a newer session of the same producer id
+        late = p.send([b"b"])
+        with pytest.raises(FencedError, match="producer 3 is fenced"):
+            await late
+        with pytest.raises(FencedError):
+            p.send([b"c"])
+        with pytest.raises(FencedError):
+            await p.flush()
+        await p.close()
+    assert [v for _, v in node.values(3)] == ["a"]
+    assert first.base_offset == node.values(3)[0][0]
+
+
+async def test_transactional_commit_records_the_version_and_abort_hides_nothing_else(
+    node: RmStmNode,
+) -> None:
+    async with RaftlogClient([node.address], request_timeout_s=5.0) as c:
+        p = await c.idempotent_producer("t", 0, producer_id=5, transactional=True)
+        assert p.last_committed_version == -1
+        for i in range(3):
+            p.send([f"c{i}".encode()])
+        commit_offset = await p.commit(version=41)
+        p.send([b"x"])
+        abort_offset = await p.abort()
+        await p.close()
+        again = await c.idempotent_producer("t", 0, producer_id=5, transactional=True)
+        assert again.last_committed_version == 41
+        await again.close()
+    assert commit_offset < abort_offset
+    assert node.stm.table.get(5).last_committed_version == 41
+    assert [v for _, v in node.values(5)] == ["c0", "c1", "c2", "x"]
+    assert node.stm.table.aborted  # the aborted batch is indexed, so fetch filters it
+
+
+async def test_bad_arguments_are_named(node: RmStmNode) -> None:
+    async with RaftlogClient([node.address], request_timeout_s=5.0) as c:
+        with pytest.raises(InvalidRequestError, match="max_in_flight must be in"):
+            await c.idempotent_producer("t", 0, max_in_flight=6)
+        p = await c.idempotent_producer("t", 0)
+        with pytest.raises(InvalidRequestError, match="values: expected at least one"):
+            p.send([])
+        with pytest.raises(InvalidRequestError, match="commit/abort need"):
+            await p.commit()
+        await p.close()
