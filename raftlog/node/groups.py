@@ -26,7 +26,7 @@ from raftlog.producers.outcomes import (
     ProducerError,
     ProducerFencedError,
 )
-from raftlog.producers.rm_stm import RmStm
+from raftlog.producers.rm_stm import RmStm, RmStmConfig
 from raftlog.raft.configuration import Configuration
 from raftlog.raft.consensus import Consensus, ConsensusOptions
 from raftlog.raft.dispatch import PeerDispatcher
@@ -64,8 +64,15 @@ def priorities(replicas: list[int]) -> dict[int, int]:
 class GroupHost:
     """Opens and closes the groups of one node; routes peer requests to them."""
 
-    def __init__(self, node_id: int, transport: HttpTransport, heartbeat_interval_s: float) -> None:
+    def __init__(
+        self,
+        node_id: int,
+        transport: HttpTransport,
+        heartbeat_interval_s: float,
+        rm_config: RmStmConfig | None = None,
+    ) -> None:
         self.node_id = node_id
+        self.rm_config = rm_config or RmStmConfig()
         self.transport = transport
         self.heartbeats = HeartbeatManager(node_id, transport, heartbeat_interval_s)
         self.dispatcher = PeerDispatcher(node_id, self.heartbeats)
@@ -112,7 +119,7 @@ class GroupHost:
     ) -> PartitionReplica:
         """Open a partition's group with rm_stm as its state machine, and start it."""
         c = await self._new_consensus(group, directory, replicas)
-        rm = RmStm(c)  # registers itself with c.add_state_machine, before start()
+        rm = RmStm(c, self.rm_config)  # registers itself with c.add_state_machine, before start()
         await c.start()
         self.groups[group] = c
         return PartitionReplica(topic, partition, group, directory, list(replicas), c, rm)

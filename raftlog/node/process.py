@@ -45,6 +45,7 @@ from raftlog.controller import (
 )
 from raftlog.metrics import NodeMetrics
 from raftlog.node.groups import GroupHost, PartitionReplica
+from raftlog.producers.rm_stm import DEFAULT_TRANSACTION_TIMEOUT_MS, RmStmConfig
 from raftlog.rpc import codec
 from raftlog.rpc.messages import (
     CreateTopicRequest,
@@ -89,6 +90,9 @@ class NodeConfig:
     default_partitions: int = DEFAULT_PARTITIONS
     max_batch_bytes: int = DEFAULT_MAX_BATCH_BYTES
     heartbeat_interval_s: float = 0.05
+    # Open transactions older than this are aborted by the partition leader, so
+    # that a dead writer cannot hold back the last stable offset (and readers).
+    transaction_timeout_ms: int = DEFAULT_TRANSACTION_TIMEOUT_MS
     # Where to send peer (raft) traffic for a node when not its address: e.g. a
     # fault-injecting proxy per link. Clients are still told ``peers``.
     peer_routes: dict[int, str] = dataclasses.field(default_factory=dict)
@@ -157,6 +161,12 @@ def add_server_arguments(p: argparse.ArgumentParser) -> None:
         default=DEFAULT_MAX_BATCH_BYTES,
         help="largest batch payload accepted by produce (default 16 MiB)",
     )
+    p.add_argument(
+        "--transaction-timeout-ms",
+        type=int,
+        default=DEFAULT_TRANSACTION_TIMEOUT_MS,
+        help="abort transactions left open this long (default 60000)",
+    )
     p.add_argument("--log-level", default="INFO")
 
 
@@ -196,6 +206,11 @@ def config_from_args(args: argparse.Namespace) -> NodeConfig:
         raise ValueError(
             f"--max-batch-bytes: expected 1..67108864 bytes, got {args.max_batch_bytes}"
         )
+    txn_timeout = getattr(args, "transaction_timeout_ms", DEFAULT_TRANSACTION_TIMEOUT_MS)
+    if not 1 <= txn_timeout <= 24 * 3600 * 1000:
+        raise ValueError(
+            f"--transaction-timeout-ms: expected 1..86400000 milliseconds, got {txn_timeout}"
+        )
     return NodeConfig(
         node_id=args.node_id,
         host=host,
@@ -206,6 +221,7 @@ def config_from_args(args: argparse.Namespace) -> NodeConfig:
         default_partitions=args.default_partitions,
         max_batch_bytes=args.max_batch_bytes,
         peer_routes=peer_routes,
+        transaction_timeout_ms=txn_timeout,
     )
 
 
@@ -221,7 +237,12 @@ class Node:
             auth_token=config.auth_token,
             timeout_s=5.0,
         )
-        self.host = GroupHost(config.node_id, self.transport, config.heartbeat_interval_s)
+        self.host = GroupHost(
+            config.node_id,
+            self.transport,
+            config.heartbeat_interval_s,
+            RmStmConfig(transaction_timeout_ms=config.transaction_timeout_ms),
+        )
         self.controller_stm = ControllerStm()
         self.controller: Any = None
         self.partitions: dict[int, PartitionReplica] = {}
@@ -255,6 +276,7 @@ class Node:
         self._tasks = [
             loop.create_task(self._reconcile_loop()),
             loop.create_task(self._balance_loop()),
+            loop.create_task(self._transaction_timeout_loop()),
         ]
         self._reconcile_needed.set()
         log.info("node %d serving on %s", self.node_id, self.config.address)
@@ -338,6 +360,32 @@ class Node:
                 self._transfer_attempts[gid] = now
                 with contextlib.suppress(Exception):
                     await asyncio.wait_for(self.host.transfer(rep.consensus, preferred), 3.0)
+
+    async def _transaction_timeout_loop(self) -> None:
+        """On the partitions this node leads, abort transactions open past the timeout.
+
+        Checked several times per timeout so an expired transaction is aborted
+        within about a quarter of the timeout after it expires.
+        """
+        interval = min(1.0, self.config.transaction_timeout_ms / 4000)
+        while True:
+            await asyncio.sleep(interval)
+            now_ms = int(time.time() * 1000)
+            for rep in list(self.partitions.values()):
+                if not rep.consensus.is_leader:
+                    continue
+                try:
+                    aborted = await rep.rm.abort_expired(now_ms)
+                except Exception as exc:  # leadership moved, stopping: next round retries
+                    log.debug("%s/%d: expiring transactions: %s", rep.topic, rep.partition, exc)
+                    continue
+                if aborted:
+                    log.info(
+                        "%s/%d: aborted expired transactions of producers %s",
+                        rep.topic,
+                        rep.partition,
+                        aborted,
+                    )
 
     # ------------------------------------------------------------ server hooks
 
