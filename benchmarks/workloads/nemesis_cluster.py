@@ -1,6 +1,6 @@
 """A local 3-node raftlog cluster whose every link runs through a proxy process.
 
-The same wiring as the nemesis tests' ``proxied_cluster`` fixture: one
+The nemesis tests' ``proxied_cluster`` fixture and the ``chaos`` scenario use it: one
 :class:`~raftlog.faults.proxy_process.ProxyProcess` serves a link per ordered
 pair of nodes (``"1-2"``: node 1's raft traffic to node 2) and a client link per
 node (``"c-2"``: clients' traffic to node 2); each node's ``--peer-routes`` point
@@ -16,56 +16,20 @@ import pathlib
 import signal
 from collections.abc import Iterator
 
-from raftlog.cluster import (
-    LocalCluster,
-    pid_alive,
-    restart_node,
-    start_cluster,
-    stop_cluster,
-    stop_node,
-)
+from benchmarks.workloads.cluster_handle import NODES, START_TIMEOUT_S, ClusterHandle, start
+from raftlog.cluster import LocalCluster
 from raftlog.faults.proxy_process import ProxyProcess
 
-NODES = (1, 2, 3)
+__all__ = ["NODES", "ProxiedCluster", "proxied_cluster"]
 
 
-class ProxiedCluster:
-    """A running cluster (``servers``, ``kill``, ``restart``, ``alive``) with ``proxy``."""
+class ProxiedCluster(ClusterHandle):
+    """A running cluster (:class:`ClusterHandle`) with ``proxy`` and link helpers."""
 
     def __init__(self, cluster: LocalCluster, proxy: ProxyProcess, peers: dict[int, str]) -> None:
-        self.cluster = cluster
+        super().__init__(cluster)
         self.proxy = proxy
         self.peers = peers
-
-    @property
-    def servers(self) -> list[str]:
-        return self.cluster.servers
-
-    @property
-    def data_dir(self) -> pathlib.Path:
-        return pathlib.Path(self.cluster.data_dir)
-
-    def address(self, node_id: int) -> str:
-        return self.cluster.node(node_id).address
-
-    def pid(self, node_id: int) -> int:
-        return self.cluster.node(node_id).pid
-
-    def kill(self, node_id: int, sig: int = signal.SIGKILL) -> None:
-        """Signal the node by PID and wait (bounded) for it to exit."""
-        stop_node(self.cluster.node(node_id), sig, timeout_s=10.0)
-
-    def restart(self, node_id: int) -> None:
-        restart_node(self.cluster, node_id)
-
-    def alive(self, node_id: int) -> bool:
-        return pid_alive(self.cluster.node(node_id).pid)
-
-    def stop(self) -> None:
-        stop_cluster(self.cluster.data_dir, timeout_s=10.0)
-        for n in self.cluster.nodes:  # a restarted node's PID is not in older state
-            if pid_alive(n.pid):
-                stop_node(n, signal.SIGKILL, timeout_s=5.0)
 
     @property
     def client_map(self) -> dict[str, str]:
@@ -90,9 +54,10 @@ class ProxiedCluster:
 
 
 @contextlib.contextmanager
-def proxied_cluster(data_dir: pathlib.Path, timeout_s: float = 60.0) -> Iterator[ProxiedCluster]:
+def proxied_cluster(
+    data_dir: pathlib.Path, timeout_s: float = START_TIMEOUT_S
+) -> Iterator[ProxiedCluster]:
     """Start the proxy and a 3-node cluster behind it in ``data_dir``; stop both on exit."""
-    os.environ.pop("RAFTLOG_AUTH_TOKEN", None)
     holder: dict[str, object] = {}
 
     def routes(peers: dict[int, str]) -> dict[int, dict[int, str]]:
@@ -112,7 +77,8 @@ def proxied_cluster(data_dir: pathlib.Path, timeout_s: float = 60.0) -> Iterator
 
     handle: ProxiedCluster | None = None
     try:
-        cluster = start_cluster(data_dir, len(NODES), timeout_s=timeout_s, peer_routes=routes)
+        # start_cluster stops the nodes it spawned itself when it fails
+        cluster = start(data_dir, timeout_s, peer_routes=routes)
         handle = ProxiedCluster(cluster, holder["proxy"], holder["peers"])  # type: ignore[arg-type]
         yield handle
     finally:

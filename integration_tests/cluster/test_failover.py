@@ -5,20 +5,11 @@ from __future__ import annotations
 import asyncio
 import signal
 import time
-import urllib.request
 
+from benchmarks.workloads.nemesis_workload import metric
 from raftlog.client import RaftlogClient, RaftlogError
 from raftlog.storage.batch import BatchKind
 from raftlog.storage.log import SegmentedLog
-
-
-def _metric(address: str, name: str, group: int) -> float | None:
-    with urllib.request.urlopen(f"http://{address}/metrics", timeout=2) as r:
-        text = r.read().decode()
-    for line in text.splitlines():
-        if line.startswith(name + "{") and f'group="{group}"' in line:
-            return float(line.rsplit(" ", 1)[1])
-    return None
 
 
 async def test_kill_leader_while_producing_then_restart_catches_up(fresh_cluster) -> None:
@@ -76,7 +67,7 @@ async def test_kill_leader_while_producing_then_restart_catches_up(fresh_cluster
         caught_up = False
         for _ in range(300):
             try:
-                ci = _metric(addr, "raftlog_group_commit_index", gid)
+                ci = metric(addr, "raftlog_group_commit_index", gid)
             except OSError:
                 ci = None
             if ci is not None and ci >= hwm - 1:

@@ -1,20 +1,14 @@
 """The nemesis tests' workload: idempotent producers recorded for the checker.
 
 One copy of the code, shared with ``python -m benchmarks chaos``: it lives in
-:mod:`benchmarks.workloads.nemesis_workload` (see its doc). The repository root is
-put on ``sys.path`` here, since ``benchmarks`` runs from there and is not installed.
+:mod:`benchmarks.workloads.nemesis_workload` (see its doc). ``integration_tests/conftest.py``
+puts the repository root on ``sys.path``, since ``benchmarks`` runs from there and is not
+installed.
 """
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
-_REPO_ROOT = str(Path(__file__).resolve().parents[2])
-if _REPO_ROOT not in sys.path:
-    sys.path.insert(0, _REPO_ROOT)
-
-from benchmarks.workloads.nemesis_workload import (  # noqa: E402
+from benchmarks.workloads.nemesis_workload import (
     REQUEST_TIMEOUT_S,
     MappedClient,
     ProducerStats,

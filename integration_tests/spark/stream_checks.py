@@ -1,5 +1,6 @@
-"""Helpers shared by the Spark sink tests: running a stream for N committed micro-batches,
-and the exactly-once check on what a topic holds afterwards."""
+"""Helpers shared by the Spark sink tests (and their driver scripts in ``spark_drivers/``):
+starting a sink query, running it for N committed micro-batches, and the exactly-once
+check on what a topic holds afterwards."""
 
 from __future__ import annotations
 
@@ -7,6 +8,8 @@ import time
 import uuid
 from collections import Counter
 from pathlib import Path
+
+from raftlog.client import BlockingRaftlogClient
 
 ROWS_PER_BATCH = 200
 
@@ -24,6 +27,28 @@ def rate_stream(spark, partitions: int = 2):
         .load()
         .select("value")
     )
+
+
+def start_sink(df, topic: str, servers: str, checkpoint: Path, **options: str):
+    """Start ``df`` streaming into ``topic`` through the raftlog sink, micro-batches back to
+    back, with its checkpoint at ``checkpoint`` and any further sink ``options``."""
+    writer = df.writeStream.format("raftlog").option("topic", topic).option("servers", servers)
+    for key, value in options.items():
+        writer = writer.option(key, value)
+    return (
+        writer.option("checkpointLocation", str(checkpoint))
+        .trigger(processingTime="0 seconds")
+        .start()
+    )
+
+
+def partition_leader(servers: str, topic: str, partition: int = 0) -> int:
+    """The node id that leads ``partition`` of ``topic`` (-1 when it has none)."""
+    client = BlockingRaftlogClient(servers, request_timeout_s=30.0)
+    try:
+        return client.describe_topic(topic).partitions[partition].leader
+    finally:
+        client.close()
 
 
 def read_values(spark, servers: str, topic: str) -> list[int]:

@@ -6,13 +6,13 @@ from __future__ import annotations
 from stream_checks import (
     assert_exactly_once,
     committed_batches,
+    partition_leader,
     rate_stream,
     read_values,
     run_until,
+    start_sink,
     unique_topic,
 )
-
-from raftlog.client import BlockingRaftlogClient
 
 
 def test_leader_killed_during_stream_lands_exactly_once(spark, private_cluster, tmp_path) -> None:
@@ -21,23 +21,10 @@ def test_leader_killed_during_stream_lands_exactly_once(spark, private_cluster, 
     checkpoint = tmp_path / "ck"
 
     def start():
-        return (
-            rate_stream(spark)
-            .writeStream.format("raftlog")
-            .option("topic", topic)
-            .option("servers", servers)
-            .option("partitions", "2")
-            .option("checkpointLocation", str(checkpoint))
-            .trigger(processingTime="0 seconds")
-            .start()
-        )
+        return start_sink(rate_stream(spark), topic, servers, checkpoint, partitions="2")
 
     run_until(start(), checkpoint, batches=2)
-    client = BlockingRaftlogClient(servers, request_timeout_s=30.0)
-    try:
-        leader = client.describe_topic(topic).partitions[0].leader
-    finally:
-        client.close()
+    leader = partition_leader(servers, topic)
     assert leader >= 0
     query = start()
     private_cluster.kill(leader)  # SIGKILL while the query writes

@@ -17,6 +17,7 @@ from stream_checks import (
     rate_stream,
     read_values,
     run_until,
+    start_sink,
     unique_topic,
 )
 
@@ -25,16 +26,7 @@ def test_stream_stopped_and_restarted_lands_exactly_once(spark, servers, tmp_pat
     topic = unique_topic("restart")
     checkpoint = tmp_path / "ck"
     for round_ in range(3):
-        query = (
-            rate_stream(spark)
-            .writeStream.format("raftlog")
-            .option("topic", topic)
-            .option("servers", servers)
-            .option("partitions", "3")
-            .option("checkpointLocation", str(checkpoint))
-            .trigger(processingTime="0 seconds")
-            .start()
-        )
+        query = start_sink(rate_stream(spark), topic, servers, checkpoint, partitions="3")
         # stop while later batches are in flight: a replay must not duplicate them
         run_until(query, checkpoint, batches=2 * (round_ + 1))
     committed = committed_batches(checkpoint)
@@ -69,18 +61,12 @@ def test_retried_tasks_on_a_shuffled_stream_land_exactly_once(spark, servers, tm
     failures.mkdir()
     spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", "16")  # many small chunks
     try:
-        query = (
+        shuffled = (
             rate_stream(spark, partitions=2)
             .repartition(3)  # a shuffle: a retried task may fetch its rows in another order
             .select(fail_first_attempt("value").alias("value"))
-            .writeStream.format("raftlog")
-            .option("topic", topic)
-            .option("servers", servers)
-            .option("chunkBytes", "1k")
-            .option("checkpointLocation", str(checkpoint))
-            .trigger(processingTime="0 seconds")
-            .start()
         )
+        query = start_sink(shuffled, topic, servers, checkpoint, chunkBytes="1k")
         run_until(query, checkpoint, batches=3)
     finally:
         spark.conf.unset("spark.sql.execution.arrow.maxRecordsPerBatch")

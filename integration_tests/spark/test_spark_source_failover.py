@@ -6,11 +6,8 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from pathlib import Path
 
-from stream_checks import unique_topic
-
-from raftlog.client import BlockingRaftlogClient
+from stream_checks import committed_batches, partition_leader, unique_topic
 
 TIMEOUT_S = 180.0
 
@@ -35,11 +32,6 @@ def write_ids(spark, servers: str, topic: str, start: int, end: int, version: in
         except Exception:
             if attempt == 2:
                 raise
-
-
-def committed_batches(checkpoint: Path) -> int:
-    commits = checkpoint / "commits"
-    return len([p for p in commits.iterdir() if p.name.isdigit()]) if commits.exists() else 0
 
 
 def test_read_while_leader_killed_returns_every_record_once(
@@ -74,11 +66,7 @@ def test_read_while_leader_killed_returns_every_record_once(
         assert query.exception() is None, query.exception()
         assert time.monotonic() < deadline, "no micro-batch committed before the kill"
         query.awaitTermination(0.2)
-    client = BlockingRaftlogClient(servers, request_timeout_s=30.0)
-    try:
-        leader = client.describe_topic(topic).partitions[0].leader
-    finally:
-        client.close()
+    leader = partition_leader(servers, topic)
     assert leader >= 0
     private_cluster.kill(leader)  # SIGKILL while the query reads
     assert not private_cluster.alive(leader)

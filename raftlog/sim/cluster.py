@@ -8,10 +8,13 @@ Used by the scenario tests (no random faults) and by the seeded simulator
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
+from collections.abc import Awaitable, Callable
 
 from raftlog.raft.configuration import Configuration
 from raftlog.raft.consensus import ConsensusOptions
+from raftlog.raft.errors import RaftError
 from raftlog.sim.network import NetworkOptions, SimNetwork
 from raftlog.sim.node import SimNode
 
@@ -68,6 +71,9 @@ class SimCluster:
         for node in self.nodes.values():
             await node.stop()
 
+    def live(self) -> list[SimNode]:
+        return [n for n in self.nodes.values() if n.alive]
+
     def leaders(self) -> list[SimNode]:
         return [n for n in self.nodes.values() if n.alive and n.consensus.is_leader]
 
@@ -92,3 +98,53 @@ class SimCluster:
 
     async def settle(self, seconds: float) -> None:
         await asyncio.sleep(seconds)
+
+    async def random_fault(
+        self,
+        rng: random.Random,
+        background: list[asyncio.Task[None]],
+        *,
+        keep_majority: bool = False,
+        reconfigure: Callable[[random.Random], None] | None = None,
+    ) -> None:
+        """One fault drawn from ``rng``: crash a node (tearing its unflushed tail), restart a
+        crashed one, partition, heal, transfer leadership (a task added to ``background``),
+        make the leader step down, or (with ``reconfigure``, 1 time in 20) ``reconfigure(rng)``.
+
+        ``keep_majority``: crash a node only when a majority stays up, or 1 time in 5.
+        """
+        ids = self.ids
+        action = rng.random()
+        node = self.nodes[rng.choice(ids)]
+        if action < 0.3:
+            # mostly keep a majority up, so that clients get work done
+            if not keep_majority or len(self.live()) - 1 > len(ids) // 2 or rng.random() < 0.2:
+                node.crash(keep_unflushed=rng.choice([0, 0, 1, 2]))
+        elif action < 0.5:
+            down = [n for n in self.nodes.values() if not n.alive]
+            if down:
+                await rng.choice(down).restart()
+        elif action < 0.65:
+            side = set(rng.sample(ids, rng.randint(1, len(ids) // 2)))
+            self.network.partition(side, ids)
+        elif action < 0.8:
+            self.network.heal()
+        elif action < 0.9:
+            leader = self.leader()
+            if leader is not None:
+                target = rng.choice([i for i in ids if i != leader.node_id])
+                background.append(
+                    asyncio.create_task(quietly(leader.consensus.transfer_leadership(target)))
+                )
+        elif reconfigure is None or action < 0.95:
+            leader = self.leader()
+            if leader is not None:
+                leader.consensus.step_down()
+        else:
+            reconfigure(rng)
+
+
+async def quietly(coro: Awaitable[None]) -> None:
+    """Await ``coro``, ignoring the Raft errors and timeouts a fault may cause."""
+    with contextlib.suppress(RaftError, TimeoutError):
+        await coro

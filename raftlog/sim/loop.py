@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import selectors
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine, Iterable
 from typing import Any, TypeVar
 
 T = TypeVar("T")
@@ -90,3 +90,26 @@ def _cancel_all(loop: VirtualTimeLoop) -> None:
         t.cancel()
     if tasks:
         loop.run_until_complete(asyncio.gather(*tasks, return_exceptions=True))
+
+
+def run_many(
+    run_seed: Callable[[int, Any], T],
+    seeds: Iterable[int],
+    config: Any,
+    processes: int = 1,
+    chunksize: int = 16,
+) -> list[T]:
+    """``run_seed(seed, config)`` for every seed, in ``processes`` worker processes (spawned)
+    when > 1; the ``error`` of every result that is not ``ok`` is printed."""
+    seed_list = list(seeds)
+    if processes > 1:
+        import multiprocessing
+
+        with multiprocessing.get_context("spawn").Pool(processes) as pool:
+            results = pool.starmap(run_seed, [(s, config) for s in seed_list], chunksize=chunksize)
+    else:
+        results = [run_seed(s, config) for s in seed_list]
+    for r in results:
+        if not r.ok:  # type: ignore[attr-defined]
+            print(r.error)  # type: ignore[attr-defined]
+    return results

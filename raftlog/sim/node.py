@@ -50,7 +50,9 @@ class SimNode:
         task.add_done_callback(lambda t: self._tasks.pop(t, None))
         return task
 
-    async def start(self) -> None:
+    def _build(self) -> None:
+        """A fresh HeartbeatManager and Consensus for this incarnation (not started yet);
+        a subclass attaches its state machine here, before the node joins the network."""
         transport = self.network.transport(self.node_id)
         self.heartbeats = HeartbeatManager(self.node_id, transport, self.heartbeat_interval_s)
         self.consensus = Consensus(
@@ -63,6 +65,9 @@ class SimNode:
             seed=self.seed * 1009 + self.node_id * 7 + self.incarnation,
             heartbeats=self.heartbeats,
         )
+
+    async def start(self) -> None:
+        self._build()
         dispatcher = PeerDispatcher(self.node_id, self.heartbeats)
         self.network.attach(self.node_id, Endpoint(dispatcher.handle, self.spawn))
         await self.consensus.start()

@@ -58,16 +58,13 @@ from raftlog.producers.outcomes import (
 )
 from raftlog.producers.rm_stm import RmStm, RmStmConfig
 from raftlog.producers.sequencer import MAX_IN_FLIGHT, Sequencer, SequencerError
-from raftlog.raft.consensus import Consensus
-from raftlog.raft.dispatch import PeerDispatcher
 from raftlog.raft.errors import RaftError
-from raftlog.raft.heartbeat_manager import HeartbeatManager
 from raftlog.raft.replicate_batcher import Consistency
 from raftlog.sim.checks import InvariantChecker, InvariantViolation
 from raftlog.sim.cluster import SimCluster, sim_options
-from raftlog.sim.loop import run_virtual
-from raftlog.sim.network import Endpoint, NetworkOptions
-from raftlog.sim.node import GROUP, SimNode
+from raftlog.sim.loop import run_many, run_virtual
+from raftlog.sim.network import NetworkOptions
+from raftlog.sim.node import SimNode
 from raftlog.sim.txn_model import LogModel, Status
 from raftlog.storage.batch import BatchKind, RecordBatch
 
@@ -144,25 +141,12 @@ class ProducerSimNode(SimNode):
         self.rm: RmStm
         self.errors: list[str] = []  # unexpected exceptions of this node's rm_stm tasks
 
-    async def start(self) -> None:
-        transport = self.network.transport(self.node_id)
-        self.heartbeats = HeartbeatManager(self.node_id, transport, self.heartbeat_interval_s)
-        self.consensus = Consensus(
-            GROUP,
-            self.node_id,
-            self.configuration,
-            self.log,
-            transport,
-            self.options,
-            seed=self.seed * 1009 + self.node_id * 7 + self.incarnation,
-            heartbeats=self.heartbeats,
-        )
+    def _build(self) -> None:
+        super()._build()
         self.rm = RmStm(self.consensus, self.rm_config, clock_ms=_now_ms)
-        dispatcher = PeerDispatcher(self.node_id, self.heartbeats)
-        self.network.attach(self.node_id, Endpoint(dispatcher.handle, self.spawn))
-        await self.consensus.start()
-        await self.heartbeats.start()
-        self.alive = True
+
+    async def start(self) -> None:
+        await super().start()
         self.spawn(self._expirer(self.rm))
 
     async def _expirer(self, rm: RmStm) -> None:
@@ -196,7 +180,7 @@ class ProducerSimCluster(SimCluster):
         }
 
     def live(self) -> list[ProducerSimNode]:
-        return [n for n in self.nodes.values() if n.alive]  # type: ignore[misc]
+        return super().live()  # type: ignore[return-value]
 
 
 # -- the client side ---------------------------------------------------------------------
@@ -599,41 +583,11 @@ class _Sim:
 
     async def _nemesis(self) -> None:
         rng = random.Random(self.seed * 13 + 5)
-        cluster = self.cluster
-        ids = cluster.ids
         background: list[asyncio.Task[None]] = []
         try:
             for _ in range(10_000):
                 await asyncio.sleep(rng.uniform(0.05, 0.3))
-                action = rng.random()
-                node = cluster.nodes[rng.choice(ids)]
-                if action < 0.3:
-                    # mostly keep a majority up, so that producers get work done
-                    alive = len(cluster.live())
-                    if alive - 1 > len(ids) // 2 or rng.random() < 0.2:
-                        node.crash(keep_unflushed=rng.choice([0, 0, 1, 2]))
-                elif action < 0.5:
-                    down = [n for n in cluster.nodes.values() if not n.alive]
-                    if down:
-                        await rng.choice(down).restart()
-                elif action < 0.65:
-                    side = set(rng.sample(ids, rng.randint(1, len(ids) // 2)))
-                    cluster.network.partition(side, ids)
-                elif action < 0.8:
-                    cluster.network.heal()
-                elif action < 0.9:
-                    leader = cluster.leader()
-                    if leader is not None:
-                        target = rng.choice([i for i in ids if i != leader.node_id])
-                        background.append(
-                            asyncio.create_task(
-                                _quietly(leader.consensus.transfer_leadership(target))
-                            )
-                        )
-                else:
-                    leader = cluster.leader()
-                    if leader is not None:
-                        leader.consensus.step_down()
+                await self.cluster.random_fault(rng, background, keep_majority=True)
         finally:
             for t in background:
                 t.cancel()
@@ -806,11 +760,6 @@ def _raise_failed(tasks: list[asyncio.Task[Any]]) -> None:
             raise t.exception()  # type: ignore[misc]
 
 
-async def _quietly(coro: Awaitable[None]) -> None:
-    with contextlib.suppress(RaftError, TimeoutError):
-        await coro
-
-
 def run_seed(seed: int, config: ProducerSimConfig | None = None) -> ProducerSeedResult:
     """Run one seeded history; never raises: a failure is in ``error``."""
     sim = _Sim(seed, config or ProducerSimConfig())
@@ -833,17 +782,8 @@ def run_seeds(
     seeds: Iterable[int], config: ProducerSimConfig | None = None, processes: int = 1
 ) -> ProducerSummary:
     """Run many seeds (in ``processes`` worker processes when > 1); failing seeds print."""
-    seed_list = list(seeds)
-    if processes > 1:
-        import multiprocessing
-
-        with multiprocessing.get_context("spawn").Pool(processes) as pool:
-            results = pool.starmap(run_seed, [(s, config) for s in seed_list], chunksize=8)
-    else:
-        results = [run_seed(s, config) for s in seed_list]
+    results = run_many(run_seed, seeds, config, processes, chunksize=8)
     failed = [r for r in results if not r.ok]
-    for r in failed:
-        print(r.error)
     return ProducerSummary(
         len(results),
         failed,

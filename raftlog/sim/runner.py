@@ -14,18 +14,16 @@ seed prints itself and replays exactly with ``run_seed(seed)``.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 import random
 import traceback
-from collections.abc import Coroutine, Iterable
-from typing import Any
+from collections.abc import Iterable
 
 from raftlog.raft.errors import RaftError
 from raftlog.raft.replicate_batcher import Consistency
 from raftlog.sim.checks import InvariantChecker
-from raftlog.sim.cluster import SimCluster, sim_options
-from raftlog.sim.loop import run_virtual
+from raftlog.sim.cluster import SimCluster, quietly, sim_options
+from raftlog.sim.loop import run_many, run_virtual
 from raftlog.sim.network import NetworkOptions
 from raftlog.storage.batch import RecordBatch
 
@@ -166,38 +164,11 @@ class _Sim:
 
     async def _nemesis(self) -> None:
         rng = random.Random(self.seed * 13 + 5)
-        cluster = self.cluster
-        ids = cluster.ids
         for _ in range(10_000):
             await asyncio.sleep(rng.uniform(0.05, 0.3))
             if self.stop:
                 return
-            action = rng.random()
-            node = cluster.nodes[rng.choice(ids)]
-            if action < 0.3:
-                node.crash(keep_unflushed=rng.choice([0, 0, 1, 2]))
-            elif action < 0.5:
-                down = [n for n in cluster.nodes.values() if not n.alive]
-                if down:
-                    await rng.choice(down).restart()
-            elif action < 0.65:
-                side = set(rng.sample(ids, rng.randint(1, len(ids) // 2)))
-                cluster.network.partition(side, ids)
-            elif action < 0.8:
-                cluster.network.heal()
-            elif action < 0.9:
-                leader = cluster.leader()
-                if leader is not None:
-                    target = rng.choice([i for i in ids if i != leader.node_id])
-                    self.background.append(
-                        asyncio.create_task(_quietly(leader.consensus.transfer_leadership(target)))
-                    )
-            elif action < 0.95:
-                leader = cluster.leader()
-                if leader is not None:
-                    leader.consensus.step_down()
-            else:
-                self._reconfigure(rng)
+            await self.cluster.random_fault(rng, self.background, reconfigure=self._reconfigure)
 
     def _reconfigure(self, rng: random.Random) -> None:
         """Remove one follower from the group, or add a removed node back (as a learner)."""
@@ -211,12 +182,7 @@ class _Sim:
         else:
             victim = rng.choice([i for i in c.configuration.voters if i != leader.node_id])
             change = c.remove_member(victim)
-        self.background.append(asyncio.create_task(_quietly(change)))
-
-
-async def _quietly(coro: Coroutine[Any, Any, None]) -> None:
-    with contextlib.suppress(RaftError, TimeoutError):
-        await coro
+        self.background.append(asyncio.create_task(quietly(change)))
 
 
 def run_seed(seed: int, config: SimConfig | None = None) -> SeedResult:
@@ -241,17 +207,8 @@ def run_seed(seed: int, config: SimConfig | None = None) -> SeedResult:
 
 def run_seeds(seeds: Iterable[int], config: SimConfig | None = None, processes: int = 1) -> Summary:
     """Run many seeds (in ``processes`` worker processes when > 1); failing seeds print."""
-    seed_list = list(seeds)
-    if processes > 1:
-        import multiprocessing
-
-        with multiprocessing.get_context("spawn").Pool(processes) as pool:
-            results = pool.starmap(run_seed, [(s, config) for s in seed_list], chunksize=16)
-    else:
-        results = [run_seed(s, config) for s in seed_list]
+    results = run_many(run_seed, seeds, config, processes, chunksize=16)
     failed = [r for r in results if not r.ok]
-    for r in failed:
-        print(r.error)
     return Summary(
         len(results), failed, sum(r.acked for r in results), sum(r.checks for r in results)
     )

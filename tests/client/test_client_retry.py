@@ -2,43 +2,29 @@
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable
 
 import pytest
 from aiohttp import web
 
 from raftlog.client import RaftlogClient, RequestTimeoutError
-from raftlog.cluster import free_ports
 from raftlog.rpc import codec
-from raftlog.rpc.messages import (
-    MetadataResponse,
-    NodeInfo,
-    PartitionInfo,
-    ProduceRequest,
-    ProduceResponse,
-    TopicInfo,
-)
+from raftlog.rpc.messages import ProduceRequest, ProduceResponse
+from tests.client.fake_node import FakeNodeServer, Route
 
 Handler = Callable[[ProduceRequest, int], Awaitable[object]]
 
 
-class FakeNode:
+class FakeNode(FakeNodeServer):
     """One node that leads partition t/0; ``on_produce(request, attempt_no)`` scripts produce."""
 
     def __init__(self, on_produce: Handler) -> None:
-        (self.port,) = free_ports(1)
-        self.address = f"127.0.0.1:{self.port}"
+        super().__init__()
         self.on_produce = on_produce
         self.produce_requests: list[ProduceRequest] = []
-        self.release = asyncio.Event()  # set at teardown: frees every hung handler
-        self._runner: web.AppRunner | None = None
 
-    async def _metadata(self, request: web.Request) -> web.Response:
-        meta = MetadataResponse(
-            1, 1, [NodeInfo(1, self.address)], [TopicInfo("t", 1, [PartitionInfo(0, 1, 1, [1])])]
-        )
-        return web.Response(body=codec.encode(meta))
+    def routes(self) -> dict[str, Route]:
+        return {"produce": self._produce}
 
     async def _produce(self, request: web.Request) -> web.Response:
         req = codec.decode(await request.read())
@@ -46,19 +32,6 @@ class FakeNode:
         self.produce_requests.append(req)
         resp = await self.on_produce(req, len(self.produce_requests))
         return web.Response(body=codec.encode(resp))
-
-    async def start(self) -> None:
-        app = web.Application()
-        app.router.add_post("/v1/metadata", self._metadata)
-        app.router.add_post("/v1/produce", self._produce)
-        self._runner = web.AppRunner(app, shutdown_timeout=1.0)
-        await self._runner.setup()
-        await web.TCPSite(self._runner, "127.0.0.1", self.port).start()
-
-    async def stop(self) -> None:
-        self.release.set()
-        if self._runner is not None:
-            await self._runner.cleanup()
 
 
 @pytest.fixture

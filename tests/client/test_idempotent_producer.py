@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator, Callable
 
 import pytest
@@ -15,7 +14,6 @@ from raftlog.client import (
     RaftlogClient,
     unframe_records,
 )
-from raftlog.cluster import free_ports
 from raftlog.producers.outcomes import ProducerError
 from raftlog.producers.rm_stm import RmStm, RmStmConfig
 from raftlog.raft.replicate_batcher import Consistency
@@ -27,14 +25,11 @@ from raftlog.rpc.messages import (
     ErrorResponse,
     InitProducerRequest,
     InitProducerResponse,
-    MetadataResponse,
-    NodeInfo,
-    PartitionInfo,
     ProduceRequest,
     ProduceResponse,
-    TopicInfo,
 )
 from raftlog.storage.batch import BatchKind, RecordBatch
+from tests.client.fake_node import FakeNodeServer, Route
 from tests.producers.fake_consensus import FakeConsensus
 
 CODES = {
@@ -51,18 +46,18 @@ CODES = {
 Fault = Callable[[ProduceRequest, int], str | None]
 
 
-class RmStmNode:
+class RmStmNode(FakeNodeServer):
     """One node leading t/0, serving produce, init_producer and end_txn through RmStm."""
 
     def __init__(self, reorder_wait_s: float = 0.5) -> None:
-        (self.port,) = free_ports(1)
-        self.address = f"127.0.0.1:{self.port}"
+        super().__init__()
         self.consensus = FakeConsensus()
         self.stm = RmStm(self.consensus, RmStmConfig(reorder_wait_s=reorder_wait_s))
         self.fault: Fault = lambda req, n: None
         self.produce_count = 0
-        self.release = asyncio.Event()
-        self._runner: web.AppRunner | None = None
+
+    def routes(self) -> dict[str, Route]:
+        return {route: self._handle for route in ("produce", "init_producer", "end_txn")}
 
     def values(self, pid: int) -> list[tuple[int, str]]:
         """(offset, value) of every data record of ``pid`` in the log, in log order."""
@@ -109,26 +104,6 @@ class RmStmNode:
         if fault == "lose_answer":
             await self.release.wait()
         return ProduceResponse(r.base_offset, r.last_offset)
-
-    async def _metadata(self, request: web.Request) -> web.Response:
-        meta = MetadataResponse(
-            1, 1, [NodeInfo(1, self.address)], [TopicInfo("t", 1, [PartitionInfo(0, 1, 1, [1])])]
-        )
-        return web.Response(body=codec.encode(meta))
-
-    async def start(self) -> None:
-        app = web.Application()
-        app.router.add_post("/v1/metadata", self._metadata)
-        for route in ("produce", "init_producer", "end_txn"):
-            app.router.add_post(f"/v1/{route}", self._handle)
-        self._runner = web.AppRunner(app, shutdown_timeout=1.0)
-        await self._runner.setup()
-        await web.TCPSite(self._runner, "127.0.0.1", self.port).start()
-
-    async def stop(self) -> None:
-        self.release.set()
-        if self._runner is not None:
-            await self._runner.cleanup()
 
 
 @pytest.fixture

@@ -19,13 +19,18 @@ from pathlib import Path
 
 from pyspark.sql import SparkSession
 
-ROWS_PER_BATCH = 200
+# the sink tests' helpers (one copy): spark_drivers/ is run as a script, not a package
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from stream_checks import (
+    committed_batches,
+    rate_stream,
+    read_values,
+    run_until,
+    start_sink,
+)
+
 TIMEOUT_S = 120.0
-
-
-def committed_batches(checkpoint: Path) -> int:
-    commits = checkpoint / "commits"
-    return len([p for p in commits.iterdir() if p.name.isdigit()]) if commits.exists() else 0
 
 
 def executors(spark: SparkSession) -> list[str]:
@@ -43,31 +48,9 @@ def wait_for_executors(spark: SparkSession, count: int) -> list[str]:
     return found
 
 
-def run_until(spark, servers: str, topic: str, checkpoint: Path, batches: int) -> None:
-    query = (
-        spark.readStream.format("rate-micro-batch")
-        .option("rowsPerBatch", str(ROWS_PER_BATCH))
-        .option("numPartitions", "2")
-        .load()
-        .select("value")
-        .writeStream.format("raftlog")
-        .option("topic", topic)
-        .option("servers", servers)
-        .option("partitions", "2")
-        .option("checkpointLocation", str(checkpoint))
-        .trigger(processingTime="0 seconds")
-        .start()
-    )
-    deadline = time.monotonic() + TIMEOUT_S
-    try:
-        while committed_batches(checkpoint) < batches:  # bounded by the deadline
-            if query.exception() is not None:
-                raise query.exception()
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"fewer than {batches} batches committed in {TIMEOUT_S}s")
-            query.awaitTermination(0.2)
-    finally:
-        query.stop()
+def stream_until(spark, servers: str, topic: str, checkpoint: Path, batches: int) -> None:
+    query = start_sink(rate_stream(spark), topic, servers, checkpoint, partitions="2")
+    run_until(query, checkpoint, batches, timeout_s=TIMEOUT_S)
 
 
 def main(master: str, servers: str, topic: str, checkpoint: str, out: str) -> None:
@@ -88,10 +71,9 @@ def main(master: str, servers: str, topic: str, checkpoint: str, out: str) -> No
     try:
         seen = wait_for_executors(spark, 2)
         ck = Path(checkpoint)
-        run_until(spark, servers, topic, ck, batches=2)
-        run_until(spark, servers, topic, ck, batches=4)  # restarted from the checkpoint
-        df = spark.read.format("raftlog").option("topic", topic).option("servers", servers)
-        values = [row.value for row in df.load().select("value").collect()]
+        stream_until(spark, servers, topic, ck, batches=2)
+        stream_until(spark, servers, topic, ck, batches=4)  # restarted from the checkpoint
+        values = read_values(spark, servers, topic)
         Path(out).write_text(
             json.dumps({"executors": seen, "committed": committed_batches(ck), "values": values})
         )
