@@ -87,10 +87,11 @@ class Registry:
         return entry
 
     def names(self) -> list[str]:
-        return list(self._scenarios)
+        """Registered names in alphabetical order, whatever order modules were imported in."""
+        return sorted(self._scenarios)
 
     def all(self) -> list[Scenario]:
-        return list(self._scenarios.values())
+        return [self._scenarios[name] for name in self.names()]
 
     def select(self, names: list[str]) -> list[Scenario]:
         """The scenarios named (in the order given, duplicates dropped); all when empty.
