@@ -21,6 +21,7 @@ from benchmarks.registry import require
 START_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 10.0
 LEADER_TIMEOUT_S = 30.0
+SETTLE_TIMEOUT_S = 120.0
 FSYNC_COUNTER = "raftlog_fsyncs_total"
 REQUEST_TIMEOUT_S = 10.0
 """Per call, retries included: a request not acknowledged by then counts as an error
@@ -64,6 +65,37 @@ def fsync_total(addresses: list[str]) -> float | None:
                 total += float(line.rsplit(" ", 1)[1])
                 seen = True
     return total if seen else None
+
+
+def replica_log_ends(addresses: list[str]) -> dict[str, list[float]]:
+    """Per group, every answering replica's dirty offset, from the nodes' ``/metrics``."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    ends: dict[str, list[float]] = {}
+    for address in addresses:
+        for family in text_string_to_metric_families(scrape(address)):
+            if family.name == "raftlog_group_dirty_offset":
+                for sample in family.samples:
+                    ends.setdefault(sample.labels.get("group", ""), []).append(sample.value)
+    return ends
+
+
+async def wait_replicas_caught_up(
+    addresses: list[str], replicas: int = 3, timeout_s: float = SETTLE_TIMEOUT_S
+) -> float | None:
+    """Wait until every group's ``replicas`` replicas hold the same log end.
+
+    Returns the seconds waited, or None when they had not caught up by ``timeout_s``.
+    Between benchmark cases, so that one case (an acks=0 burst leaves followers far
+    behind) does not bill its replication backlog to the next.
+    """
+    start = time.monotonic()
+    while time.monotonic() - start < timeout_s:
+        ends = await asyncio.to_thread(replica_log_ends, addresses)
+        if ends and all(len(v) >= replicas and len(set(v)) == 1 for v in ends.values()):
+            return time.monotonic() - start
+        await asyncio.sleep(0.2)
+    return None
 
 
 async def wait_leaders(client: Any, topic: str, timeout_s: float = LEADER_TIMEOUT_S) -> list[int]:
