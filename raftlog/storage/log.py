@@ -28,6 +28,7 @@ import pathlib
 from collections.abc import Sequence
 
 from raftlog.faults.failpoints import LOG_AFTER_FLUSH, LOG_BEFORE_FLUSH, failpoint
+from raftlog.storage import contract_checks
 from raftlog.storage.api import CommitContext, RecoveryReport, StorageCorruption, VoteState
 from raftlog.storage.batch import RecordBatch
 from raftlog.storage.commit_context import CommitContextStore
@@ -275,19 +276,7 @@ class SegmentedLog:
         offset after the previous one (the first at ``dirty_offset + 1``) and terms
         must not decrease; otherwise ValueError names the expected and got values.
         """
-        expected, term = self._dirty + 1, self.last_term
-        for i, batch in enumerate(batches):
-            if batch.base_offset != expected:
-                raise ValueError(
-                    f"batch {i} is not contiguous with the log: expected base offset "
-                    f"{expected}, got {batch.base_offset}"
-                )
-            if batch.term < term:
-                raise ValueError(
-                    f"batch {i} has term {batch.term}, lower than the log's term {term}; "
-                    "terms must not decrease"
-                )
-            expected, term = batch.last_offset + 1, batch.term
+        contract_checks.check_append(batches, self._dirty, self.last_term)
         pending: list[RecordBatch] = []
         pending_bytes = 0
         active = self._segments[-1] if self._segments else None
@@ -354,19 +343,11 @@ class SegmentedLog:
         """
         if offset == self._dirty + 1:
             return
-        if not self._start <= offset <= self._dirty:
-            raise ValueError(
-                f"truncate offset must be within the log [{self._start}, {self._dirty + 1}], "
-                f"got {offset}"
-            )
+        contract_checks.check_truncate_offset(offset, self._start, self._dirty)
         i = bisect.bisect_right(self._bases, offset) - 1
         seg = self._segments[i]
         position, batch = next(seg.iter_from(offset))
-        if batch.base_offset != offset:
-            raise ValueError(
-                f"truncate offset {offset} is not a batch boundary: it lies inside the batch "
-                f"of offsets {batch.base_offset}..{batch.last_offset}"
-            )
+        contract_checks.check_batch_boundary(offset, batch)
         for later in reversed(self._segments[i + 1 :]):
             later.delete()
         del self._segments[i + 1 :]
@@ -391,11 +372,7 @@ class SegmentedLog:
         """
         if offset <= self._start:
             return
-        if offset > self._dirty + 1:
-            raise ValueError(
-                f"prefix_truncate offset must be at most dirty_offset + 1 = {self._dirty + 1}, "
-                f"got {offset}"
-            )
+        contract_checks.check_prefix_truncate_offset(offset, self._dirty)
         dropped = 0
         while dropped < len(self._segments) and self._segments[dropped].last_offset < offset:
             dropped += 1
@@ -424,10 +401,7 @@ class SegmentedLog:
         ``start_offset`` raises ValueError (that prefix is gone); at or past the end
         returns ``[]``. Damaged data raises :class:`StorageCorruption`.
         """
-        if start < self._start:
-            raise ValueError(
-                f"read start {start} is below the log start offset {self._start} (prefix-truncated)"
-            )
+        contract_checks.check_read_start(start, self._start)
         hi = self._dirty if end is None else min(end, self._dirty)
         out: list[RecordBatch] = []
         if start > hi:

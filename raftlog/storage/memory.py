@@ -14,6 +14,7 @@ from __future__ import annotations
 import bisect
 from collections.abc import Sequence
 
+from raftlog.storage import contract_checks
 from raftlog.storage.api import CommitContext, RecoveryReport, VoteState
 from raftlog.storage.batch import RecordBatch
 
@@ -60,19 +61,7 @@ class MemoryLog:
 
     def append(self, batches: Sequence[RecordBatch]) -> int:
         """As :meth:`SegmentedLog.append`: all-or-nothing contiguity and term checks."""
-        expected, term = self._dirty + 1, self.last_term
-        for i, batch in enumerate(batches):
-            if batch.base_offset != expected:
-                raise ValueError(
-                    f"batch {i} is not contiguous with the log: expected base offset "
-                    f"{expected}, got {batch.base_offset}"
-                )
-            if batch.term < term:
-                raise ValueError(
-                    f"batch {i} has term {batch.term}, lower than the log's term {term}; "
-                    "terms must not decrease"
-                )
-            expected, term = batch.last_offset + 1, batch.term
+        contract_checks.check_append(batches, self._dirty, self.last_term)
         for batch in batches:
             self._batches.append(batch)
             self._bases.append(batch.base_offset)
@@ -87,10 +76,7 @@ class MemoryLog:
         return self._flushed
 
     def read(self, start: int, max_bytes: int, end: int | None = None) -> list[RecordBatch]:
-        if start < self._start:
-            raise ValueError(
-                f"read start {start} is below the log start offset {self._start} (prefix-truncated)"
-            )
+        contract_checks.check_read_start(start, self._start)
         hi = self._dirty if end is None else min(end, self._dirty)
         out: list[RecordBatch] = []
         if start > hi:
@@ -109,18 +95,10 @@ class MemoryLog:
     def truncate(self, offset: int) -> None:
         if offset == self._dirty + 1:
             return
-        if not self._start <= offset <= self._dirty:
-            raise ValueError(
-                f"truncate offset must be within the log [{self._start}, {self._dirty + 1}], "
-                f"got {offset}"
-            )
+        contract_checks.check_truncate_offset(offset, self._start, self._dirty)
         i = bisect.bisect_right(self._bases, offset) - 1
         batch = self._batches[i]
-        if batch.base_offset != offset:
-            raise ValueError(
-                f"truncate offset {offset} is not a batch boundary: it lies inside the batch "
-                f"of offsets {batch.base_offset}..{batch.last_offset}"
-            )
+        contract_checks.check_batch_boundary(offset, batch)
         self._drop_from(i)
 
     def _drop_from(self, i: int) -> None:
@@ -133,11 +111,7 @@ class MemoryLog:
         """Drop the batches entirely below ``offset`` (batch grain; see the module doc)."""
         if offset <= self._start:
             return
-        if offset > self._dirty + 1:
-            raise ValueError(
-                f"prefix_truncate offset must be at most dirty_offset + 1 = {self._dirty + 1}, "
-                f"got {offset}"
-            )
+        contract_checks.check_prefix_truncate_offset(offset, self._dirty)
         dropped = 0
         while dropped < len(self._batches) and self._batches[dropped].last_offset < offset:
             dropped += 1
