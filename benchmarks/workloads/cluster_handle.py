@@ -85,19 +85,29 @@ def start(
     data_dir: pathlib.Path,
     timeout_s: float = START_TIMEOUT_S,
     peer_routes: Callable[[dict[int, str]], dict[int, dict[int, str]]] | None = None,
+    extra_args: list[str] | None = None,
 ) -> LocalCluster:
-    """Start a 3-node cluster in ``data_dir`` (``peer_routes`` as ``start_cluster``'s)."""
+    """Start a 3-node cluster in ``data_dir`` (``peer_routes`` and ``extra_args``, the
+    nodes' extra server flags, as ``start_cluster``'s)."""
     # Keep the environment from pointing the nodes elsewhere.
     os.environ.pop("RAFTLOG_AUTH_TOKEN", None)
-    return start_cluster(data_dir, len(NODES), timeout_s=timeout_s, peer_routes=peer_routes)
+    return start_cluster(
+        data_dir,
+        len(NODES),
+        extra_args=extra_args,
+        timeout_s=timeout_s,
+        peer_routes=peer_routes,
+    )
 
 
 @contextlib.contextmanager
 def running_cluster(
-    data_dir: pathlib.Path, timeout_s: float = START_TIMEOUT_S
+    data_dir: pathlib.Path,
+    timeout_s: float = START_TIMEOUT_S,
+    extra_args: list[str] | None = None,
 ) -> Iterator[ClusterHandle]:
     """A 3-node cluster in ``data_dir``; every node is stopped by PID on exit."""
-    handle = ClusterHandle(start(data_dir, timeout_s))
+    handle = ClusterHandle(start(data_dir, timeout_s, extra_args=extra_args))
     try:
         yield handle
     finally:

@@ -10,21 +10,18 @@ from collections.abc import Iterator
 
 import pytest
 
+from benchmarks.workloads.cluster_handle import ClusterHandle, running_cluster
 from raftlog.client import RaftlogClient
 from raftlog.client.errors import RaftlogError
-from raftlog.cluster import LocalCluster, start_cluster, stop_cluster
 
 TIMEOUT_MS = 1500
 
 
 @pytest.fixture
-def short_timeout_cluster(tmp_path: pathlib.Path) -> Iterator[LocalCluster]:
-    data_dir = tmp_path / "cluster"
-    cluster = start_cluster(data_dir, 3, extra_args=["--transaction-timeout-ms", str(TIMEOUT_MS)])
-    try:
-        yield cluster
-    finally:
-        stop_cluster(data_dir)  # by the PIDs recorded in cluster.json
+def short_timeout_cluster(tmp_path: pathlib.Path) -> Iterator[ClusterHandle]:
+    extra = ["--transaction-timeout-ms", str(TIMEOUT_MS)]
+    with running_cluster(tmp_path / "cluster", extra_args=extra) as handle:
+        yield handle
 
 
 async def test_open_transaction_is_aborted_after_the_timeout(short_timeout_cluster) -> None:
