@@ -20,7 +20,12 @@ Invariants:
   majority of voters (the leader counts its own flushed offset);
 - on a follower, ``commit_index <= min(leader_commit, matched_upto)``: only
   entries verified equal to the current leader's are ever marked committed;
-- a follower never truncates at or below its commit index.
+- a follower never truncates at or below its commit index;
+- replies are matched to requests: the leader applies a reply from a follower
+  only when its ``seq`` (echoed from the request, drawn by :meth:`next_seq`)
+  is above the newest one applied from that follower in this term; an older,
+  duplicated or late reply is ignored, so a follower's offsets never move back
+  to what an older reply reported.
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ import enum
 import random
 from typing import Protocol
 
+from raftlog.raft import mutations
 from raftlog.raft.configuration import ConfigurationHistory
 from raftlog.raft.election import ElectionTimer, PriorityTarget
 from raftlog.raft.messages import (
@@ -155,6 +161,9 @@ class RaftCore:
         self._votes: dict[int, bool] = {}
         self._prevoting = False
         self._promoting: set[int] = set()
+        # The last seq drawn per follower; never reset (it outlives terms and progress).
+        self._sent_seq: dict[int, int] = {}
+        self.stale_replies = 0
         self._ready = Ready()
         self._refresh_role()
 
@@ -277,6 +286,8 @@ class RaftCore:
         return True
 
     def _log_up_to_date(self, last_term: int, last_offset: int) -> bool:
+        if mutations.active("vote_ignores_log"):
+            return True
         return (last_term, last_offset) >= (self.log.last_term, self.log.dirty_offset)
 
     def handle_vote(self, req: VoteRequest) -> VoteReply:
@@ -414,16 +425,18 @@ class RaftCore:
     def check_append(self, req: AppendEntriesRequest) -> AppendPlan | AppendEntriesReply:
         """Validate an append; a rejection reply or the plan to apply before ``finish_append``."""
         if not self._accept_leader(req.term, req.source_node):
-            return self._append_reply(req.source_node, APPEND_FAILURE, -1)
+            return self._append_reply(req, APPEND_FAILURE, -1)
         if req.prev_log_offset > self.log.dirty_offset or (
             self.term_at(req.prev_log_offset) != req.prev_log_term
         ):
-            return self._append_reply(req.source_node, APPEND_FAILURE, -1)
+            return self._append_reply(req, APPEND_FAILURE, -1)
         truncate_at = -1
         to_append: list[RecordBatch] = []
         for i, batch in enumerate(req.batches):
             if batch.base_offset <= self.log.dirty_offset:
-                if self.term_at(batch.base_offset) == batch.term:
+                if self.term_at(batch.base_offset) == batch.term or mutations.active(
+                    "skip_truncation"
+                ):
                     continue  # already have it (a duplicate or reordered request)
                 truncate_at = batch.base_offset
             to_append = list(req.batches[i:])
@@ -439,9 +452,9 @@ class RaftCore:
         """After the plan was applied (and flushed if asked): the reply to send."""
         if req.term != self.term or self.leader_id != req.source_node:
             # A newer leader took over while this append was being applied.
-            return self._append_reply(req.source_node, APPEND_FAILURE, -1)
+            return self._append_reply(req, APPEND_FAILURE, -1)
         self._verified(req.last_offset, req.leader_commit)
-        return self._append_reply(req.source_node, APPEND_SUCCESS, req.last_offset)
+        return self._append_reply(req, APPEND_SUCCESS, req.last_offset)
 
     def _verified(self, offset: int, leader_commit: int) -> None:
         self.matched_upto = max(self.matched_upto, offset)
@@ -450,16 +463,19 @@ class RaftCore:
             self.commit_index = new_commit
             self._ready.commit_advanced = True
 
-    def _append_reply(self, leader: int, result: int, matched: int) -> AppendEntriesReply:
+    def _append_reply(
+        self, req: AppendEntriesRequest, result: int, matched: int
+    ) -> AppendEntriesReply:
         return AppendEntriesReply(
             group=self.group,
             source_node=self.node_id,
-            target_node=leader,
+            target_node=req.source_node,
             term=self.term,
             result=result,
             last_matched_offset=matched,
             last_flushed_offset=self.log.flushed_offset,
             last_dirty_offset=self.log.dirty_offset,
+            seq=req.seq,
         )
 
     def handle_heartbeat(self, source: int, hb: Heartbeat) -> HeartbeatReply:
@@ -479,9 +495,20 @@ class RaftCore:
             last_matched_offset=matched,
             last_flushed_offset=self.log.flushed_offset,
             last_dirty_offset=self.log.dirty_offset,
+            seq=hb.seq,
         )
 
     # ---------------------------------------------------------------- leader
+
+    def next_seq(self, node: int) -> int:
+        """The sequence number for the next append or heartbeat sent to ``node``.
+
+        Strictly increasing per follower for the life of this core (across
+        terms), so the newest applied reply always names the newest state.
+        """
+        seq = self._sent_seq.get(node, 0) + 1
+        self._sent_seq[node] = seq
+        return seq
 
     def heartbeat_for(self, node: int) -> Heartbeat:
         p = self.progress[node]
@@ -493,6 +520,7 @@ class RaftCore:
             prev_log_offset=prev,
             prev_log_term=term if term is not None else 0,
             leader_commit=self.commit_index,
+            seq=self.next_seq(node),
         )
 
     def handle_append_reply(
@@ -503,7 +531,13 @@ class RaftCore:
         reply: AppendEntriesReply | HeartbeatReply,
         is_heartbeat: bool = False,
     ) -> None:
-        """Update a follower's progress from a reply (append entries or heartbeat)."""
+        """Update a follower's progress from a reply (append entries or heartbeat).
+
+        A reply whose ``seq`` is not above the newest applied from ``peer`` is
+        stale (reordered, duplicated or late) and changes nothing but, when it
+        reported a success that nothing else in flight will confirm, a probe
+        (recovery) so that the follower's progress is learnt again at once.
+        """
         if reply.term > self.term:
             self._become_follower(reply.term, -1)
             return
@@ -512,9 +546,24 @@ class RaftCore:
         p = self.progress.get(peer)
         if p is None:
             return
+        if reply.seq <= p.last_reply_seq and not mutations.active("accept_stale_replies"):
+            self.stale_replies += 1
+            if (
+                reply.result == APPEND_SUCCESS
+                and not is_heartbeat
+                and p.in_flight == 0
+                and not p.recovering
+                and p.match_offset < self.log.dirty_offset
+            ):
+                p.next_offset = max(min(p.next_offset, p.match_offset + 1), self.log.start_offset)
+                self._need_recovery(p)
+            return
+        p.last_reply_seq = max(p.last_reply_seq, reply.seq)
         p.last_heard_tick = self.ticks
         p.dirty_offset = reply.last_dirty_offset
         p.flushed_offset = reply.last_flushed_offset
+        if mutations.active("dirty_as_flushed"):
+            p.flushed_offset = reply.last_dirty_offset
         if p.match_offset > reply.last_dirty_offset:
             # The follower lost unflushed entries (it crashed): it no longer has them.
             p.match_offset = reply.last_dirty_offset
@@ -574,6 +623,8 @@ class RaftCore:
         )
         # The highest offset flushed on at least a majority.
         candidate = values[len(values) - (len(values) // 2 + 1)]
+        if mutations.active("commit_on_leader_flush"):
+            candidate = self.log.flushed_offset
         if candidate > self.commit_index and self.term_at(candidate) == self.term:
             self.commit_index = candidate
             self._ready.commit_advanced = True

@@ -43,7 +43,7 @@ class PeerDispatcher:
         if isinstance(message, AppendEntriesRequest):
             return AppendEntriesReply(
                 message.group, self.node_id, message.source_node, -1,
-                APPEND_GROUP_UNAVAILABLE, -1, -1, -1,
+                APPEND_GROUP_UNAVAILABLE, -1, -1, -1, message.seq,
             )  # fmt: skip
         if isinstance(message, VoteRequest):
             return VoteReply(

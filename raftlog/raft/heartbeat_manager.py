@@ -116,7 +116,13 @@ class HeartbeatManager:
             if c is None or not c.running:
                 replies.append(
                     HeartbeatReply(
-                        hb.group, GROUP_UNAVAILABLE_TERM, APPEND_GROUP_UNAVAILABLE, -1, -1, -1
+                        hb.group,
+                        GROUP_UNAVAILABLE_TERM,
+                        APPEND_GROUP_UNAVAILABLE,
+                        last_matched_offset=-1,
+                        last_flushed_offset=-1,
+                        last_dirty_offset=-1,
+                        seq=hb.seq,
                     )
                 )
             else:

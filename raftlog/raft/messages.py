@@ -9,6 +9,16 @@ Offsets are record offsets (a batch occupies ``record_count`` offsets) and are
 Raft's log indices. ``prev_log_offset``/``prev_log_term`` name the entry just
 before the appended batches (``-1``/``0`` for the start of an empty log).
 
+Replies are matched to requests: every append and heartbeat carries ``seq``,
+a number the leader draws per follower, strictly increasing (see
+``RaftCore.next_seq``), and every reply echoes it next to the follower's term.
+The leader applies a reply only when its ``seq`` is above the newest one it
+applied from that follower, so a reply that was reordered, duplicated or
+delivered late can never overwrite newer offsets (a stale flushed offset
+would count unflushed data toward the commit index). ``seq`` is last, with
+default ``-1`` (unsequenced: a reply to it is never applied), so positional
+construction keeps working.
+
 Every reply reports the follower's ``last_flushed_offset`` (durable) and
 ``last_dirty_offset`` (written, maybe not fsynced); the leader tracks both per
 follower and commits from flushed offsets only. ``last_matched_offset`` is the
@@ -39,6 +49,7 @@ class AppendEntriesRequest:
     # False: the follower may append without fsync (its flushes are coalesced).
     flush: bool
     batches: list[RecordBatch]
+    seq: int = -1
 
     @property
     def last_offset(self) -> int:
@@ -56,6 +67,7 @@ class AppendEntriesReply:
     last_matched_offset: int
     last_flushed_offset: int
     last_dirty_offset: int
+    seq: int = -1  # the request's, echoed
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -117,6 +129,7 @@ class Heartbeat:
     prev_log_offset: int
     prev_log_term: int
     leader_commit: int
+    seq: int = -1
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -127,6 +140,7 @@ class HeartbeatReply:
     last_matched_offset: int
     last_flushed_offset: int
     last_dirty_offset: int
+    seq: int = -1  # the request's, echoed
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -28,6 +28,8 @@ class FollowerProgress:
     recovering: bool = False
     # Ticks (leader's clock) of the last reply heard from this follower.
     last_heard_tick: int = 0
+    # The seq of the newest reply applied (replies at or below it are stale).
+    last_reply_seq: int = -1
 
     @property
     def durable_offset(self) -> int:
@@ -47,3 +49,4 @@ class FollowerProgress:
         self.in_flight = 0
         self.recovering = False
         self.last_heard_tick = tick
+        self.last_reply_seq = -1

@@ -75,6 +75,7 @@ class Recovery:
                 leader_commit=core.commit_index,
                 flush=True,
                 batches=batches,
+                seq=core.next_seq(node),
             )
             self.requests_sent += 1
             try:

@@ -157,6 +157,7 @@ class ReplicateEntries:
                     leader_commit=core.commit_index,
                     flush=quorum,
                     batches=stamped,
+                    seq=core.next_seq(p.node),
                 )
                 p.last_sent_offset = last_offset
                 p.in_flight += 1

@@ -122,11 +122,11 @@ def test_commit_needs_current_term_entry_flushed_on_majority() -> None:
     net.deliver()
     leader = net.cores[1]
     assert (leader.role.value, leader.term) == ("leader", 2)
-    ok = AppendEntriesReply(1, 2, 1, 2, APPEND_SUCCESS, 0, 0, 0)
+    ok = AppendEntriesReply(1, 2, 1, 2, APPEND_SUCCESS, 0, 0, 0, seq=1)
     leader.handle_append_reply(2, 2, -1, ok)
     assert leader.commit_index == -1  # term-1 entry on a majority: still not committed
     net.write(1, placed(1, 2), flush=False)  # the new leader's noop, not yet flushed
-    ok = AppendEntriesReply(1, 2, 1, 2, APPEND_SUCCESS, 1, 1, 1)
+    ok = AppendEntriesReply(1, 2, 1, 2, APPEND_SUCCESS, 1, 1, 1, seq=2)
     leader.handle_append_reply(2, 2, 0, ok)
     assert leader.commit_index == -1  # flushed on node 2 only; the leader has not flushed
     net.logs[1].flush()
@@ -141,10 +141,10 @@ def test_dirty_offsets_do_not_commit() -> None:
     leader = net.cores[1]
     net.write(1, placed(0, 1))
     for peer in (2, 3):  # appended but not flushed on the followers
-        leader.handle_append_reply(peer, 1, -1, AppendEntriesReply(1, peer, 1, 1, 0, 0, -1, 0))
+        leader.handle_append_reply(peer, 1, -1, AppendEntriesReply(1, peer, 1, 1, 0, 0, -1, 0, 1))
     assert (leader.progress[2].dirty_offset, leader.progress[2].flushed_offset) == (0, -1)
     assert leader.commit_index == -1
-    leader.handle_append_reply(3, 1, -1, AppendEntriesReply(1, 3, 1, 1, 0, 0, 0, 0))
+    leader.handle_append_reply(3, 1, -1, AppendEntriesReply(1, 3, 1, 1, 0, 0, 0, 0, 2))
     assert leader.commit_index == 0
 
 

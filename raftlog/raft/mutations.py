@@ -1,0 +1,54 @@
+"""Named faults that can be planted in the Raft core, for mutation testing of the simulator.
+
+A mutation is a deliberate safety bug. ``python -m benchmarks sim --mutations``
+plants each one in turn and counts how many seeds of the simulator catch it;
+a simulator that misses a planted bug would also miss a real one. Production
+never sets any: :data:`ACTIVE` is empty unless :func:`planted` is entered, and
+checking it costs one set lookup on paths that are not per-record.
+
+The names and what each one breaks:
+
+- ``commit_on_leader_flush``: the leader commits what it has flushed itself,
+  without a majority (quorum durability, state machine safety);
+- ``dirty_as_flushed``: a follower's dirty (written, not fsynced) offset is
+  counted as flushed (quorum durability);
+- ``vote_ignores_log``: a vote is granted whatever the candidate's log
+  (leader completeness);
+- ``skip_truncation``: a follower keeps its conflicting entry instead of
+  truncating it (log matching);
+- ``accept_stale_replies``: the leader applies a reply older than the newest
+  one it applied from that follower (quorum durability).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+
+MUTATIONS: tuple[str, ...] = (
+    "commit_on_leader_flush",
+    "dirty_as_flushed",
+    "vote_ignores_log",
+    "skip_truncation",
+    "accept_stale_replies",
+)
+
+ACTIVE: set[str] = set()
+"""The mutations planted now (empty in production)."""
+
+
+def active(name: str) -> bool:
+    """True when mutation ``name`` is planted (the core asks this at each planted site)."""
+    return name in ACTIVE
+
+
+@contextlib.contextmanager
+def planted(name: str) -> Iterator[None]:
+    """Plant mutation ``name`` for the duration of the block (process-wide)."""
+    if name not in MUTATIONS:
+        raise ValueError(f"unknown mutation {name!r}; one of {', '.join(MUTATIONS)}")
+    ACTIVE.add(name)
+    try:
+        yield
+    finally:
+        ACTIVE.discard(name)

@@ -1,0 +1,109 @@
+"""Replies are matched to requests: a reply older than the newest applied is ignored."""
+
+from __future__ import annotations
+
+import pytest
+
+from raftlog.raft import mutations
+from raftlog.raft.core import RaftCore
+from raftlog.raft.messages import (
+    APPEND_SUCCESS,
+    AppendEntriesReply,
+    AppendEntriesRequest,
+    Heartbeat,
+    HeartbeatReply,
+)
+from raftlog.sim.core_net import CoreNet, placed
+
+
+def _leader_with_unflushed_entry() -> tuple[CoreNet, RaftCore]:
+    """Node 1 leads term 1 of 3 nodes and has flushed entry 0; no follower has it yet."""
+    net = CoreNet(3)
+    net.cores[1].campaign(prevote=False, transfer=False)
+    net.deliver()
+    leader = net.cores[1]
+    assert leader.is_leader
+    net.write(1, placed(0, 1))
+    leader.on_local_flush()
+    return net, leader
+
+
+def _reply(peer: int, seq: int, matched: int, flushed: int, dirty: int) -> AppendEntriesReply:
+    return AppendEntriesReply(1, peer, 1, 1, APPEND_SUCCESS, matched, flushed, dirty, seq)
+
+
+def test_reversed_replies_do_not_count_a_stale_flushed_offset() -> None:
+    """Follower 2 flushed entry 0 (reply seq 1), then crashed losing it (reply seq 2).
+
+    Delivered in reverse order, the older reply (flushed 0) must not overwrite
+    the newer (flushed -1): otherwise the leader counts entry 0 flushed on a
+    majority (itself and node 2) and commits an entry only it holds.
+    """
+    _net, leader = _leader_with_unflushed_entry()
+    seq_a, seq_b = leader.next_seq(2), leader.next_seq(2)
+    older = _reply(2, seq_a, matched=0, flushed=0, dirty=0)
+    newer = _reply(2, seq_b, matched=-1, flushed=-1, dirty=-1)
+    leader.handle_append_reply(2, 1, -1, newer)
+    leader.handle_append_reply(2, 1, -1, older)
+    p = leader.progress[2]
+    assert (p.flushed_offset, p.dirty_offset, p.durable_offset) == (-1, -1, -1)
+    assert leader.commit_index == -1
+    assert leader.stale_replies == 1
+
+
+def test_a_duplicated_reply_is_applied_once() -> None:
+    _net, leader = _leader_with_unflushed_entry()
+    seq = leader.next_seq(3)
+    reply = _reply(3, seq, matched=0, flushed=0, dirty=0)
+    leader.handle_append_reply(3, 1, -1, reply)
+    assert leader.commit_index == 0
+    leader.handle_append_reply(3, 1, -1, reply)
+    assert leader.stale_replies == 1
+
+
+def test_a_late_heartbeat_reply_is_ignored_after_a_newer_append_reply() -> None:
+    _net, leader = _leader_with_unflushed_entry()
+    hb = leader.heartbeat_for(2)  # draws a seq before the append's
+    append_seq = leader.next_seq(2)
+    leader.handle_append_reply(2, 1, -1, _reply(2, append_seq, 0, 0, 0))
+    assert leader.commit_index == 0
+    late = HeartbeatReply(1, 1, APPEND_SUCCESS, -1, -1, -1, hb.seq)
+    leader.handle_append_reply(2, 1, hb.prev_log_offset, late, is_heartbeat=True)
+    assert leader.progress[2].flushed_offset == 0
+
+
+def test_an_unsequenced_reply_is_never_applied() -> None:
+    _net, leader = _leader_with_unflushed_entry()
+    leader.handle_append_reply(2, 1, -1, AppendEntriesReply(1, 2, 1, 1, 0, 0, 0, 0))
+    assert leader.commit_index == -1
+
+
+def test_followers_echo_the_request_seq() -> None:
+    net = CoreNet(3)
+    follower = net.cores[2]
+    req = AppendEntriesRequest(1, 1, 2, 1, -1, 0, -1, True, [placed(0, 1)], seq=41)
+    plan = follower.check_append(req)
+    assert not isinstance(plan, AppendEntriesReply)
+    net.write(2, *plan.batches)
+    assert follower.finish_append(req).seq == 41
+    refused = AppendEntriesRequest(1, 1, 2, 0, -1, 0, -1, True, [], seq=42)
+    reply = follower.check_append(refused)
+    assert isinstance(reply, AppendEntriesReply) and reply.seq == 42
+    assert follower.handle_heartbeat(1, Heartbeat(1, 1, 0, 1, 0, seq=43)).seq == 43
+
+
+def test_seqs_increase_per_follower_across_terms() -> None:
+    net, leader = _leader_with_unflushed_entry()
+    first = [leader.next_seq(2), leader.heartbeat_for(2).seq]
+    leader.step_down()
+    leader.campaign(prevote=False, transfer=False)
+    net.deliver()
+    assert leader.is_leader and leader.term == 2
+    assert leader.next_seq(2) > max(first)
+    assert leader.next_seq(3) == 1  # independent per follower
+
+
+def test_the_stale_reply_mutation_is_caught_by_the_reversal_test() -> None:
+    """Plant the fault: applying stale replies makes the reversal test fail."""
+    with mutations.planted("accept_stale_replies"), pytest.raises(AssertionError):
+        test_reversed_replies_do_not_count_a_stale_flushed_offset()
