@@ -19,10 +19,24 @@ Field encodings (little-endian, driven by the field's type annotation):
 Plans (the per-class list of encode/decode steps) are built once per class
 and cached; runs of fixed-size fields are packed with one ``struct.Struct``.
 
+Range checks at the edge: every ``int`` field (and every item of a
+``list[int]``) has an allowed range, checked when it is decoded, so that no
+value past decoding can overflow a header field or a counter. The range comes
+from the field's metadata (``dataclasses.field(metadata={"range": (lo, hi)})``)
+when given, else from :data:`FIELD_RANGES` by field name (counts, sequences,
+epochs, node and partition ids, acks...), else :data:`DEFAULT_RANGE`: ``-1``
+(Kafka's "none") up to int64's maximum, so a negative offset, term or id is
+refused everywhere. Record batches inside a message get the same treatment for
+their header (base offset, term, producer id, epoch, sequence, timestamp, and
+a last offset that fits int64). Encoding does not check ranges: the receiver
+is the edge.
+
 Contract: :func:`decode` of any byte string either returns a message whose
-re-encoding is the same bytes or raises :class:`CodecError` naming the field
-and what was expected. It never raises anything else, and never allocates
-more than the input can describe (list counts are bounded by the bytes left).
+re-encoding is the same bytes, every int field within its allowed range, or
+raises :class:`CodecError` naming the field and what was expected (for a range:
+``ProduceRequest.batches[0].record_count: 2147483648 is out of range, allowed
+1..2147483647``). It never raises anything else, and never allocates more than
+the input can describe (list counts are bounded by the bytes left).
 """
 
 from __future__ import annotations
@@ -64,6 +78,45 @@ _U32 = struct.Struct("<I")
 _I64 = struct.Struct("<q")
 _F64 = struct.Struct("<d")
 _U8 = struct.Struct("<B")
+
+I64_MAX = (1 << 63) - 1
+I32_MAX = (1 << 31) - 1
+I16_MAX = (1 << 15) - 1
+
+DEFAULT_RANGE = (-1, I64_MAX)
+"""An int field without a rule: -1 ("none") or a non-negative int64."""
+
+FIELD_RANGES: dict[str, tuple[int, int]] = {
+    # counts and sizes (a batch's record count is an int32 >= 1 in its header)
+    "record_count": (1, I32_MAX),
+    "partitions": (-1, I32_MAX),
+    "replication_factor": (-1, I16_MAX),
+    "max_bytes": (1, I64_MAX),
+    # producer identity: epoch is an int16 and sequences int32 in the batch header
+    "producer_epoch": (-1, I16_MAX),
+    "epoch": (-1, I16_MAX),
+    "first_sequence": (-1, I32_MAX),
+    "sequence": (-1, I32_MAX),
+    "last_sequence": (-1, I32_MAX),
+    # ids
+    "partition": (-1, I32_MAX),
+    "group": (-1, I32_MAX),
+    "group_id": (-1, I32_MAX),
+    "group_ids": (0, I32_MAX),
+    "node_id": (-1, I32_MAX),
+    "source_node": (-1, I32_MAX),
+    "target_node": (-1, I32_MAX),
+    "leader": (-1, I32_MAX),
+    "leader_id": (-1, I32_MAX),
+    "controller_leader": (-1, I32_MAX),
+    "replicas": (0, I32_MAX),
+    "nodes": (0, I32_MAX),
+    # enumerations carried as ints
+    "acks": (-1, 1),
+    "isolation": (0, 1),
+    "result": (0, 2),
+}
+"""Allowed ranges of int fields by name (see the module docstring for precedence)."""
 
 # An upper bound of any single str/bytes field, well above a batch's payload
 # limit: anything longer is a corrupt length, not data.
@@ -274,14 +327,58 @@ def _enc_batch(v: Any, out: list[bytes], path: str) -> None:
     out.append(v.encode())
 
 
+def _out_of_range(path: str, value: int, lo: int, hi: int) -> CodecError:
+    return CodecError(f"{path}: {value} is out of range, allowed {lo}..{hi}")
+
+
+def _check_range(path: str, value: int, lo: int, hi: int) -> None:
+    if not lo <= value <= hi:
+        raise _out_of_range(path, value, lo, hi)
+
+
+_BATCH_RANGES = (
+    ("base_offset", 0, I64_MAX),
+    ("term", -1, I64_MAX),
+    ("producer_id", -1, I64_MAX),
+    ("producer_epoch", -1, I16_MAX),
+    ("first_sequence", -1, I32_MAX),
+    ("timestamp_ms", -1, I64_MAX),
+)
+
+
 def _dec_batch(view: memoryview, pos: int, path: str) -> tuple[RecordBatch, int]:
     try:
-        return RecordBatch.decode(view, pos)
+        batch, end = RecordBatch.decode(view, pos)
     except BatchError as exc:
         raise CodecError(f"{path}: {exc}") from exc
+    for name, lo, hi in _BATCH_RANGES:
+        _check_range(f"{path}.{name}", getattr(batch, name), lo, hi)
+    if batch.base_offset > I64_MAX - batch.record_count + 1:
+        raise CodecError(
+            f"{path}.record_count: {batch.record_count} records from base_offset "
+            f"{batch.base_offset} pass the largest offset {I64_MAX}"
+        )
+    return batch, end
 
 
-_INT = _Codec(_enc_int, _dec_int, 8)
+def _ranged_int(lo: int, hi: int) -> _Codec:
+    def dec(view: memoryview, pos: int, path: str) -> tuple[int, int]:
+        value, pos = _dec_int(view, pos, path)
+        _check_range(path, value, lo, hi)
+        return value, pos
+
+    return _Codec(_enc_int, dec, 8)
+
+
+def field_range(cls: type, name: str) -> tuple[int, int]:
+    """The allowed range of int field ``name`` of dataclass ``cls`` (see the module docstring)."""
+    for f in dataclasses.fields(cls):
+        if f.name == name and "range" in f.metadata:
+            lo, hi = f.metadata["range"]
+            return int(lo), int(hi)
+    return FIELD_RANGES.get(name, DEFAULT_RANGE)
+
+
 _FLOAT = _Codec(_enc_float, _dec_float, 8)
 _BOOL = _Codec(_enc_bool, _dec_bool, 1)
 _BYTES = _Codec(_enc_bytes, _dec_bytes, 4)
@@ -354,9 +451,9 @@ def _enum_codec(cls: type[enum.IntEnum]) -> _Codec:
     return _Codec(enc, dec, 8)
 
 
-def _codec_for(tp: Any) -> _Codec:
+def _codec_for(tp: Any, int_range: tuple[int, int] = DEFAULT_RANGE) -> _Codec:
     if tp is int:
-        return _INT
+        return _ranged_int(*int_range)
     if tp is float:
         return _FLOAT
     if tp is bool:
@@ -374,11 +471,15 @@ def _codec_for(tp: Any) -> _Codec:
     origin = typing.get_origin(tp)
     args = typing.get_args(tp)
     if origin is list and len(args) == 1:
-        return _list_codec(_codec_for(args[0]), getattr(args[0], "__name__", str(args[0])))
+        return _list_codec(
+            _codec_for(args[0], int_range), getattr(args[0], "__name__", str(args[0]))
+        )
     if origin in (typing.Union, types.UnionType):
         rest = [a for a in args if a is not type(None)]
         if len(rest) == 1 and len(args) == 2:
-            return _optional_codec(_codec_for(rest[0]), getattr(rest[0], "__name__", str(rest[0])))
+            return _optional_codec(
+                _codec_for(rest[0], int_range), getattr(rest[0], "__name__", str(rest[0]))
+            )
     raise TypeError(f"the wire codec cannot encode fields of type {tp!r}")
 
 
@@ -405,7 +506,15 @@ def _plan(cls: type) -> _Codec:
                 for i, (n, t) in enumerate(zip(run_names, run_types, strict=True))
                 if t is bool
             ]
-            steps.append(("fixed", struct.Struct(fmt), list(run_names), list(run_types), bools))
+            # (index in the run, name, lo, hi) of every int field, range-checked on decode
+            ranges = [
+                (i, n, *field_range(cls, n))
+                for i, (n, t) in enumerate(zip(run_names, run_types, strict=True))
+                if t is int
+            ]
+            steps.append(
+                ("fixed", struct.Struct(fmt), list(run_names), list(run_types), bools, ranges)
+            )
             run_names.clear()
             run_types.clear()
 
@@ -416,7 +525,7 @@ def _plan(cls: type) -> _Codec:
             run_types.append(tp)
         else:
             flush_run()
-            steps.append(("var", f.name, _codec_for(tp)))
+            steps.append(("var", f.name, _codec_for(tp, field_range(cls, f.name))))
     flush_run()
 
     name = cls.__name__
@@ -463,7 +572,11 @@ def _plan(cls: type) -> _Codec:
                         raise CodecError(
                             f"{path}.{fname}: expected a bool byte 0 or 1, got {view[pos + off]}"
                         )
-                kwargs.update(zip(step[2], st.unpack_from(view, pos), strict=True))
+                values = st.unpack_from(view, pos)
+                for i, fname, lo, hi in step[5]:
+                    if not lo <= values[i] <= hi:
+                        raise _out_of_range(f"{path}.{fname}", values[i], lo, hi)
+                kwargs.update(zip(step[2], values, strict=True))
                 pos += st.size
             else:
                 kwargs[step[1]], pos = step[2].decode(view, pos, f"{path}.{step[1]}")
