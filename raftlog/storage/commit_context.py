@@ -13,6 +13,7 @@ import struct
 
 from raftlog.storage.api import CommitContext, StorageCorruption
 from raftlog.storage.durable_record import load_record, save_record
+from raftlog.storage.fs import REAL_FS, FileSystem
 
 FILE_NAME = "commit_context"
 _MAGIC = b"RLCC"
@@ -22,8 +23,9 @@ _HEAD = struct.Struct("<qq")
 class CommitContextStore:
     """Keeps the latest :class:`CommitContext` in ``<directory>/commit_context``."""
 
-    def __init__(self, directory: pathlib.Path) -> None:
+    def __init__(self, directory: pathlib.Path, fs: FileSystem = REAL_FS) -> None:
         self._path = directory / FILE_NAME
+        self._fs = fs
 
     def save(self, ctx: CommitContext) -> None:
         """Durably replace the stored context with ``ctx``."""
@@ -35,11 +37,11 @@ class CommitContextStore:
         if ctx.term < 0:
             raise ValueError(f"term must be >= 0, got {ctx.term}")
         payload = _HEAD.pack(ctx.committed_offset, ctx.term) + bytes(ctx.snapshot)
-        save_record(self._path, _MAGIC, payload)
+        save_record(self._path, _MAGIC, payload, self._fs)
 
     def load(self) -> CommitContext | None:
         """The latest saved context; None when none was ever saved."""
-        payload = load_record(self._path, _MAGIC)
+        payload = load_record(self._path, _MAGIC, self._fs)
         if payload is None:
             return None
         if len(payload) < _HEAD.size:

@@ -11,54 +11,42 @@ File layout (little-endian): ``magic[4] payload_len:u64 crc32c:u32 payload``.
 
 from __future__ import annotations
 
-import os
 import pathlib
 import struct
 
 import crc32c
 
 from raftlog.storage.api import StorageCorruption
+from raftlog.storage.fs import REAL_FS, FileSystem
 
 _FRAME = struct.Struct("<4sQI")
 TMP_SUFFIX = ".tmp"
 
 
-def fsync_dir(directory: pathlib.Path) -> None:
-    """fsync a directory so that creations, renames and deletions in it are durable."""
-    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+def save_record(path: pathlib.Path, magic: bytes, payload: bytes, fs: FileSystem = REAL_FS) -> None:
+    """Durably replace ``path`` with ``payload`` (write tmp, fsync, rename, fsync dir).
 
-
-def save_record(path: pathlib.Path, magic: bytes, payload: bytes) -> None:
-    """Durably replace ``path`` with ``payload`` (write tmp, fsync, rename, fsync dir)."""
+    Returns only once the new record survives a power cut; a crash before that
+    leaves the old record (or none, if there was none) and maybe a ``.tmp`` file.
+    """
     if len(magic) != 4:
         raise ValueError(f"magic must be 4 bytes, got {magic!r}")
     tmp = path.with_name(path.name + TMP_SUFFIX)
     frame = _FRAME.pack(magic, len(payload), crc32c.crc32c(payload))
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    try:
-        view = memoryview(frame + payload)
-        while view:  # os.write may write less than asked for large payloads
-            view = view[os.write(fd, view) :]
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
-    fsync_dir(path.parent)
+    fs.write_file(tmp, frame + payload, fsync=True)
+    fs.rename(tmp, path)
+    # Without this the rename (and, for a first save, the name itself) may be lost.
+    fs.fsync_dir(path.parent)
 
 
-def load_record(path: pathlib.Path, magic: bytes) -> bytes | None:
+def load_record(path: pathlib.Path, magic: bytes, fs: FileSystem = REAL_FS) -> bytes | None:
     """The payload saved at ``path``; None when no record was ever saved.
 
     Raises :class:`StorageCorruption` (naming the file) when the record is
     damaged: since saves are atomic, damage is never a torn write of ours.
     """
-    try:
-        data = path.read_bytes()
-    except FileNotFoundError:
+    data = fs.read_file(path)
+    if data is None:
         return None
     if len(data) < _FRAME.size:
         raise StorageCorruption(

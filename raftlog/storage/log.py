@@ -21,18 +21,20 @@ ends: open costs O(segments), not O(bytes).
 from __future__ import annotations
 
 import bisect
+import functools
 import itertools
 import logging
-import os
 import pathlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
 
 from raftlog.faults.failpoints import LOG_AFTER_FLUSH, LOG_BEFORE_FLUSH, failpoint
 from raftlog.storage import contract_checks
 from raftlog.storage.api import CommitContext, RecoveryReport, StorageCorruption, VoteState
 from raftlog.storage.batch import RecordBatch
 from raftlog.storage.commit_context import CommitContextStore
-from raftlog.storage.durable_record import TMP_SUFFIX, fsync_dir
+from raftlog.storage.durable_record import TMP_SUFFIX
+from raftlog.storage.fs import REAL_FS, FileSystem, FsyncFailed, StorageFailed
 from raftlog.storage.recovery import recover_last_segment, verify_sealed_segment
 from raftlog.storage.segment import INDEX_SUFFIX, Segment, parse_segment_name
 from raftlog.storage.start_record import StartRecord, StartRecordStore
@@ -42,6 +44,33 @@ logger = logging.getLogger(__name__)
 
 DEFAULT_SEGMENT_BYTES = 128 * 1024 * 1024
 DEFAULT_INDEX_INTERVAL_BYTES = 4096
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def _stops_on_failed_fsync(method: _F) -> _F:
+    """Refuse the call once an fsync has failed; a failing fsync poisons the log.
+
+    After a failed fsync the kernel may have dropped the dirty pages, so a retry
+    could report success for data that is gone (fsyncgate): the log never fsyncs
+    again, every later call raises :class:`StorageFailed`, and only a reopen
+    (a restart, which recovers from what is on disk) clears it.
+    """
+
+    @functools.wraps(method)
+    def guarded(self: SegmentedLog, *args: Any, **kwargs: Any) -> Any:
+        if self._failed is not None:
+            raise StorageFailed(
+                f"{self._dir}: log stopped after a failed fsync ({self._failed}); "
+                "restart the node to recover from what is on disk"
+            )
+        try:
+            return method(self, *args, **kwargs)
+        except FsyncFailed as exc:
+            self._failed = str(exc)
+            raise
+
+    return guarded  # type: ignore[return-value]
 
 
 class SegmentedLog:
@@ -56,8 +85,11 @@ class SegmentedLog:
         directory: pathlib.Path,
         segment_bytes: int,
         index_interval_bytes: int,
+        fs: FileSystem = REAL_FS,
     ) -> None:
         self._dir = directory
+        self._fs = fs
+        self._failed: str | None = None  # why an fsync failed; the log refuses all calls
         self._segment_bytes = segment_bytes
         self._interval = index_interval_bytes
         self._segments: list[Segment] = []
@@ -67,9 +99,9 @@ class SegmentedLog:
         self._dirty = -1
         self._flushed = -1
         self._dir_dirty = False  # a file was created since the directory was last fsynced
-        self._votes = VoteStore(directory)
-        self._commit_contexts = CommitContextStore(directory)
-        self._start_records = StartRecordStore(directory)
+        self._votes = VoteStore(directory, fs)
+        self._commit_contexts = CommitContextStore(directory, fs)
+        self._start_records = StartRecordStore(directory, fs)
         self.recovery_report = RecoveryReport(dirty_offset=-1, start_offset=0, segments=0)
         # Durability barriers issued since open: data fsyncs of a flush or of a segment
         # seal, durable truncations, and vote and commit context saves (each counts one,
@@ -85,6 +117,7 @@ class SegmentedLog:
         *,
         segment_bytes: int = DEFAULT_SEGMENT_BYTES,
         index_interval_bytes: int = DEFAULT_INDEX_INTERVAL_BYTES,
+        fs: FileSystem = REAL_FS,
     ) -> SegmentedLog:
         """Open (creating if needed) the log in ``directory`` and recover it.
 
@@ -93,7 +126,9 @@ class SegmentedLog:
         corrupt tail is truncated with a warning. Afterwards ``flushed_offset ==
         dirty_offset`` and :attr:`recovery_report` says what was found, including
         ``lost_committed_suffix``. Raises :class:`StorageCorruption` for damage
-        before the tail.
+        before the tail, and for damage at or below the offset that the commit
+        context records as flushed (never truncated: the replica must refetch).
+        All IO goes through ``fs`` (the real filesystem unless a test passes a model).
         """
         if not isinstance(segment_bytes, int) or segment_bytes < 1:
             raise ValueError(f"segment_bytes must be a positive int (bytes), got {segment_bytes!r}")
@@ -102,8 +137,9 @@ class SegmentedLog:
                 f"index_interval_bytes must be a positive int (bytes), got {index_interval_bytes!r}"
             )
         directory = pathlib.Path(directory)
-        directory.mkdir(parents=True, exist_ok=True)
-        log = cls(directory, segment_bytes, index_interval_bytes)
+        for parent in fs.mkdirs(directory):
+            fs.fsync_dir(parent)  # the new directory's name must survive a power cut
+        log = cls(directory, segment_bytes, index_interval_bytes, fs)
         try:
             log._recover()
         except BaseException:
@@ -112,13 +148,14 @@ class SegmentedLog:
         return log
 
     def _recover(self) -> None:
+        fs = self._fs
         changed_dir = False
         found: list[tuple[int, int]] = []
-        for entry in os.scandir(self._dir):
-            if entry.name.endswith(TMP_SUFFIX):  # an interrupted atomic save
-                os.unlink(entry.path)
+        for name in fs.listdir(self._dir):
+            if name.endswith(TMP_SUFFIX):  # an interrupted atomic save
+                fs.unlink(self._dir / name)
                 changed_dir = True
-            parsed = parse_segment_name(entry.name)
+            parsed = parse_segment_name(name)
             if parsed is not None:
                 found.append(parsed)
         found.sort()
@@ -156,11 +193,16 @@ class SegmentedLog:
         for seg, nxt in itertools.pairwise(self._segments):
             verify_sealed_segment(seg, nxt.base_offset)
         # Recover the last segment; one emptied by a crash goes, and the previous
-        # (sealed, hence durable) segment becomes the last.
+        # (sealed, hence durable) segment becomes the last. Damage at or below the
+        # committed offset is corruption (raised), never cut as a torn tail.
+        ctx = self._commit_contexts.load()
+        committed = -1 if ctx is None else ctx.committed_offset
         warnings: list[str] = []
         truncated_file, truncated_position, truncated_bytes = None, None, 0
         while self._segments:
-            tail = recover_last_segment(self._segments[-1], self._interval)
+            if not fs.exists(self._segments[-1].index_path):
+                changed_dir = True  # recovery creates it: make its name durable below
+            tail = recover_last_segment(self._segments[-1], self._interval, committed)
             if tail.warning is not None:
                 warnings.append(tail.warning)
                 truncated_file = str(self._segments[-1].path)
@@ -171,12 +213,12 @@ class SegmentedLog:
             self._segments.pop().delete()
             changed_dir = True
         orphans = {s.index_path.name for s in self._segments}
-        for entry in os.scandir(self._dir):  # indexes whose segment is gone
-            if entry.name.endswith(INDEX_SUFFIX) and entry.name not in orphans:
-                os.unlink(entry.path)
+        for name in fs.listdir(self._dir):  # indexes whose segment is gone
+            if name.endswith(INDEX_SUFFIX) and name not in orphans:
+                fs.unlink(self._dir / name)
                 changed_dir = True
         if changed_dir:
-            fsync_dir(self._dir)
+            fs.fsync_dir(self._dir)
         self._bases = [s.base_offset for s in self._segments]
         if self._segments:
             self._start = self._segments[0].base_offset
@@ -184,7 +226,6 @@ class SegmentedLog:
         else:
             self._dirty = self._start - 1
         self._flushed = self._dirty
-        ctx = self._commit_contexts.load()
         lost = ctx is not None and ctx.committed_offset > self._dirty
         if lost:
             message = (
@@ -214,6 +255,7 @@ class SegmentedLog:
             size=0,
             last_offset=base - 1,
             index_interval_bytes=self._interval,
+            fs=self._fs,
         )
 
     def close(self) -> None:
@@ -269,6 +311,7 @@ class SegmentedLog:
 
     # -- writing --------------------------------------------------------------------------
 
+    @_stops_on_failed_fsync
     def append(self, batches: Sequence[RecordBatch]) -> int:
         """Write ``batches`` without fsync; return the new dirty offset.
 
@@ -309,15 +352,16 @@ class SegmentedLog:
             self._segments[-1].sync(index_fsync=True)
             self.fsyncs += 1
             if self._dir_dirty:
-                fsync_dir(self._dir)
+                self._fs.fsync_dir(self._dir)
                 self._dir_dirty = False
             self._flushed = max(self._flushed, base_offset - 1)
-        seg = Segment.create(self._dir, base_offset, term, self._interval)
+        seg = Segment.create(self._dir, base_offset, term, self._interval, self._fs)
         self._dir_dirty = True
         self._segments.append(seg)
         self._bases.append(base_offset)
         return seg
 
+    @_stops_on_failed_fsync
     def flush(self) -> int:
         """fsync the active segment (and the directory after a roll); return the flushed offset."""
         work = self._dirty > self._flushed or self._dir_dirty
@@ -327,13 +371,14 @@ class SegmentedLog:
             self._segments[-1].sync()
             self.fsyncs += 1
         if self._dir_dirty:
-            fsync_dir(self._dir)
+            self._fs.fsync_dir(self._dir)
             self._dir_dirty = False
         if work:
             failpoint(LOG_AFTER_FLUSH)
         self._flushed = self._dirty
         return self._flushed
 
+    @_stops_on_failed_fsync
     def truncate(self, offset: int) -> None:
         """Durably drop every batch at or after ``offset``, which must be a batch boundary.
 
@@ -353,7 +398,7 @@ class SegmentedLog:
         del self._segments[i + 1 :]
         if position == 0:
             self._segments.pop().delete()
-        fsync_dir(self._dir)
+        self._fs.fsync_dir(self._dir)
         self._dir_dirty = False
         if position > 0:
             seg.truncate_at(position, offset - 1)
@@ -362,6 +407,7 @@ class SegmentedLog:
         self._dirty = offset - 1
         self._flushed = min(self._flushed, self._dirty)
 
+    @_stops_on_failed_fsync
     def prefix_truncate(self, offset: int) -> None:
         """Drop the whole segments that lie entirely below ``offset`` (retention).
 
@@ -384,7 +430,7 @@ class SegmentedLog:
         self._start_records.save(StartRecord(new_start, prev_term))
         for seg in self._segments[:dropped]:
             seg.delete()
-        fsync_dir(self._dir)
+        self._fs.fsync_dir(self._dir)
         self._dir_dirty = False
         self._segments = remaining
         self._bases = [s.base_offset for s in remaining]
@@ -393,6 +439,7 @@ class SegmentedLog:
 
     # -- reading --------------------------------------------------------------------------
 
+    @_stops_on_failed_fsync
     def read(self, start: int, max_bytes: int, end: int | None = None) -> list[RecordBatch]:
         """Whole batches from the one holding ``start``, up to ``max_bytes`` of encoded size.
 
@@ -420,6 +467,7 @@ class SegmentedLog:
 
     # -- records --------------------------------------------------------------------------
 
+    @_stops_on_failed_fsync
     def save_commit_context(self, ctx: CommitContext) -> None:
         """Durably replace the commit context (only the latest is kept)."""
         self._commit_contexts.save(ctx)
@@ -428,6 +476,7 @@ class SegmentedLog:
     def load_commit_context(self) -> CommitContext | None:
         return self._commit_contexts.load()
 
+    @_stops_on_failed_fsync
     def save_vote(self, vote: VoteState) -> None:
         """Durably replace the vote record (write, fsync, rename, fsync the directory)."""
         self._votes.save(vote)

@@ -16,37 +16,37 @@ increasing.
 from __future__ import annotations
 
 import bisect
-import os
 import pathlib
 import struct
+
+from raftlog.storage.fs import REAL_FS, FileSystem
 
 ENTRY = struct.Struct("<qq")
 
 
-def read_index_file(path: pathlib.Path) -> list[tuple[int, int]] | None:
+def read_index_file(path: pathlib.Path, fs: FileSystem = REAL_FS) -> list[tuple[int, int]] | None:
     """The whole entries of an index file (a torn trailing entry is ignored); None if missing."""
-    try:
-        data = path.read_bytes()
-    except FileNotFoundError:
+    data = fs.read_file(path)
+    if data is None:
         return None
     whole = len(data) - len(data) % ENTRY.size
     return [ENTRY.unpack_from(data, pos) for pos in range(0, whole, ENTRY.size)]
 
 
-def read_last_index_entry(path: pathlib.Path) -> tuple[int, int] | None:
+def read_last_index_entry(path: pathlib.Path, fs: FileSystem = REAL_FS) -> tuple[int, int] | None:
     """Only the last whole entry of an index file (one small read); None if missing or empty."""
     try:
-        fd = os.open(path, os.O_RDONLY)
+        f = fs.open(path)
     except FileNotFoundError:
         return None
     try:
-        size = os.fstat(fd).st_size
+        size = f.size()
         whole = size - size % ENTRY.size
         if whole == 0:
             return None
-        return ENTRY.unpack(os.pread(fd, ENTRY.size, whole - ENTRY.size))
+        return ENTRY.unpack(f.pread(ENTRY.size, whole - ENTRY.size))
     finally:
-        os.close(fd)
+        f.close()
 
 
 class OffsetIndex:
@@ -64,8 +64,10 @@ class OffsetIndex:
         entries: list[tuple[int, int]] | None = None,
         *,
         persisted: bool = False,
+        fs: FileSystem = REAL_FS,
     ) -> None:
         self.path = path
+        self._fs = fs
         self._base = base_offset
         self._interval = interval_bytes
         self._offsets: list[int] = [o for o, _ in entries or ()]
@@ -105,25 +107,28 @@ class OffsetIndex:
 
     def persist(self, *, fsync: bool) -> None:
         """Bring the file up to date: append new entries, or rewrite it after a truncation."""
-        if self._persisted is None:
-            flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC
-            start = 0
-        else:
-            if self._persisted == len(self._offsets) and not fsync:
-                return
-            flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND
-            start = self._persisted
+        rewrite = self._persisted is None
+        if not rewrite and self._persisted == len(self._offsets) and not fsync:
+            return
+        start = 0 if rewrite else self._persisted
         data = b"".join(
             ENTRY.pack(o, p)
             for o, p in zip(self._offsets[start:], self._positions[start:], strict=True)
         )
-        fd = os.open(self.path, flags, 0o644)
+        f = self._fs.open(self.path, create=True)
         try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view) :]
+            if rewrite:
+                f.truncate(0)
+                at = 0
+            else:
+                # Append after the whole entries persisted so far (a torn entry is overwritten).
+                at = start * ENTRY.size
+            if data:
+                f.pwrite(data, at)
+            if f.size() > at + len(data):  # stale entries past the ones persisted
+                f.truncate(at + len(data))
             if fsync:
-                os.fsync(fd)
+                f.fsync()
         finally:
-            os.close(fd)
+            f.close()
         self._persisted = len(self._offsets)

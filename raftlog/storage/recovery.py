@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import os
 
 from raftlog.storage.api import StorageCorruption
 from raftlog.storage.offset_index import OffsetIndex, read_index_file, read_last_index_entry
@@ -42,7 +41,7 @@ def verify_sealed_segment(seg: Segment, next_base: int) -> None:
     Reads the first batch and the bytes from the last index entry to the end,
     never the whole segment (unless its index file is missing).
     """
-    size = os.fstat(seg.fd).st_size
+    size = seg.fd.size()
     seg.size = size
     seg.last_offset = next_base - 1
     if size == 0 or next_base <= seg.base_offset:
@@ -55,7 +54,7 @@ def verify_sealed_segment(seg: Segment, next_base: int) -> None:
     entry = None
     try:
         next(seg.scan(0, seg.base_offset, size))  # the first batch: CRC, offset, term
-        entry = read_last_index_entry(seg.index_path)
+        entry = read_last_index_entry(seg.index_path, seg.fs)
         offset, position = entry if entry is not None else (seg.base_offset, 0)
         if entry is not None and not (seg.base_offset < offset < next_base and 0 < position < size):
             raise StorageCorruption(
@@ -87,18 +86,25 @@ def verify_sealed_segment(seg: Segment, next_base: int) -> None:
         )
 
 
-def recover_last_segment(seg: Segment, index_interval_bytes: int) -> TailRecovery:
+def recover_last_segment(
+    seg: Segment, index_interval_bytes: int, committed_offset: int = -1
+) -> TailRecovery:
     """Find the last valid batch of the last segment; cut anything after it durably.
 
     Afterwards the segment's size, last offset and index match its valid batches,
     and the file and index are fsynced (what survived is durable).
+
+    ``committed_offset`` is the offset the commit context says this replica had
+    flushed (and acknowledged). Damage at or below it is not a torn tail, since a
+    crash cannot tear fsynced data: it raises :class:`StorageCorruption` naming the
+    file, position and offsets, and nothing is cut.
     """
-    file_size = os.fstat(seg.fd).st_size
+    file_size = seg.fd.size()
     # Keep the index's well-formed prefix inside the file; it only ever covered
     # flushed data, but a cut file or a stale index may leave entries behind.
     entries: list[tuple[int, int]] = []
     prev_offset, prev_pos = seg.base_offset, 0
-    for offset, pos in read_index_file(seg.index_path) or ():
+    for offset, pos in read_index_file(seg.index_path, seg.fs) or ():
         if not (offset > prev_offset and prev_pos < pos < file_size):
             break
         entries.append((offset, pos))
@@ -112,7 +118,7 @@ def recover_last_segment(seg: Segment, index_interval_bytes: int) -> TailRecover
         except (SegmentDecodeError, StopIteration):
             entries.pop()
     start_offset, start_pos = entries[-1] if entries else (seg.base_offset, 0)
-    index = OffsetIndex(seg.index_path, seg.base_offset, index_interval_bytes, entries)
+    index = OffsetIndex(seg.index_path, seg.base_offset, index_interval_bytes, entries, fs=seg.fs)
     end, last_offset, error = start_pos, start_offset - 1, None
     try:
         for pos, batch in seg.scan(start_pos, start_offset, file_size):
@@ -121,6 +127,16 @@ def recover_last_segment(seg: Segment, index_interval_bytes: int) -> TailRecover
     except SegmentDecodeError as exc:
         error = exc
     result = TailRecovery()
+    if end < file_size and last_offset < committed_offset:
+        reason = str(error) if error is not None else "trailing bytes"
+        raise StorageCorruption(
+            f"{seg.path}: invalid data at position {end} (offset {last_offset + 1}) lies at "
+            f"or below offset {committed_offset}, which the commit context records as "
+            f"flushed: this is corruption, not a torn tail, and is not truncated; the "
+            f"replica must fetch the group again; cause: {reason}",
+            str(seg.path),
+            end,
+        )
     if end < file_size:
         reason = str(error) if error is not None else "trailing bytes"
         warning = (
@@ -128,9 +144,9 @@ def recover_last_segment(seg: Segment, index_interval_bytes: int) -> TailRecover
             f"(offset {last_offset + 1}), dropping {file_size - end} bytes; cause: {reason}"
         )
         logger.warning("%s", warning)
-        os.ftruncate(seg.fd, end)
+        seg.fd.truncate(end)
         result = TailRecovery(end, file_size - end, warning)
-    os.fsync(seg.fd)
+    seg.fd.fsync()
     seg.size = end
     seg.last_offset = last_offset
     seg.set_index(index)

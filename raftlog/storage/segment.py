@@ -13,7 +13,6 @@ last batch (``base_offset - 1`` while empty); every batch has ``term``.
 
 from __future__ import annotations
 
-import os
 import pathlib
 import re
 import struct
@@ -21,6 +20,7 @@ from collections.abc import Iterator, Sequence
 
 from raftlog.storage.api import StorageCorruption
 from raftlog.storage.batch import HEADER_SIZE, BatchError, RecordBatch
+from raftlog.storage.fs import REAL_FS, FileHandle, FileSystem
 from raftlog.storage.offset_index import OffsetIndex, read_index_file
 
 LOG_SUFFIX = ".log"
@@ -68,8 +68,10 @@ class Segment:
         last_offset: int,
         index_interval_bytes: int,
         index: OffsetIndex | None = None,
+        fs: FileSystem = REAL_FS,
     ) -> None:
         name = segment_name(base_offset, term)
+        self.fs = fs
         self.path = directory / name
         self.index_path = directory / (name[: -len(LOG_SUFFIX)] + INDEX_SUFFIX)
         self.base_offset = base_offset
@@ -78,13 +80,22 @@ class Segment:
         self.last_offset = last_offset
         self._interval = index_interval_bytes
         self._index = index  # None: not loaded yet (sealed segments load on first read)
-        self._fd: int | None = None
+        self._fd: FileHandle | None = None
 
     @classmethod
     def create(
-        cls, directory: pathlib.Path, base_offset: int, term: int, index_interval_bytes: int
+        cls,
+        directory: pathlib.Path,
+        base_offset: int,
+        term: int,
+        index_interval_bytes: int,
+        fs: FileSystem = REAL_FS,
     ) -> Segment:
-        """A new empty segment; the caller fsyncs the directory before relying on it."""
+        """A new empty segment and its empty index file.
+
+        Both names are new: the caller fsyncs the directory before relying on
+        either (the index is created now so that the same directory fsync covers it).
+        """
         seg = cls(
             directory,
             base_offset,
@@ -92,29 +103,36 @@ class Segment:
             size=0,
             last_offset=base_offset - 1,
             index_interval_bytes=index_interval_bytes,
+            fs=fs,
         )
-        seg._index = OffsetIndex(seg.index_path, base_offset, index_interval_bytes)
-        seg._fd = os.open(seg.path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+        seg._index = OffsetIndex(seg.index_path, base_offset, index_interval_bytes, fs=fs)
+        seg._fd = fs.open(seg.path, exclusive=True)
+        fs.open(seg.index_path, create=True).close()
         return seg
 
     # -- descriptors ------------------------------------------------------------------------
 
     @property
-    def fd(self) -> int:
+    def fd(self) -> FileHandle:
+        """The open file (opened on first use)."""
         if self._fd is None:
-            self._fd = os.open(self.path, os.O_RDWR)
+            self._fd = self.fs.open(self.path)
         return self._fd
 
     def close(self) -> None:
         if self._fd is not None:
-            os.close(self._fd)
+            self._fd.close()
             self._fd = None
 
     def delete(self) -> None:
-        """Close and unlink the log and index files (the caller fsyncs the directory)."""
+        """Close and unlink the log and index files (the caller fsyncs the directory).
+
+        The log file goes first: a crash in between leaves an orphan index, which
+        open removes, never a segment without its index that looks sealed.
+        """
         self.close()
-        self.path.unlink(missing_ok=True)
-        self.index_path.unlink(missing_ok=True)
+        self.fs.unlink(self.path, missing_ok=True)
+        self.fs.unlink(self.index_path, missing_ok=True)
 
     # -- index --------------------------------------------------------------------------------
 
@@ -130,9 +148,9 @@ class Segment:
         A missing index file (e.g. deleted by hand) is rebuilt by one scan of the
         segment, which also verifies every batch.
         """
-        entries = read_index_file(self.index_path)
+        entries = read_index_file(self.index_path, self.fs)
         if entries is None:
-            index = OffsetIndex(self.index_path, self.base_offset, self._interval)
+            index = OffsetIndex(self.index_path, self.base_offset, self._interval, fs=self.fs)
             for pos, batch in self.scan(0, self.base_offset, self.size):
                 index.add(batch.base_offset, pos)
             return index
@@ -149,7 +167,7 @@ class Segment:
                 )
             prev_offset, prev_pos = offset, pos
         return OffsetIndex(
-            self.index_path, self.base_offset, self._interval, entries, persisted=True
+            self.index_path, self.base_offset, self._interval, entries, persisted=True, fs=self.fs
         )
 
     def set_index(self, index: OffsetIndex) -> None:
@@ -167,18 +185,13 @@ class Segment:
             index.add(batch.base_offset, pos)
             chunks.append(data)
             pos += len(data)
-        view = memoryview(b"".join(chunks))
-        at = self.size
-        while view:
-            written = os.pwrite(self.fd, view, at)
-            view = view[written:]
-            at += written
+        self.fd.pwrite(b"".join(chunks), self.size)
         self.size = pos
         self.last_offset = batches[-1].last_offset
 
     def sync(self, *, index_fsync: bool = False) -> None:
         """fsync the data, then bring the index file up to date (it only covers durable data)."""
-        os.fsync(self.fd)
+        self.fd.fsync()
         self.index.persist(fsync=index_fsync)
 
     def truncate_at(self, position: int, last_offset: int) -> None:
@@ -188,8 +201,8 @@ class Segment:
         """
         self.index.truncate(last_offset + 1)
         self.index.persist(fsync=True)
-        os.ftruncate(self.fd, position)
-        os.fsync(self.fd)
+        self.fd.truncate(position)
+        self.fd.fsync()
         self.size = position
         self.last_offset = last_offset
 
@@ -210,7 +223,7 @@ class Segment:
         while position < limit:
             rel = position - buf_start
             if len(buf) - rel < HEADER_SIZE:
-                buf = os.pread(self.fd, min(_READ_CHUNK, limit - position), position)
+                buf = self.fd.pread(min(_READ_CHUNK, limit - position), position)
                 buf_start, rel = position, 0
             if len(buf) - rel >= HEADER_SIZE:
                 # A batch may be larger than one read chunk: once its header is in
@@ -220,7 +233,7 @@ class Segment:
                     + _PAYLOAD_LEN.unpack_from(buf, rel + HEADER_SIZE - _PAYLOAD_LEN.size)[0]
                 )
                 if len(buf) - rel < need:
-                    buf = os.pread(self.fd, min(need, limit - position), position)
+                    buf = self.fd.pread(min(need, limit - position), position)
                     buf_start, rel = position, 0
             try:
                 batch, end = RecordBatch.decode(buf, rel)

@@ -14,6 +14,7 @@ import struct
 
 from raftlog.storage.api import StorageCorruption
 from raftlog.storage.durable_record import load_record, save_record
+from raftlog.storage.fs import REAL_FS, FileSystem
 
 FILE_NAME = "start_offset"
 _MAGIC = b"RLSO"
@@ -31,15 +32,18 @@ class StartRecord:
 class StartRecordStore:
     """Keeps the :class:`StartRecord` in ``<directory>/start_offset``."""
 
-    def __init__(self, directory: pathlib.Path) -> None:
+    def __init__(self, directory: pathlib.Path, fs: FileSystem = REAL_FS) -> None:
         self._path = directory / FILE_NAME
+        self._fs = fs
 
     def save(self, record: StartRecord) -> None:
-        save_record(self._path, _MAGIC, _START.pack(record.start_offset, record.prev_term))
+        save_record(
+            self._path, _MAGIC, _START.pack(record.start_offset, record.prev_term), self._fs
+        )
 
     def load(self) -> StartRecord | None:
         """The saved record, or None for a log that was never prefix-truncated."""
-        payload = load_record(self._path, _MAGIC)
+        payload = load_record(self._path, _MAGIC, self._fs)
         if payload is None:
             return None
         if len(payload) != _START.size:

@@ -7,6 +7,7 @@ import struct
 
 from raftlog.storage.api import StorageCorruption, VoteState
 from raftlog.storage.durable_record import load_record, save_record
+from raftlog.storage.fs import REAL_FS, FileSystem
 
 FILE_NAME = "vote"
 _MAGIC = b"RLVT"
@@ -16,18 +17,19 @@ _VOTE = struct.Struct("<qq")
 class VoteStore:
     """The persistent ``VoteState`` of one Raft group, in ``<directory>/vote``."""
 
-    def __init__(self, directory: pathlib.Path) -> None:
+    def __init__(self, directory: pathlib.Path, fs: FileSystem = REAL_FS) -> None:
         self._path = directory / FILE_NAME
+        self._fs = fs
 
     def save(self, vote: VoteState) -> None:
         """Durably replace the record; returns only once it survives a crash."""
         if vote.term < 0:
             raise ValueError(f"vote.term must be >= 0, got {vote.term}")
-        save_record(self._path, _MAGIC, _VOTE.pack(vote.term, vote.voted_for))
+        save_record(self._path, _MAGIC, _VOTE.pack(vote.term, vote.voted_for), self._fs)
 
     def load(self) -> VoteState:
         """The last saved vote, or ``VoteState()`` (term 0, no vote) when none was saved."""
-        payload = load_record(self._path, _MAGIC)
+        payload = load_record(self._path, _MAGIC, self._fs)
         if payload is None:
             return VoteState()
         if len(payload) != _VOTE.size:
