@@ -552,6 +552,9 @@ def _plan(cls: type) -> _Codec:
                 try:
                     out.append(step[1].pack(*values))
                 except struct.error as exc:
+                    for fname, ftype, v in zip(step[2], step[3], values, strict=True):
+                        if ftype is int and not -(1 << 63) <= v <= I64_MAX:
+                            raise CodecError(f"{path}.{fname}: {v} does not fit in int64") from exc
                     raise CodecError(f"{path}.{{{','.join(step[2])}}}: {exc}") from exc
             else:
                 step[2].encode(getattr(msg, step[1]), out, f"{path}.{step[1]}")
