@@ -1,9 +1,9 @@
 """The ``raftlog`` console script.
 
 Commands: ``server`` (run one node), ``local start|status|stop`` (a local
-cluster of node processes), ``topic create|describe|list|delete``,
-``produce`` and ``consume`` (console producer and consumer, one record per
-line, as Kafka's console tools).
+cluster of node processes), ``cluster health`` (exit status 0 only when all
+is well), ``topic create|describe|list|delete``, ``produce`` and ``consume``
+(console producer and consumer, one record per line, as Kafka's console tools).
 
 Every client command finds the cluster through ``--servers``, else
 ``RAFTLOG_SERVERS``, else the local cluster recorded in the default data dir
@@ -68,10 +68,25 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--data-dir", help="default: $RAFTLOG_HOME or ~/.raftlog/local")
         p.set_defaults(handler=handler)
         if name == "start":
-            p.add_argument("--nodes", type=_positive_int("--nodes"), default=3)
+            p.add_argument(
+                "--nodes",
+                type=_positive_int("--nodes"),
+                default=None,
+                help="node count of a new cluster (default 3); a recorded cluster keeps its own",
+            )
             p.add_argument(
                 "--default-partitions", type=_positive_int("--default-partitions"), default=6
             )
+
+    cluster = sub.add_parser("cluster", help="inspect a cluster")
+    cluster_sub = cluster.add_subparsers(dest="cluster_command", metavar="ACTION")
+    health = cluster_sub.add_parser(
+        "health",
+        help="nodes up or down, leaderless and under-replicated partitions, the controller; "
+        "exit status 0 only when all is well",
+    )
+    health.add_argument("--format", choices=["text", "json"], default="text")
+    health.set_defaults(handler=_cmd_cluster_health)
 
     topic = sub.add_parser("topic", help="create, describe, list and delete topics")
     topic_sub = topic.add_subparsers(dest="topic_command", metavar="ACTION")
@@ -116,7 +131,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     consume.set_defaults(handler=_cmd_consume)
 
-    for p in (create, describe, lst, delete, produce, consume):
+    for p in (health, create, describe, lst, delete, produce, consume):
         p.add_argument("--servers", help="HOST:PORT[,HOST:PORT...] (else $RAFTLOG_SERVERS)")
         p.add_argument("--auth-token", help="else $RAFTLOG_AUTH_TOKEN")
     return parser
@@ -150,6 +165,8 @@ def _cmd_server(args: argparse.Namespace) -> int:
 
 
 def _cmd_local_start(args: argparse.Namespace) -> int:
+    """Print the servers on stdout; a node that is down is a warning on stderr with the
+    end of its log (the cluster serves while a majority runs)."""
     from raftlog.cluster import start_cluster
 
     cluster = start_cluster(
@@ -157,6 +174,14 @@ def _cmd_local_start(args: argparse.Namespace) -> int:
         args.nodes,
         extra_args=["--default-partitions", str(args.default_partitions)],
     )
+    for failure in cluster.down:
+        print(f"raftlog: warning: {failure.describe()}", file=sys.stderr)
+    if cluster.down:
+        print(
+            f"raftlog: warning: serving with {len(cluster.nodes) - len(cluster.down)} of "
+            f"{len(cluster.nodes)} nodes; run `raftlog local start` again once the cause is fixed",
+            file=sys.stderr,
+        )
     print(",".join(cluster.servers))
     return 0
 
@@ -186,14 +211,48 @@ def _cmd_local_status(args: argparse.Namespace) -> int:
 
 
 def _cmd_local_stop(args: argparse.Namespace) -> int:
-    from raftlog.cluster import default_data_dir, stop_cluster
+    from raftlog.cluster import cluster_status, default_data_dir, load_cluster, stop_cluster
 
-    cluster = stop_cluster(args.data_dir)
-    if cluster is None:
+    recorded = load_cluster(args.data_dir)
+    if recorded is None:
         print(f"no local cluster in {args.data_dir or default_data_dir()}", file=sys.stderr)
         return 1
-    print("stopped pids " + " ".join(str(n.pid) for n in cluster.nodes))
+    pids = [str(st["pid"]) for st in cluster_status(recorded) if st["alive"]]
+    stop_cluster(args.data_dir)
+    if pids:
+        print("stopped pids " + " ".join(pids))
+    else:
+        print(f"no node of the local cluster in {recorded.data_dir} was running")
     return 0
+
+
+def _cmd_cluster_health(args: argparse.Namespace) -> int:
+    """Exit 0 when healthy, 1 when not (and when no cluster is found)."""
+    from raftlog.client import RaftlogClient, parse_servers
+    from raftlog.cluster import load_cluster
+    from raftlog.health import check_health
+
+    # Unlike the data commands, a recorded local cluster is checked even when none of
+    # its nodes runs: "all down" is a health report, not a missing cluster.
+    recorded = None if args.servers or os.environ.get("RAFTLOG_SERVERS") else load_cluster()
+    if recorded is not None:
+        servers, token = recorded.servers, recorded.auth_token
+    else:
+        servers, token = resolve_servers(args.servers)
+    token = args.auth_token or os.environ.get("RAFTLOG_AUTH_TOKEN") or token
+
+    async def go() -> Any:
+        async with RaftlogClient(
+            parse_servers(servers), auth_token=token, request_timeout_s=10.0
+        ) as client:
+            return await check_health(client, servers, token)
+
+    report = asyncio.run(go())
+    if args.format == "json":
+        print(json.dumps(report.to_dict(), indent=2))
+    else:
+        print(report.render())
+    return 0 if report.healthy else 1
 
 
 # ---------------------------------------------------------------- client commands

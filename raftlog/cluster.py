@@ -7,6 +7,19 @@ A local cluster lives in one data directory::
     DIR/node-N/          node N's data (``--data-dir`` of its server)
     DIR/node-N.log       node N's stdout and stderr
 
+cluster.json is the cluster's identity and outlives its processes: the ports
+picked at the first start are kept for good (``raftlog local stop`` keeps the
+file), so every later start, and every restart of a node that died, listens on
+the same addresses and a ``RAFTLOG_SERVERS`` exported once stays right.
+
+Starting is idempotent and self-healing: :func:`start_cluster` spawns every
+recorded node that is not running (never started, stopped, crashed, kill -9'd)
+and returns once the cluster serves, which needs a majority of the nodes up
+and agreeing on a controller leader (a Raft cluster serves with a majority).
+A node that cannot start does not fail the start while a majority runs: it is
+reported in ``LocalCluster.down`` with the last lines of its log. Only when no
+majority can run does the start raise, naming every failed node the same way.
+
 Nodes are ``python -m raftlog server ...`` subprocesses in their own session
 (``start_new_session=True``), so they outlive the launcher. Stopping signals
 exactly the PIDs recorded in cluster.json, and only after checking that each
@@ -56,11 +69,41 @@ class NodeProcess:
     log_file: str
 
 
+#: How many lines of a failed node's log a report shows.
+LOG_TAIL_LINES = 12
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class NodeFailure:
+    """A node that is not serving after a start: why, and the end of its log."""
+
+    node_id: int
+    address: str
+    reason: str  # e.g. "exited with status 1", "did not answer /health within 60s"
+    log_file: str
+    log_tail: tuple[str, ...]
+
+    def describe(self) -> str:
+        """Several lines: the node, the reason, then its last log lines indented."""
+        head = f"node {self.node_id} ({self.address}) {self.reason}; last lines of {self.log_file}:"
+        tail = self.log_tail or ("(the log is empty)",)
+        return "\n".join([head, *(f"    {line}" for line in tail)])
+
+
 @dataclasses.dataclass(slots=True)
 class LocalCluster:
+    """A local cluster as recorded in its cluster.json.
+
+    ``started`` and ``down`` describe the :func:`start_cluster` call that returned
+    this object (the nodes it spawned, and those not serving after it); they are
+    not written to cluster.json.
+    """
+
     data_dir: str
     nodes: list[NodeProcess]
     auth_token: str | None = None
+    started: list[int] = dataclasses.field(default_factory=list)
+    down: list[NodeFailure] = dataclasses.field(default_factory=list)
 
     @property
     def servers(self) -> list[str]:
@@ -73,7 +116,14 @@ class LocalCluster:
         raise KeyError(f"no node {node_id} in the cluster at {self.data_dir}")
 
     def to_json(self) -> str:
-        return json.dumps(dataclasses.asdict(self), indent=2)
+        return json.dumps(
+            {
+                "data_dir": self.data_dir,
+                "nodes": [dataclasses.asdict(n) for n in self.nodes],
+                "auth_token": self.auth_token,
+            },
+            indent=2,
+        )
 
     @classmethod
     def from_json(cls, text: str) -> LocalCluster:
@@ -112,6 +162,8 @@ def _locked(data_dir: pathlib.Path) -> Iterator[None]:
 
 def pid_alive(pid: int) -> bool:
     """True when ``pid`` runs and is not a zombie."""
+    if pid <= 0:  # never started (-1); and os.kill(0 or -1, ...) would mean a process group
+        return False
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -189,28 +241,93 @@ def spawn(node: NodeProcess, auth_token: str | None = None) -> subprocess.Popen[
     return proc
 
 
-def wait_ready(cluster: LocalCluster, timeout_s: float = 30.0) -> int:
-    """Wait until every node answers and they agree on a controller leader; return its id.
+def log_tail(log_file: str | os.PathLike[str], lines: int = LOG_TAIL_LINES) -> tuple[str, ...]:
+    """The last ``lines`` non-empty lines of a log file (reads at most its last 64 KiB)."""
+    try:
+        with open(log_file, "rb") as fh:
+            fh.seek(0, os.SEEK_END)
+            size = fh.tell()
+            fh.seek(max(0, size - 65536))
+            text = fh.read().decode(errors="replace")
+    except OSError as exc:
+        return (f"(cannot read the log: {exc})",)
+    kept = [line.rstrip() for line in text.splitlines() if line.strip()]
+    return tuple(kept[-lines:])
 
-    Raises ClusterError naming the log files when the bound passes or a node dies.
+
+def majority(count: int) -> int:
+    """The least number of voters that form a quorum of ``count``."""
+    return count // 2 + 1
+
+
+def wait_ready(
+    cluster: LocalCluster,
+    timeout_s: float = 30.0,
+    *,
+    procs: dict[int, subprocess.Popen[bytes]] | None = None,
+) -> tuple[int, list[NodeFailure]]:
+    """Wait until the cluster serves; return (controller leader id, failed nodes).
+
+    The cluster serves when every node answers ``/health`` and they agree on a
+    controller leader; or, once each node has either answered or exited, when a
+    majority answers and agrees on a leader among them (the exited nodes are the
+    failures returned). At ``timeout_s``, nodes still not answering count as
+    failed too, and a serving majority is still accepted.
+
+    ``procs`` are the nodes this caller spawned, so that an exit status can be
+    reported. Raises ClusterError, naming every failed node with the end of its
+    log, when no majority serves: as soon as more than a minority has exited, or
+    at the deadline.
     """
+    procs = procs or {}
+    need = majority(len(cluster.nodes))
     deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        dead = [n for n in cluster.nodes if not pid_alive(n.pid)]
-        if dead:
-            raise ClusterError(
-                "node(s) exited during start: "
-                + ", ".join(f"{n.node_id} (see {n.log_file})" for n in dead)
+    while True:
+        exited: dict[int, str] = {}
+        for n in cluster.nodes:
+            proc = procs.get(n.node_id)
+            code = proc.poll() if proc is not None else None
+            if code is not None:
+                exited[n.node_id] = f"exited with status {code}"
+            elif proc is None and not pid_alive(n.pid):
+                exited[n.node_id] = "is not running"
+        states = {n.node_id: health(n.address) for n in cluster.nodes if n.node_id not in exited}
+        answering = {i: s for i, s in states.items() if s is not None}
+        leaders = {s.get("controller_leader", -1) for s in answering.values()}
+        agreed = len(leaders) == 1 and next(iter(leaders)) in answering
+        timed_out = time.monotonic() >= deadline
+        if agreed and len(answering) == len(cluster.nodes):
+            return leaders.pop(), []
+        settled = len(answering) + len(exited) == len(cluster.nodes)
+        if agreed and len(answering) >= need and (settled or timed_out):
+            return leaders.pop(), _failures(cluster, exited, answering, timeout_s)
+        if len(cluster.nodes) - len(exited) < need or timed_out:
+            failures = _failures(cluster, exited, answering, timeout_s)
+            why = (
+                f"only {len(cluster.nodes) - len(exited)} of {len(cluster.nodes)} nodes run"
+                if len(cluster.nodes) - len(exited) < need
+                else f"no majority agreed on a controller leader within {timeout_s:.0f}s"
             )
-        states = [health(n.address) for n in cluster.nodes]
-        leaders = {s.get("controller_leader", -1) for s in states if s is not None}
-        if all(s is not None for s in states) and len(leaders) == 1 and -1 not in leaders:
-            return leaders.pop()
+            raise ClusterError(
+                f"the local cluster in {cluster.data_dir} cannot serve: {why} "
+                f"(a majority, {need}, is needed)" + "".join("\n" + f.describe() for f in failures)
+            )
         time.sleep(0.1)
-    raise ClusterError(
-        f"the cluster did not elect a controller leader within {timeout_s:.0f}s; see "
-        + ", ".join(n.log_file for n in cluster.nodes)
-    )
+
+
+def _failures(
+    cluster: LocalCluster,
+    exited: dict[int, str],
+    answering: dict[int, dict[str, Any]],
+    timeout_s: float,
+) -> list[NodeFailure]:
+    out = []
+    for n in cluster.nodes:
+        if n.node_id in answering:
+            continue
+        reason = exited.get(n.node_id) or f"did not answer /health within {timeout_s:.0f}s"
+        out.append(NodeFailure(n.node_id, n.address, reason, n.log_file, log_tail(n.log_file)))
+    return out
 
 
 def load_cluster(data_dir: str | os.PathLike[str] | None = None) -> LocalCluster | None:
@@ -230,57 +347,90 @@ def running(cluster: LocalCluster) -> bool:
 
 def start_cluster(
     data_dir: str | os.PathLike[str] | None = None,
-    nodes: int = DEFAULT_NODES,
+    nodes: int | None = None,
     *,
     extra_args: list[str] | None = None,
     auth_token: str | None = None,
     timeout_s: float = 60.0,
     peer_routes: Callable[[dict[int, str]], dict[int, dict[int, str]]] | None = None,
 ) -> LocalCluster:
-    """Start a local cluster unless one runs in ``data_dir``; return it once ready.
+    """Start the local cluster in ``data_dir`` and return it once it serves.
 
-    Race-safe: concurrent callers serialize on the data dir's lock, and all but
-    the first find the running cluster. Raises ClusterError when it cannot start.
+    A new cluster gets ``nodes`` nodes (default 3) on free ports of 127.0.0.1,
+    recorded in cluster.json. A recorded cluster keeps its nodes, ports, flags
+    and token: each node that is not running is spawned again with its recorded
+    argv, and ``extra_args``, ``auth_token`` and ``peer_routes`` are ignored.
+    ``nodes`` given for a recorded cluster must match its size.
+
+    Race-safe: callers (processes) serialize on the data dir's flock, so nodes
+    are spawned by one caller only and the others find them running. The
+    result's ``started`` lists the nodes this call spawned and ``down`` the
+    nodes not serving (see :func:`wait_ready`): the call succeeds while a
+    majority serves, and raises ClusterError naming the failed nodes with the
+    end of their logs otherwise (stopping the nodes it spawned).
 
     ``peer_routes``, when given, is called with every node's address and returns,
     per node id, where that node sends raft traffic for each peer (e.g. a proxy
     per link); it becomes the node's ``--peer-routes``.
     """
-    if not isinstance(nodes, int) or not 1 <= nodes <= 64:
+    if nodes is not None and (not isinstance(nodes, int) or not 1 <= nodes <= 64):
         raise ClusterError(f"--nodes: expected an integer from 1 to 64, got {nodes!r}")
     root = pathlib.Path(data_dir or default_data_dir()).resolve()
     with _locked(root):
-        existing = load_cluster(root)
-        if existing is not None and running(existing):
-            wait_ready(existing, timeout_s)
-            return existing
-        ports = free_ports(nodes)
-        peers = {i: f"127.0.0.1:{p}" for i, p in zip(range(1, nodes + 1), ports, strict=True)}
-        routes = peer_routes(dict(peers)) if peer_routes is not None else {}
-        cluster = LocalCluster(str(root), [], auth_token)
-        for node_id, address in peers.items():
-            args = list(extra_args or [])
-            if routes.get(node_id):
-                args += [
-                    "--peer-routes",
-                    ",".join(f"{i}={a}" for i, a in sorted(routes[node_id].items())),
-                ]
-            node = NodeProcess(
+        cluster = load_cluster(root)
+        if cluster is None:
+            cluster = _new_cluster(
+                root, nodes or DEFAULT_NODES, extra_args, auth_token, peer_routes
+            )
+        elif nodes is not None and nodes != len(cluster.nodes):
+            raise ClusterError(
+                f"--nodes: the local cluster in {root} has {len(cluster.nodes)} nodes, "
+                f"not {nodes}; leave --nodes out, or stop it and use another --data-dir"
+            )
+        procs: dict[int, subprocess.Popen[bytes]] = {}
+        for node in cluster.nodes:
+            if not _is_our_node(node):
+                procs[node.node_id] = spawn(node, cluster.auth_token)
+        cluster.started = sorted(procs)
+        if procs:
+            _write_state(root, cluster)
+        try:
+            _leader, cluster.down = wait_ready(cluster, timeout_s, procs=procs)
+        except ClusterError:
+            _stop_nodes([cluster.node(i) for i in procs], 5.0)
+            raise
+        return cluster
+
+
+def _new_cluster(
+    root: pathlib.Path,
+    nodes: int,
+    extra_args: list[str] | None,
+    auth_token: str | None,
+    peer_routes: Callable[[dict[int, str]], dict[int, dict[int, str]]] | None,
+) -> LocalCluster:
+    """A cluster of ``nodes`` nodes on fresh ports, not yet started or recorded."""
+    ports = free_ports(nodes)
+    peers = {i: f"127.0.0.1:{p}" for i, p in zip(range(1, nodes + 1), ports, strict=True)}
+    routes = peer_routes(dict(peers)) if peer_routes is not None else {}
+    cluster = LocalCluster(str(root), [], auth_token)
+    for node_id, address in peers.items():
+        args = list(extra_args or [])
+        if routes.get(node_id):
+            args += [
+                "--peer-routes",
+                ",".join(f"{i}={a}" for i, a in sorted(routes[node_id].items())),
+            ]
+        cluster.nodes.append(
+            NodeProcess(
                 node_id,
                 address,
                 -1,
                 node_argv(node_id, address, root, peers, args),
                 str(root / f"node-{node_id}.log"),
             )
-            spawn(node, auth_token)
-            cluster.nodes.append(node)
-        _write_state(root, cluster)
-        try:
-            wait_ready(cluster, timeout_s)
-        except ClusterError:
-            _stop_nodes(cluster.nodes, 5.0)
-            raise
-        return cluster
+        )
+    return cluster
 
 
 def ensure_local_cluster(data_dir: str | os.PathLike[str] | None = None) -> list[str]:
@@ -303,15 +453,17 @@ def restart_node(cluster: LocalCluster, node_id: int) -> NodeProcess:
 def stop_cluster(
     data_dir: str | os.PathLike[str] | None = None, timeout_s: float = 10.0
 ) -> LocalCluster | None:
-    """SIGTERM every recorded node, SIGKILL those alive after ``timeout_s``; None when
-    no cluster is recorded. Removes cluster.json."""
+    """SIGTERM every recorded node that runs, SIGKILL those alive after ``timeout_s``;
+    None when no cluster is recorded.
+
+    cluster.json is kept, so the next start uses the same ports.
+    """
     root = pathlib.Path(data_dir or default_data_dir())
     with _locked(root):
         cluster = load_cluster(root)
         if cluster is None:
             return None
         _stop_nodes(cluster.nodes, timeout_s)
-        (root / STATE_FILE).unlink(missing_ok=True)
         return cluster
 
 

@@ -11,6 +11,15 @@ connections) are retried with exponential backoff (tenacity) until
 ``request_timeout_s`` has passed in total; every other error surfaces at once
 as a :class:`RaftlogError` subclass with the server's message.
 
+Refused connections fail fast. When every server the client knows refuses the
+connection (nothing listens: a wrong address, a cluster not started) and no
+server has ever answered this client, the call fails at once with a
+:class:`ClusterUnavailableError` naming the addresses: nothing suggests that
+anything will come up there, and waiting the whole request timeout only hides
+the mistake. Once any server has answered this client, a refusal means a node
+that is restarting (or a leader that just died while others live), so it is
+retried as above until the request timeout.
+
 Each HTTP attempt has its own, shorter bound (``attempt_timeout_s``, by
 default ``min(request_timeout_s / 3, 10 s)``) and never outlives the call's
 overall deadline, so one hung connection costs an attempt, not the whole
@@ -23,6 +32,7 @@ import asyncio
 import contextlib
 import contextvars
 import dataclasses
+import errno
 import random
 import time
 from collections.abc import Iterator
@@ -164,6 +174,8 @@ def parse_servers(servers: str | list[str]) -> list[str]:
 
 
 def _retriable(exc: BaseException) -> bool:
+    if isinstance(exc, _NothingListening):
+        return False
     return isinstance(
         exc,
         NotLeaderError
@@ -176,6 +188,32 @@ def _retriable(exc: BaseException) -> bool:
 
 class _StaleMetadata(RaftlogError):
     """Internal: the cached metadata lacks what the call needs; refresh and retry."""
+
+
+class _ConnectionRefused(ClusterUnavailableError):
+    """Internal: nothing listens at the address (ECONNREFUSED); retriable like any
+    unreachable node."""
+
+
+class _NothingListening(ClusterUnavailableError):
+    """Every known server refused the connection and none ever answered this client:
+    not retried (see the module doc). Callers see a ClusterUnavailableError."""
+
+
+def _is_refused(exc: aiohttp.ClientError) -> bool:
+    """True when the connection was refused (not a reset, timeout or DNS failure)."""
+    err = getattr(exc, "os_error", None)
+    if not isinstance(err, OSError):
+        return False
+    if isinstance(err, ConnectionRefusedError) or err.errno == errno.ECONNREFUSED:
+        return True
+    # asyncio joins the failures of a name resolving to several addresses (localhost:
+    # ::1 and 127.0.0.1) into one OSError without an errno: refused only if all were.
+    text = str(err)
+    return (
+        err.errno is None
+        and text.count("[Errno") == text.count(f"[Errno {errno.ECONNREFUSED}]") > 0
+    )
 
 
 @dataclasses.dataclass(slots=True)
@@ -212,6 +250,7 @@ class RaftlogClient:
         self._controller_leader = -1
         self._leader_hints: dict[tuple[str, int], int] = {}
         self._refreshing: dict[str, asyncio.Future[Any]] = {}
+        self._answered = False  # some server has answered this client (see the module doc)
 
     async def __aenter__(self) -> RaftlogClient:
         return self
@@ -497,11 +536,22 @@ class RaftlogClient:
             async for attempt in self._retrying(deadline):
                 with attempt:
                     last: RaftlogError | None = None
-                    for addr in self._candidates():
+                    candidates = self._candidates()
+                    refused = []
+                    for addr in candidates:
                         try:
                             return await self._send(addr, req, resp_type)
                         except ClusterUnavailableError as exc:
                             last = exc
+                            if isinstance(exc, _ConnectionRefused):
+                                refused.append(addr)
+                    if refused and len(refused) == len(candidates) and not self._answered:
+                        raise _NothingListening(
+                            f"cannot reach {', '.join(sorted(refused))}: connection refused "
+                            "(nothing listens there); check the server addresses (--servers, "
+                            "RAFTLOG_SERVERS or the connector's 'servers' option) and that the "
+                            "cluster runs (`raftlog local start` starts a local one)"
+                        )
                     raise last or ClusterUnavailableError("no servers configured")
         raise AssertionError("unreachable")
 
@@ -609,7 +659,12 @@ class RaftlogClient:
         except TimeoutError as exc:
             raise RequestTimeoutError(f"request to {address} timed out after {bound:.3g}s") from exc
         except aiohttp.ClientError as exc:
+            if _is_refused(exc):
+                raise _ConnectionRefused(
+                    f"cannot reach {address}: connection refused (nothing listens there)"
+                ) from exc
             raise ClusterUnavailableError(f"cannot reach {address}: {exc}") from exc
+        self._answered = True
         if status == 401:
             raise UnauthorizedError(
                 f"{address} rejected the request: missing or wrong auth token "

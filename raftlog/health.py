@@ -1,0 +1,173 @@
+"""Cluster health: what ``raftlog cluster health`` reports.
+
+A report is built from what any client can see, so it works against every
+cluster (local or not):
+
+- the nodes, from the cluster metadata (or, when no node answers, the
+  addresses the client was given); a node is *up* when its ``/health`` answers;
+- the controller leader, as the answering nodes see it: the cluster has one
+  when every up node names the same leader and that leader is up;
+- per partition (``describe_topic``, which asks the replicas), *leaderless*
+  when no leader is known or the leader is on a down node, and
+  *under-replicated* when any of its replicas is on a down node.
+
+A replica whose node is up but that lags behind its leader is not detected
+yet: that needs the per-partition replication lag of the nodes' metrics.
+
+The cluster is healthy when every node is up, a controller leader is agreed,
+and no partition is leaderless or under-replicated; ``problems`` says, one line
+each, what is not.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from typing import Any
+
+import aiohttp
+
+from raftlog.client import RaftlogClient, RaftlogError
+
+__all__ = ["HealthReport", "NodeHealth", "PartitionHealth", "check_health"]
+
+#: How long one node's ``/health`` may take before the node counts as down.
+NODE_TIMEOUT_S = 2.0
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class NodeHealth:
+    node_id: int  # -1 when only the address is known (no node answered the metadata)
+    address: str
+    up: bool
+    controller_leader: int  # as this node sees it; -1 unknown or down
+    error: str = ""  # why it counts as down
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class PartitionHealth:
+    topic: str
+    partition: int
+    leader: int
+    replicas: list[int]
+    down_replicas: list[int]
+
+
+@dataclasses.dataclass(slots=True)
+class HealthReport:
+    nodes: list[NodeHealth]
+    controller_leader: int  # -1 when the up nodes agree on none
+    leaderless: list[PartitionHealth]
+    under_replicated: list[PartitionHealth]
+    problems: list[str]
+
+    @property
+    def healthy(self) -> bool:
+        return not self.problems
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "healthy": self.healthy,
+            "controller_leader": self.controller_leader,
+            "nodes": [dataclasses.asdict(n) for n in self.nodes],
+            "leaderless_partitions": [dataclasses.asdict(p) for p in self.leaderless],
+            "under_replicated_partitions": [dataclasses.asdict(p) for p in self.under_replicated],
+            "problems": list(self.problems),
+        }
+
+    def render(self) -> str:
+        """The report as text, one fact per line (what the CLI prints)."""
+        lines = [f"healthy: {'yes' if self.healthy else 'no'}"]
+        leader = self.controller_leader
+        lines.append(f"controller leader: {leader if leader >= 0 else 'none'}")
+        for n in self.nodes:
+            ident = f"node {n.node_id}" if n.node_id >= 0 else "server"
+            state = "up" if n.up else f"down ({n.error})" if n.error else "down"
+            lines.append(f"{ident}  {n.address}  {state}")
+        for title, parts in (
+            ("leaderless partitions", self.leaderless),
+            ("under-replicated partitions", self.under_replicated),
+        ):
+            lines.append(f"{title}: {len(parts)}")
+            for p in parts:
+                down = ",".join(map(str, p.down_replicas)) or "-"
+                lines.append(
+                    f"  {p.topic}/{p.partition}  leader {p.leader}  replicas "
+                    f"{','.join(map(str, p.replicas))}  down {down}"
+                )
+        lines += [f"problem: {p}" for p in self.problems]
+        return "\n".join(lines)
+
+
+async def _node_health(
+    session: aiohttp.ClientSession, address: str, headers: dict[str, str]
+) -> tuple[dict[str, Any] | None, str]:
+    try:
+        async with session.get(
+            f"http://{address}/health",
+            headers=headers,
+            timeout=aiohttp.ClientTimeout(total=NODE_TIMEOUT_S),
+        ) as resp:
+            if resp.status != 200:
+                return None, f"/health answered HTTP {resp.status}"
+            return await resp.json(content_type=None), ""
+    except TimeoutError:
+        return None, f"/health did not answer within {NODE_TIMEOUT_S:g}s"
+    except aiohttp.ClientConnectorError as exc:
+        return None, f"cannot connect: {exc.os_error.strerror or exc.os_error}"
+    except (aiohttp.ClientError, ValueError) as exc:
+        return None, str(exc) or type(exc).__name__
+
+
+async def check_health(
+    client: RaftlogClient, seeds: list[str], auth_token: str | None = None
+) -> HealthReport:
+    """Build the report (see the module doc) through ``client``; ``seeds`` are the
+    addresses it was given, reported as down servers when no node answers."""
+    problems: list[str] = []
+    try:
+        meta = await client.metadata()
+    except RaftlogError as exc:
+        nodes = [NodeHealth(-1, a, False, -1, "does not answer") for a in seeds]
+        return HealthReport(nodes, -1, [], [], [f"no node answers: {exc}"])
+    headers = {"Authorization": f"Bearer {auth_token}"} if auth_token else {}
+    async with aiohttp.ClientSession() as session:
+        answers = await asyncio.gather(
+            *(_node_health(session, n.address, headers) for n in meta.nodes)
+        )
+    nodes = []
+    for info, (state, error) in zip(meta.nodes, answers, strict=True):
+        leader = int(state.get("controller_leader", -1)) if state else -1
+        nodes.append(NodeHealth(info.node_id, info.address, state is not None, leader, error))
+        if state is None:
+            problems.append(f"node {info.node_id} ({info.address}) is down: {error}")
+    up = {n.node_id for n in nodes if n.up}
+    views = {n.controller_leader for n in nodes if n.up}
+    controller = views.pop() if len(views) == 1 else -1
+    if controller not in up:
+        controller = -1
+        problems.append(
+            "no controller leader is agreed by the up nodes "
+            f"(their views: {sorted(n.controller_leader for n in nodes if n.up)})"
+        )
+    leaderless: list[PartitionHealth] = []
+    under: list[PartitionHealth] = []
+    try:
+        topics = await client.list_topics()
+        described = [await client.describe_topic(name) for name in topics]
+    except RaftlogError as exc:
+        problems.append(f"cannot read the topics' partitions: {exc}")
+        described = []
+    for topic in described:
+        for p in topic.partitions:
+            down = [r for r in p.replicas if r not in up]
+            ph = PartitionHealth(topic.name, p.partition, p.leader, list(p.replicas), down)
+            if p.leader < 0 or p.leader not in up:
+                leaderless.append(ph)
+            if down:
+                under.append(ph)
+    if leaderless:
+        problems.append(f"{len(leaderless)} partition(s) have no leader")
+    if under:
+        problems.append(f"{len(under)} partition(s) are under-replicated")
+    return HealthReport(nodes, controller, leaderless, under, problems)
