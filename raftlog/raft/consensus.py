@@ -42,6 +42,14 @@ Membership: ``await add_member(node, learner_first=True)``,
 voter automatically once it reaches the leader's flushed offset),
 ``await transfer_leadership(target)``, ``step_down()``.
 
+Supervision: a group's task that fails with anything but a Raft error or a
+timeout (a bug, or a value that slipped past decoding) is logged with the
+group's ``name``, recorded in ``fatal_error`` (the simulator fails the seed on
+it) and counted in ``task_failures``; the replica steps down, callers waiting
+on that task get an error, and the group's long-running tasks (ticker,
+flusher, batcher, applier) are restarted after a tick. A node never keeps the
+leadership of a group it cannot serve.
+
 Timing: the stages use the running event loop's clock (``asyncio.sleep``), so
 the simulator drives time by running them on a virtual-time loop.
 """
@@ -183,8 +191,11 @@ class Consensus:
         options: ConsensusOptions | None = None,
         seed: int = 0,
         heartbeats: HeartbeatManager | None = None,
+        name: str | None = None,
     ) -> None:
         self.group = group
+        # How logs name this group (the node passes its topic/partition when it knows it).
+        self.name = name or f"group {group}"
         self.node_id = node_id
         self.log = log
         self.transport = transport
@@ -221,6 +232,9 @@ class Consensus:
         self.running = False
         # An unexpected exception in one of this group's tasks (a bug; the simulator fails on it).
         self.fatal_error: BaseException | None = None
+        self.task_failures = 0
+        # The long-running services by task (restarted when one fails).
+        self._services: dict[asyncio.Task[Any], str] = {}
         # A dict, not a set: iteration (cancellation) order must not depend on ids (replay).
         self._tasks: dict[asyncio.Task[Any], None] = {}
         self._stms: list[StateMachine] = []
@@ -292,10 +306,10 @@ class Consensus:
         self.batcher = ReplicateBatcher(self._entries, self.options.batcher_memory_bytes)
         self._restore_state_machines()
         self.running = True
-        for coro in (self._ticker(), self.flusher.run(), self.batcher.run()):
-            self.spawn(coro)
+        for service in ("ticker", "flusher", "batcher"):
+            self._start_service(service)
         if self._stms:
-            self.spawn(self._applier())
+            self._start_service("applier")
         if self._heartbeats is not None:
             self._heartbeats.register(self)
 
@@ -337,13 +351,54 @@ class Consensus:
         task.add_done_callback(self._task_done)
         return task
 
+    def _service_coro(self, service: str) -> Coroutine[Any, Any, Any]:
+        if service == "ticker":
+            return self._ticker()
+        if service == "flusher":
+            return self.flusher.run()
+        if service == "batcher":
+            return self.batcher.run()
+        if service == "applier":
+            return self._applier()
+        raise ValueError(f"unknown service {service!r}")
+
+    def _start_service(self, service: str, delay_s: float = 0.0) -> None:
+        async def run() -> None:
+            if delay_s > 0:
+                await asyncio.sleep(delay_s)  # no hot loop when a restart fails at once
+            await self._service_coro(service)
+
+        self._services[self.spawn(run())] = service
+
     def _task_done(self, task: asyncio.Task[Any]) -> None:
         self._tasks.pop(task, None)
-        if not task.cancelled() and task.exception() is not None:
-            exc = task.exception()
-            if not isinstance(exc, (RaftError, TimeoutError)):
-                log_.error("group %s node %s: task failed", self.group, self.node_id, exc_info=exc)
-                self.fatal_error = exc
+        service = self._services.pop(task, None)
+        if task.cancelled():
+            return
+        exc = task.exception()
+        if exc is None:
+            return
+        if isinstance(exc, (RaftError, TimeoutError)) and service is None:
+            return  # an expected outcome of a one-shot task (leadership lost, a timeout)
+        self._on_task_failed(service or getattr(task.get_coro(), "__qualname__", "task"), exc)
+        if service is not None and self.running:
+            self._start_service(service, delay_s=self.options.tick_interval_s)
+
+    def _on_task_failed(self, what: str, exc: BaseException) -> None:
+        """Log, record, and step down: a replica that cannot serve must not lead."""
+        self.task_failures += 1
+        self.fatal_error = exc
+        log_.error(
+            "%s on node %s: task %s failed; stepping down and restarting the group's tasks",
+            self.name, self.node_id, what, exc_info=exc,
+        )  # fmt: skip
+        if not self.running:
+            return
+        try:
+            self.core.step_down()
+            self.process_ready()
+        except Exception as again:  # the vote save failed: retried on the next tick
+            log_.error("%s on node %s: stepping down: %r", self.name, self.node_id, again)
 
     async def _ticker(self) -> None:
         while True:

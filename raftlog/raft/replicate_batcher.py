@@ -18,6 +18,7 @@ import enum
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
+from raftlog.raft.errors import RaftError
 from raftlog.storage.batch import RecordBatch
 
 
@@ -154,4 +155,15 @@ class ReplicateBatcher:
             if not self._queue:
                 continue
             reqs, self._queue = self._queue, []
-            await self._append(reqs)
+            try:
+                await self._append(reqs)
+            except BaseException as exc:
+                # The append stage failed (a bug, or a value that slipped past decoding):
+                # its callers get the error instead of waiting forever; the task's
+                # owner (Consensus) steps down and restarts this loop.
+                err = RaftError(f"replicate failed: {exc!r}")
+                for r in reqs:
+                    for fut in (r.stages.enqueued, r.stages.finished):
+                        if not fut.done():
+                            fut.set_exception(err)
+                raise
