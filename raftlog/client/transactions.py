@@ -1,0 +1,358 @@
+"""Two-phase commit across partitions through the transaction coordinator.
+
+The protocol of Spark's file sink and of Kafka's transactions together (see
+docs/ARCHITECTURE.md, "Exactly-once from Spark"); free of Spark so that the
+connector, the simulation and tests run the same code:
+
+- :func:`prepare` runs in a task attempt. It starts a fresh producer session
+  for (writer, version, run, attempt, topic partition), registers it with the
+  coordinator, writes the rows in an open transaction through the client's
+  one producer pipeline (:class:`~raftlog.client.producer.IdempotentProducer`),
+  and returns the :class:`~raftlog.coordinator.state.Participant` it wrote:
+  ids and counts, never rows. It never commits: a task cannot tell a finished
+  input from an interrupted one. When the coordinator says the version is
+  already committed it writes nothing.
+- :func:`decide` runs on the driver with the participants of the successful
+  attempts. It records one decision (commit or abort) with the coordinator,
+  then writes every marker (commits for the named participants, aborts for
+  every other registered one), then records the version complete. It returns
+  only when every marker is durable on a quorum.
+- :func:`roll_forward` completes decisions whose markers are not all written
+  (a driver died in between). :func:`decide` runs it first for its writer, so
+  the next commit, or the replay of the same version, finishes what a dead
+  driver left; the coordinator's node runs it for every writer on a timer.
+
+Invariants: a participant is registered before it writes; a decision is
+durable before any marker; a marker is written only as the recorded decision
+says; markers and the completion are idempotent, so rolling forward twice, or
+concurrently, is safe.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import hashlib
+from collections.abc import AsyncIterator, Iterable
+from typing import Any
+
+from raftlog.client.async_client import RaftlogClient
+from raftlog.client.coordinator import CoordinatorClient, CoordinatorError
+from raftlog.client.errors import (
+    FencedError,
+    InvalidProducerEpochError,
+    InvalidTxnStateError,
+    RaftlogError,
+    UnknownTopicError,
+)
+from raftlog.client.producer import IdempotentProducer
+from raftlog.coordinator.state import Participant
+from raftlog.faults import failpoints
+
+__all__ = [
+    "DEFAULT_TRANSACTION_TIMEOUT_MS",
+    "Participant",
+    "Prepared",
+    "TxnAbortedError",
+    "TxnKey",
+    "TxnLostError",
+    "TxnRefusedError",
+    "decide",
+    "prepare",
+    "producer_id_for",
+    "roll_forward",
+]
+
+DEFAULT_TRANSACTION_TIMEOUT_MS = 15 * 60 * 1000
+"""How long a prepared transaction may stay open before its partition aborts it."""
+
+_SEQUENCE_MOD = 1 << 31  # sequences wrap as Kafka's do
+
+
+class TxnRefusedError(RaftlogError):
+    """The coordinator refused the registration: this run already decided the version."""
+
+
+class TxnAbortedError(RaftlogError):
+    """A commit was asked for a version that this run had already decided to abort."""
+
+
+class TxnLostError(RaftlogError):
+    """A committed participant's transaction was aborted before its commit marker
+    (its partition's transaction timeout passed): the batch is not all readable."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class TxnKey:
+    """Which transaction: a writer's version, as decided by one run of the writer."""
+
+    writer: str
+    version: int
+    run: str
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Prepared:
+    """What one task attempt prepared: its participants, or ``replayed`` (nothing written
+    because the version is already committed)."""
+
+    participants: tuple[Participant, ...] = ()
+    replayed: bool = False
+    bytes: int = 0
+
+
+def producer_id_for(*key: object) -> int:
+    """A stable, positive 63-bit producer id from ``key``.
+
+    blake2b, not ``hash()``: Python's string hash is salted per process, and the
+    id must be equal in every worker and across restarts.
+    """
+    text = "\x1f".join(str(k) for k in key).encode("utf-8")
+    pid = int.from_bytes(hashlib.blake2b(text, digest_size=8).digest(), "big") & ((1 << 63) - 1)
+    return pid or 1
+
+
+async def prepare(
+    client: RaftlogClient,
+    coordinator: CoordinatorClient,
+    key: TxnKey,
+    attempt: str,
+    topic: str,
+    partition: int,
+    chunks: Iterable[tuple[bytes, int]] | AsyncIterator[tuple[bytes, int]],
+    *,
+    max_in_flight: int = 5,
+    transaction_timeout_ms: int = DEFAULT_TRANSACTION_TIMEOUT_MS,
+) -> Prepared:
+    """Write ``chunks`` (payload, record count) as one open transaction; never commit.
+
+    An empty ``chunks`` registers nothing and contacts no server. Raises
+    :class:`TxnRefusedError` when the run already decided this version, and
+    the producer's error when a write fails (the open transaction is left to
+    the decision, which aborts every registered participant it does not name,
+    or to the partition's transaction timeout).
+    """
+    it = _aiter(chunks)
+    first = await anext(it, None)
+    if first is None:
+        return Prepared()
+    pid = producer_id_for(key.writer, key.run, attempt, topic, partition)
+    session = await client.init_producer(
+        topic, partition, pid, transaction_timeout_ms=transaction_timeout_ms
+    )
+    participant = Participant(attempt, key.run, topic, partition, pid, session.epoch)
+    reply = await coordinator.call(
+        "register", writer=key.writer, version=key.version, participant=participant.to_json()
+    )
+    if reply["status"] == "committed":
+        return Prepared(replayed=True)
+    if reply["status"] != "registered":
+        raise TxnRefusedError(reply.get("error", f"registration refused: {reply}"))
+    producer = IdempotentProducer(
+        client, topic, partition, session, max_in_flight=max_in_flight, transactional=True
+    )
+    records = size = 0
+    first_offset, last_offset = -1, -1
+    window: list[asyncio.Future[Any]] = []
+    try:
+
+        def settle(fut: asyncio.Future[Any]) -> None:
+            nonlocal first_offset, last_offset
+            r = fut.result()
+            if r.base_offset >= 0 and (first_offset < 0 or r.base_offset < first_offset):
+                first_offset = r.base_offset
+            last_offset = max(last_offset, r.last_offset)
+
+        chunk: tuple[bytes, int] | None = first
+        while chunk is not None:
+            payload, rows = chunk
+            window.append(producer.send_batch(payload, rows))
+            records += rows
+            size += len(payload)
+            # bound the memory queued in the producer: wait for the oldest batch
+            if len(window) > 2 * max_in_flight:
+                oldest = window.pop(0)
+                await oldest
+                settle(oldest)
+            chunk = await anext(it, None)
+        await producer.flush()
+        for fut in window:
+            settle(fut)
+    finally:
+        await producer.close(flush=False)
+    return Prepared(
+        (
+            dataclasses.replace(
+                participant,
+                records=records,
+                last_sequence=(records - 1) % _SEQUENCE_MOD,
+                first_offset=first_offset,
+                last_offset=last_offset,
+            ),
+        ),
+        bytes=size,
+    )
+
+
+async def decide(
+    client: RaftlogClient,
+    coordinator: CoordinatorClient,
+    key: TxnKey,
+    participants: Iterable[Participant],
+    *,
+    commit: bool,
+) -> dict[str, Any]:
+    """Record the decision on ``key`` and write its markers; return the decision.
+
+    ``participants`` are exactly the ones to commit (the successful attempts').
+    A version already committed (by this run or a replay's earlier run)
+    returns that decision, rolled forward. An abort of a committed version
+    completes the commit instead (a recorded commit is final). Raises
+    :class:`TxnAbortedError` for a commit after this run decided abort, and
+    :class:`TxnLostError` if a committed participant was aborted meanwhile.
+    """
+    await roll_forward(client, coordinator, key.writer)
+    named = [p.to_json() for p in participants] if commit else []
+    reply = await coordinator.call(
+        "decide",
+        writer=key.writer,
+        version=key.version,
+        run=key.run,
+        commit=commit,
+        named=named,
+    )
+    decision = reply.get("decision")
+    failpoints.failpoint(failpoints.TXN_AFTER_DECISION)
+    if decision is not None:
+        await _complete(client, coordinator, key.writer, key.version, decision)
+    if commit and reply["status"] != "committed":
+        raise TxnAbortedError(
+            f"writer {key.writer!r} version {key.version}: run {key.run!r} already decided "
+            f"to abort it; the commit is refused"
+        )
+    return reply
+
+
+async def roll_forward(client: RaftlogClient, coordinator: CoordinatorClient, writer: str) -> int:
+    """Complete every decision of ``writer`` whose markers are not all written.
+
+    Returns how many decisions it completed.
+    """
+    reply = await coordinator.call("pending", writer=writer)
+    for item in reply["pending"]:
+        await _complete(client, coordinator, writer, item["version"], item["decision"])
+    return len(reply["pending"])
+
+
+async def roll_forward_all(client: RaftlogClient, coordinator: CoordinatorClient) -> int:
+    """Complete every writer's incomplete decisions (the coordinator's timer)."""
+    reply = await coordinator.call("all_pending")
+    for item in reply["pending"]:
+        await _complete(client, coordinator, item["writer"], item["version"], item["decision"])
+    return len(reply["pending"])
+
+
+async def committed_cut(client: RaftlogClient, topic: str, ends: dict[int, int]) -> dict[int, int]:
+    """Lower ``ends`` (partition -> last stable offset, read *before* this call) to a
+    consistent cut of ``topic``: see :func:`consistent_cut`."""
+    try:
+        reply = await CoordinatorClient(client).call("cut", create=False, topic=topic)
+    except UnknownTopicError:
+        return dict(ends)  # no coordinator yet: no coordinated transaction exists
+    return consistent_cut(ends, reply["transactions"])
+
+
+def consistent_cut(ends: dict[int, int], transactions: list[dict[str, Any]]) -> dict[int, int]:
+    """End offsets at which every committed transaction is all in or all out.
+
+    ``ends`` must have been read before ``transactions`` (the coordinator's
+    ``cut`` answer): a marker is written only after its decision is recorded,
+    so every transaction whose marker is below an end is in the answer. A
+    transaction with some participants included (end past its marker) and
+    others not, or not yet complete (a marker may be written that the
+    coordinator does not know yet), is taken out: each of its partitions is
+    cut at the transaction's first data offset there. Cutting can take another
+    transaction's marker out, so this repeats until nothing changes (at most
+    once per transaction). Ends only go down.
+    """
+    out = dict(ends)
+    for _ in range(len(transactions) + 1):
+        changed = False
+        for t in transactions:
+            parts = [q for q in t["participants"] if q["partition"] in out]
+            if t["complete"]:
+                inside = [q for q in parts if 0 <= q["marker"] < out[q["partition"]]]
+                if not inside or len(inside) == len(parts):
+                    continue
+            for q in parts:
+                p, cap = q["partition"], q["first_offset"]
+                if cap >= 0 and out[p] > cap:
+                    out[p] = cap
+                    changed = True
+        if not changed:
+            break
+    return out
+
+
+async def _complete(
+    client: RaftlogClient,
+    coordinator: CoordinatorClient,
+    writer: str,
+    version: int,
+    decision: dict[str, Any],
+) -> None:
+    """Write the markers of a recorded decision, then record it complete."""
+    if decision["complete"]:
+        return
+    commits = [Participant(**p) for p in decision["named"]] if decision["commit"] else []
+    aborts = [Participant(**p) for p in decision["aborts"]]
+    offsets = await asyncio.gather(
+        *(_commit_marker(client, p) for p in commits),
+        *(_abort_marker(client, p) for p in aborts),
+    )
+    markers = {str(p.producer_id): off for p, off in zip(commits + aborts, offsets, strict=True)}
+    await coordinator.call(
+        "complete", writer=writer, version=version, run=decision["run"], markers=markers
+    )
+
+
+async def _commit_marker(client: RaftlogClient, p: Participant) -> int:
+    try:
+        return await client.end_transaction(
+            p.topic,
+            p.partition,
+            p.producer_id,
+            p.epoch,
+            True,
+            record_count=p.records,
+            last_sequence=p.last_sequence,
+        )
+    except FencedError as exc:
+        raise TxnLostError(
+            f"{p.topic}/{p.partition}: the transaction of producer {p.producer_id} "
+            f"(attempt {p.attempt}, {p.records} records) was aborted before its commit "
+            f"marker was written, most likely by its transaction timeout: {exc}"
+        ) from exc
+
+
+async def _abort_marker(client: RaftlogClient, p: Participant) -> int:
+    """Abort ``p``'s transaction and fence its epoch. A producer already past that epoch
+    (aborted by an earlier marker, its timeout, or never opened) counts as aborted."""
+    try:
+        return await client.end_transaction(p.topic, p.partition, p.producer_id, p.epoch, False)
+    except (FencedError, InvalidTxnStateError, InvalidProducerEpochError):
+        return -1
+
+
+async def _aiter(
+    chunks: Iterable[tuple[bytes, int]] | AsyncIterator[tuple[bytes, int]],
+) -> AsyncIterator[tuple[bytes, int]]:
+    if hasattr(chunks, "__anext__"):
+        async for c in chunks:  # type: ignore[union-attr]
+            yield c
+    else:
+        for c in chunks:  # type: ignore[union-attr]
+            yield c
+
+
+__all__ += ["CoordinatorError", "committed_cut", "consistent_cut", "roll_forward_all"]

@@ -1,0 +1,118 @@
+"""``tm_stm``: the transaction coordinator's state machine on its own Raft group.
+
+Redpanda's name for the coordinator state machine. It runs on every replica
+of a partition of the internal topic ``__transactions`` (created on demand by
+the client), beside that partition's rm_stm. Every command is one
+non-transactional DATA batch whose payload is the command as JSON; it is
+replicated at ``quorum_ack``, applied in log order to a
+:class:`~raftlog.coordinator.state.CoordinatorState` on every replica, and the
+leader returns the result that its own apply computed. Reads (``pending``,
+``cut``) go through the log too, so every answer is linearizable: a leader
+that lost its leadership cannot commit the command, and the caller retries at
+the new leader.
+
+The results of the latest commands are kept by the offset of their batch until
+the caller that replicated one picks it up (at most ``KEPT_RESULTS``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import heapq
+import itertools
+import json
+import logging
+from typing import Any
+
+from raftlog.coordinator.state import CoordinatorState, command_error
+from raftlog.raft.errors import NotLeaderError
+from raftlog.raft.replicate_batcher import Consistency
+from raftlog.storage.batch import NO_PRODUCER, BatchKind, RecordBatch
+
+__all__ = ["MAX_COMMAND_BYTES", "TRANSACTIONS_TOPIC", "TmStm"]
+
+TRANSACTIONS_TOPIC = "__transactions"
+"""The internal topic whose partitions run tm_stm."""
+
+MAX_COMMAND_BYTES = 4 << 20
+KEPT_RESULTS = 4096
+
+log_ = logging.getLogger(__name__)
+
+
+class TmStm:
+    """The coordinator state machine of one ``__transactions`` partition."""
+
+    def __init__(self, consensus: Any, *, replicate_timeout_s: float = 30.0) -> None:
+        self.state = CoordinatorState()
+        self._c = consensus
+        self._timeout_s = replicate_timeout_s
+        # results of the latest commands by offset, for the callers that replicated them
+        self._results: collections.OrderedDict[int, dict[str, Any]] = collections.OrderedDict()
+        self._waiters: list[tuple[int, int, asyncio.Future[None]]] = []
+        self._ids = itertools.count()
+        consensus.add_state_machine(self)
+
+    # -- the state machine interface (called by consensus) -------------------
+
+    def apply(self, batch: RecordBatch) -> None:
+        """Apply a committed batch: a coordinator command when it is plain DATA."""
+        if batch.kind is BatchKind.DATA and batch.producer_id == NO_PRODUCER:
+            if batch.last_offset > self.state.applied_offset:
+                try:
+                    command = json.loads(batch.payload)
+                except ValueError:
+                    command = None  # apply() answers with an error; the log moves on
+                self._results[batch.last_offset] = self.state.apply(command, batch.last_offset)
+                while len(self._results) > KEPT_RESULTS:
+                    self._results.popitem(last=False)
+        else:
+            # control batches (no-op barriers, configurations) advance the applied offset
+            self.state.applied_offset = max(self.state.applied_offset, batch.last_offset)
+        applied = self.state.applied_offset
+        while self._waiters and self._waiters[0][0] <= applied:
+            _, _, fut = heapq.heappop(self._waiters)
+            if not fut.done():
+                fut.set_result(None)
+
+    def snapshot(self) -> bytes:
+        return self.state.snapshot()
+
+    def restore(self, data: bytes) -> None:
+        self.state.restore(data)
+
+    # -- commands ------------------------------------------------------------
+
+    async def execute(self, command: dict[str, Any]) -> dict[str, Any]:
+        """Replicate ``command`` and return its result, as applied on this leader.
+
+        Raises :class:`~raftlog.raft.errors.NotLeaderError` on a follower, and
+        TimeoutError or a RaftError when the command's outcome is unknown (the
+        caller retries: every command is idempotent).
+        """
+        payload = json.dumps(command, sort_keys=True, separators=(",", ":")).encode()
+        if len(payload) > MAX_COMMAND_BYTES:
+            return command_error(
+                f"command: {len(payload)} bytes exceeds the limit of {MAX_COMMAND_BYTES}"
+            )
+        if not self._c.is_leader:
+            raise NotLeaderError(getattr(self._c, "group", -1), getattr(self._c, "leader_id", -1))
+        batch = RecordBatch.create(payload, 1)
+        stages = self._c.replicate([batch], Consistency.QUORUM_ACK, self._c.term)
+        res = await asyncio.wait_for(asyncio.shield(stages.finished), self._timeout_s)
+        offset = res.last_offset
+        # The applier may run before or after this task resumes: results are kept by
+        # offset (the last KEPT_RESULTS of them) so either order finds its own.
+        await self._wait_applied(offset)
+        result = self._results.pop(offset, None)
+        if result is None:
+            raise TimeoutError(f"the result of the coordinator command at offset {offset} is lost")
+        return result
+
+    async def _wait_applied(self, offset: int) -> None:
+        if self.state.applied_offset >= offset:
+            return
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        heapq.heappush(self._waiters, (offset, next(self._ids), fut))
+        await asyncio.wait_for(fut, self._timeout_s)
