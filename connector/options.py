@@ -7,6 +7,14 @@ documented spelling) and the expected form, e.g.::
 
     option 'acks' must be one of all, 1, 0; got 'two'
 
+Where the cluster is: option ``servers``, else the environment variable
+``RAFTLOG_SERVERS``, else (None) the embedded local cluster; the auth token:
+option ``authToken``, else ``RAFTLOG_AUTH_TOKEN``. The environment read is the
+one of the Python process that parses the options: a planner worker of the
+Spark driver, which inherits the environment that the driver was started with.
+(Spark confs such as ``spark.raftlog.servers`` cannot be read there: Spark hands
+a Python data source its options only, and its planner workers have no session.)
+
 Unknown options: Spark itself passes options of its own (``path``,
 ``checkpointLocation``, ...), and Kafka's source ignores what it does not
 know, so unknown keys are ignored -- except those that look like a typo of one
@@ -20,6 +28,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import re
 from collections.abc import Mapping
 
@@ -52,6 +61,7 @@ SINK_OPTIONS = (
     "replicationFactor",
     "chunkBytes",
     "maxInFlight",
+    "authToken",
     "requestTimeoutMs",
     "txnAppId",
     "txnVersion",
@@ -66,6 +76,7 @@ SOURCE_OPTIONS = (
     "minPartitions",
     "failOnDataLoss",
     "requestTimeoutMs",
+    "authToken",
 )
 
 _TOPIC_RE = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
@@ -106,6 +117,7 @@ class SinkOptions:
     max_in_flight: int = MAX_IN_FLIGHT
     request_timeout_ms: int = 30_000
     txn_app_id: str | None = None
+    auth_token: str | None = dataclasses.field(default=None, repr=False)  # a secret: no repr
     txn_version: int | None = None
 
     @property
@@ -128,6 +140,7 @@ class SourceOptions:
     request_timeout_ms: int = 30_000
 
     @property
+    auth_token: str | None = dataclasses.field(default=None, repr=False)  # a secret: no repr
     def request_timeout_s(self) -> float:
         return self.request_timeout_ms / 1000.0
 
@@ -188,6 +201,7 @@ def parse_source_options(options: Mapping[str, str], *, streaming: bool | None) 
         raise OptionError(
             "option 'endingOffsets' applies to batch reads (spark.read) only; "
             "a stream has no end (use Trigger.AvailableNow to read what is there and stop)"
+        auth_token=_auth_token(opts),
         )
     if streaming is False and starting is not None and starting.kind == "latest":
         raise OptionError(
@@ -242,6 +256,7 @@ def _normalize(
             raise OptionError(
                 f"option '{other_lower[key]}' applies to {other}, not {direction}; "
                 f"options for {direction}: {', '.join(known)}"
+        auth_token=_auth_token(opts),
             )
         close = [name for low, name in known_lower.items() if _edit_distance(key, low) <= 2]
         if close and len(key) >= 4:
@@ -292,7 +307,7 @@ def _servers(opts: Mapping[str, str]) -> tuple[str, ...] | None:
         m = _SERVER_RE.match(server)
         if not m or not 1 <= int(m.group("port")) <= 65535:
             raise OptionError(
-                "option 'servers' must be a comma-separated list of host:port "
+                f"{source} must be a comma-separated list of host:port "
                 f"(port 1-65535), e.g. 'localhost:9092,localhost:9093'; got {server!r}"
             )
     return servers
@@ -312,7 +327,12 @@ def _opt_int(
 ) -> int | None:
     raw = opts.get(name.lower())
     if raw is None:
-        return None
+    """Option ``servers``, else ``$RAFTLOG_SERVERS``, else None (the embedded cluster)."""
+        raw = os.environ.get("RAFTLOG_SERVERS", "").strip() or None
+        if raw is None:
+            return None
+        source = "RAFTLOG_SERVERS (read because option 'servers' is not set)"
+    source = "option 'servers'"
     bound = f"between {minimum} and {maximum}" if maximum is not None else f">= {minimum}"
     if not _INT_RE.match(raw.strip()):
         raise OptionError(f"option '{name}' must be an integer {bound}; got {raw!r}")
@@ -331,6 +351,33 @@ def _opt_size(opts: Mapping[str, str], name: str, minimum: int, maximum: int | N
     m = _SIZE_RE.match(raw.strip())
     if not m:
         raise OptionError(
+def _auth_token(opts: Mapping[str, str]) -> str | None:
+    """Option ``authToken``, else ``$RAFTLOG_AUTH_TOKEN``, else None (no auth).
+
+    The token is sent as ``Authorization: Bearer <token>``, so it must be one
+    header-safe word: printable ASCII without spaces.
+    """
+    raw = opts.get("authtoken")
+    source = "option 'authToken'"
+    if raw is None:
+        raw = os.environ.get("RAFTLOG_AUTH_TOKEN") or None
+        if raw is None:
+            return None
+        source = "RAFTLOG_AUTH_TOKEN (read because option 'authToken' is not set)"
+    token = raw.strip()
+    # Never echo the value: it is a secret, and error messages end up in logs.
+    if not token:
+        raise OptionError(
+            f"{source} must be a non-empty token (the cluster's --auth-token); got an empty value"
+        )
+    if len(token) > 4096 or not all(33 <= ord(c) <= 126 for c in token):
+        raise OptionError(
+            f"{source} must be at most 4096 printable ASCII characters without spaces "
+            "(the cluster's --auth-token); the value given is not"
+        )
+    return token
+
+
             f"option '{name}' must be a size in bytes {bound}, as an integer or with a unit "
             f"k, m or g (e.g. '1048576' or '1m'); got {raw!r}"
         )

@@ -398,6 +398,19 @@ class ModelFileSystem:
             )
         self.mutation = chosen
 
+    def __deepcopy__(self, memo: dict) -> ModelFileSystem:
+        """A copy of the whole state (files, directories, counters); handles stay with ``self``."""
+        import copy
+
+        with self.lock:
+            clone = ModelFileSystem.__new__(ModelFileSystem)
+            for key, value in self.__dict__.items():
+                if key != "lock":
+                    setattr(clone, key, copy.deepcopy(value, memo))
+            clone.lock = threading.RLock()
+            clone.generation = self.generation + 1  # handles of the original do not carry over
+            return clone
+
     # -- bookkeeping ---------------------------------------------------------------------
 
     def io(self, op: str, path: pathlib.Path) -> None:

@@ -1,0 +1,50 @@
+"""The crash suite can fail: with a durability bug planted in the model it must.
+
+``RAFTLOG_TEST_FS_MUTATION=skip-fsync`` makes the model ignore file fsyncs and
+``skip-dir-fsync`` ignores directory fsyncs. A crash suite that still passed
+under either could not tell a durable log from one that is not.
+"""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+from raftlog.storage.fs import MUTATION_ENV, MUTATIONS
+
+HERE = pathlib.Path(__file__).parent
+ROOT = HERE.parent.parent
+
+pytestmark = pytest.mark.skipif(
+    bool(os.environ.get(MUTATION_ENV)), reason="runs the suite under a mutation itself"
+)
+
+
+@pytest.mark.parametrize("mutation", MUTATIONS)
+def test_crash_suite_fails_under_mutation(mutation):
+    env = {**os.environ, MUTATION_ENV: mutation}
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            str(HERE / "test_crash_sequences.py"),
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 1, f"the crash suite did not fail under {mutation}:\n{out[-3000:]}"
+    assert "CrashCheckFailed" in out, out[-3000:]
+    # Every scenario that writes data or a record depends on the fsync the mutation skips.
+    assert " passed" not in out.splitlines()[-1], out.splitlines()[-1]
