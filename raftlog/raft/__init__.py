@@ -13,7 +13,7 @@ from raftlog.raft.errors import (
 )
 from raftlog.raft.heartbeat_manager import HeartbeatManager
 from raftlog.raft.replicate_batcher import Consistency, ReplicateResult, ReplicateStages
-from raftlog.raft.transport import LocalNetwork, Transport
+from raftlog.raft.transport import Transport
 
 __all__ = [
     "Configuration",
@@ -23,7 +23,6 @@ __all__ = [
     "Consistency",
     "HeartbeatManager",
     "LeadershipLostError",
-    "LocalNetwork",
     "NotLeaderError",
     "PeerDispatcher",
     "RaftError",

@@ -1,10 +1,11 @@
-"""The transport interface the stages send through, and an in-memory one.
+"""The transport interface the stages send through.
 
 ``Transport.send(target_node, message)`` delivers one request to a peer node
 and returns its reply; it raises :class:`~raftlog.raft.errors.TransportError`
 when the peer cannot be reached or does not answer in time. The real aiohttp
-transport lives in :mod:`raftlog.rpc`; :class:`LocalNetwork` connects nodes in
-one process (tests), with partitions.
+transport lives in :mod:`raftlog.rpc`; in-process ones for tests and the
+simulator live in :mod:`raftlog.sim` (``local_network``, ``network``), outside
+runtime code.
 """
 
 from __future__ import annotations
@@ -12,60 +13,11 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Protocol
 
-from raftlog.raft.errors import TransportError
-
 Handler = Callable[[object], Awaitable[object]]
+"""What a node registers to receive requests: the reply to one request."""
 
 
 class Transport(Protocol):
     async def send(self, target_node: int, message: object) -> object:
         """Deliver ``message`` to ``target_node``; its reply, or raise TransportError."""
         ...
-
-
-class LocalNetwork:
-    """Nodes in one process; ``cut(a, b)`` drops traffic between two nodes both ways."""
-
-    def __init__(self) -> None:
-        self._handlers: dict[int, Handler] = {}
-        self._cut: set[frozenset[int]] = set()
-
-    def register(self, node: int, handler: Handler) -> None:
-        self._handlers[node] = handler
-
-    def unregister(self, node: int) -> None:
-        self._handlers.pop(node, None)
-
-    def cut(self, a: int, b: int) -> None:
-        self._cut.add(frozenset((a, b)))
-
-    def isolate(self, node: int) -> None:
-        for other in self._handlers:
-            if other != node:
-                self.cut(node, other)
-
-    def heal(self) -> None:
-        self._cut.clear()
-
-    def reachable(self, a: int, b: int) -> bool:
-        return frozenset((a, b)) not in self._cut and b in self._handlers
-
-    def transport(self, node: int) -> LocalTransport:
-        return LocalTransport(self, node)
-
-    async def deliver(self, source: int, target: int, message: object) -> object:
-        if not self.reachable(source, target):
-            raise TransportError(f"node {target} unreachable from node {source}")
-        reply = await self._handlers[target](message)
-        if not self.reachable(source, target):
-            raise TransportError(f"reply from node {target} lost (partitioned)")
-        return reply
-
-
-class LocalTransport:
-    def __init__(self, network: LocalNetwork, node: int) -> None:
-        self._network = network
-        self.node = node
-
-    async def send(self, target_node: int, message: object) -> object:
-        return await self._network.deliver(self.node, target_node, message)

@@ -6,8 +6,8 @@ import pytest
 
 from raftlog.raft.configuration import Configuration, ConfigurationHistory
 from raftlog.raft.consensus import Consensus
-from raftlog.raft.transport import LocalNetwork
 from raftlog.sim.cluster import sim_options
+from raftlog.sim.local_network import LocalNetwork
 from raftlog.sim.loop import run_virtual
 from raftlog.storage.batch import BatchKind
 from raftlog.storage.memory import MemoryLog

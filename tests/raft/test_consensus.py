@@ -17,8 +17,8 @@ from raftlog.raft.errors import ConfigurationChangeError, NotLeaderError, TermMi
 from raftlog.raft.heartbeat_manager import HeartbeatManager
 from raftlog.raft.messages import HeartbeatBatchRequest
 from raftlog.raft.replicate_batcher import Consistency, ReplicateBatcher
-from raftlog.raft.transport import LocalNetwork
 from raftlog.sim.cluster import SimCluster, sim_options
+from raftlog.sim.local_network import LocalNetwork
 from raftlog.sim.loop import run_virtual
 from raftlog.storage.batch import BatchKind, RecordBatch
 from raftlog.storage.memory import MemoryLog

@@ -9,7 +9,7 @@ from raftlog.raft.configuration import Configuration
 from raftlog.raft.consensus import Consensus, ConsensusOptions
 from raftlog.raft.dispatch import PeerDispatcher
 from raftlog.raft.heartbeat_manager import HeartbeatManager
-from raftlog.raft.transport import LocalNetwork
+from raftlog.sim.local_network import LocalNetwork
 from raftlog.storage.batch import RecordBatch
 from raftlog.storage.log import SegmentedLog
 
