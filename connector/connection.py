@@ -5,53 +5,143 @@ these functions, because they run in Spark's Python workers: an import error
 there then surfaces with its own message in the failed task instead of
 breaking Spark's discovery of the ``pyspark_raftlog`` data source.
 
-Without a ``servers`` option the embedded local cluster is used: the driver
-calls ``raftlog.cluster.ensure_local_cluster()`` (race-safe start-if-needed)
-once, and the resolved addresses travel to the workers inside the pickled
-writer or input partitions, so executors never race to start it.
+Where the cluster is (see :mod:`pyspark_raftlog.options`): option ``servers``,
+else ``RAFTLOG_SERVERS``, else the embedded local cluster. For the latter the
+driver calls ``raftlog.cluster.start_cluster()`` once per plan: it starts the
+cluster in ``$RAFTLOG_HOME`` (default ``~/.raftlog/local``), or restarts any of
+its nodes that is not running, and returns once a majority serves. Concurrent
+callers (two queries, two Spark applications) serialize on a file lock in that
+directory, so only one of them spawns nodes. Starting anything is logged as one
+warning line that says where the data lives; a node that cannot start is
+logged with the end of its log, and the query goes on while a majority runs.
+
+The resolved addresses travel to the workers inside the pickled writer or
+input partitions, together with the auth token (:class:`ClusterServers`), so
+executors never race to start the cluster and need no environment of their own.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import logging
+from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from raftlog.client import BlockingRaftlogClient, RaftlogClient
 
-__all__ = ["client_errors", "open_async_client", "open_blocking_client", "resolve_servers"]
+__all__ = [
+    "ClusterServers",
+    "client_errors",
+    "open_async_client",
+    "open_blocking_client",
+    "resolve_servers",
+]
+
+log = logging.getLogger("pyspark_raftlog")
 
 
-def resolve_servers(servers: Sequence[str] | None) -> list[str]:
+class ClusterServers(list[str]):
+    """Server addresses, and the auth token to send them (None: no auth).
+
+    A list, so that code holding "the servers" keeps working; the token rides
+    along when Spark pickles the object to executors. ``repr`` hides the token.
+    """
+
+    def __init__(self, servers: Iterable[str], auth_token: str | None = None) -> None:
+        super().__init__(servers)
+        self.auth_token = auth_token
+
+    def __repr__(self) -> str:
+        token = ", auth_token=<hidden>" if self.auth_token else ""
+        return f"ClusterServers({list(self)!r}{token})"
+
+
+def resolve_servers(servers: Sequence[str] | None, auth_token: str | None = None) -> ClusterServers:
     """The addresses to connect to: ``servers`` as given, or the embedded local cluster's.
 
-    Starting the local cluster may take a few seconds the first time; it is
-    left running (detached) for later queries, as ``raftlog local start`` does.
+    ``auth_token`` (the parsed ``authToken`` option or ``RAFTLOG_AUTH_TOKEN``) goes
+    with them; for the embedded cluster, its own recorded token is the default.
+    Starting the local cluster may take a few seconds the first time; it is left
+    running (detached) for later queries, as ``raftlog local start`` does. Raises
+    RuntimeError naming the failed nodes and their log lines when it cannot serve.
     """
     if servers:
-        return list(servers)
+        return ClusterServers(servers, auth_token)
     try:
-        from raftlog.cluster import ensure_local_cluster
+        from raftlog.cluster import ClusterError, start_cluster
     except ImportError as exc:  # the engine is missing or broken: say which import failed
         raise RuntimeError(
             "option 'servers' is not set, so the embedded local raftlog cluster is needed, "
             f"but raftlog.cluster cannot be imported: {exc}"
         ) from exc
-    return list(ensure_local_cluster())
+    try:
+        cluster = start_cluster()
+    except ClusterError as exc:
+        raise RuntimeError(
+            "option 'servers' is not set (nor RAFTLOG_SERVERS), so the embedded local raftlog "
+            f"cluster is used, and it cannot serve: {exc}"
+        ) from exc
+    if cluster.started:
+        what = (
+            "started the embedded local raftlog cluster"
+            if len(cluster.started) == len(cluster.nodes)
+            else "restarted node(s) "
+            + ",".join(map(str, cluster.started))
+            + " of the embedded local raftlog cluster"
+        )
+        log.warning(
+            "raftlog: option 'servers' is not set (nor RAFTLOG_SERVERS): %s at %s; "
+            "its data lives in %s (stop it with `raftlog local stop`)",
+            what,
+            ",".join(cluster.servers),
+            cluster.data_dir,
+        )
+    else:
+        log.info("raftlog: using the embedded local raftlog cluster in %s", cluster.data_dir)
+    for failure in cluster.down:
+        log.warning(
+            "raftlog: the embedded local cluster serves with %d of %d nodes; %s",
+            len(cluster.nodes) - len(cluster.down),
+            len(cluster.nodes),
+            failure.describe(),
+        )
+    return ClusterServers(cluster.servers, auth_token or cluster.auth_token)
 
 
-def open_blocking_client(servers: Sequence[str], request_timeout_s: float) -> BlockingRaftlogClient:
-    """A blocking client (driver-side planning calls); the caller closes it."""
+def _token(servers: Sequence[str], auth_token: str | None) -> str | None:
+    return auth_token if auth_token is not None else getattr(servers, "auth_token", None)
+
+
+def open_blocking_client(
+    servers: Sequence[str], request_timeout_s: float, auth_token: str | None = None
+) -> BlockingRaftlogClient:
+    """A blocking client (driver-side planning calls); the caller closes it.
+
+    ``auth_token`` defaults to the one carried by ``servers`` (:class:`ClusterServers`).
+    """
     from raftlog.client import BlockingRaftlogClient
 
-    return BlockingRaftlogClient(list(servers), request_timeout_s=request_timeout_s)
+    return BlockingRaftlogClient(
+        list(servers),
+        auth_token=_token(servers, auth_token),
+        request_timeout_s=request_timeout_s,
+    )
 
 
-def open_async_client(servers: Sequence[str], request_timeout_s: float) -> RaftlogClient:
-    """An async client for use inside one event loop; the caller awaits ``close()``."""
+def open_async_client(
+    servers: Sequence[str], request_timeout_s: float, auth_token: str | None = None
+) -> RaftlogClient:
+    """An async client for use inside one event loop; the caller awaits ``close()``.
+
+    ``auth_token`` defaults to the one carried by ``servers`` (:class:`ClusterServers`).
+    """
     from raftlog.client import RaftlogClient
 
-    return RaftlogClient(list(servers), request_timeout_s=request_timeout_s)
+    return RaftlogClient(
+        list(servers),
+        auth_token=_token(servers, auth_token),
+        request_timeout_s=request_timeout_s,
+    )
 
 
 def client_errors() -> Any:

@@ -39,7 +39,7 @@ class DefaultSource(DataSource):
         # Whether this is spark.read or readStream is not known yet: reader() and
         # streamReader() run the direction-specific checks.
         opts = parse_source_options(self.options, streaming=None)
-        servers = resolve_servers(opts.servers)
+        servers = resolve_servers(opts.servers, opts.auth_token)
         client = open_blocking_client(servers, opts.request_timeout_s)
         try:
             return read_schema(opts.topic, topic_schema(client, opts.topic))
@@ -50,13 +50,13 @@ class DefaultSource(DataSource):
         from pyspark_raftlog.source import RaftlogBatchReader
 
         opts = parse_source_options(self.options, streaming=False)
-        return RaftlogBatchReader(opts, resolve_servers(opts.servers), schema)
+        return RaftlogBatchReader(opts, resolve_servers(opts.servers, opts.auth_token), schema)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         from pyspark_raftlog.source import RaftlogStreamReader
 
         opts = parse_source_options(self.options, streaming=True)
-        return RaftlogStreamReader(opts, resolve_servers(opts.servers), schema)
+        return RaftlogStreamReader(opts, resolve_servers(opts.servers, opts.auth_token), schema)
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
         from pyspark_raftlog.sink import RaftlogArrowWriter
@@ -86,7 +86,7 @@ class DefaultSource(DataSource):
         from pyspark_raftlog.spark_schema import arrow_schema_of
         from pyspark_raftlog.topics import ensure_topic
 
-        servers = resolve_servers(opts.servers)
+        servers = resolve_servers(opts.servers, opts.auth_token)
         client = open_blocking_client(servers, opts.request_timeout_s)
         try:
             partitions, topic_schema = ensure_topic(client, opts, arrow_schema_of(schema))

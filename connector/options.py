@@ -56,12 +56,12 @@ MAX_IN_FLIGHT = 5
 SINK_OPTIONS = (
     "topic",
     "servers",
+    "authToken",
     "acks",
     "partitions",
     "replicationFactor",
     "chunkBytes",
     "maxInFlight",
-    "authToken",
     "requestTimeoutMs",
     "txnAppId",
     "txnVersion",
@@ -69,6 +69,7 @@ SINK_OPTIONS = (
 SOURCE_OPTIONS = (
     "topic",
     "servers",
+    "authToken",
     "startingOffsets",
     "endingOffsets",
     "maxRecordsPerTrigger",
@@ -76,7 +77,6 @@ SOURCE_OPTIONS = (
     "minPartitions",
     "failOnDataLoss",
     "requestTimeoutMs",
-    "authToken",
 )
 
 _TOPIC_RE = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
@@ -110,6 +110,7 @@ class SinkOptions:
 
     topic: str
     servers: tuple[str, ...] | None = None
+    auth_token: str | None = dataclasses.field(default=None, repr=False)  # a secret: no repr
     acks: str = "all"
     partitions: int | None = None
     replication_factor: int = 3
@@ -117,7 +118,6 @@ class SinkOptions:
     max_in_flight: int = MAX_IN_FLIGHT
     request_timeout_ms: int = 30_000
     txn_app_id: str | None = None
-    auth_token: str | None = dataclasses.field(default=None, repr=False)  # a secret: no repr
     txn_version: int | None = None
 
     @property
@@ -131,6 +131,7 @@ class SourceOptions:
 
     topic: str
     servers: tuple[str, ...] | None = None
+    auth_token: str | None = dataclasses.field(default=None, repr=False)  # a secret: no repr
     starting_offsets: OffsetSpec | None = None  # None: the direction's default
     ending_offsets: OffsetSpec | None = None
     max_records_per_trigger: int | None = None
@@ -140,7 +141,6 @@ class SourceOptions:
     request_timeout_ms: int = 30_000
 
     @property
-    auth_token: str | None = dataclasses.field(default=None, repr=False)  # a secret: no repr
     def request_timeout_s(self) -> float:
         return self.request_timeout_ms / 1000.0
 
@@ -173,6 +173,7 @@ def parse_sink_options(options: Mapping[str, str], *, streaming: bool) -> SinkOp
     return SinkOptions(
         topic=_topic(opts),
         servers=_servers(opts),
+        auth_token=_auth_token(opts),
         acks=acks,
         partitions=_opt_int(opts, "partitions", minimum=1, maximum=10_000),
         replication_factor=_opt_int(opts, "replicationFactor", minimum=1, maximum=64) or 3,
@@ -201,7 +202,6 @@ def parse_source_options(options: Mapping[str, str], *, streaming: bool | None) 
         raise OptionError(
             "option 'endingOffsets' applies to batch reads (spark.read) only; "
             "a stream has no end (use Trigger.AvailableNow to read what is there and stop)"
-        auth_token=_auth_token(opts),
         )
     if streaming is False and starting is not None and starting.kind == "latest":
         raise OptionError(
@@ -223,6 +223,7 @@ def parse_source_options(options: Mapping[str, str], *, streaming: bool | None) 
     return SourceOptions(
         topic=topic,
         servers=_servers(opts),
+        auth_token=_auth_token(opts),
         starting_offsets=starting,
         ending_offsets=ending,
         max_records_per_trigger=_opt_int(opts, "maxRecordsPerTrigger", minimum=1),
@@ -256,7 +257,6 @@ def _normalize(
             raise OptionError(
                 f"option '{other_lower[key]}' applies to {other}, not {direction}; "
                 f"options for {direction}: {', '.join(known)}"
-        auth_token=_auth_token(opts),
             )
         close = [name for low, name in known_lower.items() if _edit_distance(key, low) <= 2]
         if close and len(key) >= 4:
@@ -294,9 +294,14 @@ def _topic(opts: Mapping[str, str]) -> str:
 
 
 def _servers(opts: Mapping[str, str]) -> tuple[str, ...] | None:
+    """Option ``servers``, else ``$RAFTLOG_SERVERS``, else None (the embedded cluster)."""
     raw = opts.get("servers")
+    source = "option 'servers'"
     if raw is None:
-        return None
+        raw = os.environ.get("RAFTLOG_SERVERS", "").strip() or None
+        if raw is None:
+            return None
+        source = "RAFTLOG_SERVERS (read because option 'servers' is not set)"
     servers = tuple(s.strip() for s in raw.split(",") if s.strip())
     if not servers:
         raise OptionError(
@@ -313,44 +318,6 @@ def _servers(opts: Mapping[str, str]) -> tuple[str, ...] | None:
     return servers
 
 
-def _opt_str(opts: Mapping[str, str], name: str) -> str | None:
-    raw = opts.get(name.lower())
-    if raw is None:
-        return None
-    if not raw.strip():
-        raise OptionError(f"option '{name}' must be a non-empty string; got {raw!r}")
-    return raw.strip()
-
-
-def _opt_int(
-    opts: Mapping[str, str], name: str, *, minimum: int, maximum: int | None = None
-) -> int | None:
-    raw = opts.get(name.lower())
-    if raw is None:
-    """Option ``servers``, else ``$RAFTLOG_SERVERS``, else None (the embedded cluster)."""
-        raw = os.environ.get("RAFTLOG_SERVERS", "").strip() or None
-        if raw is None:
-            return None
-        source = "RAFTLOG_SERVERS (read because option 'servers' is not set)"
-    source = "option 'servers'"
-    bound = f"between {minimum} and {maximum}" if maximum is not None else f">= {minimum}"
-    if not _INT_RE.match(raw.strip()):
-        raise OptionError(f"option '{name}' must be an integer {bound}; got {raw!r}")
-    value = int(raw.strip())
-    if value < minimum or (maximum is not None and value > maximum):
-        raise OptionError(f"option '{name}' must be an integer {bound}; got {raw!r}")
-    return value
-
-
-def _opt_size(opts: Mapping[str, str], name: str, minimum: int, maximum: int | None) -> int | None:
-    """A byte size: a plain integer, or with a unit k, m or g (KiB, MiB, GiB), e.g. '512k'."""
-    raw = opts.get(name.lower())
-    if raw is None:
-        return None
-    bound = f"between {minimum} and {maximum}" if maximum is not None else f">= {minimum}"
-    m = _SIZE_RE.match(raw.strip())
-    if not m:
-        raise OptionError(
 def _auth_token(opts: Mapping[str, str]) -> str | None:
     """Option ``authToken``, else ``$RAFTLOG_AUTH_TOKEN``, else None (no auth).
 
@@ -378,6 +345,39 @@ def _auth_token(opts: Mapping[str, str]) -> str | None:
     return token
 
 
+def _opt_str(opts: Mapping[str, str], name: str) -> str | None:
+    raw = opts.get(name.lower())
+    if raw is None:
+        return None
+    if not raw.strip():
+        raise OptionError(f"option '{name}' must be a non-empty string; got {raw!r}")
+    return raw.strip()
+
+
+def _opt_int(
+    opts: Mapping[str, str], name: str, *, minimum: int, maximum: int | None = None
+) -> int | None:
+    raw = opts.get(name.lower())
+    if raw is None:
+        return None
+    bound = f"between {minimum} and {maximum}" if maximum is not None else f">= {minimum}"
+    if not _INT_RE.match(raw.strip()):
+        raise OptionError(f"option '{name}' must be an integer {bound}; got {raw!r}")
+    value = int(raw.strip())
+    if value < minimum or (maximum is not None and value > maximum):
+        raise OptionError(f"option '{name}' must be an integer {bound}; got {raw!r}")
+    return value
+
+
+def _opt_size(opts: Mapping[str, str], name: str, minimum: int, maximum: int | None) -> int | None:
+    """A byte size: a plain integer, or with a unit k, m or g (KiB, MiB, GiB), e.g. '512k'."""
+    raw = opts.get(name.lower())
+    if raw is None:
+        return None
+    bound = f"between {minimum} and {maximum}" if maximum is not None else f">= {minimum}"
+    m = _SIZE_RE.match(raw.strip())
+    if not m:
+        raise OptionError(
             f"option '{name}' must be a size in bytes {bound}, as an integer or with a unit "
             f"k, m or g (e.g. '1048576' or '1m'); got {raw!r}"
         )
