@@ -25,7 +25,6 @@ import ipaddress
 import logging
 import os
 import pathlib
-import shutil
 import signal
 import sys
 import time
@@ -71,6 +70,8 @@ from raftlog.rpc.messages import (
 )
 from raftlog.rpc.server import RequestError, make_app
 from raftlog.rpc.transport import HttpTransport
+from raftlog.storage import fs as storage_fs
+from raftlog.storage import identity
 
 log = logging.getLogger("raftlog.node")
 
@@ -256,7 +257,16 @@ class Node:
     # ------------------------------------------------------------ lifecycle
 
     async def start(self) -> None:
-        self.config.data_dir.mkdir(parents=True, exist_ok=True)
+        # Refuse another node's data directory (a mistyped --data-dir); never delete it.
+        # Directories from before markers existed are adopted.
+        await asyncio.to_thread(
+            identity.claim_directory,
+            self.config.data_dir,
+            identity.NODE_MARKER,
+            str(self.node_id),
+            "node",
+            adopt_unmarked=True,
+        )
         await self.host.start()
         self.controller_stm.add_listener(self._reconcile_needed.set)
         self.controller = await self.host.open_group(
@@ -325,18 +335,32 @@ class Node:
 
     async def _open_partition(self, topic: TopicAssignment, part: PartitionAssignment) -> None:
         directory = self._partition_dir(topic.name, part.partition)
-        marker = directory / "group_id"
-        # A directory left by a deleted topic of the same name holds another group's log.
-        if directory.exists() and (
-            not marker.exists() or marker.read_text().strip() != str(part.group_id)
-        ):
-            shutil.rmtree(directory)
-        directory.mkdir(parents=True, exist_ok=True)
-        marker.write_text(str(part.group_id))
+        await asyncio.to_thread(self._claim_partition_dir, directory, part.group_id)
         replica = await self.host.open_partition(
             topic.name, part.partition, part.group_id, directory, part.replicas
         )
         self.partitions[part.group_id] = replica
+
+    def _claim_partition_dir(self, directory: pathlib.Path, group_id: int) -> None:
+        """Make ``directory`` group ``group_id``'s (durable marker); never delete a log.
+
+        A log of a group the controller no longer has (a deleted topic of the same
+        name, dropped while this node was down), or an unmarked one, is moved aside
+        under a name that says so; the log of a group that still exists is refused.
+        """
+        try:
+            identity.claim_directory(directory, identity.GROUP_MARKER, str(group_id), "group")
+        except identity.ForeignDataDirectory as exc:
+            old = exc.found
+            dropped = old == "unmarked" or (
+                old.isdigit()
+                and int(old) < group_id
+                and self.controller_stm.find_group(int(old)) is None
+            )
+            if not dropped:
+                raise
+            identity.move_aside(directory, f"dropped-group-{old}")
+            identity.claim_directory(directory, identity.GROUP_MARKER, str(group_id), "group")
 
     async def _close_partition(self, gid: int, *, delete: bool) -> None:
         replica = self.partitions.pop(gid, None)
@@ -344,7 +368,8 @@ class Node:
             return
         await self.host.close_group(gid)
         if delete:
-            shutil.rmtree(replica.directory, ignore_errors=True)
+            # Moved aside, not deleted: only an explicit purge removes a group's data.
+            await asyncio.to_thread(identity.move_aside, replica.directory, f"dropped-group-{gid}")
 
     async def _balance_loop(self) -> None:
         """Move each partition's leadership to its preferred replica when possible."""
@@ -674,6 +699,7 @@ def run_server(args: argparse.Namespace) -> int:
         stream=sys.stderr,
     )
     config = config_from_args(args)
+    storage_fs.set_fatal_handler(_stop_on_failed_fsync)
     try:
         import uvloop
     except ImportError:
@@ -681,6 +707,13 @@ def run_server(args: argparse.Namespace) -> int:
     else:
         uvloop.run(serve(config))
     return 0
+
+
+def _stop_on_failed_fsync(message: str) -> None:
+    """A failed fsync stops the node at once: never retried, a restart recovers from disk."""
+    log.critical("stopping node: %s", message)
+    logging.shutdown()
+    os._exit(70)  # EX_SOFTWARE; from whichever thread the fsync ran in
 
 
 # keep the codec registrations of controller commands and peer messages loaded
