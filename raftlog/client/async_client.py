@@ -135,9 +135,16 @@ class ProduceResult:
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class ProducerSession:
+    """A producer session on one partition (from ``init_producer``).
+
+    ``transaction_timeout_ms`` is the timeout of the session's transactions as
+    the server resolved it (its default when the session asked for none).
+    """
+
     producer_id: int
     epoch: int
     last_committed_version: int
+    transaction_timeout_ms: int = -1
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -386,15 +393,38 @@ class RaftlogClient:
         )
         return r.start_offset, r.high_watermark, r.last_stable_offset
 
-    async def init_producer(self, topic: str, partition: int, producer_id: int) -> ProducerSession:
-        """Bump ``producer_id``'s epoch on the partition (fencing older sessions)."""
+    async def init_producer(
+        self,
+        topic: str,
+        partition: int,
+        producer_id: int,
+        *,
+        transaction_timeout_ms: int | None = None,
+    ) -> ProducerSession:
+        """Start a new session of ``producer_id`` on the partition: bump its epoch
+        (fencing older sessions) and abort their open transaction.
+
+        ``transaction_timeout_ms`` (None or -1: the server's
+        ``--transaction-timeout-ms``) is how long each transaction of this
+        session may stay open before the partition aborts it (bumping the
+        epoch, so the writer is fenced). The server refuses a value above its
+        ``--max-transaction-timeout-ms`` (15 minutes by default) or below 1 with
+        an InvalidRequestError naming ``transaction_timeout_ms`` and the range.
+        """
+        timeout = -1 if transaction_timeout_ms is None else transaction_timeout_ms
+        if not isinstance(timeout, int) or isinstance(timeout, bool):
+            raise InvalidRequestError(
+                f"transaction_timeout_ms must be an int (milliseconds) or None, got {timeout!r}"
+            )
         r = await self._partition_call(
             topic,
             partition,
-            InitProducerRequest(topic, partition, producer_id),
+            InitProducerRequest(topic, partition, producer_id, timeout),
             InitProducerResponse,
         )
-        return ProducerSession(r.producer_id, r.epoch, r.last_committed_version)
+        return ProducerSession(
+            r.producer_id, r.epoch, r.last_committed_version, r.transaction_timeout_ms
+        )
 
     async def end_transaction(
         self,
@@ -405,13 +435,69 @@ class RaftlogClient:
         commit: bool,
         version: int = -1,
         acks: str | int = "all",
+        *,
+        record_count: int = -1,
+        last_sequence: int = -1,
     ) -> int:
-        """Write a commit or abort marker; return its offset."""
-        req = EndTxnRequest(
-            topic, partition, producer_id, producer_epoch, commit, version, _acks(acks)
+        """Write a commit or abort marker (durable on a quorum); return its offset.
+
+        - ``acks`` must be "all": the server refuses others (INVALID_REQUEST
+          naming ``acks``), as a marker acknowledged by the leader alone may be lost.
+        - An abort bumps the producer's epoch (the marker is written at
+          ``producer_epoch + 1``): later produce or commit at ``producer_epoch``
+          fail with ProducerFencedError. It succeeds with or without an open
+          transaction.
+        - A commit needs an open transaction (else InvalidTxnStateError), except
+          the exact retry of the last commit applied (same epoch and version,
+          and the same ``record_count``/``last_sequence`` when given), which
+          returns that marker's offset. The retry of the last abort (same
+          ``producer_epoch``) likewise returns the abort marker's offset.
+        - ``record_count``/``last_sequence`` (-1: unchecked) are what the writer
+          saw acknowledged in the transaction; a commit whose open transaction
+          holds another number of records or ends at another sequence is
+          refused (InvalidTxnStateError naming the field, with both values).
+        - ``version`` (-1: none) is recorded as the producer's last committed
+          application version, which ``init_producer`` reports.
+        """
+        r = await self._end_txn(
+            topic,
+            partition,
+            producer_id,
+            producer_epoch,
+            commit,
+            version,
+            acks,
+            record_count=record_count,
+            last_sequence=last_sequence,
         )
-        r = await self._partition_call(topic, partition, req, EndTxnResponse)
         return r.offset
+
+    async def _end_txn(
+        self,
+        topic: str,
+        partition: int,
+        producer_id: int,
+        producer_epoch: int,
+        commit: bool,
+        version: int = -1,
+        acks: str | int = "all",
+        *,
+        record_count: int = -1,
+        last_sequence: int = -1,
+    ) -> EndTxnResponse:
+        """``end_transaction`` returning the whole response (with the epoch after it)."""
+        req = EndTxnRequest(
+            topic,
+            partition,
+            producer_id,
+            producer_epoch,
+            commit,
+            version,
+            _acks(acks),
+            record_count,
+            last_sequence,
+        )
+        return await self._partition_call(topic, partition, req, EndTxnResponse)
 
     async def idempotent_producer(
         self,
@@ -423,11 +509,14 @@ class RaftlogClient:
         transactional: bool = False,
         acks: str | int = "all",
         delivery_timeout_s: float = 120.0,
+        transaction_timeout_ms: int | None = None,
     ) -> IdempotentProducer:
         """Start a producer session on one partition (``init_producer``: bumps the epoch,
         fencing older sessions of ``producer_id``, and aborts their open transaction).
 
-        ``producer_id`` None picks a random one. The producer sends its batches in
+        ``producer_id`` None picks a random one. A ``transactional`` producer needs
+        ``acks`` "all"; ``transaction_timeout_ms`` is its transactions' timeout (see
+        :meth:`init_producer`). The producer sends its batches in
         sequence order, up to ``max_in_flight`` at once, retrying in order through
         leader changes (see :mod:`raftlog.client.producer`). Close it when done.
         """
@@ -442,7 +531,13 @@ class RaftlogClient:
         if not isinstance(max_in_flight, int) or not 1 <= max_in_flight <= 5:
             raise InvalidRequestError(f"max_in_flight must be in [1, 5], got {max_in_flight!r}")
         ack = _acks(acks)
-        session = await self.init_producer(topic, partition, producer_id)
+        if transactional and ack != -1:
+            raise InvalidRequestError(
+                f"acks: transactional writes require acks=all (-1), got {acks!r}"
+            )
+        session = await self.init_producer(
+            topic, partition, producer_id, transaction_timeout_ms=transaction_timeout_ms
+        )
         return IdempotentProducer(
             self,
             topic,

@@ -132,8 +132,21 @@ class BlockingRaftlogClient:
     def list_offsets(self, topic: str, partition: int) -> tuple[int, int, int]:
         return self._run(self._client.list_offsets(topic, partition))
 
-    def init_producer(self, topic: str, partition: int, producer_id: int) -> ProducerSession:
-        return self._run(self._client.init_producer(topic, partition, producer_id))
+    def init_producer(
+        self,
+        topic: str,
+        partition: int,
+        producer_id: int,
+        *,
+        transaction_timeout_ms: int | None = None,
+    ) -> ProducerSession:
+        """See :meth:`RaftlogClient.init_producer` (the session's transaction timeout:
+        None or -1 the server default; capped by ``--max-transaction-timeout-ms``)."""
+        return self._run(
+            self._client.init_producer(
+                topic, partition, producer_id, transaction_timeout_ms=transaction_timeout_ms
+            )
+        )
 
     def end_transaction(
         self,
@@ -144,10 +157,24 @@ class BlockingRaftlogClient:
         commit: bool,
         version: int = -1,
         acks: str | int = "all",
+        *,
+        record_count: int = -1,
+        last_sequence: int = -1,
     ) -> int:
+        """See :meth:`RaftlogClient.end_transaction`: acks must be "all", an abort bumps
+        the epoch, a commit needs an open transaction matching ``record_count`` /
+        ``last_sequence`` (-1: unchecked); the exact retry returns the original offset."""
         return self._run(
             self._client.end_transaction(
-                topic, partition, producer_id, producer_epoch, commit, version, acks
+                topic,
+                partition,
+                producer_id,
+                producer_epoch,
+                commit,
+                version,
+                acks,
+                record_count=record_count,
+                last_sequence=last_sequence,
             )
         )
 
@@ -161,6 +188,7 @@ class BlockingRaftlogClient:
         transactional: bool = False,
         acks: str | int = "all",
         delivery_timeout_s: float = 120.0,
+        transaction_timeout_ms: int | None = None,
     ) -> BlockingIdempotentProducer:
         producer = self._run(
             self._client.idempotent_producer(
@@ -171,6 +199,7 @@ class BlockingRaftlogClient:
                 transactional=transactional,
                 acks=acks,
                 delivery_timeout_s=delivery_timeout_s,
+                transaction_timeout_ms=transaction_timeout_ms,
             )
         )
         return BlockingIdempotentProducer(self, producer)

@@ -25,7 +25,21 @@ One ordered pipeline per producer, as Kafka's producer does it:
 
 With ``transactional=True`` the batches are written as transaction data, and
 :meth:`~IdempotentProducer.commit` / :meth:`~IdempotentProducer.abort` flush
-and then write the marker (one partition, so no two-phase commit).
+and then write the marker (one partition, so no two-phase commit):
+
+- A transactional producer writes with ``acks="all"`` only (data and markers).
+- :meth:`~IdempotentProducer.commit` names the record count and last sequence
+  of the batches the producer sent in the transaction (all acknowledged by
+  the flush), so the partition refuses the commit if the transaction it
+  holds differs. Committing with nothing sent is refused by the partition
+  (there is no open transaction).
+- :meth:`~IdempotentProducer.abort` bumps the producer's epoch on the
+  partition (a late commit of the aborted transaction is fenced); the
+  producer adopts the new epoch (sequences restart at 0) and can go on with
+  the next transaction.
+- Each transaction must end within the session's ``transaction_timeout_ms``
+  (see :meth:`RaftlogClient.init_producer`), else the partition aborts it and
+  the producer is fenced.
 """
 
 from __future__ import annotations
@@ -56,6 +70,7 @@ from raftlog.client.errors import (
 )
 from raftlog.client.framing import frame_records
 from raftlog.producers.sequencer import MAX_IN_FLIGHT, Send, Sequencer, SequencerError
+from raftlog.producers.serial import NO_SEQUENCE, last_sequence_of
 from raftlog.rpc.messages import ProduceBatch, ProduceRequest, ProduceResponse
 
 DEFAULT_DELIVERY_TIMEOUT_S = 120.0
@@ -105,6 +120,10 @@ class IdempotentProducer:
             raise ValueError(f"delivery_timeout_s must be > 0, got {delivery_timeout_s}")
         if acks == 0:
             raise InvalidRequestError("acks: an idempotent producer needs acks 'all' or '1'")
+        if transactional and acks != -1:
+            raise InvalidRequestError(
+                f"acks: transactional writes require acks=all (-1), got {acks}"
+            )
         self._client = client
         self.topic = topic
         self.partition = partition
@@ -124,6 +143,9 @@ class IdempotentProducer:
         self._backoff = 0.0
         self._not_before = 0.0
         self._call_state = _CallState()
+        # the open transaction as sent: records and last sequence (what commit names)
+        self._tx_records = 0
+        self._tx_last_sequence = NO_SEQUENCE
         self.sends = 0
         """Requests sent, resends included."""
         self.retries = 0
@@ -173,6 +195,8 @@ class IdempotentProducer:
             raise InvalidRequestError(f"record_count must be >= 1, got {record_count!r}")
         fut: asyncio.Future[ProduceResult] = asyncio.get_running_loop().create_future()
         first = self._seq.add(record_count)
+        self._tx_records += record_count
+        self._tx_last_sequence = last_sequence_of(first, record_count)
         self._pending[first] = _Pending(
             ProduceBatch(bytes(payload), record_count), fut, time.monotonic()
         )
@@ -188,12 +212,18 @@ class IdempotentProducer:
 
     async def commit(self, version: int = -1) -> int:
         """Flush, then commit the open transaction with application ``version``;
-        return the commit marker's offset."""
+        return the commit marker's offset.
+
+        The commit names the transaction's record count and last sequence, so
+        the partition refuses it (InvalidTxnStateError) unless it holds exactly
+        the batches this producer sent; with nothing sent it is refused too.
+        """
         return await self._end(True, version)
 
     async def abort(self) -> int:
         """Abort the open transaction (after the batches in flight are settled); return the
-        abort marker's offset."""
+        abort marker's offset. The partition bumps the producer's epoch; this producer
+        adopts it and may start the next transaction."""
         return await self._end(False, -1)
 
     async def _end(self, commit: bool, version: int) -> int:
@@ -205,9 +235,29 @@ class IdempotentProducer:
             await self.flush()
         else:
             await self._idle.wait()
-        return await self._client.end_transaction(
-            self.topic, self.partition, self.producer_id, self.epoch, commit, version
+        sent = self._tx_records > 0
+        r = await self._client._end_txn(
+            self.topic,
+            self.partition,
+            self.producer_id,
+            self.epoch,
+            commit,
+            version,
+            self._acks,
+            record_count=self._tx_records if sent else -1,
+            last_sequence=self._tx_last_sequence if sent else -1,
         )
+        self._tx_records = 0
+        if not commit and r.producer_epoch >= 0 and r.producer_epoch != self.epoch:
+            # the abort bumped the epoch: go on at the new one, sequences from 0
+            if self._fatal is None:
+                try:
+                    self._seq.reset(r.producer_epoch)
+                except SequencerError as exc:  # sends raced the abort: they are fenced
+                    self._set_fatal(exc)
+            self.session = dataclasses.replace(self.session, epoch=r.producer_epoch)
+            self._tx_last_sequence = NO_SEQUENCE
+        return r.offset
 
     async def close(self, *, flush: bool = True) -> None:
         """Stop the producer; with ``flush``, first wait (bounded by the delivery timeout)

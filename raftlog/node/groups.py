@@ -231,6 +231,12 @@ class PartitionReplica:
             raise RequestError(
                 ErrorCode.INVALID_REQUEST, f"acks: expected -1 (all), 1 or 0, got {req.acks}"
             )
+        if req.transactional and req.acks != -1:
+            # a transactional batch acknowledged by the leader alone may vanish with it
+            raise RequestError(
+                ErrorCode.INVALID_REQUEST,
+                f"acks: transactional writes require acks=all (-1), got {req.acks}",
+            )
         if not req.batches:
             raise RequestError(ErrorCode.INVALID_REQUEST, "batches: expected at least one batch")
         for i, b in enumerate(req.batches):
@@ -321,16 +327,29 @@ class PartitionReplica:
 
     async def init_producer(self, req: InitProducerRequest) -> InitProducerResponse:
         async with _errors(self):
-            r = await self.rm.init_producer(req.producer_id)
-            return InitProducerResponse(r.producer_id, r.epoch, r.last_committed_version)
+            r = await self.rm.init_producer(req.producer_id, req.transaction_timeout_ms)
+            return InitProducerResponse(
+                r.producer_id, r.epoch, r.last_committed_version, r.transaction_timeout_ms
+            )
         raise AssertionError("unreachable")
 
     async def end_txn(self, req: EndTxnRequest) -> EndTxnResponse:
-        async with _errors(self):
-            offset = await self.rm.end_transaction(
-                req.producer_id, req.producer_epoch, req.commit, req.version
+        if req.acks != -1:
+            # a marker acknowledged by the leader alone may vanish with it
+            raise RequestError(
+                ErrorCode.INVALID_REQUEST,
+                f"acks: transaction markers require acks=all (-1), got {req.acks}",
             )
-            return EndTxnResponse(offset)
+        async with _errors(self):
+            r = await self.rm.end_transaction(
+                req.producer_id,
+                req.producer_epoch,
+                req.commit,
+                req.version,
+                record_count=req.record_count,
+                last_sequence=req.last_sequence,
+            )
+            return EndTxnResponse(r.offset, r.producer_epoch)
         raise AssertionError("unreachable")
 
 

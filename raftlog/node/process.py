@@ -44,7 +44,11 @@ from raftlog.controller import (
 )
 from raftlog.metrics import NodeMetrics
 from raftlog.node.groups import GroupHost, PartitionReplica
-from raftlog.producers.rm_stm import DEFAULT_TRANSACTION_TIMEOUT_MS, RmStmConfig
+from raftlog.producers.rm_stm import (
+    DEFAULT_MAX_TRANSACTION_TIMEOUT_MS,
+    DEFAULT_TRANSACTION_TIMEOUT_MS,
+    RmStmConfig,
+)
 from raftlog.rpc import codec
 from raftlog.rpc.messages import (
     CreateTopicRequest,
@@ -94,6 +98,8 @@ class NodeConfig:
     # Open transactions older than this are aborted by the partition leader, so
     # that a dead writer cannot hold back the last stable offset (and readers).
     transaction_timeout_ms: int = DEFAULT_TRANSACTION_TIMEOUT_MS
+    # The largest per-session transaction timeout a client may ask for (init_producer).
+    max_transaction_timeout_ms: int = DEFAULT_MAX_TRANSACTION_TIMEOUT_MS
     # Where to send peer (raft) traffic for a node when not its address: e.g. a
     # fault-injecting proxy per link. Clients are still told ``peers``.
     peer_routes: dict[int, str] = dataclasses.field(default_factory=dict)
@@ -168,6 +174,12 @@ def add_server_arguments(p: argparse.ArgumentParser) -> None:
         default=DEFAULT_TRANSACTION_TIMEOUT_MS,
         help="abort transactions left open this long (default 60000)",
     )
+    p.add_argument(
+        "--max-transaction-timeout-ms",
+        type=int,
+        default=DEFAULT_MAX_TRANSACTION_TIMEOUT_MS,
+        help="largest transaction timeout a producer session may ask for (default 900000)",
+    )
     p.add_argument("--log-level", default="INFO")
 
 
@@ -212,6 +224,14 @@ def config_from_args(args: argparse.Namespace) -> NodeConfig:
         raise ValueError(
             f"--transaction-timeout-ms: expected 1..86400000 milliseconds, got {txn_timeout}"
         )
+    max_txn_timeout = getattr(
+        args, "max_transaction_timeout_ms", DEFAULT_MAX_TRANSACTION_TIMEOUT_MS
+    )
+    if not 1 <= max_txn_timeout <= 24 * 3600 * 1000:
+        raise ValueError(
+            f"--max-transaction-timeout-ms: expected 1..86400000 milliseconds, "
+            f"got {max_txn_timeout}"
+        )
     return NodeConfig(
         node_id=args.node_id,
         host=host,
@@ -223,6 +243,7 @@ def config_from_args(args: argparse.Namespace) -> NodeConfig:
         max_batch_bytes=args.max_batch_bytes,
         peer_routes=peer_routes,
         transaction_timeout_ms=txn_timeout,
+        max_transaction_timeout_ms=max_txn_timeout,
     )
 
 
@@ -242,7 +263,10 @@ class Node:
             config.node_id,
             self.transport,
             config.heartbeat_interval_s,
-            RmStmConfig(transaction_timeout_ms=config.transaction_timeout_ms),
+            RmStmConfig(
+                transaction_timeout_ms=config.transaction_timeout_ms,
+                max_transaction_timeout_ms=config.max_transaction_timeout_ms,
+            ),
         )
         self.controller_stm = ControllerStm()
         self.controller: Any = None
@@ -390,12 +414,18 @@ class Node:
         """On the partitions this node leads, abort transactions open past the timeout.
 
         Checked several times per timeout so an expired transaction is aborted
-        within about a quarter of the timeout after it expires.
+        within about a quarter of the timeout after it expires; the shortest
+        timeout is the server's or that of any open transaction's session.
         """
         interval = min(1.0, self.config.transaction_timeout_ms / 4000)
         while True:
             await asyncio.sleep(interval)
             now_ms = int(time.time() * 1000)
+            shortest = min(
+                (t for rep in self.partitions.values() if (t := rep.rm.min_open_timeout_ms())),
+                default=self.config.transaction_timeout_ms,
+            )
+            interval = max(0.01, min(1.0, min(self.config.transaction_timeout_ms, shortest) / 4000))
             for rep in list(self.partitions.values()):
                 if not rep.consensus.is_leader:
                     continue

@@ -11,10 +11,17 @@ makes equal bytes.
 Per producer id it keeps the epoch, the last sequence, the sequence ranges
 and offsets of the last 5 batches (``SEQUENCE_CACHE``, Kafka's limit on
 requests in flight), the last committed application version, the open
-transaction (first offset, start time) and the last activity.
+transaction (first offset, start time, record count), the session's
+transaction timeout (from its PRODUCER_FENCE; -1: the server default), the
+last commit/abort marker applied (kind, requested epoch, offset, version,
+record count, last sequence: what answers an exact retry) and the last
+activity. Sequences wrap after ``2**31 - 1`` to 0, as Kafka's do (see
+:mod:`~raftlog.producers.serial`), so a producer may write any number of
+records.
 
 Rules of :meth:`apply` (total: it never raises on a batch, so a replica can
-never get stuck on the log):
+never get stuck on the log; a malformed marker or fence payload reads as
+its defaults):
 
 - A batch whose offsets are at or below ``applied_offset`` is ignored, which
   makes replay after :meth:`restore` idempotent.
@@ -22,12 +29,25 @@ never get stuck on the log):
   fences those before they reach the log).
 - A batch with a newer epoch first *bumps* the producer: its open
   transaction (of the older epoch) is aborted up to the offset before the
-  batch, and its sequence restarts (the next data batch must start at 0).
-  This is how PRODUCER_FENCE batches and epoch-bumping abort markers fence
-  zombies.
-- Transactional data opens a transaction when none is open; TX_COMMIT closes
-  it and records the marker's application version; TX_ABORT closes it and
-  records ``[first offset, marker offset]`` in the aborted index.
+  batch (through the marker itself for an abort marker), and its sequence
+  restarts (the next data batch must start at 0). This is how
+  PRODUCER_FENCE batches and abort markers fence zombies: every abort marker
+  rm_stm writes carries the next epoch (an abort bumps the epoch), so a late
+  produce or commit of the aborted transaction is fenced.
+- PRODUCER_FENCE also sets the session's transaction timeout.
+- Transactional data opens a transaction when none is open and adds its
+  record count to it.
+- TX_COMMIT closes the transaction and records the marker's application
+  version, unless the marker names a ``record_count`` (>= 0) other than the
+  open transaction's or a ``last_sequence`` (>= 0) other than the producer's:
+  such a commit marker **aborts** the transaction instead (its data is never
+  shown) and is remembered as an abort that no retry matches. The leader
+  refuses such a commit before it is written; this rule only makes the
+  outcome deterministic should one reach the log anyway (committing a set of
+  records other than the one the writer saw acknowledged could expose rows
+  twice or rows nobody decided to commit; aborting cannot).
+- TX_ABORT closes the transaction and records ``[first offset, marker
+  offset]`` in the aborted index.
 
 Expiry and the LRU bound follow Kafka: producers idle for longer than
 ``producer_expiry_ms`` (by the log clock) are dropped, and beyond
@@ -47,7 +67,13 @@ import dataclasses
 
 from raftlog.producers import table_snapshot
 from raftlog.producers.aborted_index import AbortedIndex
-from raftlog.producers.markers import NO_VERSION, decode_marker_payload
+from raftlog.producers.markers import (
+    DEFAULT_TIMEOUT,
+    NO_VERSION,
+    MarkerPayload,
+    decode_fence_payload,
+    decode_marker,
+)
 from raftlog.producers.outcomes import (
     Accept,
     AlreadyWritten,
@@ -57,12 +83,14 @@ from raftlog.producers.outcomes import (
     OutOfOrder,
 )
 from raftlog.producers.producer_state import (
+    LastMarker,
     OpenTransaction,
     ProducerState,
     SequenceRecord,
     SequenceTail,
 )
 from raftlog.producers.serial import (
+    NO_EPOCH,
     NO_SEQUENCE,
     add_sequence,
     check_epoch,
@@ -144,9 +172,29 @@ class ProducerTable:
         first = self.first_unstable_offset()
         return self._applied_offset + 1 if first is None else first
 
-    def expired_transactions(self, now_ms: int, timeout_ms: int) -> list[int]:
-        """Producer ids whose transaction has been open for at least ``timeout_ms``."""
-        return [pid for pid, tx in self._open.items() if now_ms - tx.start_ms >= timeout_ms]
+    def transaction_timeout_ms(self, producer_id: int, default_ms: int) -> int:
+        """The transaction timeout of ``producer_id``'s session (``default_ms`` when its
+        fence asked for the server default, or the producer is unknown)."""
+        state = self._producers.get(producer_id)
+        if state is None or state.transaction_timeout_ms == DEFAULT_TIMEOUT:
+            return default_ms
+        return state.transaction_timeout_ms
+
+    def expired_transactions(self, now_ms: int, default_timeout_ms: int) -> list[int]:
+        """Producer ids whose transaction has been open for at least its session's
+        timeout (``default_timeout_ms`` for sessions on the server default)."""
+        return [
+            pid
+            for pid, tx in self._open.items()
+            if now_ms - tx.start_ms >= self.transaction_timeout_ms(pid, default_timeout_ms)
+        ]
+
+    def min_open_timeout_ms(self, default_timeout_ms: int) -> int | None:
+        """The shortest timeout among the open transactions (None when none is open)."""
+        return min(
+            (self.transaction_timeout_ms(pid, default_timeout_ms) for pid in self._open),
+            default=None,
+        )
 
     def check(
         self,
@@ -216,21 +264,19 @@ class ProducerTable:
             if order < 0:
                 return
             if order > 0:
-                self._bump(state, epoch, batch.base_offset)
+                # an abort marker's own offset belongs to the range it aborts
+                end = batch.last_offset if kind is BatchKind.TX_ABORT else batch.base_offset - 1
+                self._bump(state, epoch, end)
             self._producers.move_to_end(pid)
         state.last_activity_ms = self._log_clock_ms
         if kind is BatchKind.DATA:
             self._apply_data(state, batch)
         elif kind is BatchKind.TX_COMMIT:
-            self._close_tx(state)
-            version = _marker_version(batch)
-            if version != NO_VERSION:
-                state.last_committed_version = version
+            self._apply_commit(state, batch)
         elif kind is BatchKind.TX_ABORT:
-            if state.open_tx is not None:
-                self.aborted.add(pid, state.open_tx.first_offset, batch.last_offset)
-            self._close_tx(state)
-        # PRODUCER_FENCE: the bump above is its whole effect
+            self._apply_abort(state, batch, _marker(batch))
+        else:  # PRODUCER_FENCE: the bump above, and the session's timeout
+            state.transaction_timeout_ms = _fence_timeout(batch)
         self._enforce_bound()
 
     def prefix_truncate(self, start_offset: int) -> None:
@@ -244,14 +290,50 @@ class ProducerTable:
             state.recent.append(
                 SequenceRecord(batch.first_sequence, last, batch.base_offset, batch.last_offset)
             )
-        if batch.is_transactional and state.open_tx is None:
-            state.open_tx = OpenTransaction(batch.base_offset, self._log_clock_ms)
-            self._open[state.producer_id] = state.open_tx
+        if batch.is_transactional:
+            tx = state.open_tx
+            if tx is None:
+                tx = OpenTransaction(batch.base_offset, self._log_clock_ms, batch.record_count)
+            else:
+                tx = dataclasses.replace(tx, record_count=tx.record_count + batch.record_count)
+            state.open_tx = tx
+            self._open[state.producer_id] = tx
 
-    def _bump(self, state: ProducerState, epoch: int, at_offset: int) -> None:
-        # the older epoch's transaction can never be committed now: abort it up to here
+    def _apply_commit(self, state: ProducerState, batch: RecordBatch) -> None:
+        p = _marker(batch)
+        tx = state.open_tx
+        held = 0 if tx is None else tx.record_count
+        if (p.record_count >= 0 and p.record_count != held) or (
+            p.last_sequence >= 0 and p.last_sequence != state.last_sequence
+        ):
+            # not the transaction the writer saw acknowledged: abort it (see the module doc);
+            # remembered with no requested epoch, so no retry of this commit "succeeds"
+            self._apply_abort(state, batch, dataclasses.replace(p, requested_epoch=NO_EPOCH))
+            return
+        self._close_tx(state)
+        if p.version != NO_VERSION:
+            state.last_committed_version = p.version
+        state.last_marker = LastMarker(
+            True,
+            batch.producer_epoch,
+            batch.last_offset,
+            p.version,
+            p.record_count,
+            p.last_sequence,
+        )
+
+    def _apply_abort(self, state: ProducerState, batch: RecordBatch, p: MarkerPayload) -> None:
         if state.open_tx is not None:
-            self.aborted.add(state.producer_id, state.open_tx.first_offset, at_offset - 1)
+            self.aborted.add(state.producer_id, state.open_tx.first_offset, batch.last_offset)
+        self._close_tx(state)
+        state.last_marker = LastMarker(
+            False, p.requested_epoch, batch.last_offset, p.version, p.record_count, p.last_sequence
+        )
+
+    def _bump(self, state: ProducerState, epoch: int, end_offset: int) -> None:
+        # the older epoch's transaction can never be committed now: abort it up to end_offset
+        if state.open_tx is not None:
+            self.aborted.add(state.producer_id, state.open_tx.first_offset, end_offset)
             self._close_tx(state)
         state.epoch = epoch
         state.last_sequence = NO_SEQUENCE
@@ -301,9 +383,17 @@ _PRODUCER_KINDS = frozenset(
 )
 
 
-def _marker_version(batch: RecordBatch) -> int:
-    # apply must be total: a malformed payload (never written by rm_stm) counts as no version
+def _marker(batch: RecordBatch) -> MarkerPayload:
+    # apply must be total: a malformed payload (never written by rm_stm) reads as the
+    # defaults (no version, unchecked counts, no requested epoch)
     try:
-        return decode_marker_payload(batch.payload)
+        return decode_marker(batch.payload)
     except ValueError:
-        return NO_VERSION
+        return MarkerPayload()
+
+
+def _fence_timeout(batch: RecordBatch) -> int:
+    try:
+        return decode_fence_payload(batch.payload)
+    except ValueError:
+        return DEFAULT_TIMEOUT

@@ -31,6 +31,29 @@ the replicate batcher but not yet applied. Invariants:
 - When a request's outcome is unknown (``finished`` failed or timed out after
   ``enqueued``), the leader steps down. The next leader syncs, and a retry is
   resolved from the log: written (original offsets) or not (written now).
+
+Transactions (one partition's side; a coordinator, if any, decides across
+partitions):
+
+- Transactional data and markers are written with ``acks=all`` only
+  (Consistency.QUORUM_ACK): a marker acknowledged by the leader alone could
+  vanish with it. Anything else is refused with a ValueError naming ``acks``.
+- Each session has its own transaction timeout, set by ``init_producer`` and
+  replicated in its PRODUCER_FENCE (so every replica, and any later leader,
+  applies the same one); -1 means ``RmStmConfig.transaction_timeout_ms``, and
+  a request above ``max_transaction_timeout_ms`` (or < 1) is refused.
+- An abort bumps the epoch: the abort marker of a request at epoch ``e`` is
+  written at ``e + 1``, so a late produce or commit at ``e`` is fenced. The
+  caller continues at ``e + 1`` (``EndTxnResult.producer_epoch``).
+- A commit needs an open transaction; a commit naming ``record_count`` /
+  ``last_sequence`` (>= 0) must match what the open transaction holds (the
+  applied state plus the producer's data in flight), else it is refused
+  before anything is written (and the table aborts such a marker, should one
+  reach the log).
+- The exact retry of the last commit or abort applied (same epoch as
+  requested, and for a commit the same version and, when given, record count
+  and last sequence) returns that marker's offset instead of an error; a
+  retry of a marker still in flight parks on it.
 """
 
 from __future__ import annotations
@@ -47,7 +70,17 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from raftlog.producers.fetch_filter import visible_batches
-from raftlog.producers.markers import NO_VERSION, make_fence, make_marker
+from raftlog.producers.markers import (
+    DEFAULT_TIMEOUT,
+    NO_COUNT,
+    NO_VERSION,
+    REASON_END_TXN,
+    REASON_FENCE,
+    REASON_TIMEOUT,
+    check_transaction_timeout,
+    make_fence,
+    make_marker,
+)
 from raftlog.producers.outcomes import (
     AlreadyWritten,
     InvalidProducerEpochError,
@@ -76,8 +109,13 @@ from raftlog.raft.replicate_batcher import Consistency, ReplicateStages
 from raftlog.storage.batch import NO_PRODUCER, BatchKind, RecordBatch
 
 DEFAULT_TRANSACTION_TIMEOUT_MS = 60_000
+DEFAULT_MAX_TRANSACTION_TIMEOUT_MS = 900_000
+"""The largest per-session transaction timeout a client may ask for (15 minutes)."""
 REORDER_POLL_S = 0.05
 """A request waiting for a gap to close re-checks at least this often."""
+
+
+_ACKS = {Consistency.QUORUM_ACK: -1, Consistency.LEADER_ACK: 1, Consistency.NO_ACK: 0}
 
 
 class ConsensusLike(Protocol):
@@ -104,17 +142,19 @@ class RmStmConfig:
     """rm_stm settings; ``table`` must be the same on every replica of a partition."""
 
     transaction_timeout_ms: int = DEFAULT_TRANSACTION_TIMEOUT_MS
+    """The timeout of sessions that did not ask for their own (``init_producer``)."""
     sync_timeout_s: float = 10.0
     replicate_timeout_s: float = 30.0
     reorder_wait_s: float = 0.5  # 0: reject a gap at once
     table: ProducerTableConfig = dataclasses.field(default_factory=ProducerTableConfig)
+    max_transaction_timeout_ms: int = DEFAULT_MAX_TRANSACTION_TIMEOUT_MS
+    """The cap of the per-session timeout a client may ask for (not of the default)."""
 
     def __post_init__(self) -> None:
-        if not isinstance(self.transaction_timeout_ms, int) or self.transaction_timeout_ms < 1:
-            raise ValueError(
-                f"transaction_timeout_ms must be an int >= 1 (milliseconds), "
-                f"got {self.transaction_timeout_ms!r}"
-            )
+        for name in ("transaction_timeout_ms", "max_transaction_timeout_ms"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be an int >= 1 (milliseconds), got {value!r}")
         for name in ("sync_timeout_s", "replicate_timeout_s"):
             value = getattr(self, name)
             if not isinstance(value, int | float) or value <= 0:
@@ -135,11 +175,53 @@ class ProduceResult:
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class InitProducerResult:
-    """A new producer session: its epoch and the last committed application version."""
+    """A new producer session: its epoch, the last committed application version, and
+    the transaction timeout in force for the session (milliseconds)."""
 
     producer_id: int
     epoch: int
     last_committed_version: int
+    transaction_timeout_ms: int = DEFAULT_TRANSACTION_TIMEOUT_MS
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class EndTxnResult:
+    """A written (or retried) marker: its offset, and the producer's epoch after it
+    (the request's for a commit, the next one for an abort)."""
+
+    offset: int
+    producer_epoch: int
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _MarkerKey:
+    """What identifies an end_transaction request, to recognise its retry."""
+
+    commit: bool
+    requested_epoch: int
+    version: int = NO_VERSION
+    record_count: int = NO_COUNT
+    last_sequence: int = NO_SEQUENCE
+
+    def answers(self, req: _MarkerKey) -> bool:
+        """True when a marker written for ``self`` is the outcome of request ``req``
+        (an abort: same epoch; a commit: same epoch and version, and the same record
+        count and last sequence where ``req`` names them)."""
+        if (
+            self.commit != req.commit
+            or self.requested_epoch == NO_EPOCH  # a fence's abort answers no request
+            or self.requested_epoch != req.requested_epoch
+        ):
+            return False
+        return not self.commit or (
+            self.version == req.version
+            and (req.record_count < 0 or self.record_count == req.record_count)
+            and (req.last_sequence < 0 or self.last_sequence == req.last_sequence)
+        )
+
+    def result(self, offset: int) -> EndTxnResult:
+        epoch = self.requested_epoch if self.commit else next_epoch(self.requested_epoch)
+        return EndTxnResult(offset, epoch)
 
 
 class SyncError(ProducerError):
@@ -159,6 +241,8 @@ class _InFlight:
     last_sequence: int
     transactional: bool
     result: asyncio.Future[ProduceResult]
+    record_count: int = 0  # of a data batch
+    marker: _MarkerKey | None = None  # of a marker a client's retry may park on
 
 
 def _consume(fut: asyncio.Future) -> None:
@@ -296,6 +380,10 @@ class RmStm:
         """
         if batch.kind is not BatchKind.DATA:
             raise ValueError(f"batch kind must be DATA for a produce, got {batch.kind.name}")
+        if batch.is_transactional and consistency is not Consistency.QUORUM_ACK:
+            raise ValueError(
+                f"acks: transactional writes require acks=all (-1), got {_ACKS[consistency]}"
+            )
         if batch.producer_id == NO_PRODUCER:
             if batch.is_transactional:
                 raise ValueError("a transactional batch needs a producer_id (got -1)")
@@ -327,7 +415,13 @@ class RmStm:
                     else:
                         raise_for(outcome, pid, first)
                         entry = self._track(
-                            pid, batch.kind, epoch, first, last, batch.is_transactional
+                            pid,
+                            batch.kind,
+                            epoch,
+                            first,
+                            last,
+                            batch.is_transactional,
+                            record_count=batch.record_count,
                         )
                         stages = await self._enqueue(pid, [entry], [batch], consistency, term)
             if gap is None:
@@ -370,25 +464,41 @@ class RmStm:
 
     # -- transactions --------------------------------------------------------
 
-    async def init_producer(self, producer_id: int) -> InitProducerResult:
+    async def init_producer(
+        self, producer_id: int, transaction_timeout_ms: int | None = None
+    ) -> InitProducerResult:
         """Start a new session of ``producer_id``: bump and return its epoch.
 
         Fences every older session, aborts the producer's open transaction
         (an abort marker, then a PRODUCER_FENCE batch, both at the new epoch),
         and returns the last committed application version (-1: none). An
-        unknown producer starts at epoch 0.
+        unknown producer starts at epoch 0. ``transaction_timeout_ms`` (None or
+        -1: ``config.transaction_timeout_ms``) is how long the session's
+        transactions may stay open; it travels in the fence, so every replica
+        holds it. Raises ValueError naming ``transaction_timeout_ms`` outside
+        ``[1, config.max_transaction_timeout_ms]``.
         """
         check_producer_id("producer_id", producer_id)
+        timeout = DEFAULT_TIMEOUT if transaction_timeout_ms is None else transaction_timeout_ms
+        check_transaction_timeout(timeout, self.config.max_transaction_timeout_ms)
         term = await self.sync()
         async with self._locks.hold(producer_id):
             tail = self._tail(producer_id)
             epoch = next_epoch(NO_EPOCH if tail is None else tail.epoch)
             now = self._clock_ms()
             batches, entries = [], []
-            if self._has_open_tx(producer_id):
-                batches.append(make_marker(producer_id, epoch, commit=False, timestamp_ms=now))
+            if self._pending_tx(producer_id)[0]:
+                # no client request is answered by this abort (requested epoch -1): the
+                # new epoch belongs to the new session, never to a retry of the old one
+                batches.append(
+                    make_marker(
+                        producer_id, epoch, commit=False, timestamp_ms=now, reason=REASON_FENCE
+                    )
+                )
                 entries.append(self._track(producer_id, BatchKind.TX_ABORT, epoch))
-            batches.append(make_fence(producer_id, epoch, timestamp_ms=now))
+            batches.append(
+                make_fence(producer_id, epoch, timestamp_ms=now, transaction_timeout_ms=timeout)
+            )
             entries.append(self._track(producer_id, BatchKind.PRODUCER_FENCE, epoch))
             stages = await self._enqueue(
                 producer_id, entries, batches, Consistency.QUORUM_ACK, term
@@ -397,62 +507,160 @@ class RmStm:
         await self._wait_applied(res.last_offset, self.config.replicate_timeout_s)
         state = self.table.get(producer_id)
         version = NO_VERSION if state is None else state.last_committed_version
-        return InitProducerResult(producer_id, epoch, version)
+        effective = self.table.transaction_timeout_ms(
+            producer_id, self.config.transaction_timeout_ms
+        )
+        return InitProducerResult(producer_id, epoch, version, effective)
 
     async def end_transaction(
-        self, producer_id: int, epoch: int, commit: bool, version: int = NO_VERSION
-    ) -> int:
-        """Write a commit (with ``version``) or abort marker; return the marker's offset.
+        self,
+        producer_id: int,
+        epoch: int,
+        commit: bool,
+        version: int = NO_VERSION,
+        *,
+        record_count: int = NO_COUNT,
+        last_sequence: int = NO_SEQUENCE,
+    ) -> EndTxnResult:
+        """Write a commit (with ``version``) or abort marker; return its offset and the
+        producer's epoch after it.
 
         Returns once the marker is applied, so the LSO has moved past the
-        transaction. A commit with no open transaction still records
-        ``version``. Raises ProducerFencedError for an older epoch,
-        InvalidProducerEpochError for a newer one, InvalidTxnStateError when
-        the producer has no session here.
+        transaction. An abort is written at the next epoch (the caller goes on
+        at ``producer_epoch``), with or without an open transaction. A commit
+        needs an open transaction; ``record_count`` / ``last_sequence`` (-1:
+        unchecked) must match it. The exact retry of the last applied (or an
+        in-flight) commit or abort returns that marker's offset (see the
+        module doc).
+
+        Raises ProducerFencedError for an older epoch (a late commit after an
+        abort, a timeout or a newer session), InvalidProducerEpochError for an
+        epoch never granted, InvalidTxnStateError for no session here, a
+        commit with no open transaction, a commit whose ``record_count`` or
+        ``last_sequence`` differs, or a marker of the producer still in
+        flight; ValueError naming a malformed field.
         """
         check_producer_id("producer_id", producer_id)
         check_epoch("producer_epoch", epoch)
-        marker = make_marker(
-            producer_id, epoch, commit=commit, version=version, timestamp_ms=self._clock_ms()
+        marker_epoch = epoch if commit else next_epoch(epoch)
+        marker = make_marker(  # validates version, record_count and last_sequence
+            producer_id,
+            marker_epoch,
+            commit=commit,
+            version=version,
+            record_count=record_count,
+            last_sequence=last_sequence,
+            requested_epoch=epoch,
+            reason=REASON_END_TXN,
+            timestamp_ms=self._clock_ms(),
         )
+        key = _MarkerKey(commit, epoch, version, record_count, last_sequence)
         term = await self.sync()
         async with self._locks.hold(producer_id):
-            tail = self._tail(producer_id)
-            if tail is None:
-                raise InvalidTxnStateError(
-                    f"producer {producer_id} has no session on this partition: "
-                    f"call init_producer first"
+            original = self._find_inflight_marker(producer_id, key)
+            if original is None:
+                retried = self._applied_retry(producer_id, key)
+                tail = self._tail(producer_id)
+                if tail is None:
+                    raise InvalidTxnStateError(
+                        f"producer {producer_id} has no session on this partition: "
+                        f"call init_producer first"
+                    )
+                order = epoch_compare(epoch, tail.epoch)
+                if order < 0:
+                    if retried is not None:
+                        return retried
+                    raise ProducerFencedError(producer_id, tail.epoch, epoch)
+                if order > 0:
+                    raise InvalidProducerEpochError(
+                        f"producer {producer_id}: epoch {epoch} was never granted here "
+                        f"(current epoch {tail.epoch}); call init_producer"
+                    )
+                if any(e.kind is BatchKind.TX_COMMIT for e in self._inflight.get(producer_id, ())):
+                    raise InvalidTxnStateError(
+                        f"producer {producer_id}: a commit of epoch {epoch} is in flight; "
+                        f"only its exact retry is accepted until it is written"
+                    )
+                if commit:
+                    if retried is not None and not self._pending_tx(producer_id)[0]:
+                        return retried  # the commit was applied, nothing opened since
+                    self._check_commit(producer_id, epoch, tail, key)
+                entry = self._track(producer_id, marker.kind, marker_epoch, marker=key)
+                stages = await self._enqueue(
+                    producer_id, [entry], [marker], Consistency.QUORUM_ACK, term
                 )
-            order = epoch_compare(epoch, tail.epoch)
-            if order < 0:
-                raise ProducerFencedError(producer_id, tail.epoch, epoch)
-            if order > 0:
-                raise InvalidProducerEpochError(
-                    f"producer {producer_id}: epoch {epoch} was never granted here "
-                    f"(current epoch {tail.epoch}); call init_producer"
-                )
-            entry = self._track(producer_id, marker.kind, epoch)
-            stages = await self._enqueue(
-                producer_id, [entry], [marker], Consistency.QUORUM_ACK, term
-            )
+        if original is not None:
+            res = await asyncio.shield(original.result)
+            await self._wait_applied(res.last_offset, self.config.replicate_timeout_s)
+            return key.result(res.last_offset)
         res = await self._finish([entry], stages)
         await self._wait_applied(res.last_offset, self.config.replicate_timeout_s)
-        return res.last_offset
+        return key.result(res.last_offset)
+
+    def _check_commit(
+        self,
+        pid: int,
+        epoch: int,
+        tail: SequenceTail,
+        key: _MarkerKey,
+    ) -> None:
+        """Refuse a commit that has nothing to commit or does not match its transaction."""
+        is_open, held = self._pending_tx(pid)
+        if not is_open:
+            raise InvalidTxnStateError(
+                f"producer {pid} has no open transaction at epoch {epoch} on this partition: "
+                f"nothing to commit (it was committed, aborted, or never written)"
+            )
+        if key.record_count >= 0 and key.record_count != held:
+            raise InvalidTxnStateError(
+                f"record_count: the commit of producer {pid} epoch {epoch} names "
+                f"{key.record_count} records, the open transaction holds {held}"
+            )
+        if key.last_sequence >= 0 and key.last_sequence != tail.last_sequence:
+            raise InvalidTxnStateError(
+                f"last_sequence: the commit of producer {pid} epoch {epoch} names "
+                f"{key.last_sequence}, the open transaction's last sequence is "
+                f"{tail.last_sequence}"
+            )
+
+    def _applied_retry(self, pid: int, key: _MarkerKey) -> EndTxnResult | None:
+        """The result of the last applied marker when ``key`` is its exact retry."""
+        state = self.table.get(pid)
+        m = None if state is None else state.last_marker
+        if m is None:
+            return None
+        applied = _MarkerKey(
+            m.commit, m.requested_epoch, m.version, m.record_count, m.last_sequence
+        )
+        return applied.result(m.offset) if applied.answers(key) else None
+
+    def _find_inflight_marker(self, pid: int, key: _MarkerKey) -> _InFlight | None:
+        for e in self._inflight.get(pid, ()):
+            if e.marker is not None and e.marker.answers(key):
+                return e
+        return None
+
+    def min_open_timeout_ms(self) -> int | None:
+        """The shortest transaction timeout among open transactions (None: none open);
+        the expiry loop checks often enough for it."""
+        return self.table.min_open_timeout_ms(self.config.transaction_timeout_ms)
 
     async def abort_expired(self, now_ms: int) -> list[int]:
-        """Abort transactions open for at least the timeout; return their producer ids.
+        """Abort transactions open for at least their timeout; return their producer ids.
 
-        The leader calls this periodically (a no-op on followers). The abort
-        marker carries the next epoch, which fences the (presumably dead)
-        writer: its next request fails with PRODUCER_FENCED. A producer whose
-        commit or abort is already in flight is left alone.
+        The timeout is the session's (from its fence), else
+        ``config.transaction_timeout_ms``. The leader calls this periodically (a
+        no-op on followers). The abort marker carries the next epoch, which
+        fences the (presumably dead) writer: its next produce or commit fails
+        with PRODUCER_FENCED; its abort at the old epoch is answered as the
+        retry of this one. A producer whose commit or abort is already in
+        flight is left alone.
         """
         if not self._c.is_leader:
             return []
         term = await self.sync()
-        timeout = self.config.transaction_timeout_ms
         aborted = []
-        for pid in self.table.expired_transactions(now_ms, timeout):
+        for pid in self.table.expired_transactions(now_ms, self.config.transaction_timeout_ms):
             async with self._locks.hold(pid):
                 state = self.table.get(pid)
                 if state is None or state.open_tx is None:
@@ -460,9 +668,18 @@ class RmStm:
                 if any(e.kind is not BatchKind.DATA for e in self._inflight.get(pid, ())):
                     continue
                 tail = self._tail(pid)
-                epoch = next_epoch(state.epoch if tail is None else tail.epoch)
-                marker = make_marker(pid, epoch, commit=False, timestamp_ms=now_ms)
-                entry = self._track(pid, BatchKind.TX_ABORT, epoch)
+                old = state.epoch if tail is None else tail.epoch
+                epoch = next_epoch(old)
+                marker = make_marker(
+                    pid,
+                    epoch,
+                    commit=False,
+                    timestamp_ms=now_ms,
+                    requested_epoch=old,
+                    reason=REASON_TIMEOUT,
+                )
+                key = _MarkerKey(False, old)
+                entry = self._track(pid, BatchKind.TX_ABORT, epoch, marker=key)
                 stages = await self._enqueue(pid, [entry], [marker], Consistency.QUORUM_ACK, term)
             res = await self._finish([entry], stages)
             await self._wait_applied(res.last_offset, self.config.replicate_timeout_s)
@@ -492,12 +709,19 @@ class RmStm:
                 tail = SequenceTail(tail.epoch, e.last_sequence)
         return tail
 
-    def _has_open_tx(self, pid: int) -> bool:
+    def _pending_tx(self, pid: int) -> tuple[bool, int]:
+        """(open, record count) of ``pid``'s transaction after the applied state and every
+        in-flight request (in log order: a marker or fence in flight closes it)."""
         state = self.table.get(pid)
-        if state is not None and state.open_tx is not None:
-            return True
-        inflight = self._inflight.get(pid, ())
-        return any(e.kind is BatchKind.DATA and e.transactional for e in inflight)
+        tx = None if state is None else state.open_tx
+        is_open, count = tx is not None, 0 if tx is None else tx.record_count
+        for e in self._inflight.get(pid, ()):
+            if e.kind is BatchKind.DATA:
+                if e.transactional:
+                    is_open, count = True, count + e.record_count
+            else:
+                is_open, count = False, 0
+        return is_open, count
 
     def _track(
         self,
@@ -507,10 +731,13 @@ class RmStm:
         first: int = NO_SEQUENCE,
         last: int = NO_SEQUENCE,
         transactional: bool = False,
+        *,
+        record_count: int = 0,
+        marker: _MarkerKey | None = None,
     ) -> _InFlight:
         fut: asyncio.Future[ProduceResult] = asyncio.get_running_loop().create_future()
         fut.add_done_callback(_consume)
-        entry = _InFlight(kind, epoch, first, last, transactional, fut)
+        entry = _InFlight(kind, epoch, first, last, transactional, fut, record_count, marker)
         self._inflight.setdefault(pid, collections.deque()).append(entry)
         if pid in self._reorder:
             # the waiters re-check under the lock, so after this entry is enqueued

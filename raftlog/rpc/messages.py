@@ -213,6 +213,8 @@ class InitProducerRequest:
     topic: str
     partition: int
     producer_id: int
+    # the session's transaction timeout; -1: the server's --transaction-timeout-ms
+    transaction_timeout_ms: int = -1
 
 
 @register(28)
@@ -221,6 +223,7 @@ class InitProducerResponse:
     producer_id: int
     epoch: int
     last_committed_version: int
+    transaction_timeout_ms: int = -1  # the session's, as the server resolved it
 
 
 @register(29)
@@ -232,13 +235,17 @@ class EndTxnRequest:
     producer_epoch: int
     commit: bool
     version: int = -1
-    acks: int = -1
+    acks: int = -1  # must be -1 (all): a marker acknowledged by the leader alone may vanish
+    # what the writer saw acknowledged in the transaction; -1: unchecked (commit only)
+    record_count: int = -1
+    last_sequence: int = -1
 
 
 @register(30)
 @dataclasses.dataclass(frozen=True, slots=True)
 class EndTxnResponse:
     offset: int
+    producer_epoch: int = -1  # the producer's epoch after the marker (an abort bumps it)
 
 
 @register(40)

@@ -455,11 +455,12 @@ class _Producer:
             if fate == "abort":
                 txn.outcome = "aborted"  # fenced or not, it never commits: no commit is sent
                 try:
-                    await self.client.retrying(
+                    res = await self.client.retrying(
                         lambda rm: rm.end_transaction(self.pid, seq.epoch, False), "abort"
                     )
                 except ProducerFencedError as exc:
                     raise _Fenced(str(exc)) from exc
+                seq.reset(res.producer_epoch)  # an abort bumps the epoch: go on at the new one
             else:
                 txn.outcome = "unknown"
                 try:

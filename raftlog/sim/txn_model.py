@@ -11,10 +11,12 @@ from ``ProducerTable``, so that a bug in the table shows as a disagreement:
   or of an epoch whose fence is not in the log, is a violation;
 - a batch of an epoch older than the producer's current one landed although
   it should have been fenced: a violation;
-- per (producer, epoch) data sequences start at 0 and are consecutive: a
-  duplicate or a gap is a violation;
-- a newer epoch (fence or abort marker) aborts the open transaction;
-  ``TX_COMMIT`` makes its data visible, ``TX_ABORT`` hides it;
+- per (producer, epoch) data sequences start at 0 and are consecutive
+  (wrapping after ``2**31 - 1`` to 0): a duplicate or a gap is a violation;
+- a newer epoch (fence or abort marker: rm_stm writes every abort at the
+  next epoch) aborts the open transaction; ``TX_COMMIT`` makes its data
+  visible, ``TX_ABORT`` hides it; a ``TX_COMMIT`` naming a record count or
+  last sequence other than the open transaction's hides it too;
 - the last stable offset is the first offset of the oldest open transaction,
   or the offset after the last batch fed.
 
@@ -28,8 +30,8 @@ from __future__ import annotations
 import dataclasses
 import enum
 
-from raftlog.producers.markers import NO_VERSION, decode_marker_payload
-from raftlog.producers.serial import epoch_compare
+from raftlog.producers.markers import NO_VERSION, REASON_END_TXN, MarkerPayload, decode_marker
+from raftlog.producers.serial import NO_SEQUENCE, add_sequence, epoch_compare, sequence_ahead
 from raftlog.sim.checks import InvariantViolation
 from raftlog.storage.batch import NO_PRODUCER, BatchKind, RecordBatch
 
@@ -51,6 +53,8 @@ class Status(enum.Enum):
 class _Producer:
     epoch: int
     next_sequence: int = 0
+    last_sequence: int = NO_SEQUENCE  # of the epoch's last data batch
+    open_records: int = 0
     open_batches: list[int] = dataclasses.field(default_factory=list)
     open_first: int | None = None
     last_committed_version: int = NO_VERSION
@@ -65,7 +69,8 @@ class LogModel:
         self.status: dict[int, Status] = {}
         self.producers: dict[int, _Producer] = {}
         self.markers = {BatchKind.TX_COMMIT: 0, BatchKind.TX_ABORT: 0, BatchKind.PRODUCER_FENCE: 0}
-        self.bump_aborts = 0  # transactions aborted by a newer epoch (fence or timeout marker)
+        # transactions aborted by a newer epoch other than a client's abort (fence, timeout)
+        self.bump_aborts = 0
 
     def feed(self, node_id: int, batches: list[RecordBatch]) -> None:
         """Apply the committed batches of ``batches`` that follow ``end``."""
@@ -124,37 +129,48 @@ class LogModel:
                 f"a {kind.name} batch of producer {pid} at fenced epoch {epoch} landed at "
                 f"offset {b.base_offset} after epoch {p.epoch}"
             )
+        marker = _marker(b) if kind in (BatchKind.TX_COMMIT, BatchKind.TX_ABORT) else None
         if order > 0:
             if kind is BatchKind.DATA:
                 raise InvariantViolation(
                     f"data of producer {pid} at epoch {epoch} landed at offset {b.base_offset} "
                     f"before that epoch's fence (current epoch {p.epoch})"
                 )
-            if p.open_first is not None:
+            requested = kind is BatchKind.TX_ABORT and marker.reason == REASON_END_TXN
+            if p.open_first is not None and not requested:
                 self.bump_aborts += 1
             self._close(p, Status.HIDDEN)
             p.epoch = epoch
             p.next_sequence = 0
+            p.last_sequence = NO_SEQUENCE
         if kind is BatchKind.DATA:
             if b.first_sequence != p.next_sequence:
-                what = "duplicate" if b.first_sequence < p.next_sequence else "gap"
+                behind = sequence_ahead(b.first_sequence, p.next_sequence) < 0
+                what = "duplicate" if behind else "gap"
                 raise InvariantViolation(
                     f"{what} in producer {pid} epoch {epoch}: sequence {b.first_sequence} at "
                     f"offset {b.base_offset}, expected {p.next_sequence}"
                 )
-            p.next_sequence = b.first_sequence + b.record_count
+            p.next_sequence = add_sequence(b.first_sequence, b.record_count)
+            p.last_sequence = add_sequence(p.next_sequence, -1)
             if b.is_transactional:
                 self._data(b, Status.PENDING)
                 p.open_batches.append(b.base_offset)
+                p.open_records += b.record_count
                 if p.open_first is None:
                     p.open_first = b.base_offset
             else:
                 self._data(b, Status.VISIBLE)
         elif kind is BatchKind.TX_COMMIT:
+            assert marker is not None
+            if (marker.record_count >= 0 and marker.record_count != p.open_records) or (
+                marker.last_sequence >= 0 and marker.last_sequence != p.last_sequence
+            ):
+                self._close(p, Status.HIDDEN)  # not what the writer saw: aborted
+                return
             self._close(p, Status.VISIBLE)
-            version = decode_marker_payload(b.payload)
-            if version != NO_VERSION:
-                p.last_committed_version = version
+            if marker.version != NO_VERSION:
+                p.last_committed_version = marker.version
         elif kind is BatchKind.TX_ABORT:
             self._close(p, Status.HIDDEN)
 
@@ -167,3 +183,11 @@ class LogModel:
             self.status[base] = status
         p.open_batches.clear()
         p.open_first = None
+        p.open_records = 0
+
+
+def _marker(b: RecordBatch) -> MarkerPayload:
+    try:
+        return decode_marker(b.payload)
+    except ValueError as exc:
+        raise InvariantViolation(f"malformed marker at offset {b.base_offset}: {exc}") from exc

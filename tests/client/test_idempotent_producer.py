@@ -55,6 +55,7 @@ class RmStmNode(FakeNodeServer):
         self.stm = RmStm(self.consensus, RmStmConfig(reorder_wait_s=reorder_wait_s))
         self.fault: Fault = lambda req, n: None
         self.produce_count = 0
+        self.end_txns: list[EndTxnRequest] = []
 
     def routes(self) -> dict[str, Route]:
         return {route: self._handle for route in ("produce", "init_producer", "end_txn")}
@@ -78,15 +79,28 @@ class RmStmNode(FakeNodeServer):
         return web.Response(body=codec.encode(resp))
 
     async def _serve(self, req: object) -> object:
+        # as raftlog.node.groups.PartitionReplica serves them
         if isinstance(req, InitProducerRequest):
-            r = await self.stm.init_producer(req.producer_id)
-            return InitProducerResponse(r.producer_id, r.epoch, r.last_committed_version)
-        if isinstance(req, EndTxnRequest):
-            off = await self.stm.end_transaction(
-                req.producer_id, req.producer_epoch, req.commit, req.version
+            r = await self.stm.init_producer(req.producer_id, req.transaction_timeout_ms)
+            return InitProducerResponse(
+                r.producer_id, r.epoch, r.last_committed_version, r.transaction_timeout_ms
             )
-            return EndTxnResponse(off)
+        if isinstance(req, EndTxnRequest):
+            self.end_txns.append(req)
+            if req.acks != -1:
+                return ErrorResponse(ErrorCode.INVALID_REQUEST, f"acks: got {req.acks}")
+            r = await self.stm.end_transaction(
+                req.producer_id,
+                req.producer_epoch,
+                req.commit,
+                req.version,
+                record_count=req.record_count,
+                last_sequence=req.last_sequence,
+            )
+            return EndTxnResponse(r.offset, r.producer_epoch)
         assert isinstance(req, ProduceRequest)
+        if req.transactional and req.acks != -1:
+            return ErrorResponse(ErrorCode.INVALID_REQUEST, f"acks: got {req.acks}")
         self.produce_count += 1
         fault = self.fault(req, self.produce_count)
         if fault == "not_leader":

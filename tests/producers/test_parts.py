@@ -3,11 +3,22 @@
 from __future__ import annotations
 
 import asyncio
+import struct
 
 import pytest
 
 from raftlog.producers.aborted_index import AbortedIndex
-from raftlog.producers.markers import decode_marker_payload, encode_marker_payload, make_marker
+from raftlog.producers.markers import (
+    REASON_END_TXN,
+    MarkerPayload,
+    check_transaction_timeout,
+    decode_fence_payload,
+    decode_marker,
+    decode_marker_payload,
+    encode_marker_payload,
+    make_fence,
+    make_marker,
+)
 from raftlog.producers.producer_locks import ProducerLocks
 from raftlog.producers.serial import (
     EPOCH_MODULUS,
@@ -43,12 +54,41 @@ def test_marker_payload_round_trips_and_rejects_bad_input() -> None:
         True,
         2,
     )
-    with pytest.raises(ValueError, match="must be 9 bytes, got 2"):
+    with pytest.raises(ValueError, match="must be 9 or 24 bytes, got 2"):
         decode_marker_payload(b"ab")
-    with pytest.raises(ValueError, match="format must be 0, got 7"):
+    with pytest.raises(ValueError, match="format must be 0 or 1, got 7"):
         decode_marker_payload(b"\x07" + bytes(8))
     with pytest.raises(ValueError, match="version must be an int"):
         encode_marker_payload(-2)
+    # format 0 (written before record counts) still decodes, unchecked
+    assert decode_marker(struct.pack("<Bq", 0, 5)) == MarkerPayload(5)
+    full = make_marker(
+        1,
+        3,
+        commit=False,
+        record_count=7,
+        last_sequence=2**31 - 1,
+        requested_epoch=2,
+        reason=REASON_END_TXN,
+        timestamp_ms=0,
+    )
+    assert decode_marker(full.payload) == MarkerPayload(-1, 7, 2**31 - 1, 2, REASON_END_TXN)
+    with pytest.raises(ValueError, match="record_count must be an int in \\[-1"):
+        make_marker(1, 0, commit=True, record_count=-2, timestamp_ms=0)
+    with pytest.raises(ValueError, match="last_sequence must be an int in \\[-1, 2147483647\\]"):
+        make_marker(1, 0, commit=True, last_sequence=2**31, timestamp_ms=0)
+
+
+def test_fence_payload_carries_the_session_transaction_timeout() -> None:
+    assert decode_fence_payload(make_fence(1, 0, timestamp_ms=0).payload) == -1
+    fence = make_fence(1, 0, timestamp_ms=0, transaction_timeout_ms=500)
+    assert decode_fence_payload(fence.payload) == 500
+    assert decode_fence_payload(b"") == -1  # fences written before timeouts
+    with pytest.raises(ValueError, match="fence payload must be 0 or 9 bytes, got 3"):
+        decode_fence_payload(b"abc")
+    with pytest.raises(ValueError, match="transaction_timeout_ms must be an int in \\[1, 900\\]"):
+        check_transaction_timeout(901, 900)
+    assert check_transaction_timeout(-1, 900) == -1
 
 
 def test_aborted_index_lookup_and_prefix_truncate() -> None:

@@ -197,7 +197,7 @@ async def test_commit_records_the_version_that_the_next_session_sees() -> None:
     stm = RmStm(c)
     s = await stm.init_producer(PID)
     await stm.replicate(data(0, epoch=s.epoch, tx=True), Q)
-    marker_offset = await stm.end_transaction(PID, s.epoch, commit=True, version=17)
+    marker_offset = (await stm.end_transaction(PID, s.epoch, commit=True, version=17)).offset
     assert c.log[-1].kind is BatchKind.TX_COMMIT and c.log[-1].base_offset == marker_offset
     again = await stm.init_producer(PID)
     assert (again.epoch, again.last_committed_version) == (1, 17)
