@@ -52,6 +52,11 @@ MAX_CHUNK_BYTES = 64 * 1024 * 1024
 # Kafka caps in-flight requests of an idempotent producer at 5; rm_stm keeps the
 # last 5 batches per producer for deduplication, so more could not be retried safely.
 MAX_IN_FLIGHT = 5
+# A prepared transaction stays open from the task's first write to the driver's
+# decision; the partition aborts it after this long (capped by the server's
+# --max-transaction-timeout-ms). Restated from raftlog.client.transactions.
+DEFAULT_TRANSACTION_TIMEOUT_MS = 15 * 60 * 1000
+MAX_TRANSACTION_TIMEOUT_MS = 24 * 3600 * 1000
 
 SINK_OPTIONS = (
     "topic",
@@ -65,6 +70,8 @@ SINK_OPTIONS = (
     "requestTimeoutMs",
     "txnAppId",
     "txnVersion",
+    "deliveryGuarantee",
+    "transactionTimeoutMs",
 )
 SOURCE_OPTIONS = (
     "topic",
@@ -119,6 +126,8 @@ class SinkOptions:
     request_timeout_ms: int = 30_000
     txn_app_id: str | None = None
     txn_version: int | None = None
+    exactly_once: bool = True  # deliveryGuarantee
+    transaction_timeout_ms: int = DEFAULT_TRANSACTION_TIMEOUT_MS
 
     @property
     def request_timeout_s(self) -> float:
@@ -170,6 +179,25 @@ def parse_sink_options(options: Mapping[str, str], *, streaming: bool) -> SinkOp
         acks = "all"
     if acks not in ("all", "1", "0"):
         raise OptionError(f"option 'acks' must be one of all, 1, 0; got {opts['acks']!r}")
+    guarantee = opts.get("deliveryguarantee", "exactly-once").strip().lower()
+    if guarantee not in ("exactly-once", "at-least-once"):
+        raise OptionError(
+            f"option 'deliveryGuarantee' must be one of exactly-once, at-least-once; "
+            f"got {opts['deliveryguarantee']!r}"
+        )
+    exactly_once = guarantee == "exactly-once"
+    if exactly_once and acks != "all":
+        # a commit marker acknowledged by the leader alone can vanish with it
+        raise OptionError(
+            f"option 'acks' must be 'all' for exactly-once writes (deliveryGuarantee "
+            f"exactly-once, the default); got {opts['acks']!r}. acks 1 and 0 are for "
+            f"deliveryGuarantee at-least-once"
+        )
+    if not exactly_once and txn_app_id is not None:
+        raise OptionError(
+            "options 'txnAppId' and 'txnVersion' need deliveryGuarantee exactly-once "
+            "(the default); got deliveryGuarantee at-least-once"
+        )
     return SinkOptions(
         topic=_topic(opts),
         servers=_servers(opts),
@@ -185,6 +213,11 @@ def parse_sink_options(options: Mapping[str, str], *, streaming: bool) -> SinkOp
         or 30_000,
         txn_app_id=txn_app_id,
         txn_version=txn_version,
+        exactly_once=exactly_once,
+        transaction_timeout_ms=_opt_int(
+            opts, "transactionTimeoutMs", minimum=1, maximum=MAX_TRANSACTION_TIMEOUT_MS
+        )
+        or DEFAULT_TRANSACTION_TIMEOUT_MS,
     )
 
 

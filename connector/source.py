@@ -94,14 +94,24 @@ class _ReaderBase:
         return self._client
 
     def _bounds(self) -> dict[int, tuple[int, int]]:
-        """Partition -> (log start offset, last stable offset), from each leader."""
+        """Partition -> (log start offset, end of a consistent cut), from each leader.
+
+        The end is the last stable offset, lowered where needed so that every
+        committed micro-batch of an exactly-once writer is either all in or all
+        out (``raftlog.client.transactions.committed_cut``): a reader never sees
+        part of a batch as if it were all of it. The LSOs are read first, the
+        coordinator second, as the cut requires.
+        """
+        from raftlog.client.transactions import committed_cut
+
         client = self._driver_client()
         meta = client.describe_topic(self.opts.topic)
-        out = {}
+        starts, ends = {}, {}
         for part in meta.partitions:
             start, _hw, lso = client.list_offsets(self.opts.topic, part.partition)
-            out[part.partition] = (start, lso)
-        return out
+            starts[part.partition], ends[part.partition] = start, lso
+        cut = client.call(lambda c: committed_cut(c, self.opts.topic, ends))
+        return {p: (starts[p], max(starts[p], cut[p])) for p in starts}
 
     def _plan(self, start: Mapping[int, int], end: Mapping[int, int]) -> list[InputPartition]:
         ranges = {p: (start.get(p, 0), e) for p, e in end.items()}

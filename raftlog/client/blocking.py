@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import threading
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
 from raftlog.client.async_client import (
@@ -67,6 +67,11 @@ class BlockingRaftlogClient:
             self._thread.join(timeout=10)
             if not self._thread.is_alive():
                 self._loop.close()
+
+    def call(self, fn: Callable[[RaftlogClient], Coroutine[Any, Any, T]]) -> T:
+        """Run ``fn(async client)`` on the client's loop and return its result (for the
+        async-only helpers, e.g. :func:`raftlog.client.transactions.committed_cut`)."""
+        return self._run(fn(self._client))
 
     def __enter__(self) -> BlockingRaftlogClient:
         return self

@@ -8,7 +8,8 @@ import::
 Each comma-separated entry is ``<site>=<action>[@<trigger>]``:
 
 - actions: ``kill`` (SIGKILL this process without running any cleanup; the
-  page cache survives, as after a process crash), ``crash`` (run the hooks
+  page cache survives, as after a process crash), ``killpg`` (SIGKILL this
+  process's whole group, e.g. a Spark driver with its JVM and workers), ``crash`` (run the hooks
   registered with :func:`add_crash_hook`, which drop what was written but
   not fsynced, then SIGKILL: a power cut), ``error`` (raise
   :class:`FailpointError`), ``sleep:<ms>`` (block the calling thread for that
@@ -51,12 +52,21 @@ RAFT_BEFORE_VOTE_SAVE = "raft.before_vote_save"
 RAFT_FOLLOWER_BEFORE_REPLY = "raft.follower.before_reply"
 """On a follower, after handling append_entries (appended, maybe flushed), before replying."""
 
+TXN_AFTER_DECISION = "txn.after_decision"
+"""In a two-phase commit's decide, after the decision is durable, before any marker."""
+
 KNOWN_SITES = frozenset(
-    {LOG_BEFORE_FLUSH, LOG_AFTER_FLUSH, RAFT_BEFORE_VOTE_SAVE, RAFT_FOLLOWER_BEFORE_REPLY}
+    {
+        LOG_BEFORE_FLUSH,
+        LOG_AFTER_FLUSH,
+        RAFT_BEFORE_VOTE_SAVE,
+        RAFT_FOLLOWER_BEFORE_REPLY,
+        TXN_AFTER_DECISION,
+    }
 )
 
 _EXPECTED = (
-    "expected comma-separated <site>=<action>[@<trigger>] entries, where action is kill, "
+    "expected comma-separated <site>=<action>[@<trigger>] entries, where action is kill, killpg, "
     "crash, error or sleep:<ms> and trigger is @N (the N-th hit, N >= 1) or @P% (each hit with "
     "probability P, 0 < P <= 100), e.g. "
     f'{ENV_VAR}="log.before_flush=kill,raft.before_vote_save=kill@3"'
@@ -81,7 +91,7 @@ class Failpoint:
     """What to do at one site. ``nth``: fire on that hit only; ``probability``: per hit."""
 
     site: str
-    action: str  # "kill", "crash", "error" or "sleep"
+    action: str  # "kill", "killpg", "crash", "error" or "sleep"
     sleep_ms: int = 0
     nth: int | None = None
     probability: float | None = None
@@ -127,7 +137,7 @@ def parse(spec: str) -> dict[str, Failpoint]:
             if not ms.isdigit():
                 raise bad(f"sleep needs a whole number of milliseconds, got {ms!r}")
             action, sleep_ms = "sleep", int(ms)
-        elif action not in ("kill", "crash", "error"):
+        elif action not in ("kill", "killpg", "crash", "error"):
             raise bad(f"unknown action {action!r}")
         out[site] = Failpoint(site, action, sleep_ms, nth, probability)
     return out
@@ -165,6 +175,10 @@ def _fire(point: Failpoint) -> None:
         # SIGKILL, not sys.exit: no finally blocks, no atexit, no buffered flushes,
         # as close to pulling the plug as a process can do to itself.
         os.kill(os.getpid(), signal.SIGKILL)
+    elif point.action == "killpg":
+        # the whole process group: a Spark driver (JVM, Python driver and workers) that a
+        # test started in a session of its own dies at once, as under kill -9
+        os.killpg(os.getpgid(0), signal.SIGKILL)
     elif point.action == "error":
         raise FailpointError(point.site)
     else:

@@ -13,9 +13,11 @@ aborted data.
 from __future__ import annotations
 
 import asyncio
+import json
 import pathlib
 from typing import Any
 
+from raftlog.coordinator.tm_stm import TRANSACTIONS_TOPIC, TmStm
 from raftlog.faults import failpoints
 from raftlog.faults.crash import cut_to_flushed
 from raftlog.producers.outcomes import (
@@ -34,6 +36,8 @@ from raftlog.raft.errors import NotLeaderError, RaftError, TermMismatchError
 from raftlog.raft.heartbeat_manager import HeartbeatManager
 from raftlog.raft.replicate_batcher import Consistency
 from raftlog.rpc.messages import (
+    CoordinatorRequest,
+    CoordinatorResponse,
     EndTxnRequest,
     EndTxnResponse,
     ErrorCode,
@@ -120,9 +124,11 @@ class GroupHost:
         """Open a partition's group with rm_stm as its state machine, and start it."""
         c = await self._new_consensus(group, directory, replicas)
         rm = RmStm(c, self.rm_config)  # registers itself with c.add_state_machine, before start()
+        # the transaction coordinator runs on the internal topic's partitions, after rm_stm
+        tm = TmStm(c) if topic == TRANSACTIONS_TOPIC else None
         await c.start()
         self.groups[group] = c
-        return PartitionReplica(topic, partition, group, directory, list(replicas), c, rm)
+        return PartitionReplica(topic, partition, group, directory, list(replicas), c, rm, tm)
 
     def _register_crash_hook(self, group: int, log: SegmentedLog) -> None:
         """With failpoints enabled, a ``crash`` failpoint cuts this log to its flushed
@@ -170,6 +176,7 @@ class PartitionReplica:
         replicas: list[int],
         consensus: Consensus,
         rm: RmStm,
+        tm: TmStm | None = None,
     ) -> None:
         self.topic = topic
         self.partition = partition
@@ -178,6 +185,7 @@ class PartitionReplica:
         self.replicas = replicas
         self.consensus = consensus
         self.rm = rm
+        self.tm = tm
 
     # -- metrics / status ----------------------------------------------------
 
@@ -350,6 +358,25 @@ class PartitionReplica:
                 last_sequence=req.last_sequence,
             )
             return EndTxnResponse(r.offset, r.producer_epoch)
+        raise AssertionError("unreachable")
+
+    async def coordinate(self, req: CoordinatorRequest) -> CoordinatorResponse:
+        """Run one transaction coordinator command through this partition's tm_stm."""
+        if self.tm is None:
+            raise RequestError(
+                ErrorCode.INVALID_REQUEST,
+                f"partition: {self.topic}/{self.partition} runs no transaction coordinator "
+                f"(only {TRANSACTIONS_TOPIC} does)",
+            )
+        try:
+            command = json.loads(req.command)
+        except ValueError as exc:
+            raise RequestError(
+                ErrorCode.INVALID_REQUEST, f"command: expected a JSON object ({exc})"
+            ) from exc
+        async with _errors(self):
+            result = await self.tm.execute(command)
+            return CoordinatorResponse(json.dumps(result, separators=(",", ":")))
         raise AssertionError("unreachable")
 
 

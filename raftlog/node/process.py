@@ -50,7 +50,9 @@ from raftlog.producers.rm_stm import (
     RmStmConfig,
 )
 from raftlog.rpc import codec
+from raftlog.coordinator.tm_stm import TRANSACTIONS_TOPIC
 from raftlog.rpc.messages import (
+    CoordinatorRequest,
     CreateTopicRequest,
     CreateTopicResponse,
     DeleteTopicRequest,
@@ -511,7 +513,8 @@ class Node:
 
     async def create_topic(self, req: CreateTopicRequest) -> CreateTopicResponse:
         try:
-            validate_topic_name(req.name)
+            if req.name != TRANSACTIONS_TOPIC:  # internal names start with "__"
+                validate_topic_name(req.name)
         except ValueError as exc:
             raise RequestError(ErrorCode.INVALID_REQUEST, str(exc)) from exc
         partitions = self.config.default_partitions if req.partitions == -1 else req.partitions
@@ -667,6 +670,13 @@ class Node:
         return rep
 
     async def produce(self, req: ProduceRequest) -> Any:
+        if req.topic == TRANSACTIONS_TOPIC:
+            # its records are the coordinator's commands: only tm_stm writes them
+            raise RequestError(
+                ErrorCode.INVALID_REQUEST,
+                f"topic: {TRANSACTIONS_TOPIC} is internal to the transaction coordinator "
+                f"and takes no produce",
+            )
         rep = self._leader_replica(req.topic, req.partition)
         for i, b in enumerate(req.batches):
             if len(b.payload) > self.config.max_batch_bytes:
@@ -692,6 +702,9 @@ class Node:
     async def end_txn(self, req: EndTxnRequest) -> Any:
         return await self._leader_replica(req.topic, req.partition).end_txn(req)
 
+    async def coordinate(self, req: CoordinatorRequest) -> Any:
+        return await self._leader_replica(TRANSACTIONS_TOPIC, req.partition).coordinate(req)
+
 
 _CLIENT_HANDLERS: dict[type, Any] = {
     CreateTopicRequest: Node.create_topic,
@@ -704,6 +717,7 @@ _CLIENT_HANDLERS: dict[type, Any] = {
     ListOffsetsRequest: Node.list_offsets,
     InitProducerRequest: Node.init_producer,
     EndTxnRequest: Node.end_txn,
+    CoordinatorRequest: Node.coordinate,
 }
 
 

@@ -237,8 +237,8 @@ class EndTxnRequest:
     version: int = -1
     acks: int = -1  # must be -1 (all): a marker acknowledged by the leader alone may vanish
     # what the writer saw acknowledged in the transaction; -1: unchecked (commit only)
-    record_count: int = -1
-    last_sequence: int = -1
+    record_count: int = dataclasses.field(default=-1, metadata={"range": (-1, 2**31 - 1)})
+    last_sequence: int = dataclasses.field(default=-1, metadata={"range": (-1, 2**31 - 1)})
 
 
 @register(30)
@@ -246,6 +246,21 @@ class EndTxnRequest:
 class EndTxnResponse:
     offset: int
     producer_epoch: int = -1  # the producer's epoch after the marker (an abort bumps it)
+
+
+@register(31)
+@dataclasses.dataclass(frozen=True, slots=True)
+class CoordinatorRequest:
+    """A transaction coordinator command (JSON) for tm_stm on a ``__transactions`` partition."""
+
+    partition: int
+    command: str
+
+
+@register(32)
+@dataclasses.dataclass(frozen=True, slots=True)
+class CoordinatorResponse:
+    result: str  # JSON: {"status": ..., ...}; "error" carries a refused command's reason
 
 
 @register(40)
@@ -282,6 +297,7 @@ CLIENT_ROUTES: dict[type, str] = {
     ListOffsetsRequest: "list_offsets",
     InitProducerRequest: "init_producer",
     EndTxnRequest: "end_txn",
+    CoordinatorRequest: "coordinator",
     PartitionStatusRequest: "partition_status",
 }
 """Client request type -> route name under ``/v1/`` (client and server share it)."""
