@@ -42,6 +42,7 @@ from raftlog.controller import (
     command_batch,
     validate_topic_name,
 )
+from raftlog.coordinator.tm_stm import TRANSACTIONS_TOPIC
 from raftlog.metrics import NodeMetrics
 from raftlog.node.groups import GroupHost, PartitionReplica
 from raftlog.producers.rm_stm import (
@@ -50,7 +51,6 @@ from raftlog.producers.rm_stm import (
     RmStmConfig,
 )
 from raftlog.rpc import codec
-from raftlog.coordinator.tm_stm import TRANSACTIONS_TOPIC
 from raftlog.rpc.messages import (
     CoordinatorRequest,
     CreateTopicRequest,
