@@ -1,11 +1,24 @@
 """Invariants the simulator checks after every step.
 
-- at most one leader per term;
-- the commit index never goes backwards on a node (within one incarnation:
-  after a crash it restarts from the saved commit context, which may be lower);
-- logs match up to the commit index on every replica: every committed batch a
-  node has equals the one any other node committed at that offset (checked
-  incrementally against one global history of committed batches);
+- no task failed and no handler raised (a bug, a ``SafetyViolation``): the
+  first such exception fails the check, with its traceback chained;
+- election safety: at most one leader per term;
+- monotonic commit: the commit index never goes backwards on a node (within
+  one incarnation: after a crash it restarts from the saved commit context,
+  which may be lower);
+- state machine safety: every committed batch a node has equals the one any
+  other node committed at that offset (checked incrementally against one
+  global history of committed batches);
+- log matching: two logs holding a batch with the same base offset and term
+  hold the same batch, preceded by an entry of the same term (so, inductively,
+  the same prefix); checked over every live node's whole log, incrementally;
+- leader completeness: a leader elected after an entry was seen committed has
+  that entry in its log;
+- quorum durability: the last committed entry is on stable storage (the
+  simulated disk's flushed offset, which a crash does not lose) on a majority
+  of the voters of the configuration at that entry or of the latest one
+  (pass every node, crashed ones included: a voter not passed is assumed to
+  hold it);
 - no entry acknowledged at ``quorum_ack`` is ever lost: each one equals the
   committed history at its offset, and after the final heal every one of them
   is committed on the final leader.
@@ -17,6 +30,7 @@ leader crashes or loses leadership before a majority has flushed it.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 
 from raftlog.raft.replicate_batcher import ReplicateResult
 from raftlog.sim.node import SimNode
@@ -48,6 +62,17 @@ class InvariantChecker:
         self._commit_seen: dict[tuple[int, int], int] = {}
         self._verified: dict[tuple[int, int], int] = {}
         self.checks = 0
+        # Log matching: (base offset, term) -> (entry, term of the entry before it).
+        self._seen: dict[tuple[int, int], tuple[_Entry, int]] = {}
+        # (node, incarnation) -> (last offset checked for log matching, its term)
+        self._matched: dict[tuple[int, int], tuple[int, int]] = {}
+        # Leader completeness: committed bases in log order, and the highest term any
+        # node had when each was first seen committed.
+        self._history_bases: list[int] = []
+        self._seen_in_term: dict[int, int] = {}
+        self._max_term = 0
+        # (node, term) of a leader -> how many history entries it was checked for
+        self._complete_upto: dict[tuple[int, int], int] = {}
 
     def record_ack(self, result: ReplicateResult, batch: RecordBatch) -> None:
         placed = batch.stamped(result.base_offset, result.term)
@@ -60,8 +85,14 @@ class InvariantChecker:
                 f"differs from the committed entry there (term {known.term})"
             )
 
-    def check(self, nodes: list[SimNode]) -> None:
+    def check(self, nodes: Sequence[SimNode], failure: BaseException | None = None) -> None:
+        """Every invariant of the module docstring; ``failure``: a handler's exception."""
         self.checks += 1
+        if failure is not None:
+            raise InvariantViolation(f"a request handler raised: {failure!r}") from failure
+        for node in nodes:  # the persisted term counts too: a crashed leader's included
+            term = node.log.load_vote().term
+            self._max_term = max(self._max_term, node.consensus.term if node.alive else 0, term)
         for node in nodes:
             if not node.alive:
                 continue
@@ -85,6 +116,87 @@ class InvariantChecker:
                 )
             self._commit_seen[key] = commit
             self._verify_committed(node, key, commit)
+            self._check_log_matching(node, key)
+        for node in nodes:
+            if node.alive and node.consensus.is_leader:
+                self._check_leader_complete(node)
+        self._check_durable(nodes)
+
+    def _check_log_matching(self, node: SimNode, key: tuple[int, int]) -> None:
+        log = node.consensus.log
+        upto, term = self._matched.get(key, (log.start_offset - 1, 0))
+        if upto > log.dirty_offset or (upto >= log.start_offset and log.term_at(upto) != term):
+            upto = log.start_offset - 1  # truncated or replaced since: check it all again
+        start = upto + 1
+        for _ in range(100_000):
+            if start > log.dirty_offset:
+                break
+            batches = log.read(start, 1 << 20)
+            if not batches:
+                break
+            for b in batches:
+                prev = log.term_at(b.base_offset - 1) if b.base_offset > 0 else 0
+                mine = (_entry(b), prev if prev is not None else -1)
+                other = self._seen.setdefault((b.base_offset, b.term), mine)
+                if other[0] != mine[0] or (other[1] != mine[1] and -1 not in (other[1], mine[1])):
+                    raise InvariantViolation(
+                        f"log matching: node {node.node_id} has batch {b.base_offset}.."
+                        f"{b.last_offset} term {b.term} after term {mine[1]}; another log has "
+                        f"{other[0]} after term {other[1]} at the same offset and term"
+                    )
+                upto, term = b.last_offset, b.term
+            start = batches[-1].last_offset + 1
+        self._matched[key] = (upto, term)
+
+    def _check_leader_complete(self, node: SimNode) -> None:
+        c = node.consensus
+        key = (node.node_id, c.term)
+        i = self._complete_upto.get(key, 0)
+        for base in self._history_bases[i:]:
+            entry = self.history[base]
+            if self._seen_in_term[base] < c.term and c.log.term_at(base) != entry.term:
+                raise InvariantViolation(
+                    f"leader completeness: node {node.node_id} leads term {c.term} without "
+                    f"the entry at {base} (term {entry.term}) seen committed by term "
+                    f"{self._seen_in_term[base]}; it has term {c.log.term_at(base)} there"
+                )
+        self._complete_upto[key] = len(self._history_bases)
+
+    def _check_durable(self, nodes: Sequence[SimNode]) -> None:
+        end = self.history_end
+        if end < 0:
+            return
+        base = self._history_bases[-1]
+        entry = self.history[base]
+        on_disk = {
+            n.node_id
+            for n in nodes
+            if n.log.flushed_offset >= end and n.log.term_at(end) == entry.term
+        }
+        # The configurations as a log holding the committed prefix has them (a divergent,
+        # uncommitted log may hold a configuration change that never took effect).
+        holders = [
+            n
+            for n in nodes
+            if n.alive
+            and n.consensus.commit_index >= end
+            and n.consensus.log.term_at(end) == entry.term
+        ]
+        if not holders:
+            return  # no live node to read the configuration from (checked again next step)
+        history = holders[0].consensus.configs
+        known = {n.node_id for n in nodes}
+        for config in (history.at(end)[1], history.latest):
+            voters = config.voters
+            # A voter the caller did not pass may hold it: only the ones passed can refute.
+            holding = [v for v in voters if v in on_disk or v not in known]
+            if len(holding) >= len(voters) // 2 + 1:
+                return
+        raise InvariantViolation(
+            f"quorum durability: committed entry {base}..{end} (term {entry.term}) is flushed "
+            f"only on nodes {sorted(on_disk)}, not on a majority of voters "
+            f"{sorted(history.at(end)[1].voters)} (latest {sorted(history.latest.voters)})"
+        )
 
     def _verify_committed(self, node: SimNode, key: tuple[int, int], commit: int) -> None:
         c = node.consensus
@@ -125,6 +237,8 @@ class InvariantChecker:
             )
         self.history[b.base_offset] = entry
         self.history_end = b.last_offset
+        self._history_bases.append(b.base_offset)
+        self._seen_in_term[b.base_offset] = self._max_term
 
     def check_all_acked_committed(self) -> None:
         for base, entry in sorted(self.acked.items()):

@@ -106,10 +106,11 @@ class SimCluster:
         *,
         keep_majority: bool = False,
         reconfigure: Callable[[random.Random], None] | None = None,
-    ) -> None:
+    ) -> str:
         """One fault drawn from ``rng``: crash a node (tearing its unflushed tail), restart a
-        crashed one, partition, heal, transfer leadership (a task added to ``background``),
-        make the leader step down, or (with ``reconfigure``, 1 time in 20) ``reconfigure(rng)``.
+        crashed one, partition (two-way, or one-way 1 time in 3), heal, transfer leadership
+        (a task added to ``background``), make the leader step down, or (with
+        ``reconfigure``, 1 time in 20) ``reconfigure(rng)``. Returns what it did (the trace).
 
         ``keep_majority``: crash a node only when a majority stays up, or 1 time in 5.
         """
@@ -119,16 +120,26 @@ class SimCluster:
         if action < 0.3:
             # mostly keep a majority up, so that clients get work done
             if not keep_majority or len(self.live()) - 1 > len(ids) // 2 or rng.random() < 0.2:
-                node.crash(keep_unflushed=rng.choice([0, 0, 1, 2]))
+                keep = rng.choice([0, 0, 1, 2])
+                node.crash(keep_unflushed=keep)
+                return f"crash {node.node_id} keeping {keep} unflushed batches"
         elif action < 0.5:
             down = [n for n in self.nodes.values() if not n.alive]
             if down:
-                await rng.choice(down).restart()
+                back = rng.choice(down)
+                await back.restart()
+                return f"restart {back.node_id}"
         elif action < 0.65:
+            if rng.random() < 1 / 3:
+                a, b = rng.sample(ids, 2)
+                self.network.cut_one_way(a, b)
+                return f"cut {a}->{b} one way"
             side = set(rng.sample(ids, rng.randint(1, len(ids) // 2)))
             self.network.partition(side, ids)
+            return f"partition {sorted(side)} from the rest"
         elif action < 0.8:
             self.network.heal()
+            return "heal"
         elif action < 0.9:
             leader = self.leader()
             if leader is not None:
@@ -136,12 +147,16 @@ class SimCluster:
                 background.append(
                     asyncio.create_task(quietly(leader.consensus.transfer_leadership(target)))
                 )
+                return f"transfer {leader.node_id}->{target}"
         elif reconfigure is None or action < 0.95:
             leader = self.leader()
             if leader is not None:
                 leader.consensus.step_down()
+                return f"step down {leader.node_id}"
         else:
             reconfigure(rng)
+            return "reconfigure"
+        return "nothing"
 
 
 async def quietly(coro: Awaitable[None]) -> None:

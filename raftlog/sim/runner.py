@@ -4,16 +4,23 @@
 on a fresh virtual-time loop: a client writes with random consistency levels
 to whoever leads; a nemesis crashes nodes (tearing their unflushed tail),
 restarts them, partitions the network, drops messages and transfers
-leadership; a checker runs :class:`InvariantChecker` every ``step_s`` of
-virtual time. At the end the network is healed and every node restarted; a
-leader must emerge, commit a final write, and every ``quorum_ack`` entry must
-be in the committed log. The result is a pure function of the seed: a failing
-seed prints itself and replays exactly with ``run_seed(seed)``.
+leadership; the network also duplicates requests, delivers replies late
+(stale), reorders and cuts links one way. A checker runs
+:class:`InvariantChecker` every ``step_s`` of virtual time. At the end the
+network is healed and every node restarted; a leader must emerge, commit a
+final write, and every ``quorum_ack`` entry must be in the committed log.
+
+An exception anywhere fails the seed: a violated invariant, a task that
+failed, a request handler that raised (``SafetyViolation`` included), an
+error in the client or nemesis. The result is a pure function of the seed: a
+failing seed's error holds the seed, the replay call, the traceback and the
+trace of the last faults and leader changes.
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import dataclasses
 import random
 import traceback
@@ -68,14 +75,28 @@ class _Sim:
         self.rng = random.Random(seed)
         self.n = self.rng.choice(config.nodes)
         drop = self.rng.choice([0.0, 0.0, 0.02, 0.1])
+        duplicate = self.rng.choice([0.0, 0.02, 0.1])
+        late = self.rng.choice([0.0, 0.05, 0.2])
         options = sim_options()
         options.flush_latency_s = self.rng.choice([0.0, 0.002, 0.01, 0.03])
         # Short elections: more leader changes (and so more chances of a bug) per seed.
         options.election_timeout_ticks = 5
         self.cluster = SimCluster(
-            self.n, seed, options, network=NetworkOptions(drop_rate=drop, rpc_timeout_s=0.2)
+            self.n,
+            seed,
+            options,
+            network=NetworkOptions(
+                drop_rate=drop,
+                rpc_timeout_s=0.2,
+                duplicate_rate=duplicate,
+                late_reply_rate=late,
+                late_reply_max_s=0.05,
+            ),
         )
         self.checker = InvariantChecker()
+        # The last faults and leader changes, printed with a failing seed.
+        self.trace: collections.deque[str] = collections.deque(maxlen=60)
+        self._leaders: dict[int, int] = {}
         self.writes = 0
         self.stop = False
         self.background: list[asyncio.Task[None]] = []
@@ -86,12 +107,24 @@ class _Sim:
         checker_task = asyncio.create_task(self._checker())
         tasks = [asyncio.create_task(self._client(i)) for i in range(2)]
         tasks.append(asyncio.create_task(self._nemesis()))
-        # The checker raising ends the run at once with its violation.
-        await asyncio.wait([checker_task], timeout=self.config.chaos_s)
+        # The checker, a client or the nemesis raising ends the run at once with its error.
+        await asyncio.wait(
+            [checker_task, *tasks],
+            timeout=self.config.chaos_s,
+            return_when=asyncio.FIRST_EXCEPTION,
+        )
         self.stop = True
         for t in tasks:
             t.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        results = await asyncio.gather(*tasks, return_exceptions=True)
+        if checker_task.done():
+            checker_task.result()  # a violation first: it is the cause of the rest
+        for r in results:
+            if isinstance(r, BaseException) and not isinstance(r, asyncio.CancelledError):
+                raise r
+        for t in self.background:
+            if t.done() and not t.cancelled() and t.exception() is not None:
+                raise t.exception()  # type: ignore[misc]
         # Heal and restart everything: the group must recover every quorum_ack write.
         cluster.network.heal()
         cluster.network.options.drop_rate = 0.0
@@ -100,7 +133,7 @@ class _Sim:
         if checker_task.done():
             checker_task.result()
         await self._final_write()
-        self.checker.check(list(cluster.nodes.values()))
+        self._check()
         if checker_task.done():
             checker_task.result()
         checker_task.cancel()
@@ -134,15 +167,32 @@ class _Sim:
             return
         raise AssertionError(f"no final write committed after healing: {last_error!r}")
 
+    def _check(self) -> None:
+        nodes = list(self.cluster.nodes.values())
+        for node in nodes:
+            if node.alive and node.consensus.is_leader:
+                term = node.consensus.term
+                if self._leaders.get(term) is None:
+                    self._leaders[term] = node.node_id
+                    self.trace.append(f"{self._now():.3f} node {node.node_id} leads term {term}")
+        self.checker.check(nodes, self.cluster.network.failure)
+
+    @staticmethod
+    def _now() -> float:
+        return asyncio.get_running_loop().time()
+
     async def _checker(self) -> None:
         for _ in range(10_000_000):
-            self.checker.check(list(self.cluster.nodes.values()))
+            self._check()
             await asyncio.sleep(self.config.step_s)
 
     async def _client(self, client: int) -> None:
         rng = random.Random(self.seed * 7 + client)
         for i in range(100_000):
             await asyncio.sleep(rng.uniform(0.005, 0.05))
+            failure = self.cluster.network.failure
+            if failure is not None:
+                raise failure
             # asyncio.wait_for may swallow a cancellation (3.11), so also check the flag.
             if self.stop:
                 return
@@ -168,7 +218,10 @@ class _Sim:
             await asyncio.sleep(rng.uniform(0.05, 0.3))
             if self.stop:
                 return
-            await self.cluster.random_fault(rng, self.background, reconfigure=self._reconfigure)
+            done = await self.cluster.random_fault(
+                rng, self.background, reconfigure=self._reconfigure
+            )
+            self.trace.append(f"{self._now():.3f} {done}")
 
     def _reconfigure(self, rng: random.Random) -> None:
         """Remove one follower from the group, or add a removed node back (as a learner)."""
@@ -201,7 +254,9 @@ def run_seed(seed: int, config: SimConfig | None = None) -> SeedResult:
             sim.checker.history_end,
             sim.checker.checks,
             f"seed {seed} failed (replay: raftlog.sim.run_seed({seed})): "
-            + "".join(traceback.format_exception(exc)),
+            + "".join(traceback.format_exception(exc))
+            + "trace (last faults and leader changes, virtual seconds):\n  "
+            + "\n  ".join(sim.trace),
         )
 
 
