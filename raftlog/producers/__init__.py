@@ -16,6 +16,7 @@ from raftlog.producers.outcomes import (
 )
 from raftlog.producers.producer_table import ProducerTable, ProducerTableConfig
 from raftlog.producers.rm_stm import (
+    EndTxnResult,
     InitProducerResult,
     ProduceResult,
     RmStm,
@@ -26,6 +27,7 @@ from raftlog.producers.sequencer import Send, Sequencer, SequencerError
 
 __all__ = [
     "DuplicateSequenceError",
+    "EndTxnResult",
     "InitProducerResult",
     "InvalidProducerEpochError",
     "InvalidTxnStateError",

@@ -11,6 +11,7 @@ from aiohttp import web
 from raftlog.client import (
     FencedError,
     InvalidRequestError,
+    InvalidTxnStateError,
     RaftlogClient,
     unframe_records,
 )
@@ -200,3 +201,87 @@ async def test_bad_arguments_are_named(node: RmStmNode) -> None:
         with pytest.raises(InvalidRequestError, match="commit/abort need"):
             await p.commit()
         await p.close()
+
+
+# -- transactions, hardened (issue 14, item 6) -------------------------------------------------
+
+
+async def test_transactional_producer_needs_acks_all(node: RmStmNode) -> None:
+    async with RaftlogClient([node.address], request_timeout_s=5.0) as c:
+        with pytest.raises(
+            InvalidRequestError, match=r"acks: transactional writes require acks=all"
+        ):
+            await c.idempotent_producer("t", 0, transactional=True, acks="1")
+        s = await c.init_producer("t", 0, 3)
+        with pytest.raises(InvalidRequestError, match="acks"):
+            await c.produce("t", 0, [(b"x", 1)], "1", 3, s.epoch, 0, transactional=True)
+        with pytest.raises(InvalidRequestError, match="acks"):
+            await c.end_transaction("t", 0, 3, s.epoch, False, acks="1")
+    assert [r.acks for r in node.end_txns] == [1]  # refused by the node, not written
+    assert not any(b.kind is BatchKind.TX_ABORT for b in node.consensus.log)
+
+
+async def test_abort_bumps_the_epoch_the_producer_goes_on_and_a_late_commit_is_fenced(
+    node: RmStmNode,
+) -> None:
+    async with RaftlogClient([node.address], request_timeout_s=5.0) as c:
+        p = await c.idempotent_producer("t", 0, producer_id=8, transactional=True)
+        old_epoch = p.epoch
+        await p.send([b"a0", b"a1"])
+        await p.abort()
+        assert p.epoch == old_epoch + 1  # adopted from the EndTxnResponse
+        # the aborted transaction's late commit (a zombie's) is fenced
+        with pytest.raises(FencedError, match=f"epoch {old_epoch} is older"):
+            await c.end_transaction("t", 0, 8, old_epoch, True, 1)
+        # the retry of the abort itself is answered with the same offset
+        abort = node.end_txns[0]
+        again = await c.end_transaction("t", 0, 8, old_epoch, False)
+        assert node.consensus.log[-1].kind is BatchKind.TX_ABORT
+        assert again == node.consensus.log[-1].base_offset
+        # the producer's next transaction starts at sequence 0 of the new epoch and commits
+        await p.send([b"b0"])
+        offset = await p.commit(version=2)
+        await p.close()
+    assert abort.producer_epoch == old_epoch
+    assert [v for _, v in node.values(8)] == ["a0", "a1", "b0"]
+    assert node.stm.table.get(8).last_committed_version == 2
+    assert node.consensus.log[-1].base_offset == offset
+
+
+async def test_commit_names_what_was_sent_and_a_commit_without_a_transaction_is_refused(
+    node: RmStmNode,
+) -> None:
+    async with RaftlogClient([node.address], request_timeout_s=5.0) as c:
+        p = await c.idempotent_producer("t", 0, producer_id=9, transactional=True)
+        with pytest.raises(InvalidTxnStateError, match="has no open transaction"):
+            await p.commit(version=1)
+        p.send([b"x0", b"x1"])
+        p.send([b"x2"])
+        offset = await p.commit(version=1)
+        sent = node.end_txns[-1]
+        assert (sent.record_count, sent.last_sequence) == (3, 2)
+        # the exact retry of that commit returns the same offset; anything else is refused
+        assert await c.end_transaction("t", 0, 9, p.epoch, True, 1, record_count=3) == offset
+        with pytest.raises(InvalidTxnStateError, match="has no open transaction"):
+            await p.commit(version=2)
+        # a commit whose count does not match the open transaction is refused, naming it
+        await p.send([b"y0"])
+        with pytest.raises(
+            InvalidTxnStateError,
+            match=r"record_count: .* names 2 records, the open transaction holds 1",
+        ):
+            await c.end_transaction("t", 0, 9, p.epoch, True, 2, record_count=2)
+        await p.commit(version=2)
+        await p.close()
+    assert node.stm.table.get(9).last_committed_version == 2
+
+
+async def test_init_producer_sends_the_transaction_timeout(node: RmStmNode) -> None:
+    async with RaftlogClient([node.address], request_timeout_s=5.0) as c:
+        s = await c.init_producer("t", 0, 11, transaction_timeout_ms=500)
+        assert s.transaction_timeout_ms == 500
+        assert node.stm.table.get(11).transaction_timeout_ms == 500
+        d = await c.init_producer("t", 0, 12)
+        assert d.transaction_timeout_ms == node.stm.config.transaction_timeout_ms
+        with pytest.raises(InvalidRequestError, match="transaction_timeout_ms must be an int"):
+            await c.init_producer("t", 0, 13, transaction_timeout_ms="1s")  # type: ignore[arg-type]
