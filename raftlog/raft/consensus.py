@@ -63,7 +63,7 @@ import json
 import logging
 import random
 import struct
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from typing import Any, Protocol
 
 from raftlog.faults.failpoints import (
@@ -233,6 +233,9 @@ class Consensus:
         # An unexpected exception in one of this group's tasks (a bug; the simulator fails on it).
         self.fatal_error: BaseException | None = None
         self.task_failures = 0
+        # Called (no arguments) whenever the commit index advanced: the simulator checks
+        # quorum durability at that very moment, not only at its next step.
+        self.commit_listeners: list[Callable[[], None]] = []
         # The long-running services by task (restarted when one fails).
         self._services: dict[asyncio.Task[Any], str] = {}
         # A dict, not a set: iteration (cancellation) order must not depend on ids (replay).
@@ -577,6 +580,8 @@ class Consensus:
                 )
 
     def _on_commit(self) -> None:
+        for listener in self.commit_listeners:
+            listener()
         commit = self.core.commit_index
         done = 0
         for w in self._waiters:

@@ -73,6 +73,8 @@ class InvariantChecker:
         self._max_term = 0
         # (node, term) of a leader -> how many history entries it was checked for
         self._complete_upto: dict[tuple[int, int], int] = {}
+        # A violation found between steps (at a commit), raised by the next check().
+        self.pending: InvariantViolation | None = None
 
     def record_ack(self, result: ReplicateResult, batch: RecordBatch) -> None:
         placed = batch.stamped(result.base_offset, result.term)
@@ -88,6 +90,8 @@ class InvariantChecker:
     def check(self, nodes: Sequence[SimNode], failure: BaseException | None = None) -> None:
         """Every invariant of the module docstring; ``failure``: a handler's exception."""
         self.checks += 1
+        if self.pending is not None:
+            raise self.pending
         if failure is not None:
             raise InvariantViolation(f"a request handler raised: {failure!r}") from failure
         for node in nodes:  # the persisted term counts too: a crashed leader's included
@@ -162,16 +166,40 @@ class InvariantChecker:
                 )
         self._complete_upto[key] = len(self._history_bases)
 
-    def _check_durable(self, nodes: Sequence[SimNode]) -> None:
-        end = self.history_end
-        if end < 0:
+    def check_commit(self, node: SimNode, nodes: Sequence[SimNode]) -> None:
+        """Quorum durability at the moment ``node``'s commit index advanced.
+
+        Never raises (it runs inside the node's stages): a violation is kept in
+        :attr:`pending` and raised by the next :meth:`check`.
+        """
+        c = node.consensus
+        end = c.commit_index
+        term = c.log.term_at(end)
+        if self.pending is not None or end < 0 or term is None:
             return
-        base = self._history_bases[-1]
-        entry = self.history[base]
+        try:
+            self._check_durable(nodes, end, term, f"{end} at node {node.node_id}'s commit")
+        except InvariantViolation as exc:
+            self.pending = exc
+
+    def _check_durable(
+        self,
+        nodes: Sequence[SimNode],
+        end: int | None = None,
+        term: int | None = None,
+        what: str = "",
+    ) -> None:
+        if end is None or term is None:
+            end = self.history_end
+            if end < 0:
+                return
+            base = self._history_bases[-1]
+            term = self.history[base].term
+            what = f"{base}..{end}"
         on_disk = {
             n.node_id
             for n in nodes
-            if n.log.flushed_offset >= end and n.log.term_at(end) == entry.term
+            if n.log.flushed_offset >= end and n.log.term_at(end) == term
         }
         # The configurations as a log holding the committed prefix has them (a divergent,
         # uncommitted log may hold a configuration change that never took effect).
@@ -180,7 +208,7 @@ class InvariantChecker:
             for n in nodes
             if n.alive
             and n.consensus.commit_index >= end
-            and n.consensus.log.term_at(end) == entry.term
+            and n.consensus.log.term_at(end) == term
         ]
         if not holders:
             return  # no live node to read the configuration from (checked again next step)
@@ -193,7 +221,7 @@ class InvariantChecker:
             if len(holding) >= len(voters) // 2 + 1:
                 return
         raise InvariantViolation(
-            f"quorum durability: committed entry {base}..{end} (term {entry.term}) is flushed "
+            f"quorum durability: committed entry {what} (term {term}) is flushed "
             f"only on nodes {sorted(on_disk)}, not on a majority of voters "
             f"{sorted(history.at(end)[1].voters)} (latest {sorted(history.latest.voters)})"
         )

@@ -9,6 +9,7 @@ restart would.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from typing import Any
 
 from raftlog.raft.configuration import Configuration
@@ -41,6 +42,8 @@ class SimNode:
         self.alive = False
         self.incarnation = 0
         self._tasks: dict[asyncio.Task[Any], None] = {}  # ordered: deterministic replay
+        # Called with this node whenever its commit index advances (the checker's hook).
+        self.on_commit: Callable[[SimNode], None] | None = None
         self.consensus: Consensus
         self.heartbeats: HeartbeatManager
 
@@ -68,6 +71,9 @@ class SimNode:
 
     async def start(self) -> None:
         self._build()
+        if self.on_commit is not None:
+            hook = self.on_commit
+            self.consensus.commit_listeners.append(lambda: hook(self))
         dispatcher = PeerDispatcher(self.node_id, self.heartbeats)
         self.network.attach(self.node_id, Endpoint(dispatcher.handle, self.spawn))
         await self.consensus.start()

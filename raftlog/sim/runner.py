@@ -94,6 +94,9 @@ class _Sim:
             ),
         )
         self.checker = InvariantChecker()
+        nodes = list(self.cluster.nodes.values())
+        for node in nodes:
+            node.on_commit = lambda n: self.checker.check_commit(n, nodes)
         # The last faults and leader changes, printed with a failing seed.
         self.trace: collections.deque[str] = collections.deque(maxlen=60)
         self._leaders: dict[int, int] = {}
