@@ -1,0 +1,947 @@
+"""The seeded simulation of exactly-once writes: the coordinator's two-phase commit under faults.
+
+``run_seed(seed)`` runs one short history on a virtual-time loop, with
+
+- ``partitions`` Raft groups of one topic, each on its own 3 or 5 simulated
+  nodes running the real :class:`~raftlog.producers.rm_stm.RmStm` (the nodes of
+  :mod:`raftlog.sim.producers`, with the leader's transaction-expiry task);
+- one ``__transactions`` group running the real
+  :class:`~raftlog.coordinator.tm_stm.TmStm` (and so the real
+  :class:`~raftlog.coordinator.state.CoordinatorState`);
+- a nemesis crashing and restarting nodes of every group, partitioning their
+  networks, dropping messages and moving leaders.
+
+Clients reach a group's leader (or, now and then, any live node) through a
+lossy network: a lost request or reply, a crash and a timeout are an unknown
+outcome, and the client retries, as the real client does.
+
+Writers play Spark streaming queries. Each writer runs versions 0, 1, 2, ...
+(micro-batches); a version is a fixed set of rows (the same on a replay). A
+*run* of the driver (one ``runId``) splits the version's rows among 1..3 tasks
+(a replay may split them differently); each task attempt *prepares*: for every
+topic partition its rows go to, ``init_producer`` at a producer id unique to
+(writer, run, attempt, partition), ``register`` with the coordinator (writing
+nothing when the version is already committed, nothing when refused), and a
+transactional write of its rows. Some attempts fail midway and go on writing
+as zombies; some have a speculative twin whose commit message Spark drops.
+The driver then runs the real :func:`raftlog.client.transactions.decide`
+(roll forward, decide, markers, complete) naming the first successful attempt
+of each task, or decides abort when a task failed every attempt. The driver is
+killed between every step: at a random moment, or right after ``pending``,
+after ``decide``, after the first marker, before ``complete`` or after it (before
+its checkpoint). A restarted driver is a new run that replays the first version
+its checkpoint does not hold, as a restarted query does. A coordinator timer
+(:func:`~raftlog.client.transactions.roll_forward_all`) rolls forward too.
+
+Readers take cuts: each partition's last stable offset, then the coordinator's
+``cut``, then :func:`~raftlog.client.transactions.consistent_cut`, then the
+committed data below the cut. After the chaos, every node is restarted and the
+network healed; drivers finish their version, the transaction timeout aborts
+what zombies left open, and a final cut is read. The history goes to
+:func:`raftlog.checker.check_batches`, which reports fractured, lost, duplicated
+and uncommitted batches. The run is a pure function of the seed (and config):
+a failing seed replays exactly with ``run_seed(seed)``.
+
+``CoordinatorSimConfig.mutation`` plants a bug, to show the checker catches it:
+
+- ``cut_skip``: readers use the last stable offsets as the cut, skipping
+  ``consistent_cut``'s adjustment (expect fractured batches);
+- ``forget_committed``: the coordinator forgets a writer's last committed
+  version (as the producer table's expiry did), so a replay registers and
+  commits again (expect duplicated rows);
+- ``skip_roll_forward``: the coordinator reports no pending decision and hands a
+  replay the recorded commit as complete, so nobody writes the missing markers
+  (expect lost batches, once the transaction timeout aborts them);
+- ``no_abort``: a decision aborts none of the unnamed participants. Not a
+  safety bug (nobody commits them; the transaction timeout aborts them, and
+  until then the partition's LSO waits): expect nothing for the safety checker.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import json
+import random
+import traceback
+from collections.abc import Awaitable, Callable, Iterable
+from typing import Any, TypeVar
+
+from raftlog.checker.batches import BATCH_KINDS, BatchHistory, BatchReport, check_batches, row_value
+from raftlog.client import errors as client_errors
+from raftlog.client.coordinator import CoordinatorError
+from raftlog.client.transactions import (
+    TxnKey,
+    TxnLostError,
+    consistent_cut,
+    decide,
+    producer_id_for,
+    roll_forward_all,
+)
+from raftlog.coordinator.state import CoordinatorState, Participant
+from raftlog.coordinator.tm_stm import TRANSACTIONS_TOPIC, TmStm
+from raftlog.producers import outcomes
+from raftlog.producers.rm_stm import RmStmConfig
+from raftlog.raft.errors import RaftError
+from raftlog.raft.replicate_batcher import Consistency
+from raftlog.sim.checks import InvariantViolation
+from raftlog.sim.cluster import SimCluster, sim_options
+from raftlog.sim.loop import run_many, run_virtual
+from raftlog.sim.network import NetworkOptions
+from raftlog.sim.node import SimNode
+from raftlog.sim.producers import ProducerSimCluster, ProducerSimNode
+from raftlog.storage.batch import RecordBatch
+
+__all__ = [
+    "MUTATIONS",
+    "CoordinatorSeedResult",
+    "CoordinatorSimConfig",
+    "CoordinatorSummary",
+    "run_seed",
+    "run_seeds",
+]
+
+T = TypeVar("T")
+
+TOPIC = "events"
+MUTATIONS = ("cut_skip", "forget_committed", "skip_roll_forward", "no_abort")
+_ALL = 1 << 40
+_CRASH_POINTS = (
+    ("after", "pending"),  # rolled forward, nothing decided yet
+    ("after", "decide"),  # decided, no marker written
+    ("after", "marker"),  # some markers written
+    ("before", "complete"),  # every marker written, not recorded complete
+    ("after", "complete"),  # complete, not yet in the driver's checkpoint
+)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class CoordinatorSimConfig:
+    chaos_s: float = 3.0  # virtual seconds of faults, writes and crashes
+    final_s: float = 30.0  # virtual seconds allowed for each phase after healing
+    nodes: tuple[int, ...] = (3, 5)
+    partitions: int = 2
+    writers: int = 2
+    readers: int = 2
+    request_timeout_s: float = 1.0  # the client's bound on one request
+    transaction_timeout_ms: int = 6000  # each task attempt's session
+    mutation: str = ""  # one of MUTATIONS, or "" (see the module doc)
+
+    def __post_init__(self) -> None:
+        if self.mutation and self.mutation not in MUTATIONS:
+            raise ValueError(f"mutation: expected one of {MUTATIONS} or '', got {self.mutation!r}")
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class CoordinatorSeedResult:
+    seed: int
+    ok: bool  # the run finished and the checker found nothing
+    nodes: int = 0
+    versions: int = 0  # versions committed
+    runs: int = 0  # driver runs (1 + restarts) over all writers
+    crashes: int = 0  # drivers killed
+    attempts: int = 0  # task attempts
+    zombies: int = 0  # attempts that failed and wrote on
+    replays: int = 0  # attempts told "committed" (wrote nothing)
+    refused: int = 0  # attempts refused by the coordinator
+    aborts: int = 0  # abort decisions
+    cuts: int = 0
+    anomalies: dict[str, int] = dataclasses.field(default_factory=dict)
+    report: str = ""
+    error: str = ""  # a failure of the run itself (not a checker finding)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class CoordinatorSummary:
+    seeds: int
+    failed: list[CoordinatorSeedResult]
+    versions: int
+    crashes: int
+    cuts: int
+    anomalies: dict[str, int]
+
+    @property
+    def ok(self) -> bool:
+        return not self.failed
+
+
+class _Lost(Exception):
+    """A request or its reply was lost, its node crashed, or it timed out: outcome unknown."""
+
+
+# -- the coordinator's group ---------------------------------------------------------------
+
+
+class _MutantState(CoordinatorState):
+    """CoordinatorState with a planted bug (see the module doc)."""
+
+    def __init__(self, mutation: str) -> None:
+        super().__init__()
+        self.mutation = mutation
+
+    def apply(self, command: Any, offset: int) -> dict[str, Any]:
+        op = command.get("op") if isinstance(command, dict) else None
+        if self.mutation == "forget_committed" and op in ("register", "decide"):
+            writer = self.writers.get(command.get("writer"))  # type: ignore[arg-type]
+            saved = None if writer is None else writer.last_committed
+            if writer is not None:
+                writer.last_committed = -1
+            try:
+                result = super().apply(command, offset)
+            finally:
+                if writer is not None and saved is not None:
+                    writer.last_committed = max(saved, writer.last_committed)
+            return result
+        result = super().apply(command, offset)
+        if self.mutation == "skip_roll_forward":
+            if op in ("pending", "all_pending") and "pending" in result:
+                result["pending"] = []
+            decision = result.get("decision")
+            if op == "decide" and isinstance(decision, dict) and decision["run"] != command["run"]:
+                decision["complete"] = True
+        if self.mutation == "no_abort" and op == "decide" and result.get("status") != "error":
+            w = self.writers.get(command["writer"])
+            v = None if w is None else w.versions.get(command["version"])
+            for d in () if v is None else v.decisions.values():
+                d.aborts = []
+            if isinstance(result.get("decision"), dict):
+                result["decision"]["aborts"] = []
+        return result
+
+
+class _TmNode(SimNode):
+    """A :class:`SimNode` whose group runs tm_stm (the coordinator)."""
+
+    def __init__(self, *args: Any, mutation: str, **kw: Any) -> None:
+        super().__init__(*args, **kw)
+        self.mutation = mutation
+        self.tm: TmStm
+
+    def _build(self) -> None:
+        super()._build()
+        self.tm = TmStm(self.consensus, replicate_timeout_s=1.0)
+        if self.mutation in ("forget_committed", "skip_roll_forward", "no_abort"):
+            self.tm.state = _MutantState(self.mutation)
+
+
+class _TmCluster(SimCluster):
+    def __init__(self, n: int, seed: int, mutation: str, **kw: Any) -> None:
+        super().__init__(n, seed, **kw)
+        some = next(iter(self.nodes.values()))
+        self.nodes = {
+            i: _TmNode(
+                i,
+                self.network,
+                some.configuration,
+                self.options,
+                some.heartbeat_interval_s,
+                seed,
+                mutation=mutation,
+            )
+            for i in self.nodes
+        }
+
+
+# -- clients ---------------------------------------------------------------------------------
+
+
+def _retrieve(task: asyncio.Task[Any]) -> None:
+    if not task.cancelled():
+        task.exception()
+
+
+class _Caller:
+    """Requests from outside the cluster to one group's node, through its lossy network."""
+
+    def __init__(self, sim: _Sim, rng: random.Random) -> None:
+        self.sim = sim
+        self.rng = rng
+        self.failures = 0
+
+    async def call(self, cluster: SimCluster, fn: Callable[[Any], Awaitable[T]]) -> T:
+        """Run ``fn(node)`` on the node believed to lead; raises _Lost or what ``fn`` raises."""
+        net = cluster.network
+        node = cluster.leader()
+        if node is None or self.rng.random() < 0.1:  # stale metadata: any live node
+            live = cluster.live()
+            node = self.rng.choice(live) if live else None
+        if node is None:
+            await asyncio.sleep(0.05)
+            raise _Lost("no live node")
+        await asyncio.sleep(net._delay())
+        if not node.alive or (net.options.drop_rate and self.rng.random() < net.options.drop_rate):
+            await asyncio.sleep(self.sim.config.request_timeout_s)
+            raise _Lost(f"request to node {node.node_id} lost")
+        task = node.spawn(fn(node))
+        task.add_done_callback(_retrieve)
+        try:
+            result = await asyncio.wait_for(asyncio.shield(task), self.sim.config.request_timeout_s)
+        except TimeoutError:
+            raise _Lost(f"node {node.node_id} did not answer in time") from None
+        except asyncio.CancelledError:
+            me = asyncio.current_task()
+            if task.cancelled() and (me is None or me.cancelling() == 0):
+                raise _Lost(f"node {node.node_id} crashed while handling the request") from None
+            raise
+        await asyncio.sleep(net._delay())
+        if net.options.drop_rate and self.rng.random() < net.options.drop_rate:
+            raise _Lost(f"reply from node {node.node_id} lost")
+        return result
+
+    async def retrying(
+        self, cluster: SimCluster, fn: Callable[[Any], Awaitable[T]], what: str
+    ) -> T:
+        """``call`` until it succeeds or raises a non-retriable error (bounded, as the
+        client's request timeout bounds its retries)."""
+        for _ in range(1000):
+            try:
+                return await self.call(cluster, fn)
+            except outcomes.ProducerError as exc:
+                if not exc.retriable:
+                    raise
+            except (_Lost, RaftError, TimeoutError):
+                pass
+            self.failures += 1
+            await asyncio.sleep(self.rng.uniform(0.01, 0.05))
+        raise InvariantViolation(f"{what}: no success after 1000 attempts")
+
+
+Hook = Callable[[str, str], Awaitable[None]]
+
+
+async def _no_hook(when: str, what: str) -> None:
+    return None
+
+
+class _SimCoordinator:
+    """What :mod:`raftlog.client.transactions` needs of a CoordinatorClient: ``call``.
+
+    Commands travel as JSON (as on the wire) to the coordinator group's leader and
+    are retried through faults; every command is idempotent.
+    """
+
+    def __init__(self, sim: _Sim, caller: _Caller, hook: Hook = _no_hook) -> None:
+        self.sim = sim
+        self.caller = caller
+        self.hook = hook
+
+    async def call(self, op: str, *, create: bool = True, **fields: Any) -> dict[str, Any]:
+        command = json.loads(json.dumps({"op": op, **fields}))
+        await self.hook("before", op)
+        result = await self.caller.retrying(
+            self.sim.coordinator, lambda node: node.tm.execute(command), f"coordinator {op}"
+        )
+        result = json.loads(json.dumps(result))  # the reply crosses the wire too
+        if result.get("status") == "error":
+            raise CoordinatorError(f"transaction coordinator refused {op!r}: {result['error']}")
+        await self.hook("after", op)
+        return result
+
+
+_CLIENT_ERRORS: dict[type[outcomes.ProducerError], type[client_errors.RaftlogError]] = {
+    outcomes.ProducerFencedError: client_errors.FencedError,
+    outcomes.InvalidTxnStateError: client_errors.InvalidTxnStateError,
+    outcomes.InvalidProducerEpochError: client_errors.InvalidProducerEpochError,
+}
+
+
+class _SimClient:
+    """The part of RaftlogClient that the transaction protocol's driver side uses:
+    ``end_transaction`` on a partition's rm_stm, with the client's error types."""
+
+    def __init__(self, sim: _Sim, caller: _Caller, hook: Hook = _no_hook) -> None:
+        self.sim = sim
+        self.caller = caller
+        self.hook = hook
+
+    async def end_transaction(
+        self,
+        topic: str,
+        partition: int,
+        producer_id: int,
+        producer_epoch: int,
+        commit: bool,
+        version: int = -1,
+        acks: str | int = "all",
+        *,
+        record_count: int = -1,
+        last_sequence: int = -1,
+    ) -> int:
+        assert topic == TOPIC and acks in ("all", -1), (topic, acks)
+        await self.hook("before", "marker")
+        try:
+            res = await self.caller.retrying(
+                self.sim.partitions[partition],
+                lambda node: node.rm.end_transaction(
+                    producer_id,
+                    producer_epoch,
+                    commit,
+                    version,
+                    record_count=record_count,
+                    last_sequence=last_sequence,
+                ),
+                f"end_transaction {partition}/{producer_id}",
+            )
+        except outcomes.ProducerError as exc:
+            mapped = _CLIENT_ERRORS.get(type(exc))
+            if mapped is None:
+                raise
+            raise mapped(str(exc)) from exc
+        self.sim.markers += 1
+        await self.hook("after", "marker")
+        return res.offset
+
+
+# -- writers ---------------------------------------------------------------------------------
+
+
+class _DriverKilled(Exception):
+    """The driver of a run was killed (kill -9); its restart replays."""
+
+
+@dataclasses.dataclass(slots=True)
+class _Attempt:
+    attempt: str
+    task: int
+    rows: list[int]
+    fate: str  # "ok", "fail" (fails midway, writes on as a zombie), "spec" (a late twin)
+    participants: list[Participant] = dataclasses.field(default_factory=list)
+    outcome: str = "running"  # "ok", "failed", "replayed", "refused"
+
+
+class _Writer:
+    """One streaming query: its driver runs (restarted after each kill) and its checkpoint."""
+
+    def __init__(self, sim: _Sim, index: int) -> None:
+        self.sim = sim
+        self.writer_id = f"q{index}"
+        self.rng = random.Random(sim.seed * 1_000_003 + index)
+        self.caller = _Caller(sim, random.Random(sim.seed * 1_000_033 + index))
+        self.checkpoint = -1  # the last version whose commit() returned (Spark's commit log)
+        self.runs = 0
+        self.crashes = 0
+        self.aborts = 0
+        self.attempts: list[_Attempt] = []
+        self.executors: list[asyncio.Task[None]] = []  # attempts, zombies included
+
+    def rows_of(self, version: int) -> int:
+        """A version's row count: a function of (seed, writer, version), the same on replay."""
+        return random.Random(f"{self.sim.seed}/{self.writer_id}/{version}").randint(1, 12)
+
+    def partition_of(self, version: int, row: int) -> int:
+        return (row * 7 + version * 3) % self.sim.config.partitions
+
+    async def run(self) -> None:
+        """Driver runs until the chaos ends and the current version is checkpointed."""
+        for _ in range(10_000):
+            if self.sim.winding_down and self.checkpoint >= self.sim.target.get(self.writer_id, -1):
+                return
+            self.runs += 1
+            run = f"{self.writer_id}-r{self.runs}"
+            killer = self._plan_kill()
+            driver = asyncio.create_task(self._driver(run, killer))
+            killer.driver = driver
+            try:
+                await driver
+            except (asyncio.CancelledError, _DriverKilled):
+                me = asyncio.current_task()
+                if me is not None and me.cancelling():
+                    raise
+                self.crashes += 1
+            except (client_errors.RaftlogError, CoordinatorError, TxnLostError) as exc:
+                # the query fails (a lost transaction, a refused commit): it is restarted
+                self.sim.driver_errors.append(f"{run}: {exc!r}")
+            finally:
+                killer.cancel()
+            # a restarted query: a new runId, after a while
+            await asyncio.sleep(self.rng.uniform(0.0, 0.3))
+
+    def _plan_kill(self) -> _Killer:
+        if self.sim.winding_down or self.rng.random() < 0.4:
+            return _Killer(self, None, 0, None)
+        if self.rng.random() < 0.4:
+            return _Killer(self, None, 0, self.rng.uniform(0.0, 1.0))
+        when, what = self.rng.choice(_CRASH_POINTS)
+        return _Killer(self, (when, what), self.rng.randint(1, 2), None)
+
+    async def _driver(self, run: str, killer: _Killer) -> None:
+        coordinator = _SimCoordinator(self.sim, self.caller, killer.hook)
+        client = _SimClient(self.sim, self.caller, killer.hook)
+        for _ in range(10_000):
+            version = self.checkpoint + 1
+            if self.sim.winding_down and version > self.sim.target.get(self.writer_id, -1):
+                return
+            if not self.sim.winding_down:
+                self.sim.target[self.writer_id] = version
+            self.sim.history.declare(self.writer_id, version, self.rows_of(version))
+            named, ok = await self._run_tasks(run, version)
+            key = TxnKey(self.writer_id, version, run)
+            reply = await decide(client, coordinator, key, named, commit=ok)  # type: ignore[arg-type]
+            if reply["status"] == "committed":
+                self.sim.history.commit(self.writer_id, version, run)
+                await killer.hook("before", "checkpoint")
+                self.checkpoint = version
+            else:
+                # a task failed every attempt: Spark calls abort() and the query fails;
+                # its restart replays the version under a new run
+                self.aborts += 1
+                return
+            await asyncio.sleep(self.rng.uniform(0.0, 0.05))
+
+    async def _run_tasks(self, run: str, version: int) -> tuple[list[Participant], bool]:
+        """Spark's job for ``version``: the successful attempts' participants, and whether
+        every task succeeded. Attempts run as executor tasks, not the driver's: killing the
+        driver does not stop them (a zombie writes on)."""
+        rows = list(range(self.rows_of(version)))
+        tasks = self.rng.randint(1, 3)
+        named: list[Participant] = []
+        ok = True
+        for t in range(tasks):
+            mine = [r for r in rows if r % tasks == t]
+            if not mine:
+                continue
+            winner: _Attempt | None = None
+            for a in range(3):
+                roll = self.rng.random()
+                fate = "fail" if roll < 0.25 else "spec" if roll < 0.4 else "ok"
+                attempt = _Attempt(f"{run}-v{version}-t{t}-a{a}", t, mine, fate)
+                result = await self._launch(run, version, attempt)
+                if fate == "spec" and result.outcome == "ok":
+                    # a speculative twin that also succeeds: Spark drops its message
+                    twin = _Attempt(f"{run}-v{version}-t{t}-a{a}s", t, mine, "ok")
+                    await self._launch(run, version, twin, wait=False)
+                if result.outcome in ("ok", "replayed"):
+                    winner = result
+                    break
+            if winner is None:
+                ok = False
+                break
+            named += winner.participants
+        return named, ok
+
+    async def _launch(
+        self, run: str, version: int, attempt: _Attempt, *, wait: bool = True
+    ) -> _Attempt:
+        self.attempts.append(attempt)
+        done = asyncio.get_running_loop().create_future()
+        task = asyncio.create_task(self._attempt(run, version, attempt, done))
+        self.executors.append(task)
+        task.add_done_callback(_retrieve)
+        if wait:
+            await done  # the driver hears of the attempt's end (or its failure)
+        return attempt
+
+    async def _attempt(
+        self, run: str, version: int, attempt: _Attempt, done: asyncio.Future[None]
+    ) -> None:
+        """One task attempt's ``write()``: prepare each partition; never commit."""
+        rng = random.Random(f"{self.sim.seed}/{attempt.attempt}")
+        caller = _Caller(self.sim, random.Random(f"{self.sim.seed}/{attempt.attempt}/c"))
+        coordinator = _SimCoordinator(self.sim, caller)
+        by_partition: dict[int, list[int]] = {}
+        for r in attempt.rows:
+            by_partition.setdefault(self.partition_of(version, r), []).append(r)
+        fail_after = rng.randint(0, len(attempt.rows)) if attempt.fate == "fail" else None
+        written = 0
+
+        def failed(outcome: str) -> None:
+            if attempt.outcome == "running":
+                attempt.outcome = outcome
+            if not done.done():
+                done.set_result(None)
+
+        try:
+            for p, rows in sorted(by_partition.items()):
+                part = await self._prepare(run, version, attempt, p, coordinator, caller)
+                if part is None:
+                    return  # replayed or refused: nothing written
+                seq = 0
+                first_offset = last_offset = -1
+                for i in range(0, len(rows), 3):
+                    if fail_after is not None and written >= fail_after and not done.done():
+                        # the attempt fails upstream of the writer; its Python write() runs on
+                        self.sim.zombies += 1
+                        failed("failed")
+                        await asyncio.sleep(rng.uniform(0.0, 0.5))
+                    chunk = rows[i : i + 3]
+                    payload = "\n".join(
+                        row_value(self.writer_id, version, r, attempt.attempt) for r in chunk
+                    ).encode()
+                    res = await self._produce(caller, p, part, seq, payload, len(chunk))
+                    if res is None:
+                        failed("failed")  # fenced: the attempt is dead
+                        return
+                    if first_offset < 0:
+                        first_offset = res.base_offset
+                    last_offset = res.last_offset
+                    seq += len(chunk)
+                    written += len(chunk)
+                attempt.participants.append(
+                    dataclasses.replace(
+                        part,
+                        records=seq,
+                        last_sequence=seq - 1,
+                        first_offset=first_offset,
+                        last_offset=last_offset,
+                    )
+                )
+            if attempt.fate == "spec":
+                await asyncio.sleep(rng.uniform(0.0, 0.3))
+            if attempt.fate == "fail":
+                failed("failed")  # it failed after its last row: no commit message either
+            if attempt.outcome == "running":
+                attempt.outcome = "ok" if attempt.participants or not by_partition else "failed"
+        except InvariantViolation:
+            raise
+        except Exception as exc:  # an attempt's unexpected failure: the task fails
+            self.sim.attempt_errors.append(f"{attempt.attempt}: {exc!r}")
+            failed("failed")
+        finally:
+            failed("failed")
+
+    async def _prepare(
+        self,
+        run: str,
+        version: int,
+        attempt: _Attempt,
+        partition: int,
+        coordinator: _SimCoordinator,
+        caller: _Caller,
+    ) -> Participant | None:
+        """init_producer, then register (as ``transactions.prepare``); None: write nothing."""
+        pid = producer_id_for(self.writer_id, run, attempt.attempt, TOPIC, partition)
+        timeout = self.sim.config.transaction_timeout_ms
+        session = await caller.retrying(
+            self.sim.partitions[partition],
+            lambda node: node.rm.init_producer(pid, timeout),
+            "init_producer",
+        )
+        part = Participant(attempt.attempt, run, TOPIC, partition, pid, session.epoch)
+        reply = await coordinator.call(
+            "register", writer=self.writer_id, version=version, participant=part.to_json()
+        )
+        if reply["status"] == "committed":
+            attempt.outcome = "replayed"
+            self.sim.replays += 1
+            return None
+        if reply["status"] != "registered":
+            attempt.outcome = "refused"
+            self.sim.refused += 1
+            return None
+        return part
+
+    async def _produce(
+        self, caller: _Caller, partition: int, part: Participant, seq: int, payload: bytes, n: int
+    ) -> Any:
+        """One transactional batch, retried until written; None when fenced."""
+
+        async def produce(node: ProducerSimNode) -> Any:
+            batch = RecordBatch.create(
+                payload,
+                n,
+                transactional=True,
+                producer_id=part.producer_id,
+                producer_epoch=part.epoch,
+                first_sequence=seq,
+                timestamp_ms=0,
+            )
+            return await node.rm.replicate(batch, Consistency.QUORUM_ACK)
+
+        try:
+            return await caller.retrying(self.sim.partitions[partition], produce, "produce")
+        except (outcomes.ProducerFencedError, outcomes.OutOfOrderSequenceError):
+            return None  # aborted by a decision, or by its timeout
+
+
+class _Killer:
+    """Kills a driver at one step (``point``, the ``nth`` time) or after ``delay`` seconds."""
+
+    def __init__(
+        self, writer: _Writer, point: tuple[str, str] | None, nth: int, delay: float | None
+    ) -> None:
+        self.writer = writer
+        self.point = point
+        self.nth = nth
+        self.driver: asyncio.Task[None] | None = None
+        self._timer: asyncio.TimerHandle | None = None
+        if delay is not None:
+            self._timer = asyncio.get_running_loop().call_later(delay, self._kill)
+
+    def _kill(self) -> None:
+        if self.driver is not None and not self.driver.done() and not self.writer.sim.winding_down:
+            self.driver.cancel()
+
+    async def hook(self, when: str, what: str) -> None:
+        if self.point == (when, what):
+            self.nth -= 1
+            if self.nth == 0:
+                self._kill()
+                # a killed driver makes no further request: wait here for the cancellation
+                await asyncio.sleep(0)
+                if self.driver is not None and self.driver.cancelling():
+                    raise _DriverKilled(f"killed {when} {what}")
+
+    def cancel(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+
+
+# -- readers ---------------------------------------------------------------------------------
+
+
+async def _take_cut(sim: _Sim, caller: _Caller, process: str, *, final: bool = False) -> None:
+    """Ends (each partition's LSO), then the coordinator's cut, then the rows below it."""
+    ends: dict[int, int] = {}
+    for p, cluster in enumerate(sim.partitions):
+        ends[p] = await caller.retrying(cluster, lambda node: _lso(node), f"last stable offset {p}")
+    coordinator = _SimCoordinator(sim, caller)
+    reply = await coordinator.call("cut", create=False, topic=TOPIC)
+    cut = (
+        dict(ends)
+        if sim.config.mutation == "cut_skip"
+        else consistent_cut(ends, reply["transactions"])
+    )
+    records: list[tuple[tuple[str, int], int, str]] = []
+    for p, cluster in enumerate(sim.partitions):
+        end = cut[p]
+        if end <= 0:
+            continue
+        batches = await caller.retrying(
+            cluster, lambda node, end=end: _read_below(node, end), f"read {p}"
+        )
+        for b in batches:
+            for i, value in enumerate(b.payload.decode().split("\n")):
+                records.append(((TOPIC, p), b.base_offset + i, value))
+    now = asyncio.get_running_loop().time()
+    sim.history.cut(process, now, {(TOPIC, p): e for p, e in cut.items()}, records, final=final)
+
+
+async def _lso(node: ProducerSimNode) -> int:
+    if not node.consensus.is_leader:
+        raise RaftError(f"node {node.node_id} is not the leader")
+    await node.rm.sync()
+    return node.rm.last_stable_offset
+
+
+async def _read_below(node: ProducerSimNode, end: int) -> list[RecordBatch]:
+    """The committed, visible data batches below ``end``, from a node whose LSO reaches it."""
+    rm, c = node.rm, node.consensus
+    if rm.last_stable_offset < end:
+        raise RaftError(f"node {node.node_id}: LSO {rm.last_stable_offset} is below {end}")
+    raw = c.read(c.log.start_offset, _ALL, end - 1)
+    return [b for b in rm.visible(raw) if b.last_offset < end and not b.is_control]
+
+
+# -- the simulation --------------------------------------------------------------------------
+
+
+class _Sim:
+    def __init__(self, seed: int, config: CoordinatorSimConfig) -> None:
+        self.seed = seed
+        self.config = config
+        self.rng = random.Random(seed)
+        self.n = self.rng.choice(config.nodes)
+        drop = self.rng.choice([0.0, 0.0, 0.02, 0.05])
+        options = sim_options()
+        options.flush_latency_s = self.rng.choice([0.0, 0.002, 0.01])
+        options.election_timeout_ticks = 5
+        rm_config = RmStmConfig(
+            transaction_timeout_ms=config.transaction_timeout_ms,
+            sync_timeout_s=1.0,
+            replicate_timeout_s=self.rng.choice([0.5, 2.0]),
+            reorder_wait_s=0.0,
+        )
+
+        def net() -> NetworkOptions:
+            return NetworkOptions(drop_rate=drop, rpc_timeout_s=0.2)
+
+        self.partitions = [
+            ProducerSimCluster(self.n, seed * 101 + p, rm_config, options=options, network=net())
+            for p in range(config.partitions)
+        ]
+        self.coordinator = _TmCluster(
+            self.n, seed * 101 + 99, config.mutation, options=options, network=net()
+        )
+        self.clusters: list[SimCluster] = [*self.partitions, self.coordinator]
+        self.history = BatchHistory()
+        self.winding_down = False
+        self.target: dict[str, int] = {}  # per writer: the version to finish when winding down
+        self.writers = [_Writer(self, i) for i in range(config.writers)]
+        self.markers = 0
+        self.zombies = 0
+        self.replays = 0
+        self.refused = 0
+        self.driver_errors: list[str] = []
+        self.attempt_errors: list[str] = []
+
+    async def _nemesis(self) -> None:
+        rng = random.Random(self.seed * 13 + 5)
+        background: list[asyncio.Task[None]] = []
+        try:
+            for _ in range(10_000):
+                await asyncio.sleep(rng.uniform(0.05, 0.3))
+                cluster = rng.choice(self.clusters)
+                await cluster.random_fault(rng, background, keep_majority=True)
+        finally:
+            for t in background:
+                t.cancel()
+            await asyncio.gather(*background, return_exceptions=True)
+
+    async def _coordinator_timer(self) -> None:
+        """The coordinator's own roll-forward, on a timer."""
+        caller = _Caller(self, random.Random(self.seed * 17 + 1))
+        coordinator = _SimCoordinator(self, caller)
+        client = _SimClient(self, caller)
+        for _ in range(100_000):
+            await asyncio.sleep(0.5)
+            with contextlib.suppress(client_errors.RaftlogError, CoordinatorError, TxnLostError):
+                await roll_forward_all(client, coordinator)  # type: ignore[arg-type]
+
+    async def _reader(self, i: int) -> None:
+        caller = _Caller(self, random.Random(self.seed * 19 + i))
+        rng = random.Random(self.seed * 23 + i)
+        for _ in range(100_000):
+            await asyncio.sleep(rng.uniform(0.05, 0.2))
+            with contextlib.suppress(CoordinatorError, client_errors.RaftlogError):
+                await _take_cut(self, caller, f"reader{i}")
+
+    async def run(self) -> CoordinatorSeedResult:
+        for c in self.clusters:
+            await c.start()
+        writers = [asyncio.create_task(w.run()) for w in self.writers]
+        background = [
+            asyncio.create_task(self._nemesis()),
+            asyncio.create_task(self._coordinator_timer()),
+            *(asyncio.create_task(self._reader(i)) for i in range(self.config.readers)),
+        ]
+        await asyncio.wait(writers, timeout=self.config.chaos_s)
+        _raise_failed(writers)
+        # heal: no new faults or kills, every node up; drivers finish their version
+        self.winding_down = True
+        nemesis = background[0]
+        nemesis.cancel()
+        await asyncio.gather(nemesis, return_exceptions=True)
+        for c in self.clusters:
+            c.network.heal()
+            c.network.options.drop_rate = 0.0
+            for node in c.nodes.values():
+                await node.restart()
+        done, pending = await asyncio.wait(writers, timeout=self.config.final_s)
+        _raise_failed(writers)
+        if pending:
+            raise InvariantViolation(
+                f"drivers did not finish after healing: {self.driver_errors[-3:]}"
+            )
+        # zombies write on for a while, then stop; the timeout aborts what they left open
+        executors = [t for w in self.writers for t in w.executors]
+        if executors:
+            await asyncio.wait(executors, timeout=self.config.final_s)
+        for t in background:
+            t.cancel()
+        await asyncio.gather(*background, return_exceptions=True)
+        await self._settle()
+        caller = _Caller(self, random.Random(self.seed * 29))
+        await _take_cut(self, caller, "final", final=True)
+        committed = await self._committed(caller)
+        report = check_batches(self.history, committed)
+        for c in self.clusters:
+            await c.stop()
+        return self._result(report)
+
+    async def _settle(self) -> None:
+        """Wait (bounded) until no transaction is open on any partition and no decision is
+        pending: the transaction timeout aborts what zombies and dead runs left open."""
+        caller = _Caller(self, random.Random(self.seed * 31))
+        client = _SimClient(self, caller)
+        coordinator = _SimCoordinator(self, caller)
+        step = 0.1
+        for _ in range(int(self.config.final_s / step)):
+            with contextlib.suppress(client_errors.RaftlogError, CoordinatorError, TxnLostError):
+                await roll_forward_all(client, coordinator)  # type: ignore[arg-type]
+            leaders = [c.leader() for c in self.partitions]
+            if all(
+                leader is not None and not leader.rm.table.open_transactions() for leader in leaders
+            ):
+                return
+            await asyncio.sleep(step)
+        raise InvariantViolation(f"transactions still open {self.config.final_s}s after healing")
+
+    async def _committed(self, caller: _Caller) -> set[tuple[str, int]]:
+        """Every (writer, version) the coordinator's final state holds committed."""
+        coordinator = _SimCoordinator(self, caller)
+        out = set()
+        for w in self.writers:
+            reply = await coordinator.call("pending", writer=w.writer_id)
+            out |= {(w.writer_id, v) for v in range(reply["last_committed"] + 1)}
+        return out
+
+    def _result(self, report: BatchReport) -> CoordinatorSeedResult:
+        attempts = [a for w in self.writers for a in w.attempts]
+        return CoordinatorSeedResult(
+            self.seed,
+            report.ok,
+            self.n,
+            versions=report.versions_committed,
+            runs=sum(w.runs for w in self.writers),
+            crashes=sum(w.crashes for w in self.writers),
+            attempts=len(attempts),
+            zombies=self.zombies,
+            replays=self.replays,
+            refused=self.refused,
+            aborts=sum(w.aborts for w in self.writers),
+            cuts=report.cuts,
+            anomalies={k: v for k, v in report.counts().items() if k in BATCH_KINDS and v},
+            report="" if report.ok else report.render(),
+            error="" if report.ok else f"seed {self.seed}: {report.render()}",
+        )
+
+
+def _raise_failed(tasks: list[asyncio.Task[Any]]) -> None:
+    for t in tasks:
+        if t.done() and not t.cancelled() and t.exception() is not None:
+            raise t.exception()  # type: ignore[misc]
+
+
+def run_seed(seed: int, config: CoordinatorSimConfig | None = None) -> CoordinatorSeedResult:
+    """Run one seeded history; never raises: a failure is in ``error`` or ``report``."""
+    sim = _Sim(seed, config or CoordinatorSimConfig())
+    try:
+        return run_virtual(sim.run())
+    except BaseException as exc:
+        if isinstance(exc, KeyboardInterrupt):
+            raise
+        return CoordinatorSeedResult(
+            seed,
+            False,
+            sim.n,
+            error=f"seed {seed} failed (replay: raftlog.sim.coordinator_model.run_seed({seed})): "
+            + "".join(traceback.format_exception(exc)),
+        )
+
+
+def run_seeds(
+    seeds: Iterable[int], config: CoordinatorSimConfig | None = None, processes: int = 1
+) -> CoordinatorSummary:
+    """Run many seeds (in ``processes`` worker processes when > 1)."""
+    results = run_many(_run_quiet, seeds, config, processes, chunksize=8)
+    failed = [r for r in results if not r.ok]
+    anomalies: dict[str, int] = {}
+    for r in results:
+        for k, v in r.anomalies.items():
+            anomalies[k] = anomalies.get(k, 0) + v
+    return CoordinatorSummary(
+        len(results),
+        failed,
+        sum(r.versions for r in results),
+        sum(r.crashes for r in results),
+        sum(r.cuts for r in results),
+        anomalies,
+    )
+
+
+def _run_quiet(seed: int, config: CoordinatorSimConfig | None) -> CoordinatorSeedResult:
+    return run_seed(seed, config)
+
+
+__all__ += ["TRANSACTIONS_TOPIC"]
