@@ -268,8 +268,10 @@ def consistent_cut(ends: dict[int, int], transactions: list[dict[str, Any]]) -> 
     ``ends`` must have been read before ``transactions`` (the coordinator's
     ``cut`` answer): a marker is written only after its decision is recorded,
     so every transaction whose marker is below an end is in the answer. A
-    transaction with some participants included (end past its marker) and
-    others not, or not yet complete (a marker may be written that the
+    transaction that is neither all in (end past every participant's marker)
+    nor all out (end at or below every participant's first data offset: data of
+    a committed participant below the end is read even when its marker is past
+    it), or not yet complete (a marker may be written that the
     coordinator does not know yet), is taken out: each of its partitions is
     cut at the transaction's first data offset there. Cutting can take another
     transaction's marker out, so this repeats until nothing changes (at most
@@ -282,7 +284,14 @@ def consistent_cut(ends: dict[int, int], transactions: list[dict[str, Any]]) -> 
             parts = [q for q in t["participants"] if q["partition"] in out]
             if t["complete"]:
                 inside = [q for q in parts if 0 <= q["marker"] < out[q["partition"]]]
-                if not inside or len(inside) == len(parts):
+                # Out only when no data of it is below the end: a committed participant's
+                # data below the LSO is visible even when its marker is past the end.
+                outside = [
+                    q
+                    for q in parts
+                    if q["first_offset"] >= 0 and out[q["partition"]] <= q["first_offset"]
+                ]
+                if len(outside) == len(parts) or len(inside) == len(parts):
                     continue
             for q in parts:
                 p, cap = q["partition"], q["first_offset"]
