@@ -8,8 +8,9 @@ import::
 Each comma-separated entry is ``<site>=<action>[@<trigger>]``:
 
 - actions: ``kill`` (SIGKILL this process without running any cleanup; the
-  page cache survives, as after a process crash), ``killpg`` (SIGKILL this
-  process's whole group, e.g. a Spark driver with its JVM and workers), ``crash`` (run the hooks
+  page cache survives, as after a process crash), ``killsession`` (SIGKILL the
+  process group of this process's session leader, e.g. a Spark driver with its
+  JVM, from one of its Python workers), ``crash`` (run the hooks
   registered with :func:`add_crash_hook`, which drop what was written but
   not fsynced, then SIGKILL: a power cut), ``error`` (raise
   :class:`FailpointError`), ``sleep:<ms>`` (block the calling thread for that
@@ -66,9 +67,9 @@ KNOWN_SITES = frozenset(
 )
 
 _EXPECTED = (
-    "expected comma-separated <site>=<action>[@<trigger>] entries, where action is kill, killpg, "
-    "crash, error or sleep:<ms> and trigger is @N (the N-th hit, N >= 1) or @P% (each hit with "
-    "probability P, 0 < P <= 100), e.g. "
+    "expected comma-separated <site>=<action>[@<trigger>] entries, where action is kill, "
+    "killsession, crash, error or sleep:<ms> and trigger is @N (the N-th hit, N >= 1) "
+    "or @P% (each hit with probability P, 0 < P <= 100), e.g. "
     f'{ENV_VAR}="log.before_flush=kill,raft.before_vote_save=kill@3"'
 )
 _SITE = re.compile(r"^[A-Za-z0-9_.\-]+$")
@@ -91,7 +92,7 @@ class Failpoint:
     """What to do at one site. ``nth``: fire on that hit only; ``probability``: per hit."""
 
     site: str
-    action: str  # "kill", "killpg", "crash", "error" or "sleep"
+    action: str  # "kill", "killsession", "crash", "error" or "sleep"
     sleep_ms: int = 0
     nth: int | None = None
     probability: float | None = None
@@ -137,7 +138,7 @@ def parse(spec: str) -> dict[str, Failpoint]:
             if not ms.isdigit():
                 raise bad(f"sleep needs a whole number of milliseconds, got {ms!r}")
             action, sleep_ms = "sleep", int(ms)
-        elif action not in ("kill", "killpg", "crash", "error"):
+        elif action not in ("kill", "killsession", "crash", "error"):
             raise bad(f"unknown action {action!r}")
         out[site] = Failpoint(site, action, sleep_ms, nth, probability)
     return out
@@ -175,10 +176,12 @@ def _fire(point: Failpoint) -> None:
         # SIGKILL, not sys.exit: no finally blocks, no atexit, no buffered flushes,
         # as close to pulling the plug as a process can do to itself.
         os.kill(os.getpid(), signal.SIGKILL)
-    elif point.action == "killpg":
-        # the whole process group: a Spark driver (JVM, Python driver and workers) that a
-        # test started in a session of its own dies at once, as under kill -9
-        os.killpg(os.getpgid(0), signal.SIGKILL)
+    elif point.action == "killsession":
+        # the process group of this session's leader: a Spark driver that a test started
+        # in a session of its own (Python driver and JVM) dies at once, as under kill -9.
+        # Not our own group: pyspark's daemon puts each Python worker in a group of its own.
+        os.killpg(os.getsid(0), signal.SIGKILL)
+        os.kill(os.getpid(), signal.SIGKILL)
     elif point.action == "error":
         raise FailpointError(point.site)
     else:
