@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 from raftlog.producers.fetch_filter import visible_batches
+from raftlog.producers.markers import make_marker
 from raftlog.producers.outcomes import Accept, AlreadyWritten, Fenced, OlderDuplicate, OutOfOrder
 from raftlog.producers.producer_table import ProducerTable
 from raftlog.storage.batch import BatchKind
@@ -28,6 +29,7 @@ class ModelProducer:
     epoch: int
     batches: list[tuple[int, int, int, int]] = dataclasses.field(default_factory=list)
     open_tx: int | None = None  # id of the open transaction
+    open_records: int = 0
     version: int = -1
 
 
@@ -69,6 +71,7 @@ class TableMachine(RuleBasedStateMachine):
         if p.open_tx is not None:
             self.tx_state[p.open_tx] = outcome
             p.open_tx = None
+        p.open_records = 0
 
     def bump(self, pid: int, epoch: int) -> None:
         p = self.model.setdefault(pid, ModelProducer(epoch))
@@ -116,18 +119,54 @@ class TableMachine(RuleBasedStateMachine):
                 self.tx_first[self.next_tx] = batch.base_offset
                 self.next_tx += 1
             self.tx_of[batch.base_offset] = p.open_tx
+            p.open_records += count
 
-    @rule(pid=PIDS, commit=st.booleans(), version=st.integers(-1, 50))
-    def end_transaction(self, pid: int, commit: bool, version: int) -> None:
+    @rule(
+        pid=PIDS,
+        commit=st.booleans(),
+        version=st.integers(-1, 50),
+        check=st.sampled_from(["none", "right", "right", "count", "sequence"]),
+        bump=st.booleans(),
+    )
+    def end_transaction(self, pid: int, commit: bool, version: int, check: str, bump: bool) -> None:
         p = self.model.get(pid)
         if p is None:
             return
         if commit:
-            self.table.apply(self.log.commit(pid, p.epoch, version))
+            # a checked commit names the open transaction's record count and last sequence;
+            # one that names others must abort it (the table's deterministic rule)
+            last = p.batches[-1][1] if p.batches else -1
+            count, seq = {
+                "none": (-1, -1),
+                "right": (p.open_records, last),
+                "count": (p.open_records + 1, last),
+                "sequence": (p.open_records, last + 1),
+            }[check]
+            marker = make_marker(
+                pid,
+                p.epoch,
+                commit=True,
+                version=version,
+                record_count=count,
+                last_sequence=seq,
+                requested_epoch=p.epoch,
+                timestamp_ms=self.log.now_ms,
+            )
+            self.table.apply(self.log._place(marker))
+            if check in ("count", "sequence"):
+                self.end_tx(p, "aborted")
+                return
             self.end_tx(p, "committed")
             if version != -1:
                 p.version = version
-        else:
+        elif bump:  # as rm_stm writes an abort: at the next epoch
+            epoch = p.epoch + 1
+            marker = make_marker(
+                pid, epoch, commit=False, requested_epoch=p.epoch, timestamp_ms=self.log.now_ms
+            )
+            self.table.apply(self.log._place(marker))
+            self.bump(pid, epoch)
+        else:  # as written before aborts bumped the epoch (old logs)
             self.table.apply(self.log.abort(pid, p.epoch))
             self.end_tx(p, "aborted")
 
@@ -153,6 +192,8 @@ class TableMachine(RuleBasedStateMachine):
             assert state.last_sequence == (p.batches[-1][1] if p.batches else -1)
             assert state.last_committed_version == p.version
             assert (state.open_tx is None) == (p.open_tx is None)
+            if state.open_tx is not None:
+                assert state.open_tx.record_count == p.open_records
 
     @invariant()
     def lso_and_fetch_agree(self) -> None:

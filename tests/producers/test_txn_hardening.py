@@ -368,3 +368,20 @@ async def test_rm_stm_accepts_a_producer_past_the_sequence_wrap() -> None:
     r = await stm.end_transaction(PID, s.epoch, True, record_count=3, last_sequence=1)
     assert at(c, r.offset).kind is BatchKind.TX_COMMIT
     assert stm.table.get(PID).last_sequence == 1
+
+
+def test_a_format_1_snapshot_still_restores_with_the_new_fields_at_their_defaults() -> None:
+    import struct
+
+    head = struct.pack("<4sBqqI", b"RMST", 1, 9, 1_000, 1)
+    producer = struct.pack("<qhiqqqqB", PID, 3, 4, 17, 1_000, 6, 900, 1)
+    recent = struct.pack("<iiqq", 0, 4, 6, 8)
+    table = ProducerTable()
+    table.restore(head + producer + recent + struct.pack("<I", 0))
+    state = table.get(PID)
+    assert (state.epoch, state.last_sequence, state.last_committed_version) == (3, 4, 17)
+    assert state.open_tx.first_offset == 6 and state.open_tx.record_count == 0
+    assert (state.transaction_timeout_ms, state.last_marker) == (-1, None)
+    again = ProducerTable()
+    again.restore(table.snapshot())  # re-encoded in the current format
+    assert again.producers() == table.producers()
