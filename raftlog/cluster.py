@@ -255,6 +255,11 @@ def log_tail(log_file: str | os.PathLike[str], lines: int = LOG_TAIL_LINES) -> t
     return tuple(kept[-lines:])
 
 
+#: Once a majority serves, how long a start still waits for a node that neither answers
+#: nor exits (hung or stopped) before reporting it as down.
+STRAGGLER_GRACE_S = 10.0
+
+
 def majority(count: int) -> int:
     """The least number of voters that form a quorum of ``count``."""
     return count // 2 + 1
@@ -271,8 +276,9 @@ def wait_ready(
     The cluster serves when every node answers ``/health`` and they agree on a
     controller leader; or, once each node has either answered or exited, when a
     majority answers and agrees on a leader among them (the exited nodes are the
-    failures returned). At ``timeout_s``, nodes still not answering count as
-    failed too, and a serving majority is still accepted.
+    failures returned). A node that neither answers nor exits (hung, stopped)
+    is waited for STRAGGLER_GRACE_S once a majority serves, or until
+    ``timeout_s``, whichever comes first; then it counts as failed too.
 
     ``procs`` are the nodes this caller spawned, so that an exit status can be
     reported. Raises ClusterError, naming every failed node with the end of its
@@ -282,6 +288,7 @@ def wait_ready(
     procs = procs or {}
     need = majority(len(cluster.nodes))
     deadline = time.monotonic() + timeout_s
+    serving_since: float | None = None  # when a majority first served
     while True:
         exited: dict[int, str] = {}
         for n in cluster.nodes:
@@ -295,12 +302,17 @@ def wait_ready(
         answering = {i: s for i, s in states.items() if s is not None}
         leaders = {s.get("controller_leader", -1) for s in answering.values()}
         agreed = len(leaders) == 1 and next(iter(leaders)) in answering
-        timed_out = time.monotonic() >= deadline
+        now = time.monotonic()
+        timed_out = now >= deadline
         if agreed and len(answering) == len(cluster.nodes):
             return leaders.pop(), []
+        serving = agreed and len(answering) >= need
+        serving_since = (serving_since or now) if serving else None
         settled = len(answering) + len(exited) == len(cluster.nodes)
-        if agreed and len(answering) >= need and (settled or timed_out):
-            return leaders.pop(), _failures(cluster, exited, answering, timeout_s)
+        waited = serving_since is not None and now - serving_since >= STRAGGLER_GRACE_S
+        if serving and (settled or timed_out or waited):
+            elapsed = min(timeout_s, now - deadline + timeout_s)
+            return leaders.pop(), _failures(cluster, exited, answering, elapsed)
         if len(cluster.nodes) - len(exited) < need or timed_out:
             failures = _failures(cluster, exited, answering, timeout_s)
             why = (

@@ -17,6 +17,7 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -28,6 +29,7 @@ from tenacity import (
     wait_fixed,
 )
 
+import raftlog.cluster
 from raftlog.client import BlockingRaftlogClient, frame_records, unframe_records
 from raftlog.cluster import (
     ClusterError,
@@ -184,6 +186,26 @@ def test_unstartable_node_is_named_with_its_log_and_the_majority_serves(
         assert result.stdout.decode().strip().split(",") == servers
         _round_trip(servers, "two-of-three", [b"x", b"y"])
         assert _health_rc(home).returncode != 0
+
+
+def test_a_hung_node_is_reported_after_a_grace_once_a_majority_serves(
+    home: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    grace = 2.0  # the real grace is STRAGGLER_GRACE_S; shortened to keep the test short
+    monkeypatch.setattr(raftlog.cluster, "STRAGGLER_GRACE_S", grace)
+    cluster = start_cluster(home, 3)
+    hung = cluster.node(3)
+    os.kill(hung.pid, signal.SIGSTOP)
+    try:
+        began = time.monotonic()
+        again = start_cluster(home)
+        took = time.monotonic() - began
+    finally:
+        os.kill(hung.pid, signal.SIGCONT)
+    assert again.started == []  # a stopped process is not a dead one: nothing spawned
+    assert [f.node_id for f in again.down] == [3]
+    assert "did not answer /health" in again.down[0].reason
+    assert grace <= took < grace + 10, took
 
 
 def _corrupt_data_dir(home: pathlib.Path, node_id: int) -> None:
