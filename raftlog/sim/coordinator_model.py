@@ -46,6 +46,10 @@ a failing seed replays exactly with ``run_seed(seed)``.
 
 - ``cut_skip``: readers use the last stable offsets as the cut, skipping
   ``consistent_cut``'s adjustment (expect fractured batches);
+- ``cut_by_marker``: the first ``consistent_cut``, which took a transaction as
+  all out when no participant's marker was below the end, though a committed
+  participant's data below the LSO is read whatever its marker's offset
+  (expect fractured batches; this simulation found it);
 - ``forget_committed``: the coordinator forgets a writer's last committed
   version (as the producer table's expiry did), so a replay registers and
   commits again (expect duplicated rows);
@@ -105,7 +109,7 @@ __all__ = [
 T = TypeVar("T")
 
 TOPIC = "events"
-MUTATIONS = ("cut_skip", "forget_committed", "skip_roll_forward", "no_abort")
+MUTATIONS = ("cut_skip", "cut_by_marker", "forget_committed", "skip_roll_forward", "no_abort")
 _ALL = 1 << 40
 _CRASH_POINTS = (
     ("after", "pending"),  # rolled forward, nothing decided yet
@@ -458,9 +462,10 @@ class _Writer:
             await asyncio.sleep(self.rng.uniform(0.0, 0.3))
 
     def _plan_kill(self) -> _Killer:
-        if self.sim.winding_down or self.rng.random() < 0.4:
+        roll = self.rng.random()
+        if self.sim.winding_down or roll < 0.2:
             return _Killer(self, None, 0, None)
-        if self.rng.random() < 0.4:
+        if roll < 0.4:
             return _Killer(self, None, 0, self.rng.uniform(0.0, 1.0))
         when, what = self.rng.choice(_CRASH_POINTS)
         return _Killer(self, (when, what), self.rng.randint(1, 2), None)
@@ -697,11 +702,12 @@ async def _take_cut(sim: _Sim, caller: _Caller, process: str, *, final: bool = F
         ends[p] = await caller.retrying(cluster, lambda node: _lso(node), f"last stable offset {p}")
     coordinator = _SimCoordinator(sim, caller)
     reply = await coordinator.call("cut", create=False, topic=TOPIC)
-    cut = (
-        dict(ends)
-        if sim.config.mutation == "cut_skip"
-        else consistent_cut(ends, reply["transactions"])
-    )
+    if sim.config.mutation == "cut_skip":
+        cut = dict(ends)
+    elif sim.config.mutation == "cut_by_marker":
+        cut = _cut_by_marker(ends, reply["transactions"])
+    else:
+        cut = consistent_cut(ends, reply["transactions"])
     records: list[tuple[tuple[str, int], int, str]] = []
     for p, cluster in enumerate(sim.partitions):
         end = cut[p]
@@ -715,6 +721,27 @@ async def _take_cut(sim: _Sim, caller: _Caller, process: str, *, final: bool = F
                 records.append(((TOPIC, p), b.base_offset + i, value))
     now = asyncio.get_running_loop().time()
     sim.history.cut(process, now, {(TOPIC, p): e for p, e in cut.items()}, records, final=final)
+
+
+def _cut_by_marker(ends: dict[int, int], transactions: list[dict[str, Any]]) -> dict[int, int]:
+    """The mutation ``cut_by_marker``: consistent_cut as first written (see the module doc)."""
+    out = dict(ends)
+    for _ in range(len(transactions) + 1):
+        changed = False
+        for t in transactions:
+            parts = [q for q in t["participants"] if q["partition"] in out]
+            if t["complete"]:
+                inside = [q for q in parts if 0 <= q["marker"] < out[q["partition"]]]
+                if not inside or len(inside) == len(parts):
+                    continue
+            for q in parts:
+                p, cap = q["partition"], q["first_offset"]
+                if cap >= 0 and out[p] > cap:
+                    out[p] = cap
+                    changed = True
+        if not changed:
+            break
+    return out
 
 
 async def _lso(node: ProducerSimNode) -> int:
@@ -827,7 +854,7 @@ class _Sim:
             c.network.options.drop_rate = 0.0
             for node in c.nodes.values():
                 await node.restart()
-        done, pending = await asyncio.wait(writers, timeout=self.config.final_s)
+        _, pending = await asyncio.wait(writers, timeout=self.config.final_s)
         _raise_failed(writers)
         if pending:
             raise InvariantViolation(
