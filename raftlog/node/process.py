@@ -78,6 +78,7 @@ from raftlog.rpc.server import RequestError, make_app
 from raftlog.rpc.transport import HttpTransport
 from raftlog.storage import fs as storage_fs
 from raftlog.storage import identity
+from raftlog.storage.api import StorageCorruption
 
 log = logging.getLogger("raftlog.node")
 
@@ -362,9 +363,18 @@ class Node:
     async def _open_partition(self, topic: TopicAssignment, part: PartitionAssignment) -> None:
         directory = self._partition_dir(topic.name, part.partition)
         await asyncio.to_thread(self._claim_partition_dir, directory, part.group_id)
-        replica = await self.host.open_partition(
-            topic.name, part.partition, part.group_id, directory, part.replicas
-        )
+        try:
+            replica = await self.host.open_partition(
+                topic.name, part.partition, part.group_id, directory, part.replicas
+            )
+        except StorageCorruption as exc:
+            # Damage in data this replica had flushed: never truncated silently. The log
+            # is set aside (kept, vote carried over) and the group fetched again.
+            log.error("group %d: %s; setting the log aside to refetch it", part.group_id, exc)
+            await asyncio.to_thread(identity.set_aside_damaged_log, directory, part.group_id)
+            replica = await self.host.open_partition(
+                topic.name, part.partition, part.group_id, directory, part.replicas
+            )
         self.partitions[part.group_id] = replica
 
     def _claim_partition_dir(self, directory: pathlib.Path, group_id: int) -> None:

@@ -22,6 +22,7 @@ import shutil
 import time
 
 from raftlog.storage.fs import REAL_FS, FileSystem
+from raftlog.storage.vote_store import VoteStore
 
 logger = logging.getLogger(__name__)
 
@@ -126,3 +127,23 @@ def purge_moved_aside(data_dir: pathlib.Path) -> list[pathlib.Path]:
     for p in gone:
         shutil.rmtree(p)
     return gone
+
+
+def set_aside_damaged_log(
+    directory: pathlib.Path, group_id: int, fs: FileSystem = REAL_FS
+) -> pathlib.Path:
+    """Move a group's damaged log aside and start an empty one that keeps the vote record.
+
+    For a log whose open raised ``StorageCorruption``: the replica then fetches
+    the group again from the leader (Raft recovery). The damaged directory is kept
+    (``<name>.moved-aside-corrupt-group-<id>-<time>``), never deleted. The term and
+    vote are carried over durably, so the replica never votes twice in a term;
+    a damaged vote record is not guessed at: ``StorageCorruption`` propagates and
+    nothing is moved.
+    """
+    directory = pathlib.Path(directory)
+    vote = VoteStore(directory, fs).load()
+    aside = move_aside(directory, f"corrupt-group-{group_id}", fs)
+    claim_directory(directory, GROUP_MARKER, str(group_id), "group", fs)
+    VoteStore(directory, fs).save(vote)
+    return aside

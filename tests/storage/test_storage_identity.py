@@ -97,3 +97,18 @@ def test_a_dropped_groups_log_is_moved_aside_and_a_live_groups_is_refused(tmp_pa
     assert (aside / "data.log").read_bytes() == b"old group"
     assert identity.purge_moved_aside(tmp_path) == [aside]
     assert not aside.exists() and d.exists()
+
+
+def test_a_damaged_log_is_set_aside_with_its_vote_carried_over(tmp_path):
+    from raftlog.storage.api import VoteState
+    from raftlog.storage.vote_store import VoteStore
+
+    d = tmp_path / "events" / "0"
+    identity.claim_directory(d, identity.GROUP_MARKER, "4", "group")
+    VoteStore(d).save(VoteState(9, 2))
+    (d / "00000000000000000000-00000000000000000001.log").write_bytes(b"damaged")
+    aside = identity.set_aside_damaged_log(d, 4)
+    assert ".moved-aside-corrupt-group-4-" in aside.name
+    assert (aside / "00000000000000000000-00000000000000000001.log").read_bytes() == b"damaged"
+    assert sorted(p.name for p in d.iterdir()) == ["group_id", "vote"]
+    assert VoteStore(d).load() == VoteState(9, 2)  # never votes twice in term 9
