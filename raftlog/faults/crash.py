@@ -18,8 +18,16 @@ such a crash would, for the next open to recover from.
   leaving half a batch.
 
 Both only ever shorten the last segment file, and keep its index file to
-entries inside its data (an index covers flushed data only), so the
-directory is exactly what a crash could have left.
+entries inside its data (an index covers flushed data only). They work on
+real files and trust the caller's flushed offset. ``tear_tail`` can cut into
+data the commit context records as flushed, which no crash can do: the next
+open reports that as corruption, and the node sets the log aside and fetches
+the group again.
+
+To test durability without trusting the log's idea of what it flushed, run
+the log on :class:`raftlog.storage.fs.ModelFileSystem` and cut the power with
+its ``crash(seed)`` (``tests/crash``, and :mod:`raftlog.sim.power` for a whole
+cluster).
 """
 
 from __future__ import annotations
