@@ -236,6 +236,9 @@ class Consensus:
         # Called (no arguments) whenever the commit index advanced: the simulator checks
         # quorum durability at that very moment, not only at its next step.
         self.commit_listeners: list[Callable[[], None]] = []
+        # How fast this node's clock runs (ticks every tick_interval_s / clock_rate): the
+        # simulator's clock drift. Always 1.0 in production.
+        self.clock_rate = 1.0
         # The long-running services by task (restarted when one fails).
         self._services: dict[asyncio.Task[Any], str] = {}
         # A dict, not a set: iteration (cancellation) order must not depend on ids (replay).
@@ -405,7 +408,7 @@ class Consensus:
 
     async def _ticker(self) -> None:
         while True:
-            await asyncio.sleep(self.options.tick_interval_s)
+            await asyncio.sleep(self.options.tick_interval_s / self.clock_rate)
             self.core.tick()
             try:
                 self.process_ready()

@@ -244,6 +244,10 @@ class RaftCore:
         if prevote:
             campaign_term = self.term + 1
             self.role = Role.CANDIDATE
+            # As etcd's pre-candidate: forget the leader, so this node's own timer reset
+            # does not count as a leader lease against other pre-candidates (two of them
+            # would refuse each other's prevotes for as long as both keep campaigning).
+            self.leader_id = -1
         else:
             self.term += 1
             self.voted_for = self.node_id

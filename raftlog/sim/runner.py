@@ -32,6 +32,7 @@ from raftlog.sim.checks import InvariantChecker
 from raftlog.sim.cluster import SimCluster, quietly, sim_options
 from raftlog.sim.loop import run_many, run_virtual
 from raftlog.sim.network import NetworkOptions
+from raftlog.sim.node import SimNode
 from raftlog.storage.batch import RecordBatch
 
 _CONSISTENCIES = [Consistency.QUORUM_ACK] * 3 + [Consistency.LEADER_ACK, Consistency.NO_ACK]
@@ -221,10 +222,80 @@ class _Sim:
             await asyncio.sleep(rng.uniform(0.05, 0.3))
             if self.stop:
                 return
-            done = await self.cluster.random_fault(
-                rng, self.background, reconfigure=self._reconfigure
-            )
+            action = rng.random()
+            if action < 0.2:
+                done = await self._isolate_leader(rng)
+            elif action < 0.4:
+                done = await self._lag_then_crash(rng)
+            else:
+                done = await self.cluster.random_fault(
+                    rng, self.background, reconfigure=self._reconfigure
+                )
             self.trace.append(f"{self._now():.3f} {done}")
+
+    async def _settled_leader(self, timeout_s: float = 1.0) -> SimNode | None:
+        """Start a scenario from a whole cluster: every node up, the network healed."""
+        self.cluster.network.heal()
+        for node in self.cluster.nodes.values():
+            await node.restart()
+        try:
+            return await self.cluster.wait_for_leader(timeout_s)
+        except TimeoutError:
+            return None
+
+    async def _new_leader(self, old: int, timeout_s: float = 1.5) -> SimNode | None:
+        step = self.cluster.options.tick_interval_s
+        for _ in range(int(timeout_s / step)):
+            leader = self.cluster.leader()
+            if leader is not None and leader.node_id != old:
+                return leader
+            await asyncio.sleep(step)
+        return None
+
+    async def _isolate_leader(self, rng: random.Random) -> str:
+        """Cut the leader off while it still takes writes: its log grows a suffix that the
+        next leader overwrites (a truncation when it rejoins)."""
+        leader = await self._settled_leader()
+        if leader is None:
+            return "isolate leader: none"
+        self.cluster.network.partition({leader.node_id}, self.cluster.ids)
+        for i in range(rng.randint(1, 3)):  # a suffix only the isolated leader has
+            batch = RecordBatch.create(f"{self.seed}:isolated:{i}".encode(), timestamp_ms=0)
+            leader.consensus.replicate([batch], Consistency.LEADER_ACK)
+        self.trace.append(f"{self._now():.3f} isolate leader {leader.node_id}")
+        new = await self._new_leader(leader.node_id)
+        self.cluster.network.heal()
+        return f"heal (new leader {new.node_id if new else None})"
+
+    async def _lag_then_crash(self, rng: random.Random) -> str:
+        """Cut a minority of followers off while the rest commit; give them fast clocks
+        (drift), crash the leader and heal: the lagging nodes campaign first with stale
+        logs, and only the voters' log freshness check stops them."""
+        leader = await self._settled_leader()
+        if leader is None:
+            return "lag then crash: no leader"
+        ids = self.cluster.ids
+        lagging = rng.sample([i for i in ids if i != leader.node_id], len(ids) // 2)
+        self.cluster.network.partition(set(lagging), ids)
+        self.trace.append(f"{self._now():.3f} lag {sorted(lagging)}")
+        await asyncio.sleep(rng.uniform(0.1, 0.3))
+        for i in lagging:
+            if self.cluster.nodes[i].alive:
+                self.cluster.nodes[i].consensus.clock_rate = 4.0
+        leader.crash(keep_unflushed=0)
+        self.cluster.network.heal()
+        self.trace.append(f"{self._now():.3f} crash leader {leader.node_id}, heal, fast clocks")
+        new = await self._new_leader(leader.node_id)
+        for i in lagging:
+            if self.cluster.nodes[i].alive:
+                self.cluster.nodes[i].consensus.clock_rate = 1.0
+        await leader.restart()
+        return f"restart {leader.node_id} (new leader {new.node_id if new else None})"
+
+    async def _heal_after(self, seconds: float) -> None:
+        await asyncio.sleep(seconds)
+        self.cluster.network.heal()
+        self.trace.append(f"{self._now():.3f} heal")
 
     def _reconfigure(self, rng: random.Random) -> None:
         """Remove one follower from the group, or add a removed node back (as a learner)."""

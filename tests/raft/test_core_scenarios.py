@@ -211,3 +211,24 @@ def test_leader_without_a_quorum_steps_down() -> None:
         leader.tick()
     assert leader.role.value == "follower"
     assert leader.take_ready().stepped_down
+
+
+def test_pre_candidates_do_not_hold_a_lease_against_each_other() -> None:
+    """Found by the simulator: after the leader is cut off, the two followers both
+    pre-campaign; each had reset its own timer and still remembered the leader, so each
+    refused the other's prevote as if a leader lease were in force, and no election
+    succeeded for seconds. A pre-candidate forgets its leader, as etcd's does."""
+    net = CoreNet(3)
+    net.cores[1].campaign(prevote=True, transfer=False)
+    net.deliver()
+    for n in (2, 3):
+        net.cores[n].handle_heartbeat(1, Heartbeat(1, 1, -1, 0, -1))
+    net.cut = {1}
+    net.cores[3].campaign(prevote=True, transfer=False)  # its timer fired first
+    net.deliver()
+    assert net.cores[3].leader_id == -1
+    net.cores[2].campaign(prevote=True, transfer=False)
+    trace = net.deliver()
+    assert "3->2 prevote term=2: rejected" not in trace  # (already answered above)
+    assert "2->3 prevote term=2: granted" in trace, trace
+    assert net.cores[2].is_leader and net.cores[2].term == 2
