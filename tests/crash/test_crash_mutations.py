@@ -48,3 +48,22 @@ def test_crash_suite_fails_under_mutation(mutation):
     assert "CrashCheckFailed" in out, out[-3000:]
     # Every scenario that writes data or a record depends on the fsync the mutation skips.
     assert " passed" not in out.splitlines()[-1], out.splitlines()[-1]
+
+
+def test_a_flush_that_forgets_the_directory_fsync_is_caught(monkeypatch):
+    """Planted bug: a flush after a segment roll syncs the data but not the new name."""
+    from crash_harness import CrashCheckFailed, crash_everywhere
+    from test_crash_sequences import append_flush
+
+    from raftlog.storage.log import SegmentedLog
+
+    def flush_without_dir_fsync(self: SegmentedLog) -> int:
+        if self._dirty > self._flushed and self._segments:
+            self._segments[-1].sync()
+        self._dir_dirty = False  # the bug: the new segment's name is never made durable
+        self._flushed = self._dirty
+        return self._flushed
+
+    monkeypatch.setattr(SegmentedLog, "flush", flush_without_dir_fsync)
+    with pytest.raises(CrashCheckFailed, match=r"acknowledged batch at offset 0 .* is missing"):
+        crash_everywhere(append_flush, seeds=2, recovery_crashes=False)
