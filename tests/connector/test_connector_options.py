@@ -43,7 +43,27 @@ def test_keys_are_case_insensitive_as_spark_lowercases_them() -> None:
 
 @pytest.mark.parametrize(("raw", "want"), [("all", "all"), ("-1", "all"), ("1", "1"), ("0", "0")])
 def test_acks_values(raw: str, want: str) -> None:
-    assert sink(acks=raw).acks == want
+    assert sink(acks=raw, deliveryGuarantee="at-least-once").acks == want
+    if want == "all":
+        assert sink(acks=raw).acks == "all"
+
+
+@pytest.mark.parametrize("raw", ["1", "0"])
+def test_exactly_once_refuses_acks_other_than_all(raw: str) -> None:
+    with pytest.raises(
+        OptionError, match=rf"option 'acks' must be 'all' for exactly-once writes .*got '{raw}'"
+    ):
+        sink(acks=raw)
+
+
+def test_delivery_guarantee_and_transaction_timeout() -> None:
+    assert sink().exactly_once and sink().transaction_timeout_ms == 15 * 60 * 1000
+    assert not sink(deliveryGuarantee="AT-LEAST-ONCE").exactly_once
+    assert sink(transactionTimeoutMs="60000").transaction_timeout_ms == 60000
+    with pytest.raises(OptionError, match="option 'deliveryGuarantee' must be one of"):
+        sink(deliveryGuarantee="maybe")
+    with pytest.raises(OptionError, match="transactionTimeoutMs"):
+        sink(transactionTimeoutMs="0")
 
 
 def test_bad_acks_names_option_and_choices() -> None:

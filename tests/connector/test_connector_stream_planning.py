@@ -3,12 +3,15 @@ against a fake client: no Spark session and no cluster."""
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxBytes, ReadMaxRows
 from pyspark.sql.types import LongType, StructField, StructType
 from pyspark_raftlog.options import parse_source_options
 from pyspark_raftlog.source import RaftlogStreamReader
+
+from raftlog.client import UnknownTopicError
 
 
 @dataclasses.dataclass
@@ -44,6 +47,14 @@ class FakeClient:
 
     def list_offsets(self, topic: str, partition: int) -> tuple[int, int, int]:
         return 0, self.lso[partition], self.lso[partition]
+
+    def call(self, fn):
+        """The blocking client's way to run an async helper (the consistent cut)."""
+        return asyncio.run(fn(self))
+
+    async def _partition_call(self, topic, partition, req, resp_type):
+        # no transaction coordinator on this cluster: the cut is the LSOs as they are
+        raise UnknownTopicError(f"unknown topic {topic!r}")
 
     def fetch(self, topic: str, partition: int, offset: int, max_bytes: int) -> Fetched:
         first = offset - offset % 10

@@ -67,7 +67,8 @@ def test_known_site_constants():
     assert failpoints.LOG_AFTER_FLUSH == "log.after_flush"
     assert failpoints.RAFT_BEFORE_VOTE_SAVE == "raft.before_vote_save"
     assert failpoints.RAFT_FOLLOWER_BEFORE_REPLY == "raft.follower.before_reply"
-    assert len(failpoints.KNOWN_SITES) == 4
+    assert failpoints.TXN_AFTER_DECISION == "txn.after_decision"
+    assert len(failpoints.KNOWN_SITES) == 5
 
 
 def test_disabled_site_is_a_noop_and_not_counted():
