@@ -228,3 +228,20 @@ async def test_concurrent_roll_forwards_are_idempotent(env) -> None:
             roll_forward(client, coord, writer), roll_forward(client, coord, writer)
         )
     assert sorted(await read_all(client, topic)) == list(range(ROUNDS))
+
+
+async def test_the_coordinator_rolls_a_stale_decision_forward_on_its_own(env) -> None:
+    client, coord, topic = env
+    writer = f"q-{topic}"
+    key = TxnKey(writer, 0, "run-1")
+    p = await prepare(client, coord, key, "t0", topic, 0, chunks(list(range(25))))
+    named = [x.to_json() for x in p.participants]
+    await coord.call("decide", writer=writer, version=0, run="run-1", commit=True, named=named)
+    # the driver is gone and nobody touches the writer again: the coordinator's leader
+    # completes the decision after two rounds of its timer (5 s each)
+    for _ in range(100):  # bounded: 30 s
+        if not (await coord.call("pending", writer=writer))["pending"]:
+            break
+        await asyncio.sleep(0.3)
+    assert (await coord.call("pending", writer=writer))["pending"] == []
+    assert sorted(await read_all(client, topic)) == list(range(25))

@@ -128,8 +128,10 @@ def test_driver_killed_after_the_decision_is_completed_by_the_restart(spark, ser
             proc.wait(timeout=30)
     assert proc.returncode == -9, f"not killed (rc {proc.returncode}):\n{out[-3000:]}"
     assert committed_batches(checkpoint) == 0
-    # the decision of batch 0 is durable but no marker is: nothing of it is readable
-    assert read_values(spark, servers, topic) == []
+    # the decision of batch 0 is durable but no marker is: nothing of it is readable,
+    # unless the coordinator's own timer (two rounds of 5 s) has completed it already
+    early = sorted(read_values(spark, servers, topic))
+    assert early in ([], list(range(ROWS_PER_BATCH))), f"a part of batch 0: {early[:20]}"
     query = start_sink(rate_stream(spark), topic, servers, checkpoint, partitions="2")
     run_until(query, checkpoint, batches=3)
     values = read_values(spark, servers, topic)

@@ -20,7 +20,8 @@ connector, the simulation and tests run the same code:
 - :func:`roll_forward` completes decisions whose markers are not all written
   (a driver died in between). :func:`decide` runs it first for its writer, so
   the next commit, or the replay of the same version, finishes what a dead
-  driver left; the coordinator's node runs it for every writer on a timer.
+  driver left; the coordinator's leader runs :func:`roll_forward_stale` for
+  every writer on a timer.
 
 Invariants: a participant is registered before it writes; a decision is
 durable before any marker; a marker is written only as the recorded decision
@@ -244,12 +245,24 @@ async def roll_forward(client: RaftlogClient, coordinator: CoordinatorClient, wr
     return len(reply["pending"])
 
 
-async def roll_forward_all(client: RaftlogClient, coordinator: CoordinatorClient) -> int:
-    """Complete every writer's incomplete decisions (the coordinator's timer)."""
-    reply = await coordinator.call("all_pending")
+async def roll_forward_stale(
+    client: RaftlogClient, coordinator: CoordinatorClient, seen: set[tuple[str, int, str]]
+) -> tuple[set[tuple[str, int, str]], int]:
+    """Complete every writer's incomplete decisions that were already pending in ``seen``
+    (the previous round), so a driver writing its own markers right now is left alone.
+
+    Returns the keys pending now (the next round's ``seen``) and how many it completed.
+    """
+    reply = await coordinator.call("all_pending", create=False)
+    now = set()
+    done = 0
     for item in reply["pending"]:
-        await _complete(client, coordinator, item["writer"], item["version"], item["decision"])
-    return len(reply["pending"])
+        key = (item["writer"], item["version"], item["decision"]["run"])
+        now.add(key)
+        if key in seen:
+            await _complete(client, coordinator, item["writer"], item["version"], item["decision"])
+            done += 1
+    return now - seen, done
 
 
 async def committed_cut(client: RaftlogClient, topic: str, ends: dict[int, int]) -> dict[int, int]:
@@ -364,4 +377,4 @@ async def _aiter(
             yield c
 
 
-__all__ += ["CoordinatorError", "committed_cut", "consistent_cut", "roll_forward_all"]
+__all__ += ["CoordinatorError", "committed_cut", "consistent_cut", "roll_forward_stale"]

@@ -85,6 +85,7 @@ log = logging.getLogger("raftlog.node")
 DEFAULT_PARTITIONS = 6
 DEFAULT_MAX_BATCH_BYTES = 16 * 1024 * 1024
 MAX_PARTITIONS = 10_000
+COORDINATOR_ROLL_FORWARD_S = 5.0
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -314,6 +315,7 @@ class Node:
             loop.create_task(self._reconcile_loop()),
             loop.create_task(self._balance_loop()),
             loop.create_task(self._transaction_timeout_loop()),
+            loop.create_task(self._coordinator_roll_forward_loop()),
         ]
         self._reconcile_needed.set()
         log.info("node %d serving on %s", self.node_id, self.config.address)
@@ -421,6 +423,49 @@ class Node:
                 self._transfer_attempts[gid] = now
                 with contextlib.suppress(Exception):
                     await asyncio.wait_for(self.host.transfer(rep.consensus, preferred), 3.0)
+
+    async def _coordinator_roll_forward_loop(self) -> None:
+        """On the coordinator partition this node leads, complete stale decisions.
+
+        A decision whose markers are not all written after two rounds (a writer's
+        driver died between its decision and its markers, and nobody has touched
+        that writer since) is rolled forward here, through the public client, as
+        a restarted writer would do it: markers before each partition's
+        transaction timeout can abort a committed participant. Idempotent, so a
+        race with the writer itself is harmless.
+        """
+        from raftlog.client.async_client import RaftlogClient
+        from raftlog.client.coordinator import CoordinatorClient
+        from raftlog.client.transactions import roll_forward_stale
+
+        seen: set[tuple[str, int, str]] = set()
+        client: RaftlogClient | None = None
+        try:
+            while True:
+                await asyncio.sleep(COORDINATOR_ROLL_FORWARD_S)
+                leads = any(
+                    rep.topic == TRANSACTIONS_TOPIC and rep.consensus.is_leader
+                    for rep in self.partitions.values()
+                )
+                if not leads:
+                    seen.clear()
+                    continue
+                if client is None:
+                    client = RaftlogClient(
+                        sorted(self.config.peers.values()),
+                        auth_token=self.config.auth_token,
+                        request_timeout_s=30.0,
+                    )
+                try:
+                    seen, done = await roll_forward_stale(client, CoordinatorClient(client), seen)
+                except Exception as exc:  # unreachable partitions, leadership moved: retry
+                    log.warning("transaction coordinator: roll-forward failed: %s", exc)
+                    continue
+                if done:
+                    log.info("transaction coordinator: rolled forward %d stale decisions", done)
+        finally:
+            if client is not None:
+                await client.close()
 
     async def _transaction_timeout_loop(self) -> None:
         """On the partitions this node leads, abort transactions open past the timeout.
