@@ -239,6 +239,9 @@ class Consensus:
         # How fast this node's clock runs (ticks every tick_interval_s / clock_rate): the
         # simulator's clock drift. Always 1.0 in production.
         self.clock_rate = 1.0
+        # How many times this replica truncated its log (the only way its flushed offset
+        # goes back): the simulator's check that leaders never regress their view of it.
+        self.truncations = 0
         # The long-running services by task (restarted when one fails).
         self._services: dict[asyncio.Task[Any], str] = {}
         # A dict, not a set: iteration (cancellation) order must not depend on ids (replay).
@@ -501,6 +504,7 @@ class Consensus:
             self._appended = asyncio.Event()
 
     def _truncate_local(self, offset: int) -> None:
+        self.truncations += 1
         self.log.truncate(offset)
         if self.configs.truncate(offset):
             self.core.on_configuration_changed()

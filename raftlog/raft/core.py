@@ -22,10 +22,15 @@ Invariants:
   entries verified equal to the current leader's are ever marked committed;
 - a follower never truncates at or below its commit index;
 - replies are matched to requests: the leader applies a reply from a follower
-  only when its ``seq`` (echoed from the request, drawn by :meth:`next_seq`)
-  is above the newest one applied from that follower in this term; an older,
+  only when its ``seq`` (drawn by :meth:`next_seq` for the request) is above
+  the newest one applied from that follower in this term; an older,
   duplicated or late reply is ignored, so a follower's offsets never move back
-  to what an older reply reported.
+  to what an older reply reported. A follower echoes ``max(request seq, the
+  highest seq it already answered from this leader and term)``: requests can
+  overtake each other on the network, and a reply must never carry a higher
+  seq than a reply that describes a newer state of the follower (that newer
+  reply would otherwise be overwritten by the older state). Reply seqs are so
+  non-decreasing in the order the follower produced them.
 """
 
 from __future__ import annotations
@@ -155,6 +160,8 @@ class RaftCore:
         self.ticks = 0
         # Follower: the last offset verified equal to the current leader's log.
         self.matched_upto = -1
+        # Follower: (leader, term, highest seq answered) (see the module docstring).
+        self._answered: tuple[int, int, int] = (-1, -1, -1)
         self.transfer_target = -1
         self._transfer_elapsed = 0
         self._quorum_check_elapsed = 0
@@ -479,7 +486,7 @@ class RaftCore:
             last_matched_offset=matched,
             last_flushed_offset=self.log.flushed_offset,
             last_dirty_offset=self.log.dirty_offset,
-            seq=req.seq,
+            seq=self._reply_seq(req.source_node, req.term, req.seq),
         )
 
     def handle_heartbeat(self, source: int, hb: Heartbeat) -> HeartbeatReply:
@@ -499,8 +506,18 @@ class RaftCore:
             last_matched_offset=matched,
             last_flushed_offset=self.log.flushed_offset,
             last_dirty_offset=self.log.dirty_offset,
-            seq=hb.seq,
+            seq=self._reply_seq(source, hb.term, hb.seq),
         )
+
+    def _reply_seq(self, leader: int, term: int, seq: int) -> int:
+        """The seq a reply carries: never below one already answered to this leader."""
+        if seq < 0:
+            return seq
+        last_leader, last_term, answered = self._answered
+        if (last_leader, last_term) == (leader, term):
+            seq = max(seq, answered)
+        self._answered = (leader, term, seq)
+        return seq
 
     # ---------------------------------------------------------------- leader
 

@@ -19,6 +19,12 @@
   of the voters of the configuration at that entry or of the latest one
   (pass every node, crashed ones included: a voter not passed is assumed to
   hold it);
+- monotonic follower progress: within one term, a leader's view of a
+  follower's flushed offset never goes back unless that follower truncated its
+  log recently (within :data:`REGRESSION_WINDOW_S`, longer than any reply can
+  be in flight): a follower's flushed offset only goes back by truncation, so
+  a view going back means the leader applied a reply older than one it had
+  applied (a stale reply);
 - no entry acknowledged at ``quorum_ack`` is ever lost: each one equals the
   committed history at its offset, and after the final heal every one of them
   is committed on the final leader.
@@ -29,12 +35,16 @@ leader crashes or loses leadership before a majority has flushed it.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 from collections.abc import Sequence
 
 from raftlog.raft.replicate_batcher import ReplicateResult
 from raftlog.sim.node import SimNode
 from raftlog.storage.batch import RecordBatch
+
+REGRESSION_WINDOW_S = 1.0
+"""How long after a follower truncated a leader's view of it may legitimately go back."""
 
 
 class InvariantViolation(AssertionError):
@@ -75,6 +85,10 @@ class InvariantChecker:
         self._complete_upto: dict[tuple[int, int], int] = {}
         # A violation found between steps (at a commit), raised by the next check().
         self.pending: InvariantViolation | None = None
+        # (leader, incarnation, term, follower) -> (progress object, flushed offset seen)
+        self._views: dict[tuple[int, int, int, int], tuple[object, int]] = {}
+        # follower -> ((incarnation, truncations), virtual time that changed last)
+        self._truncated: dict[int, tuple[tuple[int, int], float]] = {}
 
     def record_ack(self, result: ReplicateResult, batch: RecordBatch) -> None:
         placed = batch.stamped(result.base_offset, result.term)
@@ -125,6 +139,38 @@ class InvariantChecker:
             if node.alive and node.consensus.is_leader:
                 self._check_leader_complete(node)
         self._check_durable(nodes)
+        self._check_progress(nodes)
+
+    def _check_progress(self, nodes: Sequence[SimNode]) -> None:
+        now = asyncio.get_running_loop().time()
+        by_id = {n.node_id: n for n in nodes}
+        for n in nodes:
+            epoch = (n.incarnation, n.consensus.truncations if n.alive else -1)
+            seen = self._truncated.get(n.node_id)
+            if seen is None or seen[0] != epoch:
+                self._truncated[n.node_id] = (epoch, now)
+        for leader in nodes:
+            if not (leader.alive and leader.consensus.is_leader):
+                continue
+            c = leader.consensus
+            for f, p in c.core.progress.items():
+                key = (leader.node_id, leader.incarnation, c.term, f)
+                old = self._views.get(key)
+                self._views[key] = (p, p.flushed_offset)
+                if old is None or old[0] is not p or p.flushed_offset >= old[1]:
+                    continue
+                truncated = self._truncated.get(f)
+                if (
+                    f in by_id
+                    and truncated is not None
+                    and now - truncated[1] <= (REGRESSION_WINDOW_S)
+                ):
+                    continue
+                raise InvariantViolation(
+                    f"monotonic progress: leader {leader.node_id} (term {c.term}) moved its "
+                    f"view of node {f}'s flushed offset back from {old[1]} to "
+                    f"{p.flushed_offset}, and node {f} did not truncate its log"
+                )
 
     def _check_log_matching(self, node: SimNode, key: tuple[int, int]) -> None:
         log = node.consensus.log
@@ -197,18 +243,14 @@ class InvariantChecker:
             term = self.history[base].term
             what = f"{base}..{end}"
         on_disk = {
-            n.node_id
-            for n in nodes
-            if n.log.flushed_offset >= end and n.log.term_at(end) == term
+            n.node_id for n in nodes if n.log.flushed_offset >= end and n.log.term_at(end) == term
         }
         # The configurations as a log holding the committed prefix has them (a divergent,
         # uncommitted log may hold a configuration change that never took effect).
         holders = [
             n
             for n in nodes
-            if n.alive
-            and n.consensus.commit_index >= end
-            and n.consensus.log.term_at(end) == term
+            if n.alive and n.consensus.commit_index >= end and n.consensus.log.term_at(end) == term
         ]
         if not holders:
             return  # no live node to read the configuration from (checked again next step)

@@ -223,9 +223,9 @@ class _Sim:
             if self.stop:
                 return
             action = rng.random()
-            if action < 0.2:
+            if action < 0.25:
                 done = await self._isolate_leader(rng)
-            elif action < 0.4:
+            elif action < 0.5:
                 done = await self._lag_then_crash(rng)
             else:
                 done = await self.cluster.random_fault(
@@ -278,7 +278,14 @@ class _Sim:
         lagging = rng.sample([i for i in ids if i != leader.node_id], len(ids) // 2)
         self.cluster.network.partition(set(lagging), ids)
         self.trace.append(f"{self._now():.3f} lag {sorted(lagging)}")
-        await asyncio.sleep(rng.uniform(0.1, 0.3))
+        # Entries committed without the lagging nodes (the clients may be stalled).
+        batch = RecordBatch.create(f"{self.seed}:lag".encode(), timestamp_ms=0)
+        try:
+            result = await asyncio.wait_for(leader.consensus.replicate([batch]).finished, 0.5)
+            self.checker.record_ack(result, batch)
+        except (RaftError, TimeoutError):
+            pass
+        await asyncio.sleep(rng.uniform(0.05, 0.2))
         for i in lagging:
             if self.cluster.nodes[i].alive:
                 self.cluster.nodes[i].consensus.clock_rate = 4.0

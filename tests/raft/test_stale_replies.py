@@ -107,3 +107,21 @@ def test_the_stale_reply_mutation_is_caught_by_the_reversal_test() -> None:
     """Plant the fault: applying stale replies makes the reversal test fail."""
     with mutations.planted("accept_stale_replies"), pytest.raises(AssertionError):
         test_reversed_replies_do_not_count_a_stale_flushed_offset()
+
+
+def test_a_reply_never_carries_a_higher_seq_than_a_newer_state() -> None:
+    """A heartbeat (seq 6) overtakes an append (seq 5) on the network: the append's reply,
+    produced later, describes a newer state, so it must carry seq >= 6; the heartbeat's
+    reply, with the older state, must then be the stale one at the leader."""
+    net = CoreNet(3)
+    follower = net.cores[2]
+    hb = follower.handle_heartbeat(1, Heartbeat(1, 1, -1, 0, -1, seq=6))
+    assert hb.seq == 6
+    req = AppendEntriesRequest(1, 1, 2, 1, -1, 0, -1, True, [placed(0, 1)], seq=5)
+    plan = follower.check_append(req)
+    assert not isinstance(plan, AppendEntriesReply)
+    net.write(2, *plan.batches)
+    reply = follower.finish_append(req)
+    assert reply.seq == 6 and reply.last_flushed_offset == 0
+    # A new leader's seqs start afresh.
+    assert follower.handle_heartbeat(3, Heartbeat(1, 2, -1, 0, -1, seq=1)).seq == 1
