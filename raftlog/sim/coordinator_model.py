@@ -31,7 +31,8 @@ killed between every step: at a random moment, or right after ``pending``,
 after ``decide``, after the first marker, before ``complete`` or after it (before
 its checkpoint). A restarted driver is a new run that replays the first version
 its checkpoint does not hold, as a restarted query does. A coordinator timer
-(:func:`~raftlog.client.transactions.roll_forward_all`) rolls forward too.
+(:func:`~raftlog.client.transactions.roll_forward_stale`, every 0.5 s) rolls
+forward decisions left pending for a whole round, as the coordinator's node does.
 
 Readers take cuts: each partition's last stable offset, then the coordinator's
 ``cut``, then :func:`~raftlog.client.transactions.consistent_cut`, then the
@@ -81,7 +82,7 @@ from raftlog.client.transactions import (
     consistent_cut,
     decide,
     producer_id_for,
-    roll_forward_all,
+    roll_forward_stale,
 )
 from raftlog.coordinator.state import CoordinatorState, Participant
 from raftlog.coordinator.tm_stm import TRANSACTIONS_TOPIC, TmStm
@@ -820,10 +821,11 @@ class _Sim:
         caller = _Caller(self, random.Random(self.seed * 17 + 1))
         coordinator = _SimCoordinator(self, caller)
         client = _SimClient(self, caller)
+        seen: set[tuple[str, int, str]] = set()
         for _ in range(100_000):
             await asyncio.sleep(0.5)
             with contextlib.suppress(client_errors.RaftlogError, CoordinatorError, TxnLostError):
-                await roll_forward_all(client, coordinator)  # type: ignore[arg-type]
+                seen, _ = await roll_forward_stale(client, coordinator, seen)  # type: ignore[arg-type]
 
     async def _reader(self, i: int) -> None:
         caller = _Caller(self, random.Random(self.seed * 19 + i))
@@ -883,9 +885,10 @@ class _Sim:
         client = _SimClient(self, caller)
         coordinator = _SimCoordinator(self, caller)
         step = 0.1
+        seen: set[tuple[str, int, str]] = set()
         for _ in range(int(self.config.final_s / step)):
             with contextlib.suppress(client_errors.RaftlogError, CoordinatorError, TxnLostError):
-                await roll_forward_all(client, coordinator)  # type: ignore[arg-type]
+                seen, _ = await roll_forward_stale(client, coordinator, seen)  # type: ignore[arg-type]
             leaders = [c.leader() for c in self.partitions]
             if all(
                 leader is not None and not leader.rm.table.open_transactions() for leader in leaders
