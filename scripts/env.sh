@@ -62,6 +62,14 @@ if ! command -v java >/dev/null 2>&1 || [ "$(java_major)" -lt 17 ]; then
     }
 fi
 
+# The benchmark's etcd peer, and the tests of its harness: Debian's etcd-server where
+# apt can install it. Best effort: without it, only those tests fail, with this hint.
+if ! command -v etcd >/dev/null 2>&1; then
+    echo "raftlog setup: installing etcd-server (the benchmarks' etcd peer) through apt" >&2
+    apt_install etcd-server \
+        || echo "raftlog setup: etcd is missing; the etcd tests will fail until 'apt-get install etcd-server'" >&2
+fi
+
 export PYSPARK_PYTHON="$ROOT/.venv/bin/python"
 export PYSPARK_DRIVER_PYTHON="$ROOT/.venv/bin/python"
 export PATH="$ROOT/.venv/bin:$PATH"

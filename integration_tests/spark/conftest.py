@@ -50,11 +50,8 @@ def servers(request: pytest.FixtureRequest) -> str:
     """The shared 3-node cluster's servers as the connector's ``servers`` option value."""
     missing = _engine_missing()
     if missing:
-        pytest.skip(missing)
-    try:
-        cluster = request.getfixturevalue("raftlog_cluster")
-    except pytest.FixtureLookupError:
-        pytest.skip("integration_tests/conftest.py does not provide the raftlog_cluster fixture")
+        pytest.fail(f"{missing}; install it with ./scripts/test.sh (pip install -e '.[test]')")
+    cluster = request.getfixturevalue("raftlog_cluster")
     return ",".join(cluster.servers)
 
 
@@ -63,11 +60,8 @@ def private_cluster(request: pytest.FixtureRequest):
     """A private 3-node cluster (``fresh_cluster``) for tests that kill nodes."""
     missing = _engine_missing()
     if missing:
-        pytest.skip(missing)
-    try:
-        return request.getfixturevalue("fresh_cluster")
-    except pytest.FixtureLookupError:
-        pytest.skip("integration_tests/conftest.py does not provide the fresh_cluster fixture")
+        pytest.fail(f"{missing}; install it with ./scripts/test.sh (pip install -e '.[test]')")
+    return request.getfixturevalue("fresh_cluster")
 
 
 @pytest.fixture

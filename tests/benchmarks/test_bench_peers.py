@@ -14,9 +14,12 @@ import pytest
 from benchmarks.peers import detect, etcd_cluster
 from benchmarks.peers.etcd_cluster import EtcdCluster, EtcdError
 
-needs_etcd = pytest.mark.skipif(
-    detect.etcd_binary() is None, reason="etcd not installed (apt-get install etcd-server)"
-)
+
+@pytest.fixture
+def needs_etcd() -> None:
+    """Fail (never skip) with the install command when etcd is missing."""
+    if detect.etcd_binary() is None:
+        pytest.fail(detect.ETCD_INSTALL_HINT)
 
 
 def _b64(text: str) -> str:
@@ -57,7 +60,7 @@ def test_bad_arguments_are_rejected(tmp_path: Path) -> None:
         EtcdCluster(tmp_path, start_timeout_s=0)
 
 
-@needs_etcd
+@pytest.mark.usefixtures("needs_etcd")
 def test_three_members_replicate_and_stop_by_pid(tmp_path: Path) -> None:
     cluster = EtcdCluster(tmp_path)
     with cluster:
@@ -73,7 +76,7 @@ def test_three_members_replicate_and_stop_by_pid(tmp_path: Path) -> None:
     cluster.stop()  # idempotent
 
 
-@needs_etcd
+@pytest.mark.usefixtures("needs_etcd")
 def test_a_member_that_cannot_start_stops_the_others(tmp_path: Path) -> None:
     cluster = EtcdCluster(tmp_path, start_timeout_s=20)
     # Hold the last member's client port so that member cannot bind it and exits.

@@ -14,10 +14,18 @@ from benchmarks.peers.etcd_cluster import EtcdCluster
 from benchmarks.peers.etcd_load import etcd_put_load
 from benchmarks.workloads.closed_loop import percentile, run_closed_loop
 
-needs_etcd = pytest.mark.skipif(detect.etcd_missing() is not None, reason=detect.ETCD_INSTALL_HINT)
-needs_pysyncobj = pytest.mark.skipif(
-    detect.pysyncobj_missing() is not None, reason=detect.PYSYNCOBJ_INSTALL_HINT
-)
+
+@pytest.fixture
+def needs_etcd() -> None:
+    """Fail (never skip) with the install command when etcd is missing."""
+    if detect.etcd_missing() is not None:
+        pytest.fail(detect.ETCD_INSTALL_HINT)
+
+
+@pytest.fixture
+def needs_pysyncobj() -> None:
+    if detect.pysyncobj_missing() is not None:
+        pytest.fail(detect.PYSYNCOBJ_INSTALL_HINT)
 
 
 def test_percentile_is_nearest_rank() -> None:
@@ -72,7 +80,7 @@ async def test_closed_loop_rejects_bad_bounds() -> None:
             await run_closed_loop(request, **args)  # type: ignore[arg-type]
 
 
-@needs_etcd
+@pytest.mark.usefixtures("needs_etcd")
 async def test_closed_loop_against_etcd_measures_puts(tmp_path: Path) -> None:
     with EtcdCluster(tmp_path) as cluster:
         result = await etcd_put_load(
@@ -84,7 +92,7 @@ async def test_closed_loop_against_etcd_measures_puts(tmp_path: Path) -> None:
     assert result.p99_ms >= result.p50_ms > 0
 
 
-@needs_pysyncobj
+@pytest.mark.usefixtures("needs_pysyncobj")
 def test_pysyncobj_cluster_replicates_an_append_and_stops_by_pid(tmp_path: Path) -> None:
     from benchmarks.peers.pysyncobj_cluster import PySyncObjCluster
 
