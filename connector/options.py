@@ -15,18 +15,21 @@ Spark driver, which inherits the environment that the driver was started with.
 (Spark confs such as ``spark.raftlog.servers`` cannot be read there: Spark hands
 a Python data source its options only, and its planner workers have no session.)
 
-Unknown options: Spark itself passes options of its own (``path``,
-``checkpointLocation``, ...), and Kafka's source ignores what it does not
-know, so unknown keys are ignored -- except those that look like a typo of one
-of ours (edit distance <= 2, e.g. ``maxRecordsPerTriger``), and those that
-belong to the other direction (``acks`` on a read, ``startingOffsets`` on a
-write). Those fail loudly, because silently ignoring them would run the job
-with a setting the user did not ask for.
+Unknown options are refused, each by its name: a pipeline ported from
+``format("kafka")`` must not run with settings that nobody chose. Where a
+raftlog option does the job of a Kafka one (``kafka.bootstrap.servers`` ->
+``servers``), the error names it; otherwise it suggests the closest known
+name (difflib). Kafka's ``maxOffsetsPerTrigger`` is accepted as an alias of
+``maxRecordsPerTrigger``. Accepted without a meaning here: the options Spark
+itself hands a data source (:data:`SPARK_OPTIONS`, and keys starting with
+``__``, Spark's internal ones). Options of the other direction (``acks`` on a
+read, ``startingOffsets`` on a write) are refused naming the direction.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import json
 import os
 import re
@@ -36,10 +39,13 @@ from pyspark_raftlog.errors import OptionError
 
 __all__ = [
     "DEFAULT_CHUNK_BYTES",
+    "KAFKA_COLUMNS",
     "OffsetSpec",
     "OptionError",
     "SinkOptions",
     "SourceOptions",
+    "WriteLayout",
+    "check_write_columns",
     "parse_sink_options",
     "parse_source_options",
 ]
@@ -72,19 +78,70 @@ SINK_OPTIONS = (
     "txnVersion",
     "deliveryGuarantee",
     "transactionTimeoutMs",
+    "partitionBy",
 )
 SOURCE_OPTIONS = (
     "topic",
+    "subscribe",
+    "subscribePattern",
     "servers",
     "authToken",
     "startingOffsets",
     "endingOffsets",
     "maxRecordsPerTrigger",
+    "maxOffsetsPerTrigger",
     "maxBytesPerTrigger",
     "minPartitions",
     "failOnDataLoss",
     "requestTimeoutMs",
 )
+
+# Options that Spark itself puts into a data source's options (DataFrameReader.load(path),
+# DataStreamWriter.option("checkpointLocation"), queryName): accepted and ignored. Keys
+# starting with "__" are Spark's internal ones (e.g. "__partition_columns").
+SPARK_OPTIONS = ("path", "paths", "checkpointLocation", "queryName")
+
+# The columns Kafka's sink reads: a DataFrame with ``value`` and only these is written
+# as raw records (raftlog.client.framing); ``topic`` and ``partition`` route rows.
+KAFKA_COLUMNS = ("key", "value", "headers", "topic", "partition", "timestamp")
+
+# Kafka's options (lowercased) whose job a raftlog option does: the refusal names it.
+_KAFKA_EQUIVALENTS = {
+    "kafka.bootstrap.servers": "servers",
+    "kafka.acks": "acks",
+    "kafka.request.timeout.ms": "requestTimeoutMs",
+    "kafka.default.api.timeout.ms": "requestTimeoutMs",
+    "kafka.delivery.timeout.ms": "requestTimeoutMs",
+    "kafka.max.in.flight.requests.per.connection": "maxInFlight",
+    "kafka.batch.size": "chunkBytes",
+    "kafka.max.request.size": "chunkBytes",
+    "kafka.transaction.timeout.ms": "transactionTimeoutMs",
+    "kafka.transactional.id": "txnAppId",
+    "kafka.security.protocol": "authToken",
+    "kafka.sasl.jaas.config": "authToken",
+    "kafka.sasl.mechanism": "authToken",
+    "kafka.max.partition.fetch.bytes": "maxBytesPerTrigger",
+    "fetchoffset.numretries": "requestTimeoutMs",
+    "fetchoffset.retryintervalms": "requestTimeoutMs",
+    "kafkaconsumer.polltimeoutms": "requestTimeoutMs",
+    "assign": "startingOffsets",
+}
+# Kafka options with no raftlog counterpart, and why (the refusal says so).
+_KAFKA_WITHOUT_EQUIVALENT = {
+    "kafka.isolation.level": "raftlog always reads committed data (read_committed)",
+    "kafka.group.id": "raftlog has no consumer groups: a query's position is its checkpoint",
+    "groupidprefix": "raftlog has no consumer groups: a query's position is its checkpoint",
+    "includeheaders": "headers are always read where they were written",
+    "kafka.enable.idempotence": "raftlog writes are always idempotent",
+    "startingoffsetsbytimestamp": "not supported yet",
+    "startingoffsetsbytimestampstrategy": "not supported yet",
+    "endingtimestamp": "not supported yet",
+    "endingoffsetsbytimestamp": "not supported yet",
+    "minoffsetspertrigger": "not supported yet",
+    "maxtriggerdelay": "not supported yet",
+    "startingtimestamp": "not supported yet",
+    "compression": "not supported yet",
+}
 
 _TOPIC_RE = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
 # ASCII digits with bounded length: `\d` admits other scripts' digits, and int() of
@@ -108,14 +165,21 @@ class OffsetSpec:
 
     kind: str
     offsets: Mapping[int, int] = dataclasses.field(default_factory=dict)
-    topic: str | None = None  # the topic the JSON is keyed by (kind "json" only)
+    topic: str | None = None  # the (first) topic the JSON is keyed by (kind "json" only)
+    # kind "json": topic -> partition -> offset, for every topic the JSON names
+    by_topic: Mapping[str, Mapping[int, int]] = dataclasses.field(default_factory=dict)
 
 
 @dataclasses.dataclass(frozen=True)
 class SinkOptions:
-    """Validated options of a write (stream or batch)."""
+    """Validated options of a write (stream or batch).
 
-    topic: str
+    ``topic`` is None when the rows name their topic in a ``topic`` column
+    (checked when the DataFrame's schema is known). ``partition_by`` holds the
+    ``partitionBy`` column names, in order (empty: not given).
+    """
+
+    topic: str | None
     servers: tuple[str, ...] | None = None
     auth_token: str | None = dataclasses.field(default=None, repr=False)  # a secret: no repr
     acks: str = "all"
@@ -128,6 +192,7 @@ class SinkOptions:
     txn_version: int | None = None
     exactly_once: bool = True  # deliveryGuarantee
     transaction_timeout_ms: int = DEFAULT_TRANSACTION_TIMEOUT_MS
+    partition_by: tuple[str, ...] = ()
 
     @property
     def request_timeout_s(self) -> float:
@@ -136,9 +201,15 @@ class SinkOptions:
 
 @dataclasses.dataclass(frozen=True)
 class SourceOptions:
-    """Validated options of a read (stream or batch)."""
+    """Validated options of a read (stream or batch).
 
-    topic: str
+    Exactly one of ``topic``/``subscribe`` (both give ``topics``) and
+    ``subscribePattern`` (``pattern``, a regex that must match a whole topic
+    name, as Kafka's does) is set.
+    """
+
+    topics: tuple[str, ...] = ()
+    pattern: str | None = None
     servers: tuple[str, ...] | None = None
     auth_token: str | None = dataclasses.field(default=None, repr=False)  # a secret: no repr
     starting_offsets: OffsetSpec | None = None  # None: the direction's default
@@ -152,6 +223,19 @@ class SourceOptions:
     @property
     def request_timeout_s(self) -> float:
         return self.request_timeout_ms / 1000.0
+
+    @property
+    def topic(self) -> str:
+        """A label for messages: the one topic, the list, or the pattern."""
+        if self.pattern is not None:
+            return f"pattern {self.pattern}"
+        return ",".join(self.topics)
+
+    def matches(self, topic: str) -> bool:
+        """Whether ``topic`` is one this read subscribes to."""
+        if self.pattern is not None:
+            return re.fullmatch(self.pattern, topic) is not None
+        return topic in self.topics
 
 
 def parse_sink_options(options: Mapping[str, str], *, streaming: bool) -> SinkOptions:
@@ -199,7 +283,8 @@ def parse_sink_options(options: Mapping[str, str], *, streaming: bool) -> SinkOp
             "(the default); got deliveryGuarantee at-least-once"
         )
     return SinkOptions(
-        topic=_topic(opts),
+        topic=_topic(opts, required=False),
+        partition_by=_opt_columns(opts, "partitionBy"),
         servers=_servers(opts),
         auth_token=_auth_token(opts),
         acks=acks,
@@ -241,25 +326,43 @@ def parse_source_options(options: Mapping[str, str], *, streaming: bool | None) 
             "option 'startingOffsets' cannot be 'latest' for a batch read; "
             'expected \'earliest\' or JSON like {"<topic>": {"0": 42}}'
         )
-    if streaming is False and ("maxrecordspertrigger" in opts or "maxbytespertrigger" in opts):
+    per_trigger = ("maxrecordspertrigger", "maxoffsetspertrigger", "maxbytespertrigger")
+    if streaming is False and any(k in opts for k in per_trigger):
         raise OptionError(
-            "options 'maxRecordsPerTrigger' and 'maxBytesPerTrigger' apply to streaming reads "
+            "options 'maxRecordsPerTrigger' (alias 'maxOffsetsPerTrigger') and "
+            "'maxBytesPerTrigger' apply to streaming reads "
             "only; a batch read reads from startingOffsets to endingOffsets"
         )
-    topic = _topic(opts)
+    topics, pattern = _subscription(opts)
     for name, spec in (("startingOffsets", starting), ("endingOffsets", ending)):
-        if spec is not None and spec.kind == "json" and spec.topic != topic:
+        if spec is None or spec.kind != "json":
+            continue
+        if pattern is not None:
             raise OptionError(
-                f"option '{name}' names topic {spec.topic!r}, "
-                f"but option 'topic' is {topic!r}; the JSON must be keyed by the topic read"
+                f"option '{name}' cannot be JSON with 'subscribePattern' (the topics are not "
+                "known in advance); use 'earliest' or 'latest'"
             )
+        strangers = sorted(set(spec.by_topic) - set(topics))
+        if strangers:
+            raise OptionError(
+                f"option '{name}' names topic(s) {strangers} that are not read "
+                f"(topics read: {', '.join(topics)}); the JSON must be keyed by the topics read"
+            )
+    records = _opt_int(opts, "maxRecordsPerTrigger", minimum=1)
+    alias = _opt_int(opts, "maxOffsetsPerTrigger", minimum=1)
+    if records is not None and alias is not None and records != alias:
+        raise OptionError(
+            "options 'maxRecordsPerTrigger' and 'maxOffsetsPerTrigger' (its Kafka alias) "
+            f"disagree ({records} vs {alias}); give one of them"
+        )
     return SourceOptions(
-        topic=topic,
+        topics=topics,
+        pattern=pattern,
         servers=_servers(opts),
         auth_token=_auth_token(opts),
         starting_offsets=starting,
         ending_offsets=ending,
-        max_records_per_trigger=_opt_int(opts, "maxRecordsPerTrigger", minimum=1),
+        max_records_per_trigger=records if records is not None else alias,
         max_bytes_per_trigger=_opt_size(opts, "maxBytesPerTrigger", 1, None),
         min_partitions=_opt_int(opts, "minPartitions", minimum=1, maximum=100_000),
         fail_on_data_loss=_opt_bool(opts, "failOnDataLoss", default=True),
@@ -278,52 +381,110 @@ def _normalize(
     *,
     direction: str,
 ) -> dict[str, str]:
-    """Lowercase the keys; reject typos of known options and options of the other direction."""
+    """Lowercase the keys; refuse every key that is not an option of ``direction``.
+
+    Spark's own options (:data:`SPARK_OPTIONS`, ``__``-prefixed keys) pass. The
+    error names the key, and where one exists the raftlog option that does its job.
+    """
     opts = {str(k).lower(): str(v) for k, v in options.items() if v is not None}
     known_lower = {k.lower(): k for k in known}
     other_lower = {k.lower(): k for k in other_direction if k.lower() not in known_lower}
+    spark_lower = {k.lower() for k in SPARK_OPTIONS}
+    listing = f"options for {direction}: {', '.join(known)}"
     for key in opts:
-        if key in known_lower:
+        if key in known_lower or key in spark_lower or key.startswith("__"):
             continue
         if key in other_lower:
             other = "reads" if direction == "writes" else "writes"
             raise OptionError(
-                f"option '{other_lower[key]}' applies to {other}, not {direction}; "
-                f"options for {direction}: {', '.join(known)}"
+                f"option '{other_lower[key]}' applies to {other}, not {direction}; {listing}"
             )
-        close = [name for low, name in known_lower.items() if _edit_distance(key, low) <= 2]
-        if close and len(key) >= 4:
+        equivalent = _KAFKA_EQUIVALENTS.get(key)
+        if equivalent is not None:
             raise OptionError(
-                f"unknown option '{key}'; did you mean '{close[0]}'? "
-                f"options for {direction}: {', '.join(known)}"
+                f"option '{key}' is Kafka's; raftlog does not know it: use option "
+                f"'{equivalent}' instead (see docs/kafka.md)"
             )
+        why = _KAFKA_WITHOUT_EQUIVALENT.get(key)
+        if why is not None:
+            raise OptionError(
+                f"option '{key}' is not supported by raftlog: {why} (see docs/kafka.md)"
+            )
+        if key.startswith("kafka."):
+            raise OptionError(
+                f"option '{key}' is a Kafka client setting; raftlog has no Kafka client, so it "
+                f"is refused rather than ignored (see docs/kafka.md); {listing}"
+            )
+        close = difflib.get_close_matches(key, list(known_lower), n=1, cutoff=0.75)
+        hint = f"did you mean '{known_lower[close[0]]}'? " if close else ""
+        raise OptionError(f"unknown option '{key}'; {hint}{listing}")
     return opts
 
 
-def _edit_distance(a: str, b: str) -> int:
-    """Levenshtein distance; both strings are option names (short), so O(len^2) is fine."""
-    prev = list(range(len(b) + 1))
-    for i, ca in enumerate(a, 1):
-        cur = [i]
-        for j, cb in enumerate(b, 1):
-            cur.append(min(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (ca != cb)))
-        prev = cur
-    return prev[-1]
+def _check_topic_name(topic: str, option: str) -> str:
+    if not _TOPIC_RE.match(topic) or topic in (".", ".."):
+        raise OptionError(
+            f"option '{option}' must name topics of 1 to 249 characters of letters, digits, "
+            f"'.', '_' or '-'; got {topic!r}"
+        )
+    return topic
 
 
-def _topic(opts: Mapping[str, str]) -> str:
+def _topic(opts: Mapping[str, str], *, required: bool = True) -> str | None:
     topic = opts.get("topic")
     if topic is None:
+        if not required:
+            return None
         raise OptionError(
             "option 'topic' is required: the name of the raftlog topic "
             "(letters, digits, '.', '_', '-'; at most 249 characters)"
         )
-    if not _TOPIC_RE.match(topic) or topic in (".", ".."):
+    return _check_topic_name(topic, "topic")
+
+
+def _subscription(opts: Mapping[str, str]) -> tuple[tuple[str, ...], str | None]:
+    """(topics, pattern) from exactly one of ``topic``, ``subscribe``, ``subscribePattern``."""
+    given = [n for n in ("topic", "subscribe", "subscribePattern") if n.lower() in opts]
+    if len(given) != 1:
         raise OptionError(
-            "option 'topic' must be 1 to 249 characters of letters, digits, '.', '_' or '-'; "
-            f"got {topic!r}"
+            "exactly one of the options 'topic' (one topic), 'subscribe' (comma-separated "
+            "topics) or 'subscribePattern' (a regex matching whole topic names) must be given; "
+            + (f"got {', '.join(repr(g) for g in given)}" if given else "got none")
         )
-    return topic
+    if given[0] == "topic":
+        return (_topic(opts) or "",), None
+    if given[0] == "subscribe":
+        names = [t.strip() for t in opts["subscribe"].split(",") if t.strip()]
+        if not names:
+            raise OptionError(
+                "option 'subscribe' must be a comma-separated list of topic names; got "
+                f"{opts['subscribe']!r}"
+            )
+        return tuple(dict.fromkeys(_check_topic_name(t, "subscribe") for t in names)), None
+    raw = opts["subscribepattern"]
+    try:
+        re.compile(raw)
+    except (re.error, RecursionError, OverflowError) as exc:
+        raise OptionError(
+            f"option 'subscribePattern' must be a regular expression (Python re syntax) "
+            f"matching whole topic names; got {raw!r}: {exc}"
+        ) from None
+    if not raw:
+        raise OptionError("option 'subscribePattern' must be a non-empty regular expression")
+    return (), raw
+
+
+def _opt_columns(opts: Mapping[str, str], name: str) -> tuple[str, ...]:
+    raw = opts.get(name.lower())
+    if raw is None:
+        return ()
+    cols = tuple(c.strip() for c in raw.split(","))
+    if not cols or any(not c for c in cols) or len(set(cols)) != len(cols):
+        raise OptionError(
+            f"option '{name}' must be a comma-separated list of distinct column names, "
+            f"e.g. 'user_id' or 'country,city'; got {raw!r}"
+        )
+    return cols
 
 
 def _servers(opts: Mapping[str, str]) -> tuple[str, ...] | None:
@@ -456,9 +617,18 @@ def _opt_offset_spec(
         # ValueError and deep nesting a RecursionError: all are bad input, not crashes.
         reason = "nested too deeply" if isinstance(exc, RecursionError) else str(exc)[:200]
         raise OptionError(f"option '{name}' is not valid JSON ({reason}); {expected}") from None
-    if not isinstance(doc, dict) or len(doc) != 1:
-        raise OptionError(f"option '{name}' must hold exactly one topic; {expected}; got {raw!r}")
-    ((topic, parts),) = doc.items()
+    if not isinstance(doc, dict) or not doc:
+        raise OptionError(f"option '{name}' must map topics to partitions; {expected}; got {raw!r}")
+    by_topic: dict[str, dict[int, int]] = {}
+    for topic, parts in doc.items():
+        by_topic[topic] = _json_partition_offsets(name, topic, parts, expected, allow_earliest)
+    first = next(iter(by_topic))
+    return OffsetSpec(kind="json", offsets=by_topic[first], topic=first, by_topic=by_topic)
+
+
+def _json_partition_offsets(
+    name: str, topic: object, parts: object, expected: str, allow_earliest: bool
+) -> dict[int, int]:
     if not isinstance(parts, dict) or not parts:
         raise OptionError(
             f"option '{name}' must map topic {topic!r} to partition offsets; {expected}"
@@ -477,4 +647,59 @@ def _opt_offset_spec(
                 f"(-2 = earliest, -1 = latest); got {off!r}"
             )
         offsets[int(key)] = off
-    return OffsetSpec(kind="json", offsets=offsets, topic=topic)
+    return offsets
+
+
+@dataclasses.dataclass(frozen=True)
+class WriteLayout:
+    """How a DataFrame is written, from its column names (see :func:`check_write_columns`).
+
+    ``raw``: ``value`` and only Kafka's columns, written as raw records;
+    else typed Arrow data of ``data_columns`` (every column but the routing
+    ones, ``topic`` and ``partition``). ``topic_column``/``partition_column``/
+    ``key_column``: whether those columns route rows.
+    """
+
+    raw: bool
+    data_columns: tuple[str, ...]
+    topic_column: bool = False
+    partition_column: bool = False
+    key_column: bool = False
+
+
+def check_write_columns(opts: SinkOptions, columns: list[str] | tuple[str, ...]) -> WriteLayout:
+    """The layout of a write of ``columns``; OptionError when the options do not fit them.
+
+    A topic comes from option ``topic`` (which wins, as in Kafka's sink) or a
+    ``topic`` column; ``partitionBy`` must name existing columns.
+    """
+    names = list(columns)
+    has_topic = "topic" in names
+    if opts.topic is None and not has_topic:
+        raise OptionError(
+            "option 'topic' is required unless the DataFrame has a 'topic' column (string) "
+            "naming each row's topic; got columns " + ", ".join(names)
+        )
+    missing = [c for c in opts.partition_by if c not in names]
+    if missing:
+        hints = {c: difflib.get_close_matches(c, names, n=1) for c in missing}
+        hint = "; ".join(f"did you mean '{h[0]}' for '{c}'?" for c, h in hints.items() if h)
+        raise OptionError(
+            f"option 'partitionBy' names column(s) {missing} that the DataFrame does not have "
+            f"(columns: {', '.join(names)})" + (f"; {hint}" if hint else "")
+        )
+    raw = "value" in names and set(names) <= set(KAFKA_COLUMNS)
+    routing = {"topic", "partition"}
+    data = tuple(c for c in names if c not in routing)
+    if not data:
+        raise OptionError(
+            "the DataFrame has no data columns besides 'topic'/'partition' (which only route "
+            "rows); add a 'value' column or typed columns"
+        )
+    return WriteLayout(
+        raw=raw,
+        data_columns=data,
+        topic_column=has_topic and opts.topic is None,
+        partition_column="partition" in names,
+        key_column="key" in names,
+    )
