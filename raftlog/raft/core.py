@@ -38,6 +38,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import random
+from collections.abc import Callable
 from typing import Protocol
 
 from raftlog.raft import mutations
@@ -171,6 +172,9 @@ class RaftCore:
         # The last seq drawn per follower; never reset (it outlives terms and progress).
         self._sent_seq: dict[int, int] = {}
         self.stale_replies = 0
+        # Called with (follower, progress) after a reply updated a follower's progress
+        # (the simulator checks that the view never goes back); None in production.
+        self.progress_listener: Callable[[int, FollowerProgress], None] | None = None
         self._ready = Ready()
         self._refresh_role()
 
@@ -585,6 +589,8 @@ class RaftCore:
         p.flushed_offset = reply.last_flushed_offset
         if mutations.active("dirty_as_flushed"):
             p.flushed_offset = reply.last_dirty_offset
+        if self.progress_listener is not None:
+            self.progress_listener(peer, p)
         if p.match_offset > reply.last_dirty_offset:
             # The follower lost unflushed entries (it crashed): it no longer has them.
             p.match_offset = reply.last_dirty_offset

@@ -39,6 +39,7 @@ import asyncio
 import dataclasses
 from collections.abc import Sequence
 
+from raftlog.raft.progress import FollowerProgress
 from raftlog.raft.replicate_batcher import ReplicateResult
 from raftlog.sim.node import SimNode
 from raftlog.storage.batch import RecordBatch
@@ -142,35 +143,42 @@ class InvariantChecker:
         self._check_progress(nodes)
 
     def _check_progress(self, nodes: Sequence[SimNode]) -> None:
-        now = asyncio.get_running_loop().time()
-        by_id = {n.node_id: n for n in nodes}
-        for n in nodes:
-            epoch = (n.incarnation, n.consensus.truncations if n.alive else -1)
-            seen = self._truncated.get(n.node_id)
-            if seen is None or seen[0] != epoch:
-                self._truncated[n.node_id] = (epoch, now)
         for leader in nodes:
             if not (leader.alive and leader.consensus.is_leader):
                 continue
-            c = leader.consensus
-            for f, p in c.core.progress.items():
-                key = (leader.node_id, leader.incarnation, c.term, f)
-                old = self._views.get(key)
-                self._views[key] = (p, p.flushed_offset)
-                if old is None or old[0] is not p or p.flushed_offset >= old[1]:
-                    continue
-                truncated = self._truncated.get(f)
-                if (
-                    f in by_id
-                    and truncated is not None
-                    and now - truncated[1] <= (REGRESSION_WINDOW_S)
-                ):
-                    continue
-                raise InvariantViolation(
-                    f"monotonic progress: leader {leader.node_id} (term {c.term}) moved its "
-                    f"view of node {f}'s flushed offset back from {old[1]} to "
-                    f"{p.flushed_offset}, and node {f} did not truncate its log"
-                )
+            for f, p in leader.consensus.core.progress.items():
+                self.observe_progress(leader, f, p, nodes)
+        if self.pending is not None:
+            raise self.pending
+
+    def observe_progress(
+        self, leader: SimNode, follower: int, p: FollowerProgress, nodes: Sequence[SimNode]
+    ) -> None:
+        """Monotonic follower progress, at a step or right after the leader applied a reply
+        (the leader's hook): a regression is kept in :attr:`pending`, raised by ``check``."""
+        now = asyncio.get_running_loop().time()
+        for n in nodes:
+            if n.node_id == follower:
+                epoch = (n.incarnation, n.consensus.truncations if n.alive else -1)
+                seen = self._truncated.get(follower)
+                if seen is None or seen[0] != epoch:
+                    self._truncated[follower] = (epoch, now)
+        c = leader.consensus
+        flushed = p.flushed_offset
+        key = (leader.node_id, leader.incarnation, c.term, follower)
+        old = self._views.get(key)
+        self._views[key] = (p, flushed)
+        if old is None or old[0] is not p or flushed >= old[1]:
+            return
+        truncated = self._truncated.get(follower)
+        if truncated is not None and now - truncated[1] <= REGRESSION_WINDOW_S:
+            return
+        if self.pending is None:
+            self.pending = InvariantViolation(
+                f"monotonic progress: leader {leader.node_id} (term {c.term}) moved its view "
+                f"of node {follower}'s flushed offset back from {old[1]} to {flushed}, and "
+                f"node {follower} did not truncate its log"
+            )
 
     def _check_log_matching(self, node: SimNode, key: tuple[int, int]) -> None:
         log = node.consensus.log

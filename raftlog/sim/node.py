@@ -44,6 +44,8 @@ class SimNode:
         self._tasks: dict[asyncio.Task[Any], None] = {}  # ordered: deterministic replay
         # Called with this node whenever its commit index advances (the checker's hook).
         self.on_commit: Callable[[SimNode], None] | None = None
+        # Called with (this node, follower, progress) when, as leader, it applied a reply.
+        self.on_progress: Callable[[SimNode, int, Any], None] | None = None
         self.consensus: Consensus
         self.heartbeats: HeartbeatManager
 
@@ -74,6 +76,9 @@ class SimNode:
         if self.on_commit is not None:
             hook = self.on_commit
             self.consensus.commit_listeners.append(lambda: hook(self))
+        if self.on_progress is not None:
+            seen = self.on_progress
+            self.consensus.core.progress_listener = lambda f, p: seen(self, f, p)
         dispatcher = PeerDispatcher(self.node_id, self.heartbeats)
         self.network.attach(self.node_id, Endpoint(dispatcher.handle, self.spawn))
         await self.consensus.start()

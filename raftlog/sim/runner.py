@@ -76,8 +76,8 @@ class _Sim:
         self.rng = random.Random(seed)
         self.n = self.rng.choice(config.nodes)
         drop = self.rng.choice([0.0, 0.0, 0.02, 0.1])
-        duplicate = self.rng.choice([0.0, 0.02, 0.1])
-        late = self.rng.choice([0.0, 0.05, 0.2])
+        duplicate = self.rng.choice([0.02, 0.05, 0.1])
+        late = self.rng.choice([0.05, 0.1, 0.2])
         options = sim_options()
         options.flush_latency_s = self.rng.choice([0.0, 0.002, 0.01, 0.03])
         # Short elections: more leader changes (and so more chances of a bug) per seed.
@@ -91,13 +91,14 @@ class _Sim:
                 rpc_timeout_s=0.2,
                 duplicate_rate=duplicate,
                 late_reply_rate=late,
-                late_reply_max_s=0.05,
+                late_reply_max_s=0.15,
             ),
         )
         self.checker = InvariantChecker()
         nodes = list(self.cluster.nodes.values())
         for node in nodes:
             node.on_commit = lambda n: self.checker.check_commit(n, nodes)
+            node.on_progress = lambda n, f, p: self.checker.observe_progress(n, f, p, nodes)
         # The last faults and leader changes, printed with a failing seed.
         self.trace: collections.deque[str] = collections.deque(maxlen=60)
         self._leaders: dict[int, int] = {}
@@ -109,7 +110,7 @@ class _Sim:
         cluster = self.cluster
         await cluster.start()
         checker_task = asyncio.create_task(self._checker())
-        tasks = [asyncio.create_task(self._client(i)) for i in range(2)]
+        tasks = [asyncio.create_task(self._client(i)) for i in range(4)]
         tasks.append(asyncio.create_task(self._nemesis()))
         # The checker, a client or the nemesis raising ends the run at once with its error.
         await asyncio.wait(
