@@ -4,6 +4,10 @@ Runs ``raftlog.sim.run_seeds`` in chunks of seeds (so the progress bar moves)
 and reports seeds per second and the number of failing seeds. A failing seed
 is a finding, not a harness failure: it is reported (with the first few seeds,
 to replay) and the scenario still produces its figures.
+
+``--mutations`` instead plants each named fault of ``raftlog.raft.mutations``
+in the core in turn and reports, per mutation, how many of the seeds (default
+300, ``--quick`` 50) caught it; the unmutated core must fail none of them.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from benchmarks.context import RunContext
 from benchmarks.registry import Row, require, scenario
 
 QUICK_SEEDS, FULL_SEEDS = 200, 10_000
+QUICK_MUTATION_SEEDS, FULL_MUTATION_SEEDS = 50, 300
 CHUNK = 50
 """Seeds per call of run_seeds: small enough for a lively bar, large enough to amortize."""
 
@@ -37,7 +42,14 @@ def add_arguments(group: argparse._ArgumentGroup) -> None:
         "--seeds",
         type=_positive_int,
         default=None,
-        help=f"simulation seeds to run (default {FULL_SEEDS}, --quick {QUICK_SEEDS})",
+        help=f"simulation seeds to run (default {FULL_SEEDS}, --quick {QUICK_SEEDS}; with "
+        f"--mutations {FULL_MUTATION_SEEDS}, --quick {QUICK_MUTATION_SEEDS})",
+    )
+    group.add_argument(
+        "--mutations",
+        action="store_true",
+        help="mutation testing: plant each named fault in the Raft core and report how "
+        "many seeds catch it",
     )
 
 
@@ -69,12 +81,41 @@ def measure(ctx: RunContext, run_seeds: Any) -> list[Row]:
     ]
 
 
+def measure_mutations(ctx: RunContext, run_mutations: Any, format_scores: Any) -> list[Row]:
+    """One row per mutation (and the unmutated baseline): seeds that caught it."""
+    total = ctx.option("seeds", QUICK_MUTATION_SEEDS, FULL_MUTATION_SEEDS)
+    ctx.set_total(1)
+    start = time.perf_counter()
+    scores = run_mutations(range(total))
+    seconds = time.perf_counter() - start
+    ctx.advance(1)
+    print(format_scores(scores), flush=True)
+    runs = total * len(scores)
+    ctx.note(f"{runs} seed runs in {seconds:.1f} s ({runs / seconds:.1f} seeds/s)")
+    return [
+        {
+            "case": score.mutation,
+            "caught": score.caught,
+            "seeds": score.seeds,
+            "caught %": 100 * score.fraction,
+        }
+        for score in scores
+    ]
+
+
 @scenario(
     "sim",
     "deterministic Raft simulation over many seeds: seeds per second, failures",
     add_arguments=add_arguments,
 )
 def run(ctx: RunContext) -> list[Row]:
+    processes = os.cpu_count() or 1
+    if getattr(ctx.args, "mutations", False):
+        run_mutations = require("raftlog.sim.mutation", "run_mutations")
+        format_scores = require("raftlog.sim.mutation", "format_scores")
+        return measure_mutations(
+            ctx, functools.partial(run_mutations, processes=processes), format_scores
+        )
     run_seeds = require("raftlog.sim", "run_seeds")
     # Seeds are independent: spread them over every core.
-    return measure(ctx, functools.partial(run_seeds, processes=os.cpu_count() or 1))
+    return measure(ctx, functools.partial(run_seeds, processes=processes))
