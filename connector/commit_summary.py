@@ -17,17 +17,21 @@ def summarize(topic: str, label: str, messages: Sequence[object | None]) -> str:
     """
     ok = [m for m in messages if m is not None]
     failed = len(messages) - len(ok)
-    writes = [m.write for m in ok]  # type: ignore[attr-defined]
+    # a task that wrote several topic partitions lists them all in `.writes`
+    writes = [w for m in ok for w in (getattr(m, "writes", ()) or (m.write,))]  # type: ignore[attr-defined]
     records = sum(w.records for w in writes)
     size = sum(w.bytes for w in writes)
     replayed = sum(1 for w in writes if w.replayed)
-    ranges: dict[int, tuple[int, int]] = {}
+    ranges: dict[tuple[str, int], tuple[int, int]] = {}
     for w in writes:
         if w.base_offset < 0:
             continue
-        lo, hi = ranges.get(w.topic_partition, (w.base_offset, w.last_offset))
-        ranges[w.topic_partition] = (min(lo, w.base_offset), max(hi, w.last_offset))
-    parts = ", ".join(f"p{p} [{lo}..{hi}]" for p, (lo, hi) in sorted(ranges.items()))
+        where = ("" if getattr(w, "topic", "") in ("", topic) else w.topic, w.topic_partition)
+        lo, hi = ranges.get(where, (w.base_offset, w.last_offset))
+        ranges[where] = (min(lo, w.base_offset), max(hi, w.last_offset))
+    parts = ", ".join(
+        f"{t + ':' if t else ''}p{p} [{lo}..{hi}]" for (t, p), (lo, hi) in sorted(ranges.items())
+    )
     line = (
         f"raftlog sink: topic {topic!r} {label}: {records} records, {_size(size)} "
         f"in {len(ok)} tasks"

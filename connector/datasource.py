@@ -32,7 +32,14 @@ class DefaultSource(DataSource):
         return "raftlog"
 
     def schema(self) -> StructType:
-        """The topic's stored Arrow schema as Spark columns, plus the metadata columns."""
+        """The topics' stored Arrow schema as Spark columns, plus the metadata columns.
+
+        Every topic read must have the same schema: all raw records (Kafka's
+        schema), or all the same typed columns. A pattern that matches no topic
+        yet reads as raw records.
+        """
+        from pyspark_raftlog.errors import SchemaMismatchError
+        from pyspark_raftlog.source import _ReaderBase
         from pyspark_raftlog.spark_schema import read_schema
         from pyspark_raftlog.topics import topic_schema
 
@@ -40,11 +47,29 @@ class DefaultSource(DataSource):
         # streamReader() run the direction-specific checks.
         opts = parse_source_options(self.options, streaming=None)
         servers = resolve_servers(opts.servers, opts.auth_token)
-        client = open_blocking_client(servers, opts.request_timeout_s)
+        planner = _ReaderBase(opts, servers, StructType())
         try:
-            return read_schema(opts.topic, topic_schema(client, opts.topic))
+            client = planner._driver_client()
+            found = {t: topic_schema(client, t) for t in planner._topics()}
         finally:
-            client.close()
+            planner.stop()
+        if not found:
+            return read_schema(opts.topic, None)
+        first_topic, first = next(iter(found.items()))
+        for topic, schema in found.items():
+            same = (schema is None and first is None) or (
+                schema is not None and first is not None and schema.equals(first)
+            )
+            if not same:
+
+                def show(s: object) -> str:
+                    return "raw records" if s is None else str(s).replace("\n", ", ")
+
+                raise SchemaMismatchError(
+                    f"topics {first_topic!r} and {topic!r} have different schemas "
+                    f"({show(first)} vs {show(schema)}); one query reads topics of one schema"
+                )
+        return read_schema(first_topic, first)
 
     def reader(self, schema: StructType) -> DataSourceReader:
         from pyspark_raftlog.source import RaftlogBatchReader
@@ -82,14 +107,29 @@ class DefaultSource(DataSource):
 
     @staticmethod
     def _prepare_topic(opts, schema: StructType) -> tuple:
-        """(opts, servers, topic Arrow schema, partition count) for a writer."""
-        from pyspark_raftlog.spark_schema import arrow_schema_of
+        """(opts, servers, topic Arrow schema, partition count, layout) for a writer.
+
+        With option ``topic`` the topic is created (or checked) here, on the
+        driver; rows that name their topic in a ``topic`` column have theirs
+        created by the tasks on first use.
+        """
+        import pyarrow as pa
+        from pyspark_raftlog.options import check_write_columns
+        from pyspark_raftlog.spark_schema import arrow_schema_of, check_kafka_columns
         from pyspark_raftlog.topics import ensure_topic
 
+        layout = check_write_columns(opts, schema.fieldNames())
+        full = arrow_schema_of(schema)
+        check_kafka_columns(full, raw=layout.raw)
+        data = pa.schema([full.field(c) for c in layout.data_columns])
         servers = resolve_servers(opts.servers, opts.auth_token)
+        if opts.topic is None:
+            from pyspark_raftlog.raw_records import records_marker_schema
+
+            return opts, servers, records_marker_schema() if layout.raw else data, 0, layout
         client = open_blocking_client(servers, opts.request_timeout_s)
         try:
-            partitions, topic_schema = ensure_topic(client, opts, arrow_schema_of(schema))
+            partitions, topic_schema = ensure_topic(client, opts, data, raw=layout.raw)
         finally:
             client.close()
-        return opts, servers, topic_schema, partitions
+        return opts, servers, topic_schema, partitions, layout

@@ -13,7 +13,7 @@ records are ever read), and in JSON -2 means earliest and -1 latest.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from pyspark_raftlog.options import OffsetSpec
 
@@ -100,4 +100,62 @@ def resolve_spec(
     for p, off in spec.offsets.items():
         start, lso = bounds[p]
         out[p] = start if off == EARLIEST else lso if off == LATEST else off
+    return out
+
+
+TopicPartition = tuple[str, int]
+
+
+def format_topic_offsets(offsets: Mapping[TopicPartition, int]) -> dict[str, dict[str, int]]:
+    """The offset document of several topics: ``{"<topic>": {"<partition>": next}}``.
+
+    Topics and partitions are ordered so equal offsets serialize to equal JSON.
+    """
+    doc: dict[str, dict[str, int]] = {}
+    for topic, p in sorted(offsets):
+        doc.setdefault(topic, {})[str(p)] = int(offsets[(topic, p)])
+    return doc
+
+
+def parse_topic_offsets(doc: object, reads: Callable[[str], bool]) -> dict[TopicPartition, int]:
+    """(topic, partition) -> next offset from a checkpoint's document; strict.
+
+    ``reads`` tells whether the query reads a topic: a document naming a topic
+    it does not read comes from another query's checkpoint.
+    """
+    if not isinstance(doc, Mapping):
+        raise OffsetDocumentError(
+            f'offset document must be {{"<topic>": {{"<partition>": <offset>}}}}; got {doc!r}'
+        )
+    out: dict[TopicPartition, int] = {}
+    for name in doc:
+        if not isinstance(name, str) or not reads(name):
+            raise OffsetDocumentError(
+                f"offset document names topic {name!r}, which this query does not read; "
+                "use a new checkpointLocation when changing the topics"
+            )
+        for p, off in parse_offsets(name, {name: doc[name]}).items():
+            out[(name, p)] = off
+    return out
+
+
+def resolve_topic_spec(
+    spec: OffsetSpec, bounds: Mapping[TopicPartition, PartitionBounds], option: str
+) -> dict[TopicPartition, int]:
+    """:func:`resolve_spec` for every topic in ``bounds``; a JSON spec must name each."""
+    topics = sorted({t for t, _ in bounds})
+    out: dict[TopicPartition, int] = {}
+    for topic in topics:
+        mine = {p: b for (t, p), b in bounds.items() if t == topic}
+        if spec.kind == "json":
+            if topic not in spec.by_topic:
+                raise OffsetDocumentError(
+                    f"option '{option}' must give offsets for every topic read; "
+                    f"topic {topic!r} is missing"
+                )
+            sub = OffsetSpec("json", spec.by_topic[topic], topic, {topic: spec.by_topic[topic]})
+        else:
+            sub = spec
+        for p, off in resolve_spec(sub, mine, option).items():
+            out[(topic, p)] = off
     return out

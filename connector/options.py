@@ -421,7 +421,7 @@ def _normalize(
     return opts
 
 
-def _check_topic_name(topic: str, option: str) -> str:
+def check_topic_name(topic: str, option: str) -> str:
     if not _TOPIC_RE.match(topic) or topic in (".", ".."):
         raise OptionError(
             f"option '{option}' must name topics of 1 to 249 characters of letters, digits, "
@@ -439,7 +439,7 @@ def _topic(opts: Mapping[str, str], *, required: bool = True) -> str | None:
             "option 'topic' is required: the name of the raftlog topic "
             "(letters, digits, '.', '_', '-'; at most 249 characters)"
         )
-    return _check_topic_name(topic, "topic")
+    return check_topic_name(topic, "topic")
 
 
 def _subscription(opts: Mapping[str, str]) -> tuple[tuple[str, ...], str | None]:
@@ -460,7 +460,7 @@ def _subscription(opts: Mapping[str, str]) -> tuple[tuple[str, ...], str | None]
                 "option 'subscribe' must be a comma-separated list of topic names; got "
                 f"{opts['subscribe']!r}"
             )
-        return tuple(dict.fromkeys(_check_topic_name(t, "subscribe") for t in names)), None
+        return tuple(dict.fromkeys(check_topic_name(t, "subscribe") for t in names)), None
     raw = opts["subscribepattern"]
     try:
         re.compile(raw)

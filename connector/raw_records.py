@@ -25,6 +25,7 @@ import pyarrow.compute as pc
 from pyspark_raftlog.arrow_payload import Chunk
 from pyspark_raftlog.options import MAX_CHUNK_BYTES
 from pyspark_raftlog.routing import to_large_binary
+
 from raftlog.client.framing import (
     FLAG_HEADERS,
     FLAG_KEYS,
@@ -44,9 +45,7 @@ __all__ = [
     "records_marker_schema",
 ]
 
-HEADERS_TYPE = pa.list_(
-    pa.struct([pa.field("key", pa.string()), pa.field("value", pa.binary())])
-)
+HEADERS_TYPE = pa.list_(pa.struct([pa.field("key", pa.string()), pa.field("value", pa.binary())]))
 RECORDS_FORMAT_KEY = b"raftlog.format"
 _HEAD = struct.Struct("<4sII")
 

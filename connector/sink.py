@@ -24,9 +24,18 @@ of the job. A replay of a committed version writes nothing.
 ``deliveryGuarantee`` ``at-least-once`` writes plain records as they come,
 with any ``acks``; retried tasks write their rows again.
 
+Routing (:mod:`pyspark_raftlog.routing`): each row goes to a topic (option
+``topic``, else the row's ``topic`` column) and a partition (the ``partition``
+column, else Kafka's murmur2 of ``partitionBy``'s columns or of the ``key``
+column, else the Spark partition id mod the partition count). A task splits
+every Arrow batch by (topic, partition) with one sort, and feeds each group
+to its own participant: one prepared transaction per (task attempt, topic,
+partition), all written in parallel, all named in the commit message.
+
 Arrow batches from Spark are cut into Arrow IPC payloads of at most
 ``chunkBytes`` (default 1 MiB) and sent as they are; rows are never converted
-one by one.
+one by one. A DataFrame of ``value`` and only Kafka's columns is written as
+raw records instead (:mod:`pyspark_raftlog.raw_records`).
 """
 
 from __future__ import annotations
@@ -34,7 +43,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import uuid
-from collections.abc import Iterable, Iterator
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import pyarrow as pa
@@ -47,7 +56,7 @@ from pyspark_raftlog.arrow_payload import Chunk, chunk_record_batch, conform_bat
 from pyspark_raftlog.commit_summary import summarize
 from pyspark_raftlog.connection import open_async_client
 from pyspark_raftlog.logsetup import get_logger
-from pyspark_raftlog.options import SinkOptions
+from pyspark_raftlog.options import SinkOptions, WriteLayout
 from pyspark_raftlog.txn_writer import PartitionWrite, write_plain
 
 __all__ = ["RaftlogArrowWriter", "RaftlogCommitMessage", "RaftlogStreamWriter"]
@@ -63,9 +72,15 @@ class RaftlogCommitMessage(WriterCommitMessage):
     """
 
     spark_partition: int
-    write: PartitionWrite
+    write: PartitionWrite  # the first of ``writes`` (kept for readers of one partition)
     key: tuple[str, int, str] | None = None
     participants: tuple[dict[str, Any], ...] = ()
+    writes: tuple[PartitionWrite, ...] = ()  # one per (topic, partition) the task wrote
+
+
+# Chunks queued per topic partition ahead of its writer: bounds a task's memory while
+# one partition's writes are slower than the others'.
+_QUEUE_CHUNKS = 8
 
 
 @dataclasses.dataclass
@@ -74,69 +89,132 @@ class _WriterBase:
 
     opts: SinkOptions
     servers: list[str]
-    schema: pa.Schema  # the topic's Arrow schema
-    num_partitions: int
+    schema: pa.Schema  # the topic's Arrow schema (typed), or the raw-records marker
+    num_partitions: int  # of option `topic` (0 when rows name their topics)
+    layout: WriteLayout | None = None  # None: typed, every column, option topic
     run_id: str = dataclasses.field(default_factory=lambda: uuid.uuid4().hex)
 
-    def _chunks(self, batches: Iterable[pa.RecordBatch]) -> Iterator[Chunk]:
-        for batch in batches:
-            yield from chunk_record_batch(
-                conform_batch(self.opts.topic, batch, self.schema), self.opts.chunk_bytes
-            )
+    def _encode(self, topic: str, batch: pa.RecordBatch) -> Iterator[Chunk]:
+        """The payloads of one routed group of rows (data columns only)."""
+        layout = self.layout
+        if layout is not None and layout.raw:
+            from pyspark_raftlog.raw_records import chunk_records
+
+            yield from chunk_records(batch, self.opts.chunk_bytes)
+            return
+        if layout is not None and len(layout.data_columns) != batch.num_columns:
+            batch = batch.select(list(layout.data_columns))
+        yield from chunk_record_batch(
+            conform_batch(topic, batch, self.schema), self.opts.chunk_bytes
+        )
 
     def _write(
         self, batches: Iterator[pa.RecordBatch], key: tuple[str, int, str] | None
     ) -> RaftlogCommitMessage:
-        """Prepare this task's rows under ``key`` (exactly-once), or write them plainly."""
+        """Prepare this task's rows under ``key`` (exactly-once), or write them plainly.
+
+        One writer per (topic, partition) the rows route to, started on its
+        first rows and fed through a bounded queue, all running concurrently.
+        """
         from pyspark import TaskContext
 
         ctx = TaskContext.get()
         spark_partition = ctx.partitionId() if ctx is not None else 0
         attempt = str(ctx.taskAttemptId()) if ctx is not None else uuid.uuid4().hex
-        topic_partition = spark_partition % self.num_partitions
         opts = self.opts
 
         async def run() -> RaftlogCommitMessage:
             client = open_async_client(self.servers, opts.request_timeout_s)
-            try:
-                if key is None:
-                    written = await write_plain(
-                        client,
-                        topic=opts.topic,
-                        partition=topic_partition,
-                        chunks=self._chunks(batches),
-                        acks=opts.acks,
-                        max_in_flight=opts.max_in_flight,
-                    )
-                    return RaftlogCommitMessage(spark_partition, written)
-                from raftlog.client.coordinator import CoordinatorClient
-                from raftlog.client.transactions import TxnKey, prepare
+            router = _Router(self, client, spark_partition)
+            queues: dict[tuple[str, int], asyncio.Queue] = {}
+            writers: dict[tuple[str, int], asyncio.Task] = {}
 
-                prepared = await prepare(
-                    client,
-                    CoordinatorClient(client),
-                    TxnKey(*key),
-                    attempt,
-                    opts.topic,
-                    topic_partition,
-                    self._chunks(batches),
-                    max_in_flight=opts.max_in_flight,
-                    transaction_timeout_ms=opts.transaction_timeout_ms,
+            def start(topic: str, partition: int) -> asyncio.Queue:
+                queue: asyncio.Queue = asyncio.Queue(_QUEUE_CHUNKS)
+                queues[(topic, partition)] = queue
+                writers[(topic, partition)] = asyncio.ensure_future(
+                    self._write_partition(client, key, attempt, topic, partition, _drain(queue))
                 )
-                parts = tuple(p.to_json() for p in prepared.participants)
-                written = PartitionWrite(
-                    topic_partition,
-                    records=sum(p["records"] for p in parts),
-                    bytes=prepared.bytes,
-                    base_offset=min((p["first_offset"] for p in parts), default=-1),
-                    last_offset=max((p["last_offset"] for p in parts), default=-1),
-                    replayed=prepared.replayed,
-                )
-                return RaftlogCommitMessage(spark_partition, written, key, parts)
+                return queue
+
+            try:
+                for batch in batches:
+                    for (topic, partition), rows in await router.split(batch):
+                        queue = queues.get((topic, partition)) or start(topic, partition)
+                        for chunk in self._encode(topic, rows):
+                            await _put(queue, writers[(topic, partition)], chunk)
+                for where, queue in queues.items():
+                    await _put(queue, writers[where], None)
+                done = await asyncio.gather(*writers.values())
+            except BaseException:
+                for task in writers.values():
+                    task.cancel()
+                await asyncio.gather(*writers.values(), return_exceptions=True)
+                raise
             finally:
                 await client.close()
+            writes = tuple(w for w, _ in done) or (
+                PartitionWrite(
+                    spark_partition % max(1, self.num_partitions), topic=opts.topic or ""
+                ),
+            )
+            parts = tuple(p for _, ps in done for p in ps)
+            return RaftlogCommitMessage(
+                spark_partition, writes[0], key if key is not None else None, parts, writes
+            )
 
         return asyncio.run(run())
+
+    async def _write_partition(
+        self,
+        client: Any,
+        key: tuple[str, int, str] | None,
+        attempt: str,
+        topic: str,
+        partition: int,
+        chunks: Any,
+    ) -> tuple[PartitionWrite, tuple[dict[str, Any], ...]]:
+        """One (topic, partition)'s rows: prepared as one participant, or written plainly."""
+        opts = self.opts
+        if key is None:
+            written = await write_plain(
+                client,
+                topic=topic,
+                partition=partition,
+                chunks=chunks,
+                acks=opts.acks,
+                max_in_flight=opts.max_in_flight,
+            )
+            return written, ()
+        from raftlog.client.coordinator import CoordinatorClient
+        from raftlog.client.transactions import TxnKey, prepare
+
+        prepared = await prepare(
+            client,
+            CoordinatorClient(client),
+            TxnKey(*key),
+            attempt,
+            topic,
+            partition,
+            chunks,
+            max_in_flight=opts.max_in_flight,
+            transaction_timeout_ms=opts.transaction_timeout_ms,
+        )
+        parts = tuple(p.to_json() for p in prepared.participants)
+        written = PartitionWrite(
+            partition,
+            records=sum(p["records"] for p in parts),
+            bytes=prepared.bytes,
+            base_offset=min((p["first_offset"] for p in parts), default=-1),
+            last_offset=max((p["last_offset"] for p in parts), default=-1),
+            replayed=prepared.replayed,
+            topic=topic,
+        )
+        return written, parts
+
+    @property
+    def _label(self) -> str:
+        return self.opts.topic or "(per-row topics)"
 
     def _decide(self, messages: list[WriterCommitMessage | None], commit: bool) -> str:
         """Phase two on the driver: decide and write the markers; return what happened."""
@@ -169,6 +247,111 @@ class _WriterBase:
         return asyncio.run(run())
 
 
+async def _drain(queue: asyncio.Queue) -> AsyncIterator[Chunk]:
+    """The chunks put on ``queue`` until None."""
+    while True:
+        item = await queue.get()
+        if item is None:
+            return
+        yield item
+
+
+async def _put(queue: asyncio.Queue, writer: asyncio.Task, item: Chunk | None) -> None:
+    """Put ``item`` for ``writer``; raise its error instead of waiting forever if it died."""
+    put = asyncio.ensure_future(queue.put(item))
+    await asyncio.wait({put, writer}, return_when=asyncio.FIRST_COMPLETED)
+    if not put.done():
+        put.cancel()
+        writer.result()  # raises the writer's error
+        raise RuntimeError("raftlog sink: a partition writer stopped before its input ended")
+
+
+class _Router:
+    """Splits a task's Arrow batches by (topic, partition); see pyspark_raftlog.routing."""
+
+    def __init__(self, writer: _WriterBase, client: Any, spark_partition: int) -> None:
+        self.writer = writer
+        self.client = client
+        self.spark_partition = spark_partition
+        opts = writer.opts
+        self.counts: dict[str, int] = {}
+        if opts.topic is not None and writer.num_partitions:
+            self.counts[opts.topic] = writer.num_partitions
+
+    async def _count(self, topic: str) -> int:
+        """The partition count of ``topic``, creating it as the driver would (topic column)."""
+        if topic not in self.counts:
+            from pyspark_raftlog.options import check_topic_name
+
+            check_topic_name(topic, "topic")
+            layout = self.writer.layout
+            raw = layout is not None and layout.raw
+            count, _ = await asyncio.to_thread(_ensure_blocking, self.writer, topic, raw)
+            self.counts[topic] = count
+        return self.counts[topic]
+
+    async def split(self, batch: pa.RecordBatch) -> list[tuple[tuple[str, int], pa.RecordBatch]]:
+        """[((topic, partition), rows)] covering ``batch``, each group in row order."""
+        import numpy as np
+        import pyarrow.compute as pc
+        from pyspark_raftlog.routing import key_bytes, partitions_of
+
+        n = batch.num_rows
+        if n == 0:
+            return []
+        opts, layout = self.writer.opts, self.writer.layout
+        names = batch.schema.names
+        if layout is not None and layout.topic_column:
+            col = batch.column(names.index("topic"))
+            if col.null_count:
+                row = int(pc.index(pc.is_null(col), True).as_py())
+                raise ValueError(f"column 'topic' of row {row} is null; every row needs a topic")
+            dictionary = pc.dictionary_encode(col)
+            topics = [str(t) for t in dictionary.dictionary.to_pylist()]
+            codes = dictionary.indices.to_numpy(zero_copy_only=False).astype(np.int64)
+        else:
+            assert opts.topic is not None
+            topics, codes = [opts.topic], np.zeros(n, np.int64)
+        counts = np.array([await self._count(t) for t in topics], np.int64)[codes]
+        hashed, null_default = None, False
+        if opts.partition_by:
+            hashed = key_bytes([batch.column(names.index(c)) for c in opts.partition_by])
+        elif "key" in names:
+            hashed, null_default = batch.column(names.index("key")), True
+        explicit = batch.column(names.index("partition")) if "partition" in names else None
+        parts = partitions_of(
+            counts,
+            explicit=explicit,
+            hashed_bytes=hashed,
+            hash_null_means_default=null_default,
+            default=self.spark_partition,
+        )
+        group = codes * (int(parts.max()) + 1) + parts
+        if (group == group[0]).all():
+            return [((topics[int(codes[0])], int(parts[0])), batch)]
+        order = np.argsort(group, kind="stable")
+        ordered = group[order]
+        cuts = np.flatnonzero(np.diff(ordered)) + 1
+        out = []
+        for lo, hi in zip(np.r_[0, cuts], np.r_[cuts, n], strict=True):
+            i = int(order[lo])
+            rows = batch.take(pa.array(order[lo:hi]))
+            out.append(((topics[int(codes[i])], int(parts[i])), rows))
+        return out
+
+
+def _ensure_blocking(writer: _WriterBase, topic: str, raw: bool) -> tuple[int, pa.Schema]:
+    """ensure_topic through a blocking client (run in a thread from the task's event loop)."""
+    from pyspark_raftlog.connection import open_blocking_client
+    from pyspark_raftlog.topics import ensure_topic
+
+    client = open_blocking_client(writer.servers, writer.opts.request_timeout_s)
+    try:
+        return ensure_topic(client, writer.opts, writer.schema, topic, raw=raw)
+    finally:
+        client.close()
+
+
 class RaftlogStreamWriter(_WriterBase, DataSourceStreamArrowWriter):
     """Streaming writer: one two-phase commit per micro-batch (version = batch id)."""
 
@@ -192,9 +375,7 @@ class RaftlogStreamWriter(_WriterBase, DataSourceStreamArrowWriter):
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         outcome = self._decide(messages, commit=True) if self.opts.exactly_once else "written"
-        get_logger().info(
-            "%s; %s", summarize(self.opts.topic, f"batch {batchId}", messages), outcome
-        )
+        get_logger().info("%s; %s", summarize(self._label, f"batch {batchId}", messages), outcome)
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         outcome = "at-least-once: written rows stay"
@@ -203,7 +384,7 @@ class RaftlogStreamWriter(_WriterBase, DataSourceStreamArrowWriter):
             outcome = self._decide(messages, commit=False)
         get_logger().warning(
             "%s; aborted by Spark: %s",
-            summarize(self.opts.topic, f"batch {batchId}", messages),
+            summarize(self._label, f"batch {batchId}", messages),
             outcome,
         )
 
@@ -228,10 +409,10 @@ class RaftlogArrowWriter(_WriterBase, DataSourceArrowWriter):
             if self.opts.txn_app_id is not None
             else "batch write"
         )
-        get_logger().info("%s; %s", summarize(self.opts.topic, label, messages), outcome)
+        get_logger().info("%s; %s", summarize(self._label, label, messages), outcome)
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
         outcome = self._decide(messages, commit=False) if self.opts.exactly_once else "written"
         get_logger().warning(
-            "%s; aborted: %s", summarize(self.opts.topic, "batch write", messages), outcome
+            "%s; aborted: %s", summarize(self._label, "batch write", messages), outcome
         )

@@ -1,5 +1,14 @@
 """The raftlog source: ``spark.readStream.format("raftlog")`` and ``spark.read.format("raftlog")``.
 
+Topics: option ``topic``, ``subscribe`` (a list) or ``subscribePattern`` (a
+regex over whole names, re-evaluated at every trigger, so topics created while
+the query runs are picked up from their beginning). Every row carries
+``__raftlog_topic``, ``__raftlog_partition``, ``__raftlog_offset`` and
+``__raftlog_timestamp``. A topic of raw records (``raftlog produce``, or the
+sink given Kafka's columns) reads with Kafka's schema (``key``, ``value``,
+``topic``, ``partition``, ``offset``, ``timestamp``, ``timestampType``,
+``headers``).
+
 Only committed records are read: offsets end at each partition's last stable
 offset (LSO), and fetches use ``read_committed``, so data of open or aborted
 transactions is never returned. Offsets are Kafka-style JSON
@@ -46,9 +55,14 @@ from pyspark_raftlog.arrow_payload import conform_batch, decode_payload
 from pyspark_raftlog.connection import open_blocking_client
 from pyspark_raftlog.errors import DataLossError
 from pyspark_raftlog.logsetup import get_logger
-from pyspark_raftlog.offsets import format_offsets, parse_offsets, resolve_spec
+from pyspark_raftlog.offsets import (
+    TopicPartition,
+    format_topic_offsets,
+    parse_topic_offsets,
+    resolve_topic_spec,
+)
 from pyspark_raftlog.options import OffsetSpec, SourceOptions
-from pyspark_raftlog.spark_schema import arrow_schema_of
+from pyspark_raftlog.spark_schema import METADATA_FIELDS, arrow_schema_of, is_raw_read
 from pyspark_raftlog.splits import split_ranges
 
 __all__ = ["RaftlogBatchReader", "RaftlogInputPartition", "RaftlogStreamReader"]
@@ -63,8 +77,9 @@ _EMPTY_FETCH_PAUSE_S = 0.2
 class RaftlogInputPartition(InputPartition):
     """Read offsets ``[start, end)`` of one topic partition (picklable; sent to a task)."""
 
-    def __init__(self, partition: int, start: int, end: int) -> None:
-        super().__init__((partition, start, end))
+    def __init__(self, partition: int, start: int, end: int, topic: str = "") -> None:
+        super().__init__((topic, partition, start, end))
+        self.topic = topic
         self.partition = partition
         self.start = start
         self.end = end
@@ -93,32 +108,55 @@ class _ReaderBase:
             self._client = open_blocking_client(self.servers, self.opts.request_timeout_s)
         return self._client
 
-    def _bounds(self) -> dict[int, tuple[int, int]]:
-        """Partition -> (log start offset, end of a consistent cut), from each leader.
+    def _topics(self) -> list[str]:
+        """The topics read now: the listed ones, or those matching ``subscribePattern``."""
+        if self.opts.pattern is None:
+            return list(self.opts.topics)
+        return sorted(t for t in self._driver_client().list_topics() if self.opts.matches(t))
+
+    def _bounds(self) -> dict[TopicPartition, tuple[int, int]]:
+        """(topic, partition) -> (log start offset, end of a consistent cut), from each leader.
 
         The end is the last stable offset, lowered where needed so that every
         committed micro-batch of an exactly-once writer is either all in or all
-        out (``raftlog.client.transactions.committed_cut``): a reader never sees
-        part of a batch as if it were all of it. The LSOs are read first, the
-        coordinator second, as the cut requires.
+        out (``raftlog.client.transactions.committed_cut``), per topic: a
+        reader never sees part of a batch as if it were all of it. For each
+        topic the LSOs are read first, the coordinator second, as the cut requires.
+        A subscribed topic that does not exist (yet) has no partitions; option
+        ``topic`` naming a missing topic is an error.
         """
+        from raftlog.client import UnknownTopicError
         from raftlog.client.transactions import committed_cut
 
         client = self._driver_client()
-        meta = client.describe_topic(self.opts.topic)
-        starts, ends = {}, {}
-        for part in meta.partitions:
-            start, _hw, lso = client.list_offsets(self.opts.topic, part.partition)
-            starts[part.partition], ends[part.partition] = start, lso
-        cut = client.call(lambda c: committed_cut(c, self.opts.topic, ends))
-        return {p: (starts[p], max(starts[p], cut[p])) for p in starts}
+        out: dict[TopicPartition, tuple[int, int]] = {}
+        for topic in self._topics():
+            try:
+                meta = client.describe_topic(topic)
+            except UnknownTopicError:
+                if len(self.opts.topics) == 1 and self.opts.pattern is None:
+                    raise
+                continue
+            starts, ends = {}, {}
+            for part in meta.partitions:
+                start, _hw, lso = client.list_offsets(topic, part.partition)
+                starts[part.partition], ends[part.partition] = start, lso
+            cut = client.call(lambda c, t=topic, e=ends: committed_cut(c, t, e))
+            for p in starts:
+                out[(topic, p)] = (starts[p], max(starts[p], cut[p]))
+        return out
 
-    def _plan(self, start: Mapping[int, int], end: Mapping[int, int]) -> list[InputPartition]:
-        ranges = {p: (start.get(p, 0), e) for p, e in end.items()}
+    def _plan(
+        self, start: Mapping[TopicPartition, int], end: Mapping[TopicPartition, int]
+    ) -> list[InputPartition]:
+        ranges = {tp: (start.get(tp, 0), e) for tp, e in end.items()}
         return [
-            RaftlogInputPartition(p, s, e)
-            for p, s, e in split_ranges(ranges, self.opts.min_partitions)
+            RaftlogInputPartition(tp[1], s, e, tp[0])
+            for tp, s, e in split_ranges(ranges, self.opts.min_partitions)  # type: ignore[arg-type]
         ]
+
+    def _parse(self, doc: dict) -> dict[TopicPartition, int]:
+        return parse_topic_offsets(doc, self.opts.matches)
 
     def read(self, partition: RaftlogInputPartition) -> Iterator[pa.RecordBatch]:  # type: ignore[override]
         yield from read_range(self.opts, self.servers, self.schema, partition)
@@ -134,14 +172,12 @@ class RaftlogStreamReader(_ReaderBase, DataSourceStreamReader, SupportsTriggerAv
 
     def __init__(self, opts: SourceOptions, servers: list[str], schema: StructType) -> None:
         super().__init__(opts, servers, schema)
-        self._target: dict[int, int] | None = None  # AvailableNow: the LSOs at query start
-        self._latest: dict[int, int] = {}
+        self._target: dict[TopicPartition, int] | None = None  # AvailableNow: LSOs at start
+        self._latest: dict[TopicPartition, int] = {}
 
     def initialOffset(self) -> dict:
         spec = self.opts.starting_offsets or OffsetSpec("latest")  # Kafka's default for streams
-        return format_offsets(
-            self.opts.topic, resolve_spec(spec, self._bounds(), "startingOffsets")
-        )
+        return format_topic_offsets(resolve_topic_spec(spec, self._bounds(), "startingOffsets"))
 
     def prepareForTriggerAvailableNow(self) -> None:
         self._target = {p: lso for p, (_, lso) in self._bounds().items()}
@@ -155,7 +191,7 @@ class RaftlogStreamReader(_ReaderBase, DataSourceStreamReader, SupportsTriggerAv
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
         bounds = self._bounds()
-        begin = parse_offsets(self.opts.topic, start)
+        begin = self._parse(start)
         for p, (log_start, _) in bounds.items():
             begin.setdefault(p, log_start)  # a partition new since `start`: from its beginning
         latest = {p: lso for p, (_, lso) in bounds.items()}
@@ -167,6 +203,8 @@ class RaftlogStreamReader(_ReaderBase, DataSourceStreamReader, SupportsTriggerAv
         # offsets, so the choice changes from batch to batch without a systematic bias
         # (a plain sum of offsets advances in steps that can favour one partition forever).
         rotation = zlib.crc32(json.dumps(sorted(begin.items())).encode())
+        # a topic that vanished (deleted, or no longer matching): nothing more to read there
+        begin = {tp: off for tp, off in begin.items() if tp in latest}
         end = latest
         if isinstance(limit, ReadMaxRows):
             end = limit_end_offsets(begin, latest, limit.max_rows, rotation)
@@ -174,16 +212,16 @@ class RaftlogStreamReader(_ReaderBase, DataSourceStreamReader, SupportsTriggerAv
                 end = self._limit_bytes(begin, end, self.opts.max_bytes_per_trigger, rotation)
         elif isinstance(limit, ReadMaxBytes):
             end = self._limit_bytes(begin, latest, limit.max_bytes, rotation)
-        return format_offsets(self.opts.topic, end)
+        return format_topic_offsets(end)
 
     def reportLatestOffset(self) -> dict | None:
         if not self._latest:
             return None
-        return format_offsets(self.opts.topic, self._latest)
+        return format_topic_offsets(self._latest)
 
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
-        begin = parse_offsets(self.opts.topic, start)
-        stop = parse_offsets(self.opts.topic, end)
+        begin = self._parse(start)
+        stop = self._parse(end)
         planned = self._plan(begin, stop)
         if self._latest:
             behind = sum(max(0, lso - stop.get(p, 0)) for p, lso in self._latest.items())
@@ -203,14 +241,20 @@ class RaftlogStreamReader(_ReaderBase, DataSourceStreamReader, SupportsTriggerAv
         return None
 
     def _limit_bytes(
-        self, begin: Mapping[int, int], end: Mapping[int, int], max_bytes: int, rotation: int
-    ) -> dict[int, int]:
+        self,
+        begin: Mapping[TopicPartition, int],
+        end: Mapping[TopicPartition, int],
+        max_bytes: int,
+        rotation: int,
+    ) -> dict[TopicPartition, int]:
         """Cut ``end`` so that about ``max_bytes`` of stored payload is admitted.
 
         Each partition's byte share is proportional to its backlog (in offsets);
         its end is the end of the last whole batch that fits in its share. If no
         batch fits anywhere, one batch of one partition (chosen round-robin by
-        ``rotation``) is admitted so the stream makes progress.
+        ``rotation``) is admitted so the stream makes progress. A range that a
+        fetch skips without returning a batch (aborted transactional data) costs
+        no bytes: the partition's end moves past it.
         """
         client = self._driver_client()
         backlog = {p: max(0, end[p] - begin[p]) for p in end}
@@ -220,9 +264,13 @@ class RaftlogStreamReader(_ReaderBase, DataSourceStreamReader, SupportsTriggerAv
         total = sum(backlog.values())
         shares = {p: max(1, max_bytes * backlog[p] // total) for p in waiting}
         out = {p: begin.get(p, 0) for p in end}
-        first_batch_end: dict[int, int] = {}
+        first_batch_end: dict[TopicPartition, int] = {}
         for p in waiting:
-            result = client.fetch(self.opts.topic, p, begin[p], max_bytes=max(1, shares[p]))
+            result = client.fetch(p[0], p[1], begin[p], max_bytes=max(1, shares[p]))
+            skipped = getattr(result, "next_offset", -1)
+            if not result.batches and skipped > begin[p]:
+                out[p] = min(end[p], skipped)  # only aborted data there: free to pass
+                continue
             used = 0
             for batch in result.batches:
                 batch_end = min(end[p], batch.base_offset + batch.record_count)
@@ -232,6 +280,7 @@ class RaftlogStreamReader(_ReaderBase, DataSourceStreamReader, SupportsTriggerAv
                     break
                 out[p] = batch_end
         if all(out[p] == begin[p] for p in waiting) and first_batch_end:
+            # not one whole batch fits (e.g. a record larger than the limit): admit one
             candidates = sorted(first_batch_end)
             p = candidates[rotation % len(candidates)]
             out[p] = first_batch_end[p]
@@ -244,10 +293,10 @@ class RaftlogBatchReader(_ReaderBase, DataSourceReader):
 
     def partitions(self) -> Sequence[InputPartition]:  # type: ignore[override]
         bounds = self._bounds()
-        start = resolve_spec(
+        start = resolve_topic_spec(
             self.opts.starting_offsets or OffsetSpec("earliest"), bounds, "startingOffsets"
         )
-        end = resolve_spec(
+        end = resolve_topic_spec(
             self.opts.ending_offsets or OffsetSpec("latest"), bounds, "endingOffsets"
         )
         try:
@@ -267,8 +316,13 @@ def read_range(
     from raftlog.client import OffsetOutOfRangeError
 
     out_schema = arrow_schema_of(schema)
-    user_schema = pa.schema(list(out_schema)[: len(out_schema) - 3])
-    topic, p = opts.topic, part.partition
+    # None: raw records, read with Kafka's schema
+    user_schema = (
+        None
+        if is_raw_read(schema)
+        else pa.schema(list(out_schema)[: len(out_schema) - len(METADATA_FIELDS)])
+    )
+    topic, p = part.topic or opts.topics[0], part.partition
     offset = part.start
     client = open_blocking_client(servers, opts.request_timeout_s)
     try:
@@ -283,7 +337,7 @@ def read_range(
                     raise
                 result = None
             if offset < log_start:
-                offset = _on_data_loss(opts, p, offset, log_start, part.end)
+                offset = _on_data_loss(opts, p, offset, log_start, part.end, topic)
                 continue
             assert result is not None
             for batch in result.batches:
@@ -308,10 +362,12 @@ def read_range(
         client.close()
 
 
-def _on_data_loss(opts: SourceOptions, p: int, offset: int, log_start: int, end: int) -> int:
+def _on_data_loss(
+    opts: SourceOptions, p: int, offset: int, log_start: int, end: int, topic: str = ""
+) -> int:
     message = (
         f"raftlog source: offsets {offset}..{min(log_start, end) - 1} of partition {p} of topic "
-        f"{opts.topic!r} were removed (the log now starts at {log_start})"
+        f"{topic or opts.topic!r} were removed (the log now starts at {log_start})"
     )
     if opts.fail_on_data_loss:
         raise DataLossError(
@@ -327,9 +383,19 @@ def _to_output(
     batch: Any,
     start: int,
     end: int,
-    user_schema: pa.Schema,
+    user_schema: pa.Schema | None,
     out_schema: pa.Schema,
 ) -> pa.RecordBatch:
+    """One stored batch, sliced to ``[start, end)``, as an output batch of ``out_schema``.
+
+    ``user_schema`` None: the batch holds raw records (read with Kafka's schema).
+    """
+    lo = max(start, batch.base_offset) - batch.base_offset
+    hi = min(end, batch.base_offset + batch.record_count) - batch.base_offset
+    first = batch.base_offset + lo
+    n = hi - lo
+    if user_schema is None:
+        return _raw_output(topic, p, batch, lo, n, out_schema)
     data = decode_payload(batch.payload)
     if data.num_rows != batch.record_count:
         raise ValueError(
@@ -337,17 +403,65 @@ def _to_output(
             f"{topic!r} claims {batch.record_count} records but its Arrow payload has "
             f"{data.num_rows} rows"
         )
-    lo = max(start, batch.base_offset) - batch.base_offset
-    hi = min(end, batch.base_offset + batch.record_count) - batch.base_offset
-    data = conform_batch(topic, data.slice(lo, hi - lo), user_schema)
-    n = data.num_rows
-    first = batch.base_offset + lo
-    meta = [
+    data = conform_batch(topic, data.slice(lo, n), user_schema)
+    stamps = np.full(n, batch.timestamp_ms * 1000, np.int64)
+    return pa.RecordBatch.from_arrays(
+        [*data.columns, *_metadata(topic, p, first, stamps, out_schema)], schema=out_schema
+    )
+
+
+def _metadata(
+    topic: str, p: int, first: int, stamps_us: np.ndarray, out_schema: pa.Schema
+) -> list[pa.Array]:
+    n = len(stamps_us)
+    return [
+        _repeated_string(topic, n),
         _fixed_width(pa.int32(), np.full(n, p, np.int32)),
         _fixed_width(pa.int64(), np.arange(first, first + n, dtype=np.int64)),
-        _fixed_width(out_schema[-1].type, np.full(n, batch.timestamp_ms * 1000, np.int64)),
+        _fixed_width(out_schema[-1].type, stamps_us),
     ]
-    return pa.RecordBatch.from_arrays([*data.columns, *meta], schema=out_schema)
+
+
+def _raw_output(
+    topic: str, p: int, batch: Any, lo: int, n: int, out_schema: pa.Schema
+) -> pa.RecordBatch:
+    """Raw records (any payload; see pyspark_raftlog.raw_records) in Kafka's schema."""
+    from pyspark_raftlog.raw_records import decode_records
+
+    d = decode_records(batch.payload, batch.record_count)
+    first = batch.base_offset + lo
+    if d.timestamp_ms is not None:
+        stamps = d.timestamp_ms[lo : lo + n] * 1000
+        kind = 0  # CreateTime: the writer's own
+    else:
+        stamps = np.full(n, batch.timestamp_ms * 1000, np.int64)
+        kind = 1  # LogAppendTime: the leader's
+    stamps = np.ascontiguousarray(stamps, np.int64)
+    meta = _metadata(topic, p, first, stamps, out_schema)
+    names = out_schema.names
+    columns = [
+        d.key.slice(lo, n),
+        d.value.slice(lo, n),
+        meta[0],
+        meta[1],
+        meta[2],
+        _fixed_width(out_schema.field(names.index("timestamp")).type, stamps),
+        _fixed_width(pa.int32(), np.full(n, kind, np.int32)),
+        d.headers.slice(lo, n).cast(out_schema.field(names.index("headers")).type),
+        *meta,
+    ]
+    return pa.RecordBatch.from_arrays(columns, schema=out_schema)
+
+
+def _repeated_string(text: str, n: int) -> pa.Array:
+    """A string array of ``n`` copies of ``text``, built from buffers (see _fixed_width)."""
+    raw = text.encode("utf-8")
+    offsets = np.arange(0, len(raw) * (n + 1), len(raw) or 1, dtype=np.int32)[: n + 1]
+    if not raw:
+        offsets = np.zeros(n + 1, np.int32)
+    return pa.Array.from_buffers(
+        pa.string(), n, [None, pa.py_buffer(offsets), pa.py_buffer(raw * n)]
+    )
 
 
 def _fixed_width(arrow_type: pa.DataType, values: np.ndarray) -> pa.Array:

@@ -12,8 +12,11 @@ from __future__ import annotations
 import pyarrow as pa
 from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
 from pyspark.sql.types import (
+    ArrayType,
+    BinaryType,
     IntegerType,
     LongType,
+    StringType,
     StructField,
     StructType,
     TimestampType,
@@ -21,22 +24,52 @@ from pyspark.sql.types import (
 from pyspark_raftlog.errors import SchemaMismatchError
 
 __all__ = [
+    "KAFKA_READ_FIELDS",
     "OFFSET_COLUMN",
     "PARTITION_COLUMN",
     "TIMESTAMP_COLUMN",
+    "TOPIC_COLUMN",
     "arrow_schema_of",
     "read_schema",
 ]
 
+TOPIC_COLUMN = "__raftlog_topic"
 PARTITION_COLUMN = "__raftlog_partition"
 OFFSET_COLUMN = "__raftlog_offset"
-TIMESTAMP_COLUMN = "__raftlog_timestamp"  # the leader's append time of the record's batch
+# the record's own timestamp where it was written with one, else its batch's append time
+TIMESTAMP_COLUMN = "__raftlog_timestamp"
 
 METADATA_FIELDS = (
+    StructField(TOPIC_COLUMN, StringType(), nullable=False),
     StructField(PARTITION_COLUMN, IntegerType(), nullable=False),
     StructField(OFFSET_COLUMN, LongType(), nullable=False),
     StructField(TIMESTAMP_COLUMN, TimestampType(), nullable=False),
 )
+
+
+# Kafka's source schema: what a topic of raw records reads as (before the metadata columns).
+KAFKA_READ_FIELDS = (
+    StructField("key", BinaryType()),
+    StructField("value", BinaryType()),
+    StructField("topic", StringType()),
+    StructField("partition", IntegerType()),
+    StructField("offset", LongType()),
+    StructField("timestamp", TimestampType()),
+    StructField("timestampType", IntegerType()),
+    StructField(
+        "headers",
+        ArrayType(
+            StructType([StructField("key", StringType()), StructField("value", BinaryType())])
+        ),
+    ),
+)
+KAFKA_READ_NAMES = tuple(f.name for f in KAFKA_READ_FIELDS)
+
+
+def is_raw_read(schema: StructType) -> bool:
+    """Whether a read's schema is the raw-records one (Kafka's columns + metadata)."""
+    names = tuple(schema.fieldNames())
+    return names == KAFKA_READ_NAMES + tuple(f.name for f in METADATA_FIELDS)
 
 
 def arrow_schema_of(schema: StructType) -> pa.Schema:
@@ -44,8 +77,18 @@ def arrow_schema_of(schema: StructType) -> pa.Schema:
     return to_arrow_schema(schema, timezone="UTC")
 
 
-def read_schema(topic: str, topic_schema: pa.Schema) -> StructType:
-    """The DataFrame schema of a read: the topic's columns, then the metadata columns."""
+def read_schema(topic: str, topic_schema: pa.Schema | None) -> StructType:
+    """The DataFrame schema of a read: the topic's columns, then the metadata columns.
+
+    ``topic_schema`` None (raw records): Kafka's source schema, then the metadata.
+    """
+    if topic_schema is None:
+        return StructType([*KAFKA_READ_FIELDS, *METADATA_FIELDS])
+    if tuple(topic_schema.names) == KAFKA_READ_NAMES:
+        raise SchemaMismatchError(
+            f"topic {topic!r} holds typed columns named exactly as Kafka's source schema "
+            f"({', '.join(KAFKA_READ_NAMES)}), which a read could not tell from raw records"
+        )
     names = set(topic_schema.names)
     clash = [f.name for f in METADATA_FIELDS if f.name in names]
     if clash:
@@ -55,3 +98,51 @@ def read_schema(topic: str, topic_schema: pa.Schema) -> StructType:
         )
     user = from_arrow_schema(topic_schema, prefer_timestamp_ntz=True)
     return StructType([*user.fields, *METADATA_FIELDS])
+
+
+def check_kafka_columns(schema: pa.Schema, *, raw: bool) -> None:
+    """Raise SchemaMismatchError unless Kafka's columns present have Kafka's types.
+
+    ``topic``: string; ``partition``: an integer; ``key`` (and, for raw
+    records, ``value``): binary or string; ``headers``: array of struct
+    (key string, value binary); ``timestamp`` (raw records): a timestamp.
+    """
+    wanted = {
+        "topic": ("string", lambda t: pa.types.is_string(t) or pa.types.is_large_string(t)),
+        "partition": ("an integer type", pa.types.is_integer),
+        "key": ("binary or string", _is_bytes),
+        "headers": ("array<struct<key: string, value: binary>>", _is_headers),
+    }
+    if raw:
+        wanted["value"] = ("binary or string", _is_bytes)
+        wanted["timestamp"] = ("timestamp", pa.types.is_timestamp)
+    for field in schema:
+        if field.name in wanted and not wanted[field.name][1](field.type):
+            raise SchemaMismatchError(
+                f"column '{field.name}' must be {wanted[field.name][0]} (Kafka's column of that "
+                f"name); got {field.type}"
+            )
+
+
+def _is_bytes(t: pa.DataType) -> bool:
+    return any(
+        f(t)
+        for f in (
+            pa.types.is_binary,
+            pa.types.is_large_binary,
+            pa.types.is_string,
+            pa.types.is_large_string,
+        )
+    )
+
+
+def _is_headers(t: pa.DataType) -> bool:
+    if not (pa.types.is_list(t) or pa.types.is_large_list(t)):
+        return False
+    s = t.value_type
+    return (
+        pa.types.is_struct(s)
+        and [f.name for f in s] == ["key", "value"]
+        and (pa.types.is_string(s[0].type) or pa.types.is_large_string(s[0].type))
+        and (pa.types.is_binary(s[1].type) or pa.types.is_large_binary(s[1].type))
+    )

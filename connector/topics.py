@@ -11,14 +11,27 @@ from pyspark_raftlog.arrow_payload import (
     schema_from_bytes,
     schema_to_bytes,
 )
+from pyspark_raftlog.errors import SchemaMismatchError
 from pyspark_raftlog.logsetup import get_logger
 from pyspark_raftlog.options import SinkOptions
+from pyspark_raftlog.raw_records import is_records_schema, records_marker_schema
 
 __all__ = ["ensure_topic", "topic_schema"]
 
 
-def ensure_topic(client: Any, opts: SinkOptions, schema: pa.Schema) -> tuple[int, pa.Schema]:
-    """(partition count, Arrow schema) of the sink's topic, creating it when missing.
+def ensure_topic(
+    client: Any,
+    opts: SinkOptions,
+    schema: pa.Schema,
+    topic: str | None = None,
+    *,
+    raw: bool = False,
+) -> tuple[int, pa.Schema]:
+    """(partition count, Arrow schema) of ``topic`` (default: option ``topic``), creating it.
+
+    ``raw``: the write is of raw records (Kafka's columns); a new topic is
+    then marked as holding raw records, and a topic of typed Arrow data is
+    refused (and the reverse), as the two cannot be read as one schema.
 
     A missing topic is created with ``schema``, ``partitions`` (else the
     cluster default) and ``replicationFactor`` (capped by the cluster at its
@@ -28,41 +41,57 @@ def ensure_topic(client: Any, opts: SinkOptions, schema: pa.Schema) -> tuple[int
     """
     from raftlog.client import UnknownTopicError
 
+    name = topic or opts.topic
+    assert name is not None, "a topic comes from the option or the row's topic column"
+    stored_as = records_marker_schema() if raw else schema
     try:
-        meta = client.describe_topic(opts.topic)
+        meta = client.describe_topic(name)
     except UnknownTopicError:
         meta = client.create_topic(
-            opts.topic,
+            name,
             partitions=opts.partitions,
             replication_factor=opts.replication_factor,
-            schema=schema_to_bytes(schema),
+            schema=schema_to_bytes(stored_as),
             exist_ok=True,
         )
         get_logger().info(
-            "raftlog sink: created topic %r with %d partitions", opts.topic, len(meta.partitions)
+            "raftlog sink: created topic %r with %d partitions", name, len(meta.partitions)
         )
+    if meta.schema is not None and is_records_schema(schema_from_bytes(meta.schema)) != raw:
+        held = "raw records (Kafka's columns)" if not raw else "typed Arrow data"
+        raise SchemaMismatchError(
+            f"topic {name!r} holds {held}, but this write is of "
+            + ("raw records" if raw else "typed columns")
+            + ": write a DataFrame of 'value' and only Kafka's columns (key, headers, "
+            "topic, partition, timestamp) to a raw-records topic, anything else to a typed one"
+        )
+    if raw:
+        return len(meta.partitions), stored_as
     if meta.schema is None:
         # Created outside Spark (e.g. `raftlog topic create`): payloads are self-describing
         # Arrow streams, so writing is safe; readers learn the schema from the first record.
         get_logger().warning(
             "raftlog sink: topic %r has no stored Arrow schema; writing with the DataFrame's",
-            opts.topic,
+            name,
         )
         return len(meta.partitions), schema
     stored = schema_from_bytes(meta.schema)
-    check_schema(opts.topic, stored, schema)
+    check_schema(name, stored, schema)
     return len(meta.partitions), stored
 
 
-def topic_schema(client: Any, topic: str) -> pa.Schema:
-    """The topic's Arrow schema: the stored one, else that of its first readable record.
+def topic_schema(client: Any, topic: str) -> pa.Schema | None:
+    """The topic's Arrow schema, or None when the topic holds raw records.
 
-    Raises UnknownTopicError for a missing topic, and ValueError when the
-    topic has neither a stored schema nor any Arrow record to learn it from.
+    Raw records: marked so by the sink, or a topic without a stored schema
+    whose first record is not an Arrow IPC stream (e.g. written by ``raftlog
+    produce``), or one without a schema and without records yet. Raises
+    UnknownTopicError for a missing topic.
     """
     meta = client.describe_topic(topic)
     if meta.schema is not None:
-        return schema_from_bytes(meta.schema)
+        schema = schema_from_bytes(meta.schema)
+        return None if is_records_schema(schema) else schema
     for part in meta.partitions:
         if part.last_stable_offset <= part.start_offset:
             continue
@@ -70,12 +99,6 @@ def topic_schema(client: Any, topic: str) -> pa.Schema:
         if fetched.batches:
             try:
                 return decode_payload(fetched.batches[0].payload).schema
-            except ValueError as exc:
-                raise ValueError(
-                    f"topic {topic!r} has no stored Arrow schema and its records are not Arrow "
-                    f"IPC streams, so Spark cannot read it: {exc}"
-                ) from None
-    raise ValueError(
-        f"topic {topic!r} has no stored Arrow schema and no records yet, so its columns are "
-        "unknown; write to it from Spark first (the sink stores the schema)"
-    )
+            except ValueError:
+                return None  # not Arrow: raw records
+    return None

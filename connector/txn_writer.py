@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import AsyncIterator, Iterable
 from typing import Any, Protocol
 
 from pyspark_raftlog.arrow_payload import Chunk
@@ -48,6 +48,7 @@ class PartitionWrite:
     base_offset: int = -1
     last_offset: int = -1
     replayed: bool = False
+    topic: str = ""
 
 
 async def write_plain(
@@ -55,7 +56,7 @@ async def write_plain(
     *,
     topic: str,
     partition: int,
-    chunks: Iterable[Chunk],
+    chunks: Iterable[Chunk] | AsyncIterator[Chunk],
     acks: str = "all",
     max_in_flight: int = 5,
 ) -> PartitionWrite:
@@ -64,10 +65,10 @@ async def write_plain(
     Order between the chunks of one task is not kept (requests may overtake
     each other), and a retried task writes its rows again.
     """
-    result = PartitionWrite(partition)
+    result = PartitionWrite(partition, topic=topic)
     window: deque[_InFlight] = deque()
     try:
-        for payload, rows in chunks:
+        async for payload, rows in _aiter(chunks):
             if len(window) >= max_in_flight:
                 result = await _settle(result, window.popleft())
             task = asyncio.ensure_future(
@@ -111,3 +112,12 @@ async def _cancel(window: deque[_InFlight]) -> None:
     for request in window:
         request.task.cancel()
     await asyncio.gather(*(r.task for r in window), return_exceptions=True)
+
+
+async def _aiter(chunks: Iterable[Chunk] | AsyncIterator[Chunk]) -> AsyncIterator[Chunk]:
+    if hasattr(chunks, "__anext__"):
+        async for c in chunks:  # type: ignore[union-attr]
+            yield c
+    else:
+        for c in chunks:  # type: ignore[union-attr]
+            yield c
