@@ -17,19 +17,19 @@ from raftlog.sim.coordinator_model import (
     run_seeds,
 )
 
-SEEDS = 120
-"""CI seeds: ~0.2 s each on one core (seeds/s and figures in the module's closing note)."""
+SEEDS = 100
+"""CI seeds: ~0.25 s each on one core (the 1,000-seed run: 3.9 seeds/s on one busy core)."""
 
 
 def test_many_seeds_are_clean() -> None:
     summary = run_seeds(range(SEEDS), processes=2)
     assert summary.seeds == SEEDS
     assert [r.seed for r in summary.failed] == [], summary.failed[0].error
-    # The histories did the work the protocol must survive (seeds 0..119: ~680 committed
-    # versions, ~360 driver kills, ~3,000 cuts).
-    assert summary.versions > 400
-    assert summary.crashes > 200
-    assert summary.cuts > 2000
+    # The histories did the work the protocol must survive (per seed, over seeds 0..999:
+    # 5.5 committed versions, 2.7 driver kills, 23 cuts).
+    assert summary.versions > 350
+    assert summary.crashes > 180
+    assert summary.cuts > 1600
 
 
 def test_a_seed_replays_exactly() -> None:
@@ -62,14 +62,15 @@ MUTATION_SEEDS = range(100, 116)
 @pytest.mark.parametrize(
     ("mutation", "kind", "least"),
     [
-        # readers take the LSOs as the cut: parts of batches show (caught ~80% of seeds)
+        # catch rates over seeds 200..239 in parentheses
+        # readers take the LSOs as the cut: parts of batches show (83%)
         ("cut_skip", "fractured_batch", 0.5),
-        # consistent_cut as first written (marker-only rule; caught ~40% of seeds)
+        # consistent_cut as first written (marker-only rule) (43%)
         ("cut_by_marker", "fractured_batch", 0.2),
-        # the coordinator forgets the last committed version: a replay commits again (~80%)
-        ("forget_committed", "duplicated_row", 0.5),
-        # nobody rolls a recorded commit forward; the timeout aborts it (~73%)
-        ("skip_roll_forward", "lost_batch", 0.5),
+        # the coordinator forgets the last committed version: a replay commits again (70%)
+        ("forget_committed", "duplicated_row", 0.4),
+        # nobody rolls a recorded commit forward; the timeout aborts it (63%)
+        ("skip_roll_forward", "lost_batch", 0.4),
     ],
 )
 def test_a_planted_bug_is_caught(mutation: str, kind: str, least: float) -> None:
