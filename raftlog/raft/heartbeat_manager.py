@@ -11,7 +11,6 @@ followers' flushed and dirty offsets and may start recovery.
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING
 
 from raftlog.raft.errors import TransportError
 from raftlog.raft.messages import (
@@ -21,10 +20,8 @@ from raftlog.raft.messages import (
     HeartbeatBatchRequest,
     HeartbeatReply,
 )
+from raftlog.raft.stage_context import HeartbeatGroup
 from raftlog.raft.transport import Transport
-
-if TYPE_CHECKING:
-    from raftlog.raft.consensus import Consensus
 
 GROUP_UNAVAILABLE_TERM = -1
 
@@ -36,18 +33,18 @@ class HeartbeatManager:
         self.node_id = node_id
         self.transport = transport
         self.interval_s = interval_s
-        self._groups: dict[int, Consensus] = {}
+        self._groups: dict[int, HeartbeatGroup] = {}
         self._in_flight: set[int] = set()
         self._task: asyncio.Task[None] | None = None
         self._sends: dict[asyncio.Task[None], None] = {}  # ordered: deterministic replay
 
-    def register(self, consensus: Consensus) -> None:
+    def register(self, consensus: HeartbeatGroup) -> None:
         self._groups[consensus.group] = consensus
 
     def unregister(self, group: int) -> None:
         self._groups.pop(group, None)
 
-    def group(self, group: int) -> Consensus | None:
+    def group(self, group: int) -> HeartbeatGroup | None:
         return self._groups.get(group)
 
     async def start(self) -> None:
@@ -79,7 +76,7 @@ class HeartbeatManager:
 
     def send_round(self) -> None:
         """Send one heartbeat batch to every peer that a led group has as member."""
-        per_peer: dict[int, list[tuple[Consensus, Heartbeat]]] = {}
+        per_peer: dict[int, list[tuple[HeartbeatGroup, Heartbeat]]] = {}
         for c in list(self._groups.values()):
             if not (c.running and c.is_leader):
                 continue
@@ -94,7 +91,7 @@ class HeartbeatManager:
             self._sends[task] = None
             task.add_done_callback(lambda t: self._sends.pop(t, None))
 
-    async def _send(self, peer: int, items: list[tuple[Consensus, Heartbeat]]) -> None:
+    async def _send(self, peer: int, items: list[tuple[HeartbeatGroup, Heartbeat]]) -> None:
         req = HeartbeatBatchRequest(self.node_id, peer, [hb for _, hb in items])
         try:
             reply = await self.transport.send(peer, req)

@@ -15,20 +15,17 @@ few consecutive transport failures (the next heartbeat reply restarts it).
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING
 
 from raftlog.raft.errors import TransportError
 from raftlog.raft.messages import APPEND_GROUP_UNAVAILABLE, AppendEntriesReply, AppendEntriesRequest
-
-if TYPE_CHECKING:
-    from raftlog.raft.consensus import Consensus
+from raftlog.raft.stage_context import GroupContext
 
 MAX_ROUNDS = 100_000
 MAX_CONSECUTIVE_FAILURES = 3
 
 
 class Recovery:
-    def __init__(self, consensus: Consensus) -> None:
+    def __init__(self, consensus: GroupContext) -> None:
         self._c = consensus
         self._tasks: dict[int, asyncio.Task[None]] = {}
         self.requests_sent = 0

@@ -21,20 +21,17 @@ For one drained batch of requests from the ``replicate_batcher``:
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING
 
 from raftlog.raft.errors import TermMismatchError, TransportError
 from raftlog.raft.messages import APPEND_GROUP_UNAVAILABLE, AppendEntriesReply, AppendEntriesRequest
 from raftlog.raft.progress import FollowerProgress
 from raftlog.raft.replicate_batcher import Consistency, ReplicateRequest, ReplicateResult
+from raftlog.raft.stage_context import GroupContext
 from raftlog.storage.batch import RecordBatch
-
-if TYPE_CHECKING:
-    from raftlog.raft.consensus import Consensus
 
 
 class ReplicateEntries:
-    def __init__(self, consensus: Consensus) -> None:
+    def __init__(self, consensus: GroupContext) -> None:
         self._c = consensus
         self.appends = 0
         # Set (and replaced) whenever a pipelined append to a follower completes.

@@ -110,6 +110,8 @@ class _Sim:
         cluster = self.cluster
         await cluster.start()
         checker_task = asyncio.create_task(self._checker())
+        # Its error is raised below or superseded by an earlier one: never "unretrieved".
+        checker_task.add_done_callback(lambda t: t.cancelled() or t.exception())
         tasks = [asyncio.create_task(self._client(i)) for i in range(4)]
         tasks.append(asyncio.create_task(self._nemesis()))
         # The checker, a client or the nemesis raising ends the run at once with its error.

@@ -1,0 +1,48 @@
+"""``ConsensusOptions``: the tunables of one group (timeouts, flush coalescing, windows).
+
+Its own module so that the stages and the node can name it without importing
+:mod:`raftlog.raft.consensus` (no import cycle between the group and its stages).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+
+@dataclasses.dataclass(slots=True)
+class ConsensusOptions:
+    election_timeout_ticks: int = 10
+    tick_interval_s: float = 0.05
+    # Follower flush coalescing: flush when this many bytes are pending ...
+    flush_bytes: int = 256 * 1024
+    # ... or after this delay. Redpanda uses 100 ms; ours is shorter because
+    # quorum_ack appends flush at once anyway and this only bounds leader_ack lag.
+    flush_delay_s: float = 0.005
+    # Run log.flush() in a thread (on-disk logs); False runs it inline (simulator).
+    flush_in_executor: bool = True
+    # Simulated fsync duration (the simulator's slow disk); keep 0 in production.
+    flush_latency_s: float = 0.0
+    batcher_memory_bytes: int = 1024 * 1024
+    max_in_flight_appends: int = 4
+    recovery_chunk_bytes: int = 512 * 1024
+    check_quorum: bool = True
+    transfer_timeout_ticks: int = 20
+    # Save the commit context (and state machine snapshots) every this many ticks.
+    commit_context_interval_ticks: int = 20
+
+    def validate(self) -> None:
+        """Raise ValueError naming the first bad option."""
+        for name in (
+            "election_timeout_ticks",
+            "flush_bytes",
+            "batcher_memory_bytes",
+            "max_in_flight_appends",
+            "recovery_chunk_bytes",
+            "transfer_timeout_ticks",
+            "commit_context_interval_ticks",
+        ):
+            if getattr(self, name) < 1:
+                raise ValueError(f"ConsensusOptions.{name} must be >= 1, got {getattr(self, name)}")
+        for name in ("tick_interval_s", "flush_delay_s"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"ConsensusOptions.{name} must be > 0, got {getattr(self, name)}")

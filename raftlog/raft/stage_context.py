@@ -1,0 +1,80 @@
+"""What the async stages need from their group: a protocol, so they never import ``Consensus``.
+
+``replicate_entries``, ``recovery`` and the node's ``HeartbeatManager`` carry out what
+the core decides; :class:`~raftlog.raft.consensus.Consensus` owns them and passes
+itself as their :class:`GroupContext` (or :class:`HeartbeatGroup`). Typing the
+stages against these protocols instead of ``Consensus`` keeps the import graph a
+tree: ``consensus`` imports the stages, the stages import only this module, the
+core, storage and messages.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Coroutine
+from typing import Any, Protocol
+
+from raftlog.raft.core import RaftCore
+from raftlog.raft.errors import NotLeaderError
+from raftlog.raft.flush import FlushCoalescer
+from raftlog.raft.messages import Heartbeat, HeartbeatReply
+from raftlog.raft.options import ConsensusOptions
+from raftlog.raft.replicate_batcher import ReplicateBatcher, ReplicateResult
+from raftlog.raft.transport import Transport
+from raftlog.storage.api import LogStorage
+from raftlog.storage.batch import RecordBatch
+
+
+class RecoveryStarter(Protocol):
+    def ensure(self, node: int) -> None:
+        """Start recovering ``node`` unless it already is."""
+        ...
+
+
+class GroupContext(Protocol):
+    """One group as its replicate and recovery stages see it."""
+
+    group: int
+    node_id: int
+    options: ConsensusOptions
+    core: RaftCore
+    log: LogStorage
+    transport: Transport
+    flusher: FlushCoalescer
+    batcher: ReplicateBatcher
+    running: bool
+
+    @property
+    def recovery(self) -> RecoveryStarter: ...
+
+    def spawn(self, coro: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]: ...
+
+    def process_ready(self) -> None: ...
+
+    def not_leader_error(self) -> NotLeaderError: ...
+
+    def append_local(self, batches: list[RecordBatch]) -> None: ...
+
+    def register_commit_waiter(
+        self, result: ReplicateResult, future: asyncio.Future[ReplicateResult]
+    ) -> None: ...
+
+
+class HeartbeatGroup(Protocol):
+    """One group as the node's heartbeat manager sees it."""
+
+    group: int
+    running: bool
+
+    @property
+    def is_leader(self) -> bool: ...
+
+    def heartbeats(self) -> list[tuple[int, Heartbeat]]: ...
+
+    def on_heartbeat_reply(self, peer: int, hb: Heartbeat, reply: HeartbeatReply) -> None: ...
+
+    def handle_heartbeat(self, source: int, hb: Heartbeat) -> HeartbeatReply: ...
+
+    async def handle(self, message: object) -> object:
+        """The reply to one peer request addressed to this group (the node's dispatcher)."""
+        ...
