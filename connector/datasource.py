@@ -113,13 +113,18 @@ class DefaultSource(DataSource):
         driver; rows that name their topic in a ``topic`` column have theirs
         created by the tasks on first use.
         """
+        import dataclasses
+
         import pyarrow as pa
         from pyspark_raftlog.options import check_write_columns
-        from pyspark_raftlog.spark_schema import arrow_schema_of, check_kafka_columns
+        from pyspark_raftlog.spark_schema import arrow_schema_of, check_kafka_columns, raw_types
         from pyspark_raftlog.topics import ensure_topic
 
         layout = check_write_columns(opts, schema.fieldNames())
         full = arrow_schema_of(schema)
+        if layout.raw and not raw_types(full):
+            # e.g. a long `value`: typed Arrow data that happens to use Kafka's names
+            layout = dataclasses.replace(layout, raw=False)
         check_kafka_columns(full, raw=layout.raw)
         data = pa.schema([full.field(c) for c in layout.data_columns])
         servers = resolve_servers(opts.servers, opts.auth_token)

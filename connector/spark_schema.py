@@ -124,6 +124,15 @@ def check_kafka_columns(schema: pa.Schema, *, raw: bool) -> None:
             )
 
 
+def raw_types(schema: pa.Schema) -> bool:
+    """Whether Kafka's columns of ``schema`` have the types of raw records: ``value``
+    binary or string, ``timestamp`` (if any) a timestamp."""
+    names = schema.names
+    if "value" not in names or not _is_bytes(schema.field("value").type):
+        return False
+    return "timestamp" not in names or pa.types.is_timestamp(schema.field("timestamp").type)
+
+
 def _is_bytes(t: pa.DataType) -> bool:
     return any(
         f(t)

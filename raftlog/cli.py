@@ -2,7 +2,7 @@
 
 Commands: ``server`` (run one node), ``local start|status|stop`` (a local
 cluster of node processes), ``cluster health`` (exit status 0 only when all
-is well), ``topic create|describe|list|delete``, ``produce`` and ``consume``
+is well), ``topic create|describe|list|delete``, ``produce``, ``consume`` and ``offsets``
 (console producer and consumer, one record per line, as Kafka's console tools).
 
 Every client command finds the cluster through ``--servers``, else
@@ -41,6 +41,40 @@ def _positive_int(name: str) -> Any:
         return value
 
     return parse
+
+
+def _non_negative_int(name: str) -> Any:
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            value = -1
+        if value < 0:
+            raise argparse.ArgumentTypeError(f"{name} must be an integer >= 0; got {text!r}")
+        return value
+
+    return parse
+
+
+def _offset_arg(text: str) -> int | str:
+    if text in ("earliest", "latest"):
+        return text
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(
+            f"--offset must be an integer >= 0, 'earliest' or 'latest'; got {text!r}"
+        )
+    return value
+
+
+def _header(text: str) -> tuple[str, bytes]:
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"--header must be KEY=VALUE; got {text!r}")
+    return key, value.encode("utf-8")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -107,7 +141,14 @@ def build_parser() -> argparse.ArgumentParser:
     delete.add_argument("name")
     delete.set_defaults(handler=_cmd_topic_delete)
 
-    produce = sub.add_parser("produce", help="produce stdin lines, one record each")
+    produce = sub.add_parser(
+        "produce",
+        help="produce stdin lines, one record each",
+        description="Each stdin line is one record. With --key-separator, the text before "
+        "the first separator is the key, and the record goes to the partition Kafka's "
+        "default partitioner gives (murmur2 of the key); without a key, lines spread "
+        "round-robin, unless --partition is given.",
+    )
     produce.add_argument("topic")
     produce.add_argument("--acks", choices=["all", "1", "0"], default="all")
     produce.add_argument(
@@ -116,13 +157,45 @@ def build_parser() -> argparse.ArgumentParser:
         default=1000,
         help="lines read before sending (default 1000)",
     )
+    produce.add_argument(
+        "--key-separator", default=None, help="split each line into KEY SEP VALUE at the first SEP"
+    )
+    produce.add_argument(
+        "--partition", type=_non_negative_int("--partition"), default=None, help="partition N"
+    )
+    produce.add_argument(
+        "--header",
+        action="append",
+        default=[],
+        type=_header,
+        metavar="K=V",
+        help="a header on every record (repeatable)",
+    )
     produce.set_defaults(handler=_cmd_produce)
 
     consume = sub.add_parser("consume", help="print records, one per line")
     consume.add_argument("topic")
-    consume.add_argument("--from-beginning", action="store_true")
+    consume.add_argument("--from-beginning", action="store_true", help="same as --offset earliest")
+    consume.add_argument(
+        "--partition", type=_non_negative_int("--partition"), default=None, help="only partition N"
+    )
+    consume.add_argument(
+        "--offset",
+        type=_offset_arg,
+        default=None,
+        metavar="N|earliest|latest",
+        help="where to start in every partition read (default latest)",
+    )
     consume.add_argument("--max", type=_positive_int("--max"), default=None, dest="max_records")
     consume.add_argument("--print-offsets", action="store_true")
+    consume.add_argument("--print-key", action="store_true", help="print KEY<TAB>VALUE")
+    consume.add_argument(
+        "--format",
+        choices=["text", "json"],
+        default="text",
+        help="json: one object per record (topic, partition, offset, timestamp, key, value, "
+        "headers; bytes that are not UTF-8 as base64 under key_b64/value_b64)",
+    )
     consume.add_argument(
         "--timeout-ms",
         type=_positive_int("--timeout-ms"),
@@ -131,7 +204,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     consume.set_defaults(handler=_cmd_consume)
 
-    for p in (health, create, describe, lst, delete, produce, consume):
+    offsets = sub.add_parser(
+        "offsets", help="log start, high watermark and last stable offset per partition"
+    )
+    offsets.add_argument("topic")
+    offsets.add_argument("--format", choices=["text", "json"], default="text")
+    offsets.set_defaults(handler=_cmd_offsets)
+
+    for p in (health, create, describe, lst, delete, produce, consume, offsets):
         p.add_argument("--servers", help="HOST:PORT[,HOST:PORT...] (else $RAFTLOG_SERVERS)")
         p.add_argument("--auth-token", help="else $RAFTLOG_AUTH_TOKEN")
     return parser
@@ -339,24 +419,53 @@ def _cmd_topic_delete(args: argparse.Namespace) -> int:
 
 def _cmd_produce(args: argparse.Namespace) -> int:
     from raftlog.client import frame_records
+    from raftlog.client.framing import Record, frame_keyed
+
+    if args.key_separator == "":
+        raise ValueError("--key-separator must not be empty")
+    sep = args.key_separator.encode("utf-8") if args.key_separator is not None else None
+    headers = tuple(args.header)
+    keyed = sep is not None or bool(headers)
 
     async def go(client: Any) -> None:
         meta = await client.describe_topic(args.topic)
         nparts = len(meta.partitions)
+        if args.partition is not None and args.partition >= nparts:
+            raise ValueError(
+                f"--partition {args.partition} is out of range: topic {args.topic!r} has "
+                f"{nparts} partitions (0..{nparts - 1})"
+            )
         sent = 0
         stdin = sys.stdin.buffer
 
+        def place(line: bytes, index: int) -> tuple[int, Record]:
+            key = None
+            value = line
+            if sep is not None and sep in line:
+                key, value = line.split(sep, 1)
+            if args.partition is not None:
+                part = args.partition
+            elif key is not None:
+                part = (_murmur2(key) & 0x7FFFFFFF) % nparts  # Kafka's default partitioner
+            else:
+                part = index % nparts
+            return part, Record(value, key, headers)
+
         async def flush(lines: list[bytes], first_index: int) -> None:
-            # line i (counting every line read so far) goes to partition i mod N
-            by_part: dict[int, list[bytes]] = {}
+            by_part: dict[int, list[Record]] = {}
             for k, line in enumerate(lines):
-                by_part.setdefault((first_index + k) % nparts, []).append(line)
+                part, record = place(line, first_index + k)
+                by_part.setdefault(part, []).append(record)
+
+            def payload(records: list[Any]) -> bytes:
+                if keyed:
+                    return frame_keyed(records)
+                return frame_records([r.value for r in records])
+
             await asyncio.gather(
                 *(
-                    client.produce(
-                        args.topic, p, [(frame_records(vals), len(vals))], acks=args.acks
-                    )
-                    for p, vals in by_part.items()
+                    client.produce(args.topic, p, [(payload(recs), len(recs))], acks=args.acks)
+                    for p, recs in by_part.items()
                 )
             )
 
@@ -376,29 +485,90 @@ def _cmd_produce(args: argparse.Namespace) -> int:
     return _run(args, go)
 
 
-def _values(payload: bytes, record_count: int) -> list[bytes]:
-    """Record values of a payload: CLI framing, else Arrow IPC rows as JSON, else raw."""
-    from raftlog.client import unframe_records
+def _murmur2(data: bytes) -> int:
+    """Kafka's murmur2 (Utils.murmur2), as the connector's routing computes it."""
+    seed, m, mask = 0x9747B28C, 0x5BD1E995, 0xFFFFFFFF
+    length = len(data)
+    h = (seed ^ length) & mask
+    for i in range(length // 4):
+        k = int.from_bytes(data[4 * i : 4 * i + 4], "little")
+        k = (k * m) & mask
+        k ^= k >> 24
+        k = (k * m) & mask
+        h = ((h * m) & mask) ^ k
+    tail, rest = length & ~3, length % 4
+    if rest == 3:
+        h ^= data[tail + 2] << 16
+    if rest >= 2:
+        h ^= data[tail + 1] << 8
+    if rest >= 1:
+        h ^= data[tail]
+        h = (h * m) & mask
+    h ^= h >> 13
+    h = (h * m) & mask
+    h ^= h >> 15
+    return h - (1 << 32) if h & 0x80000000 else h
 
-    values = unframe_records(payload, record_count)
-    if values is not None:
-        return values
+
+def _records(payload: bytes, record_count: int) -> list[Any]:
+    """Records of a payload: CLI framing (keyed or plain), else Arrow IPC rows as JSON
+    values, else one opaque value."""
+    from raftlog.client.framing import Record, unframe_any
+
+    records = unframe_any(payload, record_count)
+    if records is not None:
+        return records
     try:
         import pyarrow.ipc as ipc
 
         table = ipc.open_stream(payload).read_all()
-        return [json.dumps(row, default=str).encode() for row in table.to_pylist()]
+        return [Record(json.dumps(row, default=str).encode()) for row in table.to_pylist()]
     except Exception:  # not Arrow either: an opaque value
-        return [payload]
+        return [Record(payload)]
+
+
+def _values(payload: bytes, record_count: int) -> list[bytes]:
+    """Record values of a payload (None values print as empty)."""
+    return [r.value or b"" for r in _records(payload, record_count)]
+
+
+def _json_bytes(name: str, data: bytes | None) -> dict[str, Any]:
+    if data is None:
+        return {name: None}
+    try:
+        return {name: data.decode("utf-8")}
+    except UnicodeDecodeError:
+        import base64
+
+        return {f"{name}_b64": base64.b64encode(data).decode("ascii")}
 
 
 def _cmd_consume(args: argparse.Namespace) -> int:
+    start_at = (
+        args.offset
+        if args.offset is not None
+        else ("earliest" if args.from_beginning else "latest")
+    )
+
     async def go(client: Any) -> int:
         meta = await client.describe_topic(args.topic)
+        parts = [p.partition for p in meta.partitions]
+        if args.partition is not None:
+            if args.partition not in parts:
+                raise ValueError(
+                    f"--partition {args.partition} is out of range: topic {args.topic!r} has "
+                    f"{len(parts)} partitions (0..{len(parts) - 1})"
+                )
+            parts = [args.partition]
         positions: dict[int, int] = {}
-        for p in meta.partitions:
-            start, _hwm, lso = await client.list_offsets(args.topic, p.partition)
-            positions[p.partition] = start if args.from_beginning else lso
+        for p in parts:
+            start, _hwm, lso = await client.list_offsets(args.topic, p)
+            if start_at == "earliest":
+                positions[p] = start
+            elif start_at == "latest":
+                positions[p] = lso
+            else:
+                positions[p] = max(start, int(start_at))
         printed = 0
         out = sys.stdout.buffer
         last_record = time.monotonic()
@@ -407,12 +577,11 @@ def _cmd_consume(args: argparse.Namespace) -> int:
             for part, offset in positions.items():
                 r = await client.fetch(args.topic, part, offset)
                 for batch in r.batches:
-                    for i, value in enumerate(_values(batch.payload, batch.record_count)):
-                        if batch.base_offset + i < offset:
+                    for i, rec in enumerate(_records(batch.payload, batch.record_count)):
+                        off = batch.base_offset + i
+                        if off < offset:
                             continue
-                        if args.print_offsets:
-                            out.write(f"{part}\t{batch.base_offset + i}\t".encode())
-                        out.write(value + b"\n")
+                        out.write(_render(args, part, off, batch.timestamp_ms, rec))
                         printed += 1
                         got_any = True
                         if args.max_records is not None and printed >= args.max_records:
@@ -430,6 +599,55 @@ def _cmd_consume(args: argparse.Namespace) -> int:
                     return 0
                 await asyncio.sleep(0.1)
         return 0
+
+    return _run(args, go)
+
+
+def _render(args: argparse.Namespace, part: int, offset: int, batch_ms: int, rec: Any) -> bytes:
+    """One output line for a record, as --format/--print-key/--print-offsets ask."""
+    if args.format == "json":
+        doc: dict[str, Any] = {
+            "topic": args.topic,
+            "partition": part,
+            "offset": offset,
+            "timestamp": rec.timestamp_ms if rec.timestamp_ms is not None else batch_ms,
+            "timestampType": "CreateTime" if rec.timestamp_ms is not None else "LogAppendTime",
+        }
+        doc.update(_json_bytes("key", rec.key))
+        doc.update(_json_bytes("value", rec.value))
+        doc["headers"] = [{"key": k, **_json_bytes("value", v)} for k, v in rec.headers]
+        return json.dumps(doc).encode() + b"\n"
+    line = b""
+    if args.print_offsets:
+        line += f"{part}\t{offset}\t".encode()
+    if args.print_key:
+        line += (rec.key if rec.key is not None else b"null") + b"\t"
+    return line + (rec.value or b"") + b"\n"
+
+
+def _cmd_offsets(args: argparse.Namespace) -> int:
+    async def go(client: Any) -> None:
+        meta = await client.describe_topic(args.topic)
+        rows = []
+        for p in meta.partitions:
+            start, hwm, lso = await client.list_offsets(args.topic, p.partition)
+            rows.append(
+                {
+                    "partition": p.partition,
+                    "log_start": start,
+                    "high_watermark": hwm,
+                    "last_stable_offset": lso,
+                }
+            )
+        if args.format == "json":
+            print(json.dumps({"topic": args.topic, "partitions": rows}))
+            return
+        print("partition\tlog_start\thigh_watermark\tlast_stable_offset")
+        for r in rows:
+            print(
+                f"{r['partition']}\t{r['log_start']}\t{r['high_watermark']}\t"
+                f"{r['last_stable_offset']}"
+            )
 
     return _run(args, go)
 

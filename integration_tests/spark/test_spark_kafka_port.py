@@ -1,0 +1,130 @@
+"""A pipeline ported from format("kafka") (issue 18): keyed placement, per-row topics,
+subscribePattern, Kafka's raw-record schema, Kafka's option names, the CLI's records.
+
+Batch writes and reads (df.write / spark.read) against the shared 3-node cluster:
+each goes through the same sink and source code as a stream, in one Spark job.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from stream_checks import unique_topic
+
+CLI = [str(Path(sys.executable).parent / "raftlog")]
+
+
+def _write(df, servers: str, **opts: str) -> None:
+    w = df.write.format("raftlog").mode("append").option("servers", servers)
+    for k, v in opts.items():
+        w = w.option(k, v)
+    w.save()
+
+
+def _read(spark, servers: str, **opts: str):
+    r = spark.read.format("raftlog").option("servers", servers)
+    for k, v in opts.items():
+        r = r.option(k, v)
+    return r.load()
+
+
+def test_partition_by_puts_each_key_on_one_partition_and_uses_all(spark, servers) -> None:
+    import pyarrow as pa
+    from pyspark_raftlog.routing import key_bytes, murmur2_many
+
+    topic = unique_topic("keyed")
+    df = spark.range(0, 600, numPartitions=2).selectExpr("id", "id % 37 AS user")
+    _write(df, servers, topic=topic, partitions="6", replicationFactor="3", partitionBy="user")
+    rows = _read(spark, servers, topic=topic).select("user", "__raftlog_partition").collect()
+    assert len(rows) == 600
+    where: dict[int, set[int]] = {}
+    for r in rows:
+        where.setdefault(r["user"], set()).add(r["__raftlog_partition"])
+    assert all(len(parts) == 1 for parts in where.values()), where
+    assert {p for parts in where.values() for (p,) in [tuple(parts)]} == set(range(6))
+    # the documented rule: murmur2 of the value's big-endian bytes, as Kafka's partitioner
+    users = sorted(where)
+    hashed = murmur2_many(key_bytes([pa.array(users, pa.int64())]))
+    expected = {u: (int(h) & 0x7FFFFFFF) % 6 for u, h in zip(users, hashed, strict=True)}
+    assert {u: next(iter(p)) for u, p in where.items()} == expected
+
+
+def test_topic_column_and_subscribe_pattern_with_raftlog_topic(spark, servers) -> None:
+    prefix = unique_topic("multi")
+    a, b = f"{prefix}-a", f"{prefix}-b"
+    df = spark.range(0, 40, numPartitions=2).selectExpr(
+        f"CASE WHEN id % 2 = 0 THEN '{a}' ELSE '{b}' END AS topic",
+        "CAST(id AS STRING) AS key",
+        "CAST(id AS STRING) AS value",
+    )
+    _write(df, servers, partitions="2", replicationFactor="3")
+    got = _read(spark, servers, subscribePattern=f"{prefix}-.*")
+    assert got.columns[:8] == [
+        "key",
+        "value",
+        "topic",
+        "partition",
+        "offset",
+        "timestamp",
+        "timestampType",
+        "headers",
+    ]
+    rows = got.select("value", "__raftlog_topic", "topic", "key").collect()
+    assert len(rows) == 40
+    for r in rows:
+        n = int(r["value"].decode())
+        assert r["__raftlog_topic"] == r["topic"] == (a if n % 2 == 0 else b)
+        assert r["key"] == r["value"]
+    both = _read(spark, servers, subscribe=f"{a},{b}").count()
+    assert both == 40
+
+
+def test_raw_records_round_trip_with_the_cli(spark, servers, tmp_path) -> None:
+    topic = unique_topic("cli")
+    env = {"RAFTLOG_SERVERS": servers, "PATH": "/usr/bin:/bin"}
+    subprocess.run(
+        [*CLI, "topic", "create", topic, "--partitions", "2", "--replication-factor", "3"],
+        check=True,
+        env=env,
+        timeout=60,
+        capture_output=True,
+    )
+    subprocess.run(
+        [*CLI, "produce", topic, "--key-separator", ":", "--header", "src=cli"],
+        input=b"k1:hello\nk2:world\nnokey\n",
+        check=True,
+        env=env,
+        timeout=60,
+        capture_output=True,
+    )
+    rows = _read(spark, servers, topic=topic).collect()
+    got = {bytes(r["value"]): r for r in rows}
+    assert set(got) == {b"hello", b"world", b"nokey"}
+    assert bytes(got[b"hello"]["key"]) == b"k1" and got[b"nokey"]["key"] is None
+    assert [(h["key"], bytes(h["value"])) for h in got[b"world"]["headers"]] == [("src", b"cli")]
+    # the reverse: Spark writes raw records, the CLI prints them
+    from pyspark.sql.types import BinaryType, StringType, StructField, StructType
+
+    schema = StructType([StructField("key", StringType()), StructField("value", BinaryType())])
+    df = spark.createDataFrame([("sk", b"from-spark")], schema)
+    _write(df, servers, topic=topic)
+    out = subprocess.run(
+        [*CLI, "consume", topic, "--offset", "earliest", "--print-key", "--timeout-ms", "1500"],
+        check=True,
+        env=env,
+        timeout=60,
+        capture_output=True,
+    ).stdout
+    assert b"sk\tfrom-spark\n" in out and b"k1\thello\n" in out
+
+
+def test_kafka_options_are_refused_by_name(spark, servers) -> None:
+    from py4j.protocol import Py4JJavaError
+    from pyspark.errors import PySparkException
+
+    df = spark.range(1).selectExpr("CAST(id AS STRING) AS value")
+    with pytest.raises((PySparkException, Py4JJavaError), match=r"kafka\.bootstrap\.servers"):
+        _write(df, servers, topic=unique_topic("refused"), **{"kafka.bootstrap.servers": "x:1"})

@@ -1,0 +1,216 @@
+"""Porting from format("kafka") (issue 18), without Spark or a cluster: Kafka's partitioner,
+raw-record framing, Kafka's option names, the write layout and multi-topic offsets."""
+
+from __future__ import annotations
+
+import random
+from datetime import UTC, datetime
+
+import numpy as np
+import pyarrow as pa
+import pytest
+from pyspark_raftlog.offsets import (
+    OffsetDocumentError,
+    format_topic_offsets,
+    parse_topic_offsets,
+    resolve_topic_spec,
+)
+from pyspark_raftlog.options import (
+    OptionError,
+    check_write_columns,
+    parse_sink_options,
+    parse_source_options,
+)
+from pyspark_raftlog.raw_records import HEADERS_TYPE, chunk_records, decode_records
+from pyspark_raftlog.routing import key_bytes, murmur2, murmur2_many, partitions_of
+
+from raftlog.cli import _murmur2 as cli_murmur2
+from raftlog.client.framing import Record, frame_keyed, frame_records, unframe_any
+
+# Kafka's own test vectors (clients/src/test/java/org/apache/kafka/common/utils/UtilsTest.java)
+KAFKA_VECTORS = {
+    b"21": -973932308,
+    b"foobar": -790332482,
+    b"a-little-bit-long-string": -985981536,
+    b"a-little-bit-longer-string": -1486304829,
+    b"lkjh234lh9fiuh90y23oiuhsafujhadof229phr9h19h89h8": -58897971,
+    b"abc": 479470107,
+}
+
+
+@pytest.mark.parametrize(("data", "want"), KAFKA_VECTORS.items())
+def test_murmur2_matches_kafka(data: bytes, want: int) -> None:
+    assert murmur2(data) == want
+    assert cli_murmur2(data) == want
+    assert murmur2_many(pa.array([data])).tolist() == [want]
+
+
+def test_vectorized_murmur2_equals_the_reference_on_a_sliced_array() -> None:
+    rng = random.Random(7)
+    values = [bytes(rng.getrandbits(8) for _ in range(rng.randint(0, 40))) for _ in range(300)]
+    arr = pa.array(values, pa.binary()).slice(5)
+    assert murmur2_many(arr).tolist() == [murmur2(v) for v in values[5:]]
+    # a string key hashes its UTF-8 bytes, as Kafka's StringSerializer writes them
+    assert murmur2_many(pa.array(["é1"])).tolist() == [murmur2("é1".encode())]
+
+
+def test_key_bytes_single_and_several_columns() -> None:
+    ints = pa.array([1, None], pa.int64())
+    assert key_bytes([ints]).to_pylist() == [b"\x00" * 7 + b"\x01", None]
+    assert key_bytes([pa.array([5], pa.int32())]).to_pylist() == [b"\x00\x00\x00\x05"]
+    two = key_bytes([pa.array(["a", "ab"]), pa.array(["bc", "c"])]).to_pylist()
+    assert two[0] != two[1]  # ("a", "bc") and ("ab", "c") differ
+    assert two[0] == b"\x00\x00\x00\x01a\x00\x00\x00\x02bc"
+
+
+def test_partitions_of_follows_partition_then_hash_then_default() -> None:
+    n = np.array([4, 4, 4, 4])
+    keys = pa.array([b"k", None, b"k", b"z"])
+    out = partitions_of(
+        n,
+        explicit=pa.array([None, None, 3, None], pa.int32()),
+        hashed_bytes=keys,
+        hash_null_means_default=True,
+        default=6,
+    )
+    k = (murmur2(b"k") & 0x7FFFFFFF) % 4
+    z = (murmur2(b"z") & 0x7FFFFFFF) % 4
+    assert out.tolist() == [k, 6 % 4, 3, z]
+    with pytest.raises(ValueError, match=r"column 'partition' of row 0 is 4.*4 partitions"):
+        partitions_of(
+            n[:1],
+            explicit=pa.array([4]),
+            hashed_bytes=None,
+            hash_null_means_default=False,
+            default=0,
+        )
+
+
+def _kafka_batch() -> pa.RecordBatch:
+    return pa.record_batch(
+        {
+            "key": pa.array([b"k1", None, b"k3"]),
+            "value": pa.array(["v1", "", None]),
+            "headers": pa.array(
+                [[{"key": "h", "value": b"x"}], None, [{"key": "a", "value": None}]],
+                HEADERS_TYPE,
+            ),
+            "timestamp": pa.array(
+                [datetime(2024, 1, 1, tzinfo=UTC)] * 3, pa.timestamp("us", tz="UTC")
+            ),
+        }
+    )
+
+
+def test_raw_records_round_trip_and_read_by_the_cli_framing() -> None:
+    ((payload, rows),) = list(chunk_records(_kafka_batch(), 1 << 20))
+    assert rows == 3
+    d = decode_records(payload, 3)
+    assert d.key.to_pylist() == [b"k1", None, b"k3"]
+    assert d.value.to_pylist() == [b"v1", b"", None]
+    assert d.timestamp_ms.tolist() == [1704067200000] * 3
+    assert d.headers.to_pylist() == [
+        [{"key": "h", "value": b"x"}],
+        [],
+        [{"key": "a", "value": None}],
+    ]
+    # the CLI's own parser reads the same payload (it is the CLI's framing)
+    assert unframe_any(payload, 3) == [
+        Record(b"v1", b"k1", (("h", b"x"),), 1704067200000),
+        Record(b"", None, (), 1704067200000),
+        Record(None, b"k3", (("a", None),), 1704067200000),
+    ]
+
+
+def test_cli_payloads_decode_as_kafka_columns() -> None:
+    keyed = frame_keyed([Record(b"v", b"k", (("h", b"1"),)), Record(b"w")])
+    d = decode_records(keyed, 2)
+    assert (d.key.to_pylist(), d.value.to_pylist(), d.timestamp_ms) == (
+        [b"k", None],
+        [b"v", b"w"],
+        None,
+    )
+    plain = decode_records(frame_records([b"a", b"bc"]), 2)
+    assert plain.value.to_pylist() == [b"a", b"bc"] and plain.key.null_count == 2
+    opaque = decode_records(b"\x00not framed", 1)
+    assert opaque.value.to_pylist() == [b"\x00not framed"]
+
+
+def test_chunks_cut_between_rows_and_a_large_row_travels_alone() -> None:
+    batch = pa.record_batch({"value": pa.array([b"x" * 10, b"y" * 500, b"z" * 10])})
+    chunks = list(chunk_records(batch, 100))
+    assert [rows for _, rows in chunks] == [1, 1, 1]
+    values = [v for p, n in chunks for v in decode_records(p, n).value.to_pylist()]
+    assert values == batch.column("value").to_pylist()
+
+
+@pytest.mark.parametrize(
+    ("name", "named"),
+    [
+        ("kafka.bootstrap.servers", "use option 'servers' instead"),
+        ("kafka.request.timeout.ms", "use option 'requestTimeoutMs'"),
+        ("kafka.linger.ms", "option 'kafka.linger.ms' is a Kafka client setting"),
+        ("kafka.group.id", "no consumer groups"),
+        ("totallyUnknown", "unknown option 'totallyunknown'"),
+    ],
+)
+def test_kafka_and_unknown_options_are_refused_by_name(name: str, named: str) -> None:
+    with pytest.raises(OptionError, match=named):
+        parse_source_options({"topic": "t", name: "x"}, streaming=True)
+    with pytest.raises(OptionError, match=name.lower().replace(".", r"\.")):
+        parse_sink_options({"topic": "t", name: "x"}, streaming=True)
+
+
+def test_spark_options_and_max_offsets_alias_are_accepted() -> None:
+    o = parse_source_options(
+        {"topic": "t", "path": "p", "checkpointLocation": "/c", "maxOffsetsPerTrigger": "7"},
+        streaming=True,
+    )
+    assert o.max_records_per_trigger == 7
+    assert parse_sink_options({"topic": "t", "__partition_columns": "[]"}, streaming=True)
+    with pytest.raises(OptionError, match="disagree"):
+        parse_source_options(
+            {"topic": "t", "maxOffsetsPerTrigger": "7", "maxRecordsPerTrigger": "8"},
+            streaming=True,
+        )
+
+
+def test_exactly_one_subscription_option() -> None:
+    assert parse_source_options({"subscribe": "a, b,a"}, streaming=True).topics == ("a", "b")
+    o = parse_source_options({"subscribePattern": "ev-.*"}, streaming=True)
+    assert o.matches("ev-1") and not o.matches("xev-1")
+    with pytest.raises(OptionError, match="exactly one of the options"):
+        parse_source_options({"topic": "a", "subscribe": "b"}, streaming=True)
+    with pytest.raises(OptionError, match="option 'subscribePattern' must be a regular"):
+        parse_source_options({"subscribePattern": "("}, streaming=True)
+
+
+def test_write_layout() -> None:
+    opts = parse_sink_options({"partitionBy": "user"}, streaming=True)
+    with pytest.raises(OptionError, match="option 'topic' is required unless"):
+        check_write_columns(opts, ["user", "value"])
+    with pytest.raises(OptionError, match=r"'partitionBy' names column\(s\) \['user'\].*'users'"):
+        check_write_columns(opts, ["topic", "users"])
+    raw = check_write_columns(opts, ["topic", "key", "value", "user"])
+    assert not raw.raw and raw.data_columns == ("key", "value", "user") and raw.topic_column
+    kafka = check_write_columns(
+        parse_sink_options({"topic": "t"}, streaming=True), ["key", "value", "partition"]
+    )
+    assert kafka.raw and kafka.data_columns == ("key", "value") and not kafka.topic_column
+
+
+def test_offsets_of_several_topics() -> None:
+    doc = format_topic_offsets({("b", 1): 5, ("a", 0): 2, ("b", 0): 3})
+    assert doc == {"a": {"0": 2}, "b": {"0": 3, "1": 5}}
+    assert parse_topic_offsets(doc, lambda t: t in "ab") == {("a", 0): 2, ("b", 0): 3, ("b", 1): 5}
+    with pytest.raises(
+        OffsetDocumentError, match="names topic 'b', which this query does not read"
+    ):
+        parse_topic_offsets(doc, lambda t: t == "a")
+    spec = parse_source_options(
+        {"subscribe": "a,b", "startingOffsets": '{"a": {"0": -2}, "b": {"0": 1}}'}, streaming=True
+    ).starting_offsets
+    bounds = {("a", 0): (4, 9), ("b", 0): (0, 9)}
+    assert resolve_topic_spec(spec, bounds, "startingOffsets") == {("a", 0): 4, ("b", 0): 1}
+    with pytest.raises(OffsetDocumentError, match="topic 'c' is missing"):
+        resolve_topic_spec(spec, {**bounds, ("c", 0): (0, 1)}, "startingOffsets")
