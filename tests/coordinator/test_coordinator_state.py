@@ -7,8 +7,6 @@ import itertools
 import json
 import random
 
-import pytest
-
 from raftlog.client.transactions import consistent_cut
 from raftlog.coordinator.state import KEEP_VERSIONS, CoordinatorState, Participant
 
