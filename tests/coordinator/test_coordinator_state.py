@@ -192,7 +192,10 @@ def test_consistent_cut_takes_out_a_batch_seen_on_some_partitions_only() -> None
     # batch A: data at p0 [10..19] marker 20, p1 [5..9] marker 30
     a = cut_txn(True, (0, 10, 20), (1, 5, 30))
     assert consistent_cut({0: 25, 1: 31}, [a]) == {0: 25, 1: 31}  # all in
-    assert consistent_cut({0: 15, 1: 5}, [a]) == {0: 15, 1: 5}  # all out
+    assert consistent_cut({0: 10, 1: 5}, [a]) == {0: 10, 1: 5}  # all out
+    # p0's end is past the data but not the marker: another writer's open transaction
+    # holds the LSO there, and the rows below it are read (found by the simulation)
+    assert consistent_cut({0: 15, 1: 5}, [a]) == {0: 10, 1: 5}
     assert consistent_cut({0: 25, 1: 20}, [a]) == {0: 10, 1: 5}  # fractured: taken out
     # not complete: a marker may be written that the coordinator does not know yet
     b = cut_txn(False, (0, 10, -1), (1, 5, -1))
