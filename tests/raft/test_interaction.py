@@ -1,0 +1,345 @@
+"""Interaction tests from data files (etcd's ``testdata/*.txt`` style).
+
+Each file under ``tests/raft/testdata/`` is a script of commands against a few
+pure cores (:class:`~raftlog.sim.core_net.CoreNet`), each followed by the output
+it must print::
+
+    campaign 1 prevote
+    ----
+    1->2 prevote term=1: granted
+    ...
+
+A blank line ends a block; ``#`` starts a comment line. Run with
+``RAFTLOG_REWRITE_TESTDATA=1`` to rewrite every expected output from what the
+code prints now (then review the diff).
+
+Commands:
+
+- ``nodes N [prio=ID:P,...]``: a fresh group of N voters;
+- ``campaign ID prevote|vote [transfer]``: ID starts a round; ``deliver``: deliver
+  vote and timeout-now traffic until quiet (prints it);
+- ``tick ID [N]``: N ticks on ID (prints its state); ``cut ID...``/``heal``;
+- ``write ID base=B term=T [count=C] [unflushed]``: place a batch in ID's log;
+- ``heartbeat LEADER FOLLOWER``: one heartbeat and its reply (prints both);
+- ``seq LEADER FOLLOWER``: draw the next append seq;
+- ``reply LEADER FOLLOWER seq=S matched=M flushed=F dirty=D [heartbeat] [fail]``:
+  apply a reply as the leader's stage would (prints the follower's progress);
+- ``flush ID``: flush ID's log (a leader then recounts its commit index);
+- ``append LEADER FOLLOWER prev=P [seq=S]``: the leader's entries after P, as one
+  append, checked and applied by the follower (prints the plan and the reply);
+- ``progress LEADER``, ``state``: print views;
+- ``decode TYPE field=value...``: encode a wire message (defaults for the rest)
+  and decode it (prints the value or the codec's error).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import pathlib
+import typing
+from typing import Any
+
+import pytest
+
+import raftlog.rpc.messages as client_messages
+import raftlog.rpc.peer  # noqa: F401  (registers raft's messages)
+from raftlog.raft import messages as raft_messages
+from raftlog.raft import mutations
+from raftlog.raft.messages import (
+    APPEND_FAILURE,
+    APPEND_SUCCESS,
+    AppendEntriesReply,
+    AppendEntriesRequest,
+    HeartbeatReply,
+)
+from raftlog.rpc import codec
+from raftlog.sim.core_net import CoreNet, placed
+
+TESTDATA = pathlib.Path(__file__).parent / "testdata"
+REWRITE = os.environ.get("RAFTLOG_REWRITE_TESTDATA") == "1"
+
+
+@dataclasses.dataclass
+class Block:
+    command: str
+    expected: list[str]
+
+
+def parse(text: str) -> list[Block]:
+    blocks: list[Block] = []
+    lines = text.splitlines()
+    i = 0
+    while i < len(lines):
+        line = lines[i].rstrip()
+        i += 1
+        if not line or line.startswith("#"):
+            continue
+        if i >= len(lines) or lines[i].rstrip() != "----":
+            raise ValueError(f"line {i}: {line!r} must be followed by a '----' line")
+        i += 1
+        out = []
+        while i < len(lines) and lines[i].strip():
+            out.append(lines[i].rstrip())
+            i += 1
+        blocks.append(Block(line, out))
+    return blocks
+
+
+def render(blocks: list[Block], actual: list[list[str]], header: str) -> str:
+    parts = [header.rstrip()] if header.strip() else []
+    for block, out in zip(blocks, actual, strict=True):
+        parts.append("\n".join([block.command, "----", *(out or ["ok"])]))
+    return "\n\n".join(parts) + "\n"
+
+
+def _kv(args: list[str]) -> tuple[dict[str, str], set[str]]:
+    kv = dict(a.split("=", 1) for a in args if "=" in a)
+    return kv, {a for a in args if "=" not in a}
+
+
+class Interpreter:
+    def __init__(self) -> None:
+        self.net = CoreNet(3)
+
+    def run(self, command: str) -> list[str]:
+        name, *args = command.split()
+        handler = getattr(self, "cmd_" + name.replace("-", "_"), None)
+        if handler is None:
+            raise ValueError(f"unknown command {name!r}")
+        try:
+            return handler(args)
+        except Exception as exc:  # a refusal is output too (SafetyViolation, codec errors)
+            return [f"error: {type(exc).__name__}: {exc}"]
+
+    def cmd_nodes(self, args: list[str]) -> list[str]:
+        kv, _ = _kv(args[1:])
+        prio = None
+        if "prio" in kv:
+            prio = {int(k): int(v) for k, v in (p.split(":") for p in kv["prio"].split(","))}
+        self.net = CoreNet(int(args[0]), prio)
+        return self.net.state()
+
+    def cmd_campaign(self, args: list[str]) -> list[str]:
+        core = self.net.cores[int(args[0])]
+        core.campaign(prevote=args[1] == "prevote", transfer="transfer" in args)
+        return [f"n{args[0]} {core.role.value} term={core.term}"]
+
+    def cmd_deliver(self, args: list[str]) -> list[str]:
+        return self.net.deliver() or ["(nothing)"]
+
+    def cmd_tick(self, args: list[str]) -> list[str]:
+        core = self.net.cores[int(args[0])]
+        for _ in range(int(args[1]) if len(args) > 1 else 1):
+            core.tick()
+        state = [line for line in self.net.state() if line.startswith(f"n{args[0]} ")]
+        return [f"{state[0]} priority_target={core.priority_target.value}"]
+
+    def cmd_cut(self, args: list[str]) -> list[str]:
+        self.net.cut |= {int(a) for a in args}
+        return [f"cut {sorted(self.net.cut)}"]
+
+    def cmd_heal(self, args: list[str]) -> list[str]:
+        self.net.cut.clear()
+        return ["healed"]
+
+    def cmd_write(self, args: list[str]) -> list[str]:
+        kv, flags = _kv(args[1:])
+        node = int(args[0])
+        batch = placed(int(kv["base"]), int(kv["term"]), int(kv.get("count", "1")))
+        self.net.write(node, batch, flush="unflushed" not in flags)
+        log = self.net.logs[node]
+        return [f"n{node} log dirty={log.dirty_offset} flushed={log.flushed_offset}"]
+
+    def cmd_flush(self, args: list[str]) -> list[str]:
+        node = int(args[0])
+        self.net.logs[node].flush()
+        self.net.cores[node].on_local_flush()
+        log = self.net.logs[node]
+        return [f"n{node} flushed={log.flushed_offset} commit={self.net.cores[node].commit_index}"]
+
+    def cmd_heartbeat(self, args: list[str]) -> list[str]:
+        leader, follower = int(args[0]), int(args[1])
+        hb = self.net.cores[leader].heartbeat_for(follower)
+        reply = self.net.cores[follower].handle_heartbeat(leader, hb)
+        self.net.cores[leader].handle_append_reply(
+            follower, hb.term, hb.prev_log_offset, reply, is_heartbeat=True
+        )
+        return [
+            f"hb seq={hb.seq} prev={hb.prev_log_offset}@{hb.prev_log_term} "
+            f"commit={hb.leader_commit}",
+            f"reply seq={reply.seq} result={reply.result} matched={reply.last_matched_offset} "
+            f"flushed={reply.last_flushed_offset} dirty={reply.last_dirty_offset}",
+            *self._progress(leader, follower),
+        ]
+
+    def cmd_seq(self, args: list[str]) -> list[str]:
+        return [f"seq={self.net.cores[int(args[0])].next_seq(int(args[1]))}"]
+
+    def cmd_reply(self, args: list[str]) -> list[str]:
+        leader, follower = int(args[0]), int(args[1])
+        kv, flags = _kv(args[2:])
+        core = self.net.cores[leader]
+        result = APPEND_FAILURE if "fail" in flags else APPEND_SUCCESS
+        fields = (
+            int(kv.get("matched", "-1")),
+            int(kv.get("flushed", "-1")),
+            int(kv.get("dirty", "-1")),
+        )
+        term = int(kv.get("term", str(core.term)))
+        if "heartbeat" in flags:
+            hb_reply = HeartbeatReply(1, term, result, *fields, seq=int(kv["seq"]))
+            core.handle_append_reply(follower, core.term, -1, hb_reply, is_heartbeat=True)
+        else:
+            reply = AppendEntriesReply(
+                1, follower, leader, term, result, *fields, seq=int(kv["seq"])
+            )
+            core.handle_append_reply(follower, core.term, int(kv.get("prev", "-1")), reply)
+        return [*self._progress(leader, follower), f"commit={core.commit_index}"]
+
+    def cmd_append(self, args: list[str]) -> list[str]:
+        leader, follower = int(args[0]), int(args[1])
+        kv, _ = _kv(args[2:])
+        prev = int(kv["prev"])
+        lcore, fcore = self.net.cores[leader], self.net.cores[follower]
+        batches = (
+            self.net.logs[leader].read(prev + 1, 1 << 20) if prev < lcore.log.dirty_offset else []
+        )
+        prev_term = lcore.term_at(prev)
+        req = AppendEntriesRequest(
+            1, leader, follower, lcore.term, prev, prev_term or 0, lcore.commit_index, True,
+            batches, seq=int(kv.get("seq", str(lcore.next_seq(follower)))),
+        )  # fmt: skip
+        plan = fcore.check_append(req)
+        if isinstance(plan, AppendEntriesReply):
+            return [f"refused: result={plan.result} dirty={plan.last_dirty_offset}"]
+        out = [
+            f"plan truncate_at={plan.truncate_at} "
+            f"append={[f'{b.base_offset}@{b.term}' for b in plan.batches]}"
+        ]
+        log = self.net.logs[follower]
+        if plan.truncate_at != -1:
+            log.truncate(plan.truncate_at)
+        if plan.batches:
+            log.append(plan.batches)
+        log.flush()
+        reply = fcore.finish_append(req)
+        out.append(
+            f"reply seq={reply.seq} matched={reply.last_matched_offset} "
+            f"flushed={reply.last_flushed_offset} commit={fcore.commit_index}"
+        )
+        return out
+
+    def cmd_progress(self, args: list[str]) -> list[str]:
+        leader = int(args[0])
+        return [
+            line
+            for f in sorted(self.net.cores[leader].progress)
+            for line in self._progress(leader, f)
+        ]
+
+    def _progress(self, leader: int, follower: int) -> list[str]:
+        p = self.net.cores[leader].progress.get(follower)
+        if p is None:
+            return [f"n{follower}: no progress on n{leader}"]
+        return [
+            f"n{follower}: match={p.match_offset} next={p.next_offset} flushed={p.flushed_offset} "
+            f"dirty={p.dirty_offset} durable={p.durable_offset} last_reply_seq={p.last_reply_seq} "
+            f"recovering={p.recovering}"
+        ]
+
+    def cmd_state(self, args: list[str]) -> list[str]:
+        return self.net.state()
+
+    def cmd_decode(self, args: list[str]) -> list[str]:
+        cls = getattr(raft_messages, args[0], None) or getattr(client_messages, args[0])
+        kv, _ = _kv(args[1:])
+        hints = typing.get_type_hints(cls)
+        values: dict[str, Any] = {}
+        for f in dataclasses.fields(cls):
+            tp = hints[f.name]
+            if f.name in kv:
+                raw = kv[f.name]
+                values[f.name] = _value(tp, raw)
+            elif f.default is not dataclasses.MISSING:
+                values[f.name] = f.default
+            else:
+                values[f.name] = _value(tp, None)
+        msg = cls(**values)
+        try:
+            decoded = codec.decode(codec.encode(msg))
+        except codec.CodecError as exc:
+            return [f"refused: {exc}"]
+        return [f"ok: {decoded == msg}"]
+
+
+def _value(tp: Any, raw: str | None) -> Any:
+    if tp is int:
+        return 0 if raw is None else int(raw)
+    if tp is bool:
+        return raw == "true"
+    if tp is str:
+        return raw or "t"
+    if tp is bytes:
+        return (raw or "x").encode()
+    origin = typing.get_origin(tp)
+    if origin is list:
+        (item,) = typing.get_args(tp)
+        if item is client_messages.ProduceBatch:
+            count = 1 if raw is None else int(raw)
+            return [client_messages.ProduceBatch(b"x", count)]
+        if item is int:
+            return [] if raw is None else [int(x) for x in raw.split(",")]
+        return []
+    return None
+
+
+SCRIPTS = sorted(TESTDATA.glob("*.txt"))
+
+
+@pytest.mark.parametrize("path", SCRIPTS, ids=[p.stem for p in SCRIPTS])
+def test_script(path: pathlib.Path) -> None:
+    text = path.read_text(encoding="utf-8")
+    header_lines = []
+    for line in text.splitlines():
+        if line.startswith("#") or not line.strip():
+            header_lines.append(line)
+        else:
+            break
+    blocks = parse(text)
+    interp = Interpreter()
+    actual = [interp.run(b.command) for b in blocks]
+    if REWRITE:
+        path.write_text(render(blocks, actual, "\n".join(header_lines)), encoding="utf-8")
+        return
+    for block, out in zip(blocks, actual, strict=True):
+        assert (out or ["ok"]) == block.expected, f"{path.name}: {block.command}"
+
+
+def test_there_are_scripts() -> None:
+    assert len(SCRIPTS) >= 8
+
+
+def test_parse_rejects_a_command_without_separator() -> None:
+    with pytest.raises(ValueError, match="must be followed by a '----' line"):
+        parse("state\nn1 follower\n")
+
+
+@pytest.mark.parametrize(
+    ("script", "mutation"),
+    [
+        ("stale_replies_reversed", "accept_stale_replies"),
+        ("duplicate_reply", "accept_stale_replies"),
+        ("vote_log_freshness", "vote_ignores_log"),
+        ("log_repair", "skip_truncation"),
+        ("commit_needs_flushed_majority", "commit_on_leader_flush"),
+        ("commit_needs_flushed_majority", "dirty_as_flushed"),
+    ],
+)
+def test_a_planted_fault_breaks_its_script(script: str, mutation: str) -> None:
+    """The scripts can fail: each planted core fault changes some expected output."""
+    blocks = parse((TESTDATA / f"{script}.txt").read_text(encoding="utf-8"))
+    interp = Interpreter()
+    with mutations.planted(mutation):
+        actual = [interp.run(b.command) for b in blocks]
+    assert any((out or ["ok"]) != b.expected for b, out in zip(blocks, actual, strict=True))
