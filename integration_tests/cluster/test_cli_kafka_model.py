@@ -61,6 +61,15 @@ def test_keyed_produce_consume_json_and_offsets(raftlog_cluster) -> None:
     printed = r.stdout.decode().splitlines()
     assert len(printed) == len(in_p) - 1 and all("\t" in x for x in printed)
     offsets = json.loads(_cli(servers, "offsets", topic, "--format", "json").stdout)
-    assert sum(o["last_stable_offset"] - o["log_start"] for o in offsets["partitions"]) == 20
+    parts = offsets["partitions"]
+    assert offsets["topic"] == topic and [o["partition"] for o in parts] == [0, 1, 2]
+    # nothing transactional is open: the LSO is the high watermark, past every record read
+    for o in parts:
+        assert o["last_stable_offset"] == o["high_watermark"] >= o["log_start"]
+        assert all(
+            d["offset"] < o["high_watermark"] for d in docs if d["partition"] == o["partition"]
+        )
+    text = _cli(servers, "offsets", topic).stdout.decode().splitlines()
+    assert text[0].split("\t") == ["partition", "log_start", "high_watermark", "last_stable_offset"]
     bad = _cli(servers, "produce", topic, "--partition", "7", stdin=b"x\n")
     assert bad.returncode == 1 and b"--partition 7 is out of range" in bad.stderr
