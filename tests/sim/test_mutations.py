@@ -1,8 +1,9 @@
 """Mutation testing in CI: every planted fault in the core is caught by most seeds.
 
 The full run (``python -m benchmarks sim --mutations``, 300 seeds) targets 90 %;
-this small one runs 16 seeds per mutation. Seeds replay exactly, so the scores are
-deterministic for a given code; the floors leave room for small timing changes.
+this small one runs 16 seeds per mutation (about 12 s on 2 cores). Seeds replay
+exactly, so the scores are deterministic for a given code; the floors leave room for
+small timing changes.
 """
 
 from __future__ import annotations
@@ -13,12 +14,12 @@ from raftlog.raft import mutations
 from raftlog.sim.mutation import BASELINE, format_scores, run_mutations
 
 SEEDS = range(16)
-FLOOR = {
+FLOOR = {  # measured 16, 16, 16, 16, 15 of 16; the 300-seed run: 100/99.7/97.7/100/90 %
     "commit_on_leader_flush": 15,
     "dirty_as_flushed": 15,
-    "vote_ignores_log": 9,
-    "skip_truncation": 9,
-    "accept_stale_replies": 8,
+    "vote_ignores_log": 14,
+    "skip_truncation": 14,
+    "accept_stale_replies": 13,
 }
 
 
