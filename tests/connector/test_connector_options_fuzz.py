@@ -19,12 +19,12 @@ import pytest
 from hypothesis import HealthCheck, assume, example, given, settings
 from hypothesis import strategies as st
 from pyspark_raftlog.options import (
-    check_write_columns,
     SINK_OPTIONS,
     SOURCE_OPTIONS,
     OptionError,
     SinkOptions,
     SourceOptions,
+    check_write_columns,
     parse_sink_options,
     parse_source_options,
 )
