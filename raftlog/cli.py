@@ -2,7 +2,8 @@
 
 Commands: ``server`` (run one node), ``local start|status|stop`` (a local
 cluster of node processes), ``cluster health`` (exit status 0 only when all
-is well), ``topic create|describe|list|delete``, ``produce``, ``consume`` and ``offsets``
+is well), ``topic create|describe|list|delete|alter-config`` (``--format json`` for
+scripts), ``produce``, ``consume`` and ``offsets``
 (console producer and consumer, one record per line, as Kafka's console tools).
 
 Every client command finds the cluster through ``--servers``, else
@@ -122,8 +123,14 @@ def build_parser() -> argparse.ArgumentParser:
     health.add_argument("--format", choices=["text", "json"], default="text")
     health.set_defaults(handler=_cmd_cluster_health)
 
-    topic = sub.add_parser("topic", help="create, describe, list and delete topics")
+    topic = sub.add_parser(
+        "topic", help="create, describe, list, delete topics and change their configs"
+    )
     topic_sub = topic.add_subparsers(dest="topic_command", metavar="ACTION")
+    config_help = (
+        "a topic config KEY=VALUE (repeatable), Kafka's names: retention.bytes, "
+        "retention.ms, segment.bytes, segment.ms"
+    )
     create = topic_sub.add_parser("create", help="create a topic")
     create.add_argument("name")
     create.add_argument("--partitions", type=_positive_int("--partitions"), default=None)
@@ -131,8 +138,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--replication-factor", type=_positive_int("--replication-factor"), default=3
     )
     create.add_argument("--if-not-exists", action="store_true")
+    create.add_argument(
+        "--config", action="append", default=[], metavar="KEY=VALUE", help=config_help
+    )
     create.set_defaults(handler=_cmd_topic_create)
-    describe = topic_sub.add_parser("describe", help="partitions, leaders, offsets")
+    describe = topic_sub.add_parser("describe", help="partitions, leaders, offsets, configs")
     describe.add_argument("name")
     describe.set_defaults(handler=_cmd_topic_describe)
     lst = topic_sub.add_parser("list", help="topic names")
@@ -140,6 +150,26 @@ def build_parser() -> argparse.ArgumentParser:
     delete = topic_sub.add_parser("delete", help="delete a topic")
     delete.add_argument("name")
     delete.set_defaults(handler=_cmd_topic_delete)
+    alter = topic_sub.add_parser(
+        "alter-config",
+        help="change a topic's configs live",
+        description="Set (--config) and remove (--delete-config, back to the default) topic "
+        "configs in one atomic change; every partition applies it at once.",
+    )
+    alter.add_argument("name")
+    alter.add_argument(
+        "--config", action="append", default=[], metavar="KEY=VALUE", help=config_help
+    )
+    alter.add_argument(
+        "--delete-config",
+        action="append",
+        default=[],
+        metavar="KEY",
+        help="return KEY to its default (repeatable)",
+    )
+    alter.set_defaults(handler=_cmd_topic_alter_config)
+    for p in (create, describe, lst, delete, alter):
+        p.add_argument("--format", choices=["text", "json"], default="text")
 
     produce = sub.add_parser(
         "produce",
@@ -211,7 +241,7 @@ def build_parser() -> argparse.ArgumentParser:
     offsets.add_argument("--format", choices=["text", "json"], default="text")
     offsets.set_defaults(handler=_cmd_offsets)
 
-    for p in (health, create, describe, lst, delete, produce, consume, offsets):
+    for p in (health, create, describe, lst, delete, alter, produce, consume, offsets):
         p.add_argument("--servers", help="HOST:PORT[,HOST:PORT...] (else $RAFTLOG_SERVERS)")
         p.add_argument("--auth-token", help="else $RAFTLOG_AUTH_TOKEN")
     return parser
@@ -370,14 +400,38 @@ def _run(args: argparse.Namespace, fn: Any) -> int:
     return asyncio.run(go())
 
 
+def _topic_configs_arg(args: argparse.Namespace) -> dict[str, str]:
+    """``--config K=V`` items, validated before anything is sent (ValueError names the key)."""
+    from raftlog.controller.topic_config import parse_assignments
+
+    return parse_assignments(args.config, "--config")
+
+
 def _cmd_topic_create(args: argparse.Namespace) -> int:
+    configs = _topic_configs_arg(args)
+
     async def go(client: Any) -> None:
         meta = await client.create_topic(
-            args.name, args.partitions, args.replication_factor, exist_ok=args.if_not_exists
+            args.name,
+            args.partitions,
+            args.replication_factor,
+            exist_ok=args.if_not_exists,
+            configs=configs,
         )
+        if args.format == "json":
+            doc = {
+                "topic": meta.name,
+                "topic_id": meta.topic_id,
+                "partitions": len(meta.partitions),
+                "replication_factor": meta.replication_factor,
+                "configs": configs,
+            }
+            print(json.dumps(doc))
+            return
         print(
             f"created topic {meta.name}: {len(meta.partitions)} partitions, "
             f"replication factor {meta.replication_factor}"
+            + "".join(f", {k}={v}" for k, v in configs.items())
         )
 
     return _run(args, go)
@@ -386,8 +440,31 @@ def _cmd_topic_create(args: argparse.Namespace) -> int:
 def _cmd_topic_describe(args: argparse.Namespace) -> int:
     async def go(client: Any) -> None:
         meta = await client.describe_topic(args.name)
+        configs = await client.describe_configs(args.name)
+        if args.format == "json":
+            doc = {
+                "topic": meta.name,
+                "topic_id": meta.topic_id,
+                "replication_factor": meta.replication_factor,
+                "schema": meta.schema is not None,
+                "partitions": [
+                    {
+                        "partition": p.partition,
+                        "leader": p.leader,
+                        "replicas": list(p.replicas),
+                        "log_start": p.start_offset,
+                        "high_watermark": p.high_watermark,
+                        "last_stable_offset": p.last_stable_offset,
+                    }
+                    for p in meta.partitions
+                ],
+                "configs": configs.configs,
+                "overrides": configs.overrides,
+            }
+            print(json.dumps(doc))
+            return
         print(
-            f"topic {meta.name}  partitions {len(meta.partitions)}  "
+            f"topic {meta.name}  id {meta.topic_id}  partitions {len(meta.partitions)}  "
             f"replication factor {meta.replication_factor}  "
             f"schema {'yes' if meta.schema else 'none'}"
         )
@@ -397,13 +474,23 @@ def _cmd_topic_describe(args: argparse.Namespace) -> int:
                 f"{','.join(map(str, p.replicas))}  start {p.start_offset}  "
                 f"high watermark {p.high_watermark}  lso {p.last_stable_offset}"
             )
+        _print_configs(configs)
 
     return _run(args, go)
 
 
+def _print_configs(configs: Any) -> None:
+    for key, value in configs.configs.items():
+        print(f"  config {key}={value}{'' if key in configs.overrides else '  (default)'}")
+
+
 def _cmd_topic_list(args: argparse.Namespace) -> int:
     async def go(client: Any) -> None:
-        for name in await client.list_topics():
+        names = await client.list_topics()
+        if args.format == "json":
+            print(json.dumps({"topics": names}))
+            return
+        for name in names:
             print(name)
 
     return _run(args, go)
@@ -412,7 +499,39 @@ def _cmd_topic_list(args: argparse.Namespace) -> int:
 def _cmd_topic_delete(args: argparse.Namespace) -> int:
     async def go(client: Any) -> None:
         await client.delete_topic(args.name)
+        if args.format == "json":
+            print(json.dumps({"deleted": args.name}))
+            return
         print(f"deleted topic {args.name}")
+
+    return _run(args, go)
+
+
+def _cmd_topic_alter_config(args: argparse.Namespace) -> int:
+    from raftlog.controller.topic_config import check_key
+
+    configs = _topic_configs_arg(args)
+    for key in args.delete_config:
+        try:
+            check_key(key)
+        except ValueError as exc:
+            raise ValueError(f"--delete-config: {exc}") from None
+    if not configs and not args.delete_config:
+        raise ValueError(
+            "alter-config: expected at least one --config KEY=VALUE or --delete-config KEY"
+        )
+
+    async def go(client: Any) -> None:
+        after = await client.alter_config(args.name, configs, args.delete_config)
+        if args.format == "json":
+            print(
+                json.dumps(
+                    {"topic": after.name, "configs": after.configs, "overrides": after.overrides}
+                )
+            )
+            return
+        print(f"altered topic {after.name}")
+        _print_configs(after)
 
     return _run(args, go)
 

@@ -63,10 +63,15 @@ from raftlog.rpc.messages import (
     ACKS,
     CLIENT_ROUTES,
     ISOLATION,
+    AlterConfigRequest,
+    AlterConfigResponse,
+    ConfigEntry,
     CreateTopicRequest,
     CreateTopicResponse,
     DeleteTopicRequest,
     DeleteTopicResponse,
+    DescribeConfigsRequest,
+    DescribeConfigsResponse,
     EndTxnRequest,
     EndTxnResponse,
     ErrorResponse,
@@ -83,6 +88,7 @@ from raftlog.rpc.messages import (
     ProduceBatch,
     ProduceRequest,
     ProduceResponse,
+    TopicConfigs,
     TopicInfo,
 )
 from raftlog.storage.batch import RecordBatch
@@ -125,6 +131,17 @@ class TopicMetadata:
     partitions: list[PartitionMetadata]
     replication_factor: int
     schema: bytes | None
+    # a topic deleted and created again under its name gets a new id (-1: unknown)
+    topic_id: int = -1
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class TopicConfigDescription:
+    """A topic's configs: every key's effective value, and which ones the topic sets."""
+
+    name: str
+    configs: dict[str, str]  # every key (Kafka's names) -> its effective value
+    overrides: dict[str, str]  # the keys set on the topic (the others are defaults)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -279,19 +296,27 @@ class RaftlogClient:
         replication_factor: int = 3,
         schema: bytes | None = None,
         exist_ok: bool = False,
+        configs: dict[str, str] | None = None,
     ) -> TopicMetadata:
         """Create a topic; ``partitions=None`` takes the cluster default.
 
-        The replication factor is capped at the node count. Raises
+        The replication factor is capped at the node count. ``configs`` are
+        the topic's config overrides by Kafka's names (``retention.bytes``,
+        ``retention.ms``, ``segment.bytes``, ``segment.ms``). Raises
         TopicExistsError unless ``exist_ok``; InvalidRequestError for a bad
-        name, partition count or replication factor.
+        name, partition count, replication factor, or config key or value.
         """
         if partitions is not None and partitions < 1:
             raise InvalidRequestError(f"partitions must be >= 1, got {partitions}")
         if replication_factor < 1:
             raise InvalidRequestError(f"replication_factor must be >= 1, got {replication_factor}")
         req = CreateTopicRequest(
-            name, -1 if partitions is None else partitions, replication_factor, schema, exist_ok
+            name,
+            -1 if partitions is None else partitions,
+            replication_factor,
+            schema,
+            exist_ok,
+            [ConfigEntry(k, str(v)) for k, v in (configs or {}).items()],
         )
         resp = await self._controller_call(req, CreateTopicResponse)
         self._topics[name] = resp.topic
@@ -312,6 +337,37 @@ class RaftlogClient:
     async def delete_topic(self, name: str) -> None:
         await self._controller_call(DeleteTopicRequest(name), DeleteTopicResponse)
         self._topics.pop(name, None)
+
+    async def alter_config(
+        self,
+        name: str,
+        set_configs: dict[str, str] | None = None,
+        delete: list[str] | None = None,
+    ) -> TopicConfigDescription:
+        """Set config overrides of topic ``name`` and delete others (back to the default).
+
+        One atomic change through the controller. Raises InvalidRequestError
+        naming an unknown key or a bad value (nothing changes then),
+        UnknownTopicError when the topic does not exist. Returns the configs
+        after the change.
+        """
+        req = AlterConfigRequest(
+            name,
+            [ConfigEntry(k, str(v)) for k, v in (set_configs or {}).items()],
+            list(delete or []),
+        )
+        resp = await self._controller_call(req, AlterConfigResponse)
+        return _config_description(resp.topic)
+
+    async def describe_configs(self, name: str) -> TopicConfigDescription:
+        """Every config of topic ``name`` with its effective value; UnknownTopicError if absent."""
+        resp = await self._prefer_controller(
+            DescribeConfigsRequest([name]), DescribeConfigsResponse
+        )
+        for t in resp.topics:
+            if t.name == name:
+                return _config_description(t)
+        raise UnknownTopicError(f"unknown topic {name!r}")
 
     async def metadata(self) -> MetadataResponse:
         """The raw cluster metadata (nodes, controller leader, topics)."""
@@ -803,4 +859,13 @@ def _topic_metadata(t: TopicInfo) -> TopicMetadata:
         ],
         replication_factor=t.replication_factor,
         schema=t.schema,
+        topic_id=t.topic_id,
+    )
+
+
+def _config_description(t: TopicConfigs) -> TopicConfigDescription:
+    return TopicConfigDescription(
+        t.name,
+        {e.key: e.value for e in t.configs},
+        {e.key: e.value for e in t.configs if not e.is_default},
     )

@@ -7,11 +7,13 @@ applies them in log order, so every node derives the same topic table.
 
 from raftlog.controller.commands import (
     CONTROLLER_GROUP,
+    AlterTopicConfigCmd,
     CreateTopicCmd,
     DeleteTopicCmd,
     PartitionAssignment,
     TopicAssignment,
     command_batch,
+    config_values,
     decode_command,
     validate_topic_name,
 )
@@ -20,12 +22,14 @@ from raftlog.controller.stm import ControllerStm
 
 __all__ = [
     "CONTROLLER_GROUP",
+    "AlterTopicConfigCmd",
     "ControllerStm",
     "CreateTopicCmd",
     "DeleteTopicCmd",
     "PartitionAssignment",
     "TopicAssignment",
     "command_batch",
+    "config_values",
     "decode_command",
     "place_partitions",
     "validate_topic_name",

@@ -46,15 +46,48 @@ class TopicAssignment:
 
 @codec.register(202)
 @dataclasses.dataclass(frozen=True, slots=True)
-class CreateTopicCmd:
-    """Create a topic. Placement and group ids are computed at apply time from
-    the state machine's own state, so every replica derives the same result."""
+class CreateTopicCmdV1:
+    """The create command before topic configs: still decoded from older logs."""
 
     name: str
     partitions: int
     replication_factor: int
     nodes: list[int]
     schema: bytes | None = None
+
+
+@codec.register(208)
+@dataclasses.dataclass(frozen=True, slots=True)
+class ConfigValue:
+    """One topic config override (see :mod:`raftlog.controller.topic_config`)."""
+
+    key: str
+    value: str
+
+
+@codec.register(205)
+@dataclasses.dataclass(frozen=True, slots=True)
+class CreateTopicCmd:
+    """Create a topic. Placement and group ids are computed at apply time from
+    the state machine's own state, so every replica derives the same result.
+    ``configs`` are the topic's config overrides (validated again at apply)."""
+
+    name: str
+    partitions: int
+    replication_factor: int
+    nodes: list[int]
+    schema: bytes | None = None
+    configs: list[ConfigValue] = dataclasses.field(default_factory=list)
+
+
+@codec.register(206)
+@dataclasses.dataclass(frozen=True, slots=True)
+class AlterTopicConfigCmd:
+    """Set and delete (back to the default) config overrides of a topic, atomically."""
+
+    name: str
+    set: list[ConfigValue]
+    delete: list[str]
 
 
 @codec.register(203)
@@ -66,11 +99,35 @@ class DeleteTopicCmd:
 @codec.register(204)
 @dataclasses.dataclass(frozen=True, slots=True)
 class ControllerSnapshot:
+    """The snapshot before topic configs (an unframed body): still restored."""
+
     next_group_id: int
     topics: list[TopicAssignment]
 
 
-Command = CreateTopicCmd | DeleteTopicCmd
+@codec.register(209)
+@dataclasses.dataclass(frozen=True, slots=True)
+class TopicOverrides:
+    name: str
+    configs: list[ConfigValue]
+
+
+@codec.register(207)
+@dataclasses.dataclass(frozen=True, slots=True)
+class ControllerSnapshotV2:
+    """The controller state as saved with its commit context (framed, after
+    :data:`SNAPSHOT_V2_MAGIC`)."""
+
+    next_group_id: int
+    topics: list[TopicAssignment]
+    configs: list[TopicOverrides]
+
+
+SNAPSHOT_V2_MAGIC = b"RLCTLv2\xff"
+"""Starts a V2 snapshot. Read as the little-endian int64 that starts a V1 snapshot
+(its ``next_group_id``), it is negative, so the two forms are never confused."""
+
+Command = CreateTopicCmd | DeleteTopicCmd | AlterTopicConfigCmd
 
 
 def command_batch(cmd: Command) -> RecordBatch:
@@ -79,8 +136,21 @@ def command_batch(cmd: Command) -> RecordBatch:
 
 
 def decode_command(batch: RecordBatch) -> Command:
-    """Decode a CONTROLLER batch's command; raises CodecError when malformed."""
+    """Decode a CONTROLLER batch's command; raises CodecError when malformed.
+
+    A create command of the older form (no configs) decodes as a
+    :class:`CreateTopicCmd` without overrides.
+    """
     msg = codec.decode(batch.payload)
-    if not isinstance(msg, CreateTopicCmd | DeleteTopicCmd):
+    if isinstance(msg, CreateTopicCmdV1):
+        return CreateTopicCmd(
+            msg.name, msg.partitions, msg.replication_factor, list(msg.nodes), msg.schema
+        )
+    if not isinstance(msg, CreateTopicCmd | DeleteTopicCmd | AlterTopicConfigCmd):
         raise codec.CodecError(f"not a controller command: {type(msg).__name__}")
     return msg
+
+
+def config_values(configs: dict[str, str]) -> list[ConfigValue]:
+    """Overrides as the commands carry them (sorted by key, so encodings are stable)."""
+    return [ConfigValue(k, v) for k, v in sorted(configs.items())]

@@ -6,12 +6,18 @@ import asyncio
 import logging
 from collections.abc import Callable
 
+from raftlog.controller import topic_config
 from raftlog.controller.commands import (
+    SNAPSHOT_V2_MAGIC,
+    AlterTopicConfigCmd,
+    Command,
     ControllerSnapshot,
-    CreateTopicCmd,
+    ControllerSnapshotV2,
     DeleteTopicCmd,
     PartitionAssignment,
     TopicAssignment,
+    TopicOverrides,
+    config_values,
     decode_command,
 )
 from raftlog.controller.placement import place_partitions
@@ -30,10 +36,15 @@ class ControllerStm:
     ``last_applied``. Listeners run after each change (the node reconciles
     its local partition groups from them). ``next_group_id`` only grows, so a
     group id is never reused, even after a topic is deleted and recreated.
+
+    ``configs`` holds each topic's config overrides (valid ones only: a command
+    whose configs do not validate changes nothing, on every replica alike); a
+    topic without an entry runs with the defaults.
     """
 
     def __init__(self) -> None:
         self.topics: dict[str, TopicAssignment] = {}
+        self.configs: dict[str, dict[str, str]] = {}
         self.next_group_id = 1
         self.last_applied = -1
         self._listeners: list[Callable[[], None]] = []
@@ -58,11 +69,20 @@ class ControllerStm:
         self.last_applied = batch.last_offset
         self._notify()
 
-    def _apply_command(self, cmd: CreateTopicCmd | DeleteTopicCmd) -> None:
+    def _apply_command(self, cmd: Command) -> None:
         if isinstance(cmd, DeleteTopicCmd):
             self.topics.pop(cmd.name, None)
+            self.configs.pop(cmd.name, None)
+            return
+        if isinstance(cmd, AlterTopicConfigCmd):
+            self._apply_alter(cmd)
             return
         if cmd.name in self.topics:
+            return
+        try:
+            overrides = topic_config.validate_configs({c.key: c.value for c in cmd.configs})
+        except ValueError as exc:
+            log.error("skipping create of topic %r: %s", cmd.name, exc)
             return
         try:
             rf = min(cmd.replication_factor, len(set(cmd.nodes)))
@@ -75,17 +95,60 @@ class ControllerStm:
             parts.append(PartitionAssignment(p, self.next_group_id, replicas))
             self.next_group_id += 1
         self.topics[cmd.name] = TopicAssignment(cmd.name, rf, parts, cmd.schema)
+        if overrides:
+            self.configs[cmd.name] = overrides
+
+    def _apply_alter(self, cmd: AlterTopicConfigCmd) -> None:
+        if cmd.name not in self.topics:
+            log.error("skipping config change of unknown topic %r", cmd.name)
+            return
+        try:
+            overrides = topic_config.apply_changes(
+                self.configs.get(cmd.name, {}),
+                {c.key: c.value for c in cmd.set},
+                cmd.delete,
+            )
+        except ValueError as exc:
+            log.error("skipping config change of topic %r: %s", cmd.name, exc)
+            return
+        if overrides:
+            self.configs[cmd.name] = overrides
+        else:
+            self.configs.pop(cmd.name, None)
+
+    def topic_overrides(self, name: str) -> dict[str, str]:
+        """The config overrides of topic ``name`` (empty: every key at its default)."""
+        return dict(self.configs.get(name, {}))
+
+    def topic_config(self, name: str) -> topic_config.TopicConfig:
+        """The effective settings of topic ``name`` (the defaults when it has no overrides)."""
+        return topic_config.effective(self.configs.get(name, {}))
 
     def snapshot(self) -> bytes:
-        return codec.encode_body(
-            ControllerSnapshot(self.next_group_id, sorted(self.topics.values(), key=_name))
+        return SNAPSHOT_V2_MAGIC + codec.encode(
+            ControllerSnapshotV2(
+                self.next_group_id,
+                sorted(self.topics.values(), key=_name),
+                [
+                    TopicOverrides(name, config_values(cfg))
+                    for name, cfg in sorted(self.configs.items())
+                ],
+            )
         )
 
     def restore(self, data: bytes) -> None:
+        """Restore a snapshot of either form (V1, from before topic configs, has none)."""
         if not data:
             return
-        snap = codec.decode_body(ControllerSnapshot, data)
+        if data.startswith(SNAPSHOT_V2_MAGIC):
+            snap = codec.decode(data[len(SNAPSHOT_V2_MAGIC) :], ControllerSnapshotV2)
+            configs = {o.name: {c.key: c.value for c in o.configs} for o in snap.configs}
+        else:
+            old = codec.decode_body(ControllerSnapshot, data)
+            snap = ControllerSnapshotV2(old.next_group_id, old.topics, [])
+            configs = {}
         self.topics = {t.name: t for t in snap.topics}
+        self.configs = {n: c for n, c in configs.items() if c and n in self.topics}
         self.next_group_id = snap.next_group_id
         self._notify()
 

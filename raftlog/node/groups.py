@@ -17,9 +17,11 @@ import json
 import pathlib
 from typing import Any
 
+from raftlog.controller.topic_config import TopicConfig
 from raftlog.coordinator.tm_stm import TRANSACTIONS_TOPIC, TmStm
 from raftlog.faults import failpoints
 from raftlog.faults.crash import cut_to_flushed
+from raftlog.node.retention import NO_RETENTION, Retention, RetentionPolicy
 from raftlog.producers.outcomes import (
     DuplicateSequenceError,
     InvalidProducerEpochError,
@@ -126,9 +128,15 @@ class GroupHost:
         rm = RmStm(c, self.rm_config)  # registers itself with c.add_state_machine, before start()
         # the transaction coordinator runs on the internal topic's partitions, after rm_stm
         tm = TmStm(c) if topic == TRANSACTIONS_TOPIC else None
+        log = c.log
+        assert isinstance(log, SegmentedLog)
+        # the log start's state machine comes last, after those of older snapshots
+        retention = Retention(c, rm, log, f"{topic}/{partition}")
         await c.start()
         self.groups[group] = c
-        return PartitionReplica(topic, partition, group, directory, list(replicas), c, rm, tm)
+        return PartitionReplica(
+            topic, partition, group, directory, list(replicas), c, rm, tm, retention
+        )
 
     def _register_crash_hook(self, group: int, log: SegmentedLog) -> None:
         """With failpoints enabled, a ``crash`` failpoint cuts this log to its flushed
@@ -177,6 +185,7 @@ class PartitionReplica:
         consensus: Consensus,
         rm: RmStm,
         tm: TmStm | None = None,
+        retention: Retention | None = None,
     ) -> None:
         self.topic = topic
         self.partition = partition
@@ -186,6 +195,27 @@ class PartitionReplica:
         self.consensus = consensus
         self.rm = rm
         self.tm = tm
+        self.retention = retention
+
+    @property
+    def log_start(self) -> int:
+        """The partition's log start: the first offset a reader may fetch."""
+        if self.retention is not None:
+            return self.retention.log_start
+        return self.consensus.log.start_offset
+
+    def configure(self, config: TopicConfig) -> None:
+        """Run with a topic's settings (segment rolls and retention), from the next
+        append and the next retention round. The internal topic is never deleted."""
+        log = self.consensus.log
+        if isinstance(log, SegmentedLog):
+            log.configure(segment_bytes=config.segment_bytes, segment_ms=config.segment_ms)
+        if self.retention is not None:
+            self.retention.policy = (
+                NO_RETENTION
+                if self.topic == TRANSACTIONS_TOPIC
+                else RetentionPolicy(config.retention_bytes, config.retention_ms)
+            )
 
     # -- metrics / status ----------------------------------------------------
 
@@ -209,7 +239,7 @@ class PartitionReplica:
         return PartitionStatus(
             self.group_id,
             leader,
-            c.log.start_offset,
+            self.log_start,
             c.high_watermark,
             self.rm.last_stable_offset,
         )
@@ -289,7 +319,7 @@ class PartitionReplica:
 
     async def fetch(self, req: FetchRequest) -> FetchResponse:
         c = self.consensus
-        start = c.log.start_offset
+        start = self.log_start
         hwm = c.high_watermark
         lso = self.rm.last_stable_offset
         if req.max_bytes < 1:
@@ -302,7 +332,14 @@ class PartitionReplica:
                 f"isolation: expected 1 (read_committed) or 0 (read_uncommitted), "
                 f"got {req.isolation}",
             )
-        if req.offset < start or req.offset > hwm:
+        if req.offset < start:
+            raise RequestError(
+                ErrorCode.OFFSET_OUT_OF_RANGE,
+                f"offset {req.offset} of {self.topic}/{self.partition} is below the log start "
+                f"{start} (offsets {req.offset}..{start - 1} were deleted by retention); "
+                f"the partition holds [{start}, {hwm}] (start offset, high watermark)",
+            )
+        if req.offset > hwm:
             raise RequestError(
                 ErrorCode.OFFSET_OUT_OF_RANGE,
                 f"offset {req.offset} of {self.topic}/{self.partition} is outside "
@@ -331,7 +368,7 @@ class PartitionReplica:
 
     def list_offsets(self) -> ListOffsetsResponse:
         c = self.consensus
-        return ListOffsetsResponse(c.log.start_offset, c.high_watermark, self.rm.last_stable_offset)
+        return ListOffsetsResponse(self.log_start, c.high_watermark, self.rm.last_stable_offset)
 
     async def init_producer(self, req: InitProducerRequest) -> InitProducerResponse:
         async with _errors(self):

@@ -11,6 +11,11 @@
   its local groups with the controller state after every change.
 - Leaders are balanced towards each partition's preferred replica (the first
   of its replica list) by leadership transfer.
+- Retention (``raftlog.node.retention``): every ``--retention-check-interval-ms``
+  each partition leader moves its log start forward through the Raft log by the
+  topic's ``retention.bytes``/``retention.ms``, and every replica deletes the
+  whole segments below it. Topic configs live in the controller state; the node
+  applies them to its partitions whenever the controller state changes.
 - Binding to a non-loopback address needs an auth token (``--auth-token`` or
   ``RAFTLOG_AUTH_TOKEN``), checked on every peer and client request.
 """
@@ -34,14 +39,18 @@ from aiohttp import web
 
 from raftlog.controller import (
     CONTROLLER_GROUP,
+    AlterTopicConfigCmd,
     ControllerStm,
     CreateTopicCmd,
     DeleteTopicCmd,
     PartitionAssignment,
     TopicAssignment,
     command_batch,
+    config_values,
+    topic_config,
     validate_topic_name,
 )
+from raftlog.controller.commands import Command
 from raftlog.coordinator.tm_stm import TRANSACTIONS_TOPIC
 from raftlog.metrics import NodeMetrics
 from raftlog.node.groups import GroupHost, PartitionReplica
@@ -52,11 +61,16 @@ from raftlog.producers.rm_stm import (
 )
 from raftlog.rpc import codec
 from raftlog.rpc.messages import (
+    AlterConfigRequest,
+    AlterConfigResponse,
+    ConfigEntry,
     CoordinatorRequest,
     CreateTopicRequest,
     CreateTopicResponse,
     DeleteTopicRequest,
     DeleteTopicResponse,
+    DescribeConfigsRequest,
+    DescribeConfigsResponse,
     EndTxnRequest,
     ErrorCode,
     FetchRequest,
@@ -72,6 +86,7 @@ from raftlog.rpc.messages import (
     PartitionStatusRequest,
     PartitionStatusResponse,
     ProduceRequest,
+    TopicConfigs,
     TopicInfo,
 )
 from raftlog.rpc.server import RequestError, make_app
@@ -86,6 +101,7 @@ DEFAULT_PARTITIONS = 6
 DEFAULT_MAX_BATCH_BYTES = 16 * 1024 * 1024
 MAX_PARTITIONS = 10_000
 COORDINATOR_ROLL_FORWARD_S = 5.0
+DEFAULT_RETENTION_CHECK_INTERVAL_MS = 10_000
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -107,6 +123,9 @@ class NodeConfig:
     # Where to send peer (raft) traffic for a node when not its address: e.g. a
     # fault-injecting proxy per link. Clients are still told ``peers``.
     peer_routes: dict[int, str] = dataclasses.field(default_factory=dict)
+    # How often partition leaders apply retention and every replica deletes below the
+    # log start (Kafka's log.retention.check.interval.ms).
+    retention_check_interval_ms: int = DEFAULT_RETENTION_CHECK_INTERVAL_MS
 
     @property
     def address(self) -> str:
@@ -184,6 +203,12 @@ def add_server_arguments(p: argparse.ArgumentParser) -> None:
         default=DEFAULT_MAX_TRANSACTION_TIMEOUT_MS,
         help="largest transaction timeout a producer session may ask for (default 900000)",
     )
+    p.add_argument(
+        "--retention-check-interval-ms",
+        type=int,
+        default=DEFAULT_RETENTION_CHECK_INTERVAL_MS,
+        help="how often partitions apply retention.bytes/retention.ms (default 10000)",
+    )
     p.add_argument("--log-level", default="INFO")
 
 
@@ -236,6 +261,14 @@ def config_from_args(args: argparse.Namespace) -> NodeConfig:
             f"--max-transaction-timeout-ms: expected 1..86400000 milliseconds, "
             f"got {max_txn_timeout}"
         )
+    retention_interval = getattr(
+        args, "retention_check_interval_ms", DEFAULT_RETENTION_CHECK_INTERVAL_MS
+    )
+    if not 10 <= retention_interval <= 24 * 3600 * 1000:
+        raise ValueError(
+            f"--retention-check-interval-ms: expected 10..86400000 milliseconds, "
+            f"got {retention_interval}"
+        )
     return NodeConfig(
         node_id=args.node_id,
         host=host,
@@ -248,6 +281,7 @@ def config_from_args(args: argparse.Namespace) -> NodeConfig:
         peer_routes=peer_routes,
         transaction_timeout_ms=txn_timeout,
         max_transaction_timeout_ms=max_txn_timeout,
+        retention_check_interval_ms=retention_interval,
     )
 
 
@@ -316,6 +350,7 @@ class Node:
             loop.create_task(self._balance_loop()),
             loop.create_task(self._transaction_timeout_loop()),
             loop.create_task(self._coordinator_roll_forward_loop()),
+            loop.create_task(self._retention_loop()),
         ]
         self._reconcile_needed.set()
         log.info("node %d serving on %s", self.node_id, self.config.address)
@@ -358,6 +393,9 @@ class Node:
         for gid, (topic, part) in sorted(desired.items()):
             if gid not in self.partitions:
                 await self._open_partition(topic, part)
+            rep = self.partitions.get(gid)
+            if rep is not None:  # configs changed, or a partition just opened
+                rep.configure(self.controller_stm.topic_config(topic.name))
 
     def _partition_dir(self, topic: str, partition: int) -> pathlib.Path:
         return self.config.data_dir / topic / str(partition)
@@ -467,6 +505,27 @@ class Node:
             if client is not None:
                 await client.close()
 
+    async def _retention_loop(self) -> None:
+        """Every interval, each partition applies retention (see raftlog.node.retention).
+
+        Partitions run concurrently, each bounded in time; a failure (leadership
+        lost, a timeout) is logged and retried on the next round.
+        """
+        interval = self.config.retention_check_interval_ms / 1000
+        while True:
+            await asyncio.sleep(interval)
+            now_ms = int(time.time() * 1000)
+            reps = [r for r in self.partitions.values() if r.retention is not None]
+
+            async def run(rep: PartitionReplica, now_ms: int) -> None:
+                assert rep.retention is not None
+                try:
+                    await asyncio.wait_for(rep.retention.run(now_ms), 30.0)
+                except Exception as exc:  # leadership moved, a timeout: the next round retries
+                    log.warning("%s/%d: retention: %r", rep.topic, rep.partition, exc)
+
+            await asyncio.gather(*(run(r, now_ms) for r in reps))
+
     async def _transaction_timeout_loop(self) -> None:
         """On the partitions this node leads, abort transactions open past the timeout.
 
@@ -547,7 +606,7 @@ class Node:
                 self.config.peers.get(leader, ""),
             )
 
-    async def _replicate_controller(self, cmd: CreateTopicCmd | DeleteTopicCmd) -> None:
+    async def _replicate_controller(self, cmd: Command) -> None:
         from raftlog.raft.errors import NotLeaderError
         from raftlog.raft.replicate_batcher import Consistency
 
@@ -584,12 +643,20 @@ class Node:
                 ErrorCode.INVALID_REQUEST,
                 f"replication_factor: expected >= 1, got {req.replication_factor}",
             )
+        overrides = _config_changes(req.configs)
         self._require_controller_leader()
         existing = self.controller_stm.topics.get(req.name)
         if existing is None:
             rf = min(req.replication_factor, len(self.config.peers))
             await self._replicate_controller(
-                CreateTopicCmd(req.name, partitions, rf, sorted(self.config.peers), req.schema)
+                CreateTopicCmd(
+                    req.name,
+                    partitions,
+                    rf,
+                    sorted(self.config.peers),
+                    req.schema,
+                    config_values(overrides),
+                )
             )
         elif not req.exist_ok:
             raise RequestError(ErrorCode.TOPIC_EXISTS, f"topic {req.name!r} already exists")
@@ -604,6 +671,39 @@ class Node:
             raise RequestError(ErrorCode.UNKNOWN_TOPIC, f"unknown topic {req.name!r}")
         await self._replicate_controller(DeleteTopicCmd(req.name))
         return DeleteTopicResponse(req.name)
+
+    async def alter_config(self, req: AlterConfigRequest) -> AlterConfigResponse:
+        """Set and delete config overrides of a topic through the controller's log.
+
+        Unknown keys and bad values are refused by name before anything is
+        replicated; the response carries every key's value after the change.
+        """
+        changes = _config_changes(req.set)
+        try:
+            topic_config.apply_changes(
+                self.controller_stm.topic_overrides(req.name), changes, req.delete
+            )
+        except ValueError as exc:
+            raise RequestError(ErrorCode.INVALID_REQUEST, str(exc)) from exc
+        self._require_controller_leader()
+        if req.name not in self.controller_stm.topics:
+            raise RequestError(ErrorCode.UNKNOWN_TOPIC, f"unknown topic {req.name!r}")
+        await self._replicate_controller(
+            AlterTopicConfigCmd(req.name, config_values(changes), sorted(set(req.delete)))
+        )
+        return AlterConfigResponse(self._topic_configs(req.name))
+
+    async def describe_configs(self, req: DescribeConfigsRequest) -> DescribeConfigsResponse:
+        names = req.names or sorted(self.controller_stm.topics)
+        unknown = [n for n in names if n not in self.controller_stm.topics]
+        if unknown:
+            raise RequestError(ErrorCode.UNKNOWN_TOPIC, f"unknown topic {unknown[0]!r}")
+        return DescribeConfigsResponse([self._topic_configs(n) for n in names])
+
+    def _topic_configs(self, name: str) -> TopicConfigs:
+        overrides = self.controller_stm.topic_overrides(name)
+        described = topic_config.described(overrides)
+        return TopicConfigs(name, [ConfigEntry(k, v, default) for k, v, default in described])
 
     async def list_topics(self, req: ListTopicsRequest) -> ListTopicsResponse:
         return ListTopicsResponse(sorted(self.controller_stm.topics))
@@ -646,7 +746,8 @@ class Node:
                         st.last_stable_offset,
                     )
                 )
-        return TopicInfo(t.name, t.replication_factor, parts, t.schema)
+        topic_id = t.partitions[0].group_id if t.partitions else -1
+        return TopicInfo(t.name, t.replication_factor, parts, t.schema, topic_id)
 
     def _local_status(self, gid: int) -> PartitionStatus | None:
         rep = self.partitions.get(gid)
@@ -773,7 +874,22 @@ _CLIENT_HANDLERS: dict[type, Any] = {
     InitProducerRequest: Node.init_producer,
     EndTxnRequest: Node.end_txn,
     CoordinatorRequest: Node.coordinate,
+    AlterConfigRequest: Node.alter_config,
+    DescribeConfigsRequest: Node.describe_configs,
 }
+
+
+def _config_changes(entries: list[ConfigEntry]) -> dict[str, str]:
+    """Config entries of a request as validated overrides; INVALID_REQUEST names a bad one."""
+    out: dict[str, str] = {}
+    try:
+        for e in entries:
+            if e.key in out:
+                raise ValueError(f"configs: {e.key} is given twice")
+            out[e.key] = topic_config.validate_value(e.key, e.value)
+    except ValueError as exc:
+        raise RequestError(ErrorCode.INVALID_REQUEST, str(exc)) from exc
+    return out
 
 
 async def serve(config: NodeConfig) -> None:

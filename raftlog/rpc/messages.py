@@ -87,6 +87,20 @@ class TopicInfo:
     replication_factor: int
     partitions: list[PartitionInfo]
     schema: bytes | None = None
+    # Unique for the life of the cluster: a topic deleted and created again under the
+    # same name gets a new id (its first partition's raft group id; -1: unknown).
+    topic_id: int = -1
+
+
+@register(50)
+@dataclasses.dataclass(frozen=True, slots=True)
+class ConfigEntry:
+    """A topic config (Kafka's names: retention.bytes, retention.ms, segment.bytes,
+    segment.ms). ``is_default``: not set on the topic (describe only)."""
+
+    key: str
+    value: str
+    is_default: bool = False
 
 
 @register(10)
@@ -113,6 +127,7 @@ class CreateTopicRequest:
     replication_factor: int
     schema: bytes | None = None
     exist_ok: bool = False
+    configs: list[ConfigEntry] = dataclasses.field(default_factory=list)  # overrides
 
 
 @register(13)
@@ -263,6 +278,43 @@ class CoordinatorResponse:
     result: str  # JSON: {"status": ..., ...}; "error" carries a refused command's reason
 
 
+@register(51)
+@dataclasses.dataclass(frozen=True, slots=True)
+class AlterConfigRequest:
+    """Set and delete (back to the default) config overrides of a topic, atomically."""
+
+    name: str
+    set: list[ConfigEntry]
+    delete: list[str]
+
+
+@register(52)
+@dataclasses.dataclass(frozen=True, slots=True)
+class TopicConfigs:
+    """Every config key of a topic with its effective value."""
+
+    name: str
+    configs: list[ConfigEntry]
+
+
+@register(53)
+@dataclasses.dataclass(frozen=True, slots=True)
+class AlterConfigResponse:
+    topic: TopicConfigs  # the configs after the change
+
+
+@register(54)
+@dataclasses.dataclass(frozen=True, slots=True)
+class DescribeConfigsRequest:
+    names: list[str]  # empty: every topic
+
+
+@register(55)
+@dataclasses.dataclass(frozen=True, slots=True)
+class DescribeConfigsResponse:
+    topics: list[TopicConfigs]
+
+
 @register(40)
 @dataclasses.dataclass(frozen=True, slots=True)
 class PartitionStatusRequest:
@@ -299,5 +351,7 @@ CLIENT_ROUTES: dict[type, str] = {
     EndTxnRequest: "end_txn",
     CoordinatorRequest: "coordinator",
     PartitionStatusRequest: "partition_status",
+    AlterConfigRequest: "alter_config",
+    DescribeConfigsRequest: "describe_configs",
 }
 """Client request type -> route name under ``/v1/`` (client and server share it)."""

@@ -55,6 +55,7 @@ class BatchKind(enum.IntEnum):
     CONTROLLER = 4  # controller command (topic metadata)
     NOOP = 5  # written by a new leader to commit entries of earlier terms
     PRODUCER_FENCE = 6  # init_producer: epoch bump, replicated so replicas rebuild state
+    LOG_START = 7  # retention: moves the partition's log start; payload: the new start (int64)
 
 
 _TX_BIT = 0x1

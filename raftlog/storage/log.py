@@ -11,7 +11,8 @@ Directory layout::
 Durability: ``append`` only writes (page cache) and advances the dirty
 offset; ``flush`` fsyncs the active segment (and the directory when a
 segment was created) and advances the flushed offset. When the log rolls to
-a new segment (size reached, or a new term: a segment holds one term, as in
+a new segment (``segment_bytes`` reached, ``segment_ms`` passed since the
+segment's first timestamp, or a new term: a segment holds one term, as in
 Redpanda) the old segment is sealed: fsynced with its index, and the flushed
 offset advances to the end of the sealed segment. So only the last
 segment can have a torn tail, and open checks older segments only at their
@@ -21,6 +22,7 @@ ends: open costs O(segments), not O(bytes).
 from __future__ import annotations
 
 import bisect
+import dataclasses
 import functools
 import itertools
 import logging
@@ -43,7 +45,20 @@ from raftlog.storage.vote_store import VoteStore
 logger = logging.getLogger(__name__)
 
 DEFAULT_SEGMENT_BYTES = 128 * 1024 * 1024
+MAX_SEGMENT_BYTES = 2**31 - 1  # Kafka's segment.bytes is an int
+
 DEFAULT_INDEX_INTERVAL_BYTES = 4096
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class SegmentInfo:
+    """One segment as retention sees it (``max_timestamp_ms``: -1 when unknown)."""
+
+    base_offset: int
+    last_offset: int
+    size_bytes: int
+    max_timestamp_ms: int
+
 
 _F = TypeVar("_F", bound=Callable[..., Any])
 
@@ -91,6 +106,7 @@ class SegmentedLog:
         self._fs = fs
         self._failed: str | None = None  # why an fsync failed; the log refuses all calls
         self._segment_bytes = segment_bytes
+        self._segment_ms: int | None = None  # no time-based roll until configure() sets one
         self._interval = index_interval_bytes
         self._segments: list[Segment] = []
         self._bases: list[int] = []
@@ -102,6 +118,9 @@ class SegmentedLog:
         self._votes = VoteStore(directory, fs)
         self._commit_contexts = CommitContextStore(directory, fs)
         self._start_records = StartRecordStore(directory, fs)
+        # The committed offset of the last commit context saved or found on open (-1: none):
+        # state machines restart from it, so retention never deletes past it.
+        self._saved_commit = -1
         self.recovery_report = RecoveryReport(dirty_offset=-1, start_offset=0, segments=0)
         # Durability barriers issued since open: data fsyncs of a flush or of a segment
         # seal, durable truncations, and vote and commit context saves (each counts one,
@@ -197,6 +216,7 @@ class SegmentedLog:
         # committed offset is corruption (raised), never cut as a torn tail.
         ctx = self._commit_contexts.load()
         committed = -1 if ctx is None else ctx.committed_offset
+        self._saved_commit = committed
         warnings: list[str] = []
         truncated_file, truncated_position, truncated_bytes = None, None, 0
         while self._segments:
@@ -297,6 +317,42 @@ class SegmentedLog:
     def segment_count(self) -> int:
         return len(self._segments)
 
+    @property
+    def size_bytes(self) -> int:
+        """Bytes of batches in the log's segments (indexes and records not counted)."""
+        return sum(s.size for s in self._segments)
+
+    @property
+    def commit_context_offset(self) -> int:
+        """The committed offset of the latest commit context saved (or found on open).
+
+        State machines are restored from that context after a restart and replay the
+        log after it, so a prefix truncation must never go past it + 1.
+        """
+        return self._saved_commit
+
+    def segment_infos(self) -> list[SegmentInfo]:
+        """Every segment, oldest first; the last one is the active (open) segment."""
+        return [
+            SegmentInfo(s.base_offset, s.last_offset, s.size, s.max_timestamp_ms)
+            for s in self._segments
+        ]
+
+    def configure(self, *, segment_bytes: int, segment_ms: int | None) -> None:
+        """Change when the log rolls (a topic's ``segment.bytes`` and ``segment.ms``).
+
+        Takes effect from the next append; segments already written keep their
+        size. ``segment_ms`` None: no time-based roll. ValueError names a bad value.
+        """
+        if not isinstance(segment_bytes, int) or not 1 <= segment_bytes <= MAX_SEGMENT_BYTES:
+            raise ValueError(
+                f"segment_bytes must be an int from 1 to {MAX_SEGMENT_BYTES}, got {segment_bytes!r}"
+            )
+        if segment_ms is not None and (not isinstance(segment_ms, int) or segment_ms < 1):
+            raise ValueError(f"segment_ms must be a positive int or None, got {segment_ms!r}")
+        self._segment_bytes = segment_bytes
+        self._segment_ms = segment_ms
+
     def term_at(self, offset: int) -> int | None:
         """The term holding ``offset``, from segment metadata (no read).
 
@@ -323,18 +379,28 @@ class SegmentedLog:
         pending: list[RecordBatch] = []
         pending_bytes = 0
         active = self._segments[-1] if self._segments else None
+        # the active segment's first timestamp, counting the batches pending for it
+        first_ts = active.first_timestamp_ms if active is not None else -1
         for batch in batches:
-            full = active is not None and (
-                active.size + pending_bytes > 0
-                and active.size + pending_bytes + batch.size_bytes > self._segment_bytes
+            used = active.size + pending_bytes if active is not None else 0
+            full = used > 0 and used + batch.size_bytes > self._segment_bytes
+            # segment.ms: measured on the batches' own (leader-assigned) timestamps, so
+            # every replica rolls at the same batch, whatever its clock says
+            aged = (
+                used > 0
+                and self._segment_ms is not None
+                and first_ts > 0
+                and batch.timestamp_ms - first_ts >= self._segment_ms
             )
-            if active is None or active.term != batch.term or full:
+            if active is None or active.term != batch.term or full or aged:
                 if active is not None and pending:
                     active.append(pending)
                 active = self._roll(batch.base_offset, batch.term)
-                pending, pending_bytes = [], 0
+                pending, pending_bytes, first_ts = [], 0, -1
             pending.append(batch)
             pending_bytes += batch.size_bytes
+            if first_ts <= 0 and batch.timestamp_ms > 0:
+                first_ts = batch.timestamp_ms
         if active is not None and pending:
             active.append(pending)
         if batches:
@@ -472,6 +538,7 @@ class SegmentedLog:
         """Durably replace the commit context (only the latest is kept)."""
         self._commit_contexts.save(ctx)
         self.fsyncs += 1
+        self._saved_commit = ctx.committed_offset
 
     def load_commit_context(self) -> CommitContext | None:
         return self._commit_contexts.load()

@@ -161,6 +161,11 @@ class MemoryLog:
     def save_commit_context(self, ctx: CommitContext) -> None:
         self._commit_context = ctx
 
+    @property
+    def commit_context_offset(self) -> int:
+        """The committed offset of the latest commit context (-1: none), as the on-disk log's."""
+        return -1 if self._commit_context is None else self._commit_context.committed_offset
+
     def load_commit_context(self) -> CommitContext | None:
         return self._commit_context
 

@@ -15,6 +15,7 @@ Only two kinds of segment exist on open:
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 
@@ -53,7 +54,8 @@ def verify_sealed_segment(seg: Segment, next_base: int) -> None:
         )
     entry = None
     try:
-        next(seg.scan(0, seg.base_offset, size))  # the first batch: CRC, offset, term
+        _, first = next(seg.scan(0, seg.base_offset, size))  # the first batch: CRC, offset, term
+        seg.note_timestamp(first.timestamp_ms)
         entry = read_last_index_entry(seg.index_path, seg.fs)
         offset, position = entry if entry is not None else (seg.base_offset, 0)
         if entry is not None and not (seg.base_offset < offset < next_base and 0 < position < size):
@@ -67,6 +69,7 @@ def verify_sealed_segment(seg: Segment, next_base: int) -> None:
         last = None
         for _, batch in seg.scan(position, offset, size):
             last = batch
+            seg.note_timestamp(batch.timestamp_ms)
     except SegmentDecodeError as exc:
         if entry is not None and exc.position == position:
             raise StorageCorruption(
@@ -120,10 +123,16 @@ def recover_last_segment(
     start_offset, start_pos = entries[-1] if entries else (seg.base_offset, 0)
     index = OffsetIndex(seg.index_path, seg.base_offset, index_interval_bytes, entries, fs=seg.fs)
     end, last_offset, error = start_pos, start_offset - 1, None
+    if start_pos > 0:
+        # the first batch's timestamp (segment.ms rolls count from it); a damaged first
+        # batch is found by the scan below or was flushed data checked before
+        with contextlib.suppress(SegmentDecodeError, StopIteration):
+            seg.note_timestamp(next(seg.scan(0, seg.base_offset, file_size))[1].timestamp_ms)
     try:
         for pos, batch in seg.scan(start_pos, start_offset, file_size):
             index.add(batch.base_offset, pos)
             end, last_offset = pos + batch.size_bytes, batch.last_offset
+            seg.note_timestamp(batch.timestamp_ms)
     except SegmentDecodeError as exc:
         error = exc
     result = TailRecovery()

@@ -9,6 +9,14 @@ from metadata.
 Invariants: batches are contiguous from ``base_offset``; ``size`` is the
 byte length of the valid batches; ``last_offset`` is the last offset of the
 last batch (``base_offset - 1`` while empty); every batch has ``term``.
+
+Timestamps (for ``retention.ms`` and ``segment.ms``): ``first_timestamp_ms``
+is the first positive batch timestamp and ``max_timestamp_ms`` the largest
+one, ``-1`` while unknown. They are exact for batches appended in this
+process; for a segment opened from disk they come from the batches that
+recovery reads (the first and the last ones), which is exact as long as the
+leader's clock did not go back, since timestamps are its append times.
+Batches with timestamp 0 (a new leader's no-op) never count.
 """
 
 from __future__ import annotations
@@ -81,6 +89,8 @@ class Segment:
         self._interval = index_interval_bytes
         self._index = index  # None: not loaded yet (sealed segments load on first read)
         self._fd: FileHandle | None = None
+        self.first_timestamp_ms = -1
+        self.max_timestamp_ms = -1
 
     @classmethod
     def create(
@@ -185,9 +195,19 @@ class Segment:
             index.add(batch.base_offset, pos)
             chunks.append(data)
             pos += len(data)
+            self.note_timestamp(batch.timestamp_ms)
         self.fd.pwrite(b"".join(chunks), self.size)
         self.size = pos
         self.last_offset = batches[-1].last_offset
+
+    def note_timestamp(self, timestamp_ms: int) -> None:
+        """Count a batch's timestamp in the segment's first and max (0 and below: none)."""
+        if timestamp_ms <= 0:
+            return
+        if self.first_timestamp_ms < 0:
+            self.first_timestamp_ms = timestamp_ms
+        if timestamp_ms > self.max_timestamp_ms:
+            self.max_timestamp_ms = timestamp_ms
 
     def sync(self, *, index_fsync: bool = False) -> None:
         """fsync the data, then bring the index file up to date (it only covers durable data)."""
