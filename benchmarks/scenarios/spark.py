@@ -3,19 +3,32 @@
 One Spark session (``pyspark_raftlog.session.build_session``, ``local[2]``) runs
 the same source for the same time into each sink in turn:
 
-* source: ``rate-micro-batch`` with a fixed number of rows per micro-batch (``rate``
-  would let batches grow when the sink is slower, hiding the sink's cost), over
-  2 partitions, plus a distinct 100-byte string column per row;
-* sinks: ``noop`` (Spark's own overhead), the parquet file sink, ``bench_count``
-  (a Python ``DataSourceStreamArrowWriter`` that only counts: the ceiling of any
-  Python sink, see :mod:`benchmarks.workloads.spark_count_sink`) and raftlog at
-  acks=all with 3 replicas on a local 3-node cluster started here (``servers``).
+* source: ``rate-micro-batch`` with a fixed number of rows per micro-batch
+  (1,000,000 in the full run, the batch size users run; ``rate`` would let
+  batches grow when the sink is slower, hiding the sink's cost), over 2
+  partitions, plus a distinct 100-byte string column per row;
+* sinks: ``noop`` (Spark's own overhead), ``bench_count`` (a Python
+  ``DataSourceStreamArrowWriter`` that only counts: the ceiling of any Python
+  sink, see :mod:`benchmarks.workloads.spark_count_sink`), the parquet file
+  sink, and raftlog twice on a local 3-node cluster started here (3 replicas,
+  acks=all): ``deliveryGuarantee`` ``at-least-once`` (plain writes) and
+  ``exactly-once`` (the default: every micro-batch one two-phase commit through
+  the transaction coordinator). Exactly-once ÷ at-least-once is the cost of 2PC.
+
+With ``--spark-rounds R`` (full run: 2) every sink runs R times, in the order
+above each round, so that the two raftlog sinks run next to each other in time
+however the machine's load drifts; each sink's figures pool its rounds. Every
+round writes its own topics and parquet directory (a new query restarts the
+source's values and batch ids).
 
 Rows/s come from the query progress: the rows of the completed micro-batches
-over the sum of their ``triggerExecution`` durations, leaving out the first
-batch (Python worker start-up, topic creation, planning) when there are more.
-Then the raftlog topic and the parquet output are each read back as a stream
-with ``Trigger.AvailableNow`` into ``noop``: rows/s the same way, every batch.
+over the sum of their ``triggerExecution`` durations, leaving out each query's
+first batch (Python worker start-up, topic creation, planning) when there are
+more. Each exactly-once topic is then checked by a batch read (count, min, max
+and sum of ``value``): every committed micro-batch's rows once, none lost, none
+twice; a run that fails the check fails the scenario. Last, the round-1
+exactly-once topic and parquet output are each read back as a stream with
+``Trigger.AvailableNow`` into ``noop``: rows/s the same way, every batch.
 """
 
 from __future__ import annotations
@@ -36,12 +49,15 @@ from benchmarks.registry import Row, Skip, require, scenario
 from benchmarks.scenarios.small import seconds_per_step
 from benchmarks.workloads import raftlog_local, spark_count_sink
 
-FULL_SECONDS, QUICK_SECONDS = 20.0, 2.0
-FULL_ROWS_PER_BATCH, QUICK_ROWS_PER_BATCH = 100_000, 10_000
+FULL_SECONDS, QUICK_SECONDS = 30.0, 2.0
+"""Seconds per sink and round, counted from the end of the query's first micro-batch."""
+FULL_ROWS_PER_BATCH, QUICK_ROWS_PER_BATCH = 1_000_000, 10_000
+FULL_ROUNDS, QUICK_ROUNDS = 2, 1
 SPARK_PARTITIONS = 2
 """Partitions of the source (= tasks per micro-batch, = local[2]'s cores) and of the topic."""
 PAYLOAD_BYTES = 100
 TOPIC = "bench-spark"
+"""Prefix of the raftlog topics: ``bench-spark-alo-<round>``, ``bench-spark-eo-<round>``."""
 FIRST_BATCH_TIMEOUT_S = 120.0
 """Bound of a write query's start-up: until its first micro-batch completes."""
 READ_TIMEOUT_S = 300.0
@@ -51,7 +67,10 @@ STOP_QUERY_TIMEOUT_S = 15.0
 STOP_JVM_TIMEOUT_S = 30.0
 MAX_PROGRESS = 100_000
 """spark.sql.streaming.numRecentProgressUpdates: keep every micro-batch's progress."""
-SINKS = ("noop", "parquet", "python ceiling", "raftlog")
+AT_LEAST_ONCE, EXACTLY_ONCE = "raftlog at-least-once", "raftlog exactly-once"
+SINKS = ("noop", "python ceiling", "parquet", AT_LEAST_ONCE, EXACTLY_ONCE)
+GUARANTEES = {AT_LEAST_ONCE: "at-least-once", EXACTLY_ONCE: "exactly-once"}
+"""The raftlog sinks' ``deliveryGuarantee``."""
 
 Configure = Callable[[Any], Any]
 
@@ -79,6 +98,12 @@ def add_arguments(group: argparse._ArgumentGroup) -> None:
         default=None,
         help="rows per source micro-batch",
     )
+    group.add_argument(
+        "--spark-rounds",
+        type=_positive(int),
+        default=None,
+        help="times each sink runs, interleaved (figures pool the rounds)",
+    )
 
 
 def source(spark: Any, rows_per_batch: int) -> Any:
@@ -99,10 +124,10 @@ def source(spark: Any, rows_per_batch: int) -> Any:
     )
 
 
-def batch_figures(progress: Sequence[Any], skip_first: bool) -> tuple[int, int, float]:
-    """(rows, micro-batches, rows/s) of the completed micro-batches in ``progress``.
+def batch_time(progress: Sequence[Any], skip_first: bool) -> tuple[int, int, int]:
+    """(rows, micro-batches, milliseconds) of the completed micro-batches in ``progress``.
 
-    rows/s = rows / the sum of the batches' ``triggerExecution`` time; with
+    Milliseconds are the sum of the batches' ``triggerExecution`` time; with
     ``skip_first`` the first batch is left out when there are more (warm-up).
     """
     batches = sorted(progress, key=lambda p: p.batchId)
@@ -110,7 +135,60 @@ def batch_figures(progress: Sequence[Any], skip_first: bool) -> tuple[int, int, 
         batches = batches[1:]
     rows = sum(int(p.numInputRows) for p in batches)
     millis = sum(int(p.durationMs.get("triggerExecution", 0)) for p in batches)
-    return rows, len(batches), (rows * 1000.0 / millis if millis > 0 else 0.0)
+    return rows, len(batches), millis
+
+
+def batch_figures(progress: Sequence[Any], skip_first: bool) -> tuple[int, int, float]:
+    """(rows, micro-batches, rows/s) of the completed micro-batches in ``progress``.
+
+    rows/s = rows / the sum of the batches' ``triggerExecution`` time; with
+    ``skip_first`` the first batch is left out when there are more (warm-up).
+    """
+    rows, batches, millis = batch_time(progress, skip_first)
+    return rows, batches, (rows * 1000.0 / millis if millis > 0 else 0.0)
+
+
+def pooled_figures(runs: Sequence[Sequence[Any]]) -> tuple[int, int, float, float]:
+    """(rows, micro-batches, rows/s, ms per micro-batch) over several queries' progress,
+    each query's first batch left out (when it has more): total rows / total time."""
+    rows = batches = millis = 0
+    for progress in runs:
+        r, b, m = batch_time(progress, skip_first=True)
+        rows, batches, millis = rows + r, batches + b, millis + m
+    rate = rows * 1000.0 / millis if millis > 0 else 0.0
+    return rows, batches, rate, (millis / batches if batches else 0.0)
+
+
+def committed_rows(progress: Sequence[Any]) -> int:
+    """Rows of every micro-batch the query reported complete (the first one included)."""
+    return sum(int(p.numInputRows) for p in progress)
+
+
+def check_once(
+    count: int, low: int | None, high: int | None, total: int | None, reported: int, per_batch: int
+) -> str | None:
+    """Why (count, min, max, sum) of a topic's ``value`` column is not every committed
+    row exactly once, or None when it is.
+
+    ``rate-micro-batch`` numbers its rows 0, 1, 2, ... across micro-batches, so the
+    rows of n committed rows, each once, are exactly 0..n-1. ``reported`` is the rows
+    of the micro-batches the query reported complete; the batch in flight when the
+    query was stopped may have committed without being reported, so ``count`` may be
+    one batch more.
+    """
+    if count not in (reported, reported + per_batch):
+        return (
+            f"read back {count} rows; the query reported {reported} committed "
+            f"(one micro-batch of {per_batch} more is allowed: the one stopped in flight)"
+        )
+    if count == 0:
+        return None
+    if (low, high, total) != (0, count - 1, count * (count - 1) // 2):
+        return (
+            f"values are not 0..{count - 1} each once: min {low}, max {high}, "
+            f"sum {total} (expected {count * (count - 1) // 2})"
+        )
+    return None
 
 
 def timed_write(spark: Any, configure: Configure, checkpoint: Path, rows: int, seconds: float):
@@ -231,47 +309,103 @@ def _check_java() -> None:
         raise Skip("Spark needs Java 17+: apt-get install openjdk-17-jre-headless")
 
 
-def measure(ctx: RunContext, spark: Any, servers: list[str], scratch: Path) -> list[Row]:
-    seconds = seconds_per_step(ctx, QUICK_SECONDS, FULL_SECONDS, "spark_seconds")
-    per_batch = ctx.option("spark_rows_per_batch", QUICK_ROWS_PER_BATCH, FULL_ROWS_PER_BATCH)
-    parquet_dir = scratch / "parquet"
-    raftlog_opts = {
-        "topic": TOPIC,
+def read_back(spark: Any, servers: list[str], topic: str) -> tuple[int, Any, Any, Any]:
+    """(count, min, max, sum) of ``value`` in ``topic``, by a batch read (committed rows)."""
+    from pyspark.sql import functions as F
+
+    frame = (
+        spark.read.format("raftlog")
+        .option("topic", topic)
+        .option("servers", ",".join(servers))
+        .load()
+    )
+    row = frame.agg(F.count(F.lit(1)), F.min("value"), F.max("value"), F.sum("value")).collect()[0]
+    return int(row[0]), row[1], row[2], row[3]
+
+
+def raftlog_options(servers: list[str], topic: str, guarantee: str) -> dict[str, str]:
+    return {
+        "topic": topic,
         "servers": ",".join(servers),
         "acks": "all",
+        "deliveryGuarantee": guarantee,
         "replicationFactor": "3",
         "partitions": str(SPARK_PARTITIONS),
     }
-    sinks: dict[str, Configure] = {
-        "noop": lambda w: w.format("noop"),
-        "parquet": lambda w: w.format("parquet").option("path", str(parquet_dir)),
-        "python ceiling": lambda w: w.format(spark_count_sink.NAME),
-        "raftlog": lambda w: w.format("raftlog").options(**raftlog_opts),
-    }
-    write_rate: dict[str, float] = {}
-    rows: list[Row] = []
-    for name, configure in sinks.items():
-        progress = timed_write(spark, configure, scratch / f"cp-{name}", per_batch, seconds)
-        count, batches, rate = batch_figures(progress, skip_first=True)
-        if count == 0:
-            raise RuntimeError(f"sink {name}: no micro-batch completed in {seconds:g} s")
-        write_rate[name] = rate
-        rows.append(
-            {"case": f"write: rate-micro-batch -> {name}", "rows/s": rate, "micro-batches": batches}
-        )
+
+
+def topic_of(sink: str, round_no: int) -> str:
+    """The topic a raftlog sink writes in round ``round_no`` (1-based)."""
+    suffix = "eo" if GUARANTEES[sink] == "exactly-once" else "alo"
+    return f"{TOPIC}-{suffix}-{round_no}"
+
+
+def measure(ctx: RunContext, spark: Any, servers: list[str], scratch: Path) -> list[Row]:
+    seconds = seconds_per_step(ctx, QUICK_SECONDS, FULL_SECONDS, "spark_seconds")
+    per_batch = ctx.option("spark_rows_per_batch", QUICK_ROWS_PER_BATCH, FULL_ROWS_PER_BATCH)
+    rounds = ctx.option("spark_rounds", QUICK_ROUNDS, FULL_ROUNDS)
+    ctx.set_total(len(SINKS) * rounds + rounds + 2)
+
+    def configure(name: str, round_no: int) -> Configure:
+        if name == "noop":
+            return lambda w: w.format("noop")
+        if name == "python ceiling":
+            return lambda w: w.format(spark_count_sink.NAME)
+        if name == "parquet":
+            path = str(scratch / f"parquet-{round_no}")
+            return lambda w: w.format("parquet").option("path", path)
+        opts = raftlog_options(servers, topic_of(name, round_no), GUARANTEES[name])
+        return lambda w: w.format("raftlog").options(**opts)
+
+    progress: dict[str, list[list[Any]]] = {name: [] for name in SINKS}
+    for round_no in range(1, rounds + 1):
+        for name in SINKS:
+            checkpoint = scratch / f"cp-{name.replace(' ', '-')}-{round_no}"
+            runs = timed_write(spark, configure(name, round_no), checkpoint, per_batch, seconds)
+            if batch_time(runs, skip_first=True)[0] == 0:
+                raise RuntimeError(f"sink {name}: no micro-batch completed in {seconds:g} s")
+            progress[name].append(runs)
+            ctx.advance(1)
+
+    # Exactly-once must mean it: every committed micro-batch's rows, each once.
+    verified = 0
+    for round_no, runs in enumerate(progress[EXACTLY_ONCE], start=1):
+        topic = topic_of(EXACTLY_ONCE, round_no)
+        count, low, high, total = read_back(spark, servers, topic)
+        problem = check_once(count, low, high, total, committed_rows(runs), per_batch)
+        if problem is not None:
+            raise RuntimeError(f"exactly-once sink, topic {topic!r}: {problem}")
+        verified += count
         ctx.advance(1)
-    rows[-1]["raftlog / python ceiling"] = write_rate["raftlog"] / write_rate["python ceiling"]
-    rows[-1]["raftlog / parquet"] = write_rate["raftlog"] / write_rate["parquet"]
+
+    rate: dict[str, float] = {}
+    rows: list[Row] = []
+    for name in SINKS:
+        _, batches, rate[name], batch_ms = pooled_figures(progress[name])
+        rows.append(
+            {
+                "case": f"write: rate-micro-batch -> {name}",
+                "rows/s": rate[name],
+                "micro-batches": batches,
+                "ms per micro-batch": batch_ms,
+            }
+        )
+    by_case = {name: row for name, row in zip(SINKS, rows, strict=True)}
+    for name in (AT_LEAST_ONCE, EXACTLY_ONCE):
+        by_case[name]["raftlog / python ceiling"] = rate[name] / rate["python ceiling"]
+        by_case[name]["raftlog / parquet"] = rate[name] / rate["parquet"]
+    by_case[EXACTLY_ONCE]["exactly-once / at-least-once"] = rate[EXACTLY_ONCE] / rate[AT_LEAST_ONCE]
+    by_case[EXACTLY_ONCE]["rows read back once"] = verified
 
     readers = {
         "raftlog": spark.readStream.format("raftlog")
-        .option("topic", TOPIC)
+        .option("topic", topic_of(EXACTLY_ONCE, 1))
         .option("servers", ",".join(servers))
         .option("startingOffsets", "earliest")
         .load(),
-        "parquet": spark.readStream.schema(spark.read.parquet(str(parquet_dir)).schema).parquet(
-            str(parquet_dir)
-        ),
+        "parquet": spark.readStream.schema(
+            spark.read.parquet(str(scratch / "parquet-1")).schema
+        ).parquet(str(scratch / "parquet-1")),
     }
     read_rate: dict[str, float] = {}
     read_rows: list[Row] = []
@@ -280,49 +414,66 @@ def measure(ctx: RunContext, spark: Any, servers: list[str], scratch: Path) -> l
         # pays Spark's cold start (a planning daemon, fresh Python workers, imports),
         # which would otherwise dominate a read of a few seconds' data.
         available_now_read(reader, scratch / f"cp-warmup-{name}")
-        progress = available_now_read(reader, scratch / f"cp-read-{name}")
-        count, batches, rate = batch_figures(progress, skip_first=False)
+        read_progress = available_now_read(reader, scratch / f"cp-read-{name}")
+        count, batches, read_rate[name] = batch_figures(read_progress, skip_first=False)
         if count == 0:
             raise RuntimeError(f"the AvailableNow read of {name} read no rows")
-        read_rate[name] = rate
         read_rows.append(
             {
                 "case": f"read (AvailableNow): {name} -> noop",
-                "rows/s": rate,
+                "rows/s": read_rate[name],
                 "rows": count,
                 "micro-batches": batches,
             }
         )
         ctx.advance(1)
     read_rows[0]["raftlog / parquet"] = read_rate["raftlog"] / read_rate["parquet"]
+    if rounds > 1:
+        per_round = {
+            name: ", ".join(f"{pooled_figures([r])[2]:,.0f}" for r in progress[name])
+            for name in (AT_LEAST_ONCE, EXACTLY_ONCE)
+        }
+        ctx.note(
+            f"rows/s per round (the spread is the noise): at-least-once {per_round[AT_LEAST_ONCE]}"
+            f"; exactly-once {per_round[EXACTLY_ONCE]}"
+        )
     ctx.note(
         f"local[{SPARK_PARTITIONS}]; rate-micro-batch, {per_batch} rows per micro-batch over "
         f"{SPARK_PARTITIONS} partitions, {PAYLOAD_BYTES}-byte distinct string per row; "
-        f"{seconds:g} s per sink in one session; rows/s = rows / triggerExecution time of the "
-        "completed micro-batches (the first left out of the writes); each read is measured "
+        f"{seconds:g} s per sink and round, {rounds} round(s), the sinks in turn in one "
+        "session; rows/s = rows / triggerExecution time of the completed micro-batches "
+        "(each query's first left out), pooled over the rounds; each read is measured "
         "after one untimed warm-up read of the same source"
     )
     ctx.note(
         f"raftlog: 3-node local cluster on one disk, acks=all, 3 replicas, {SPARK_PARTITIONS} "
-        "partitions, exactly-once (one transaction per task); reads: Trigger.AvailableNow "
-        "into noop, everything the writes left"
+        "partitions; at-least-once = deliveryGuarantee at-least-once (plain writes); "
+        "exactly-once = the default (one two-phase commit per micro-batch through the "
+        "transaction coordinator), checked by a batch read: count, min, max, sum of value "
+        "= every committed row once; reads: Trigger.AvailableNow into noop of the round-1 "
+        "exactly-once topic and parquet output"
     )
     return rows + read_rows
 
 
 @scenario(
     "spark",
-    "rate-micro-batch into noop/parquet/Python ceiling/raftlog, and AvailableNow reads: rows/s",
+    "rate-micro-batch into noop/Python ceiling/parquet/raftlog at-least-once and "
+    "exactly-once, and AvailableNow reads: rows/s",
     add_arguments=add_arguments,
 )
 def run(ctx: RunContext) -> list[Row]:
     require("pyspark.sql.datasource", "DataSourceStreamArrowWriter")
     require("pyspark_raftlog.datasource", "DefaultSource")
     _check_java()
-    ctx.set_total(len(SINKS) + 2)
     with (
         ctx.scratch_dir("spark") as scratch,
         raftlog_local.local_cluster(scratch / "cluster") as cluster,
         spark_session() as spark,
     ):
-        return measure(ctx, spark, cluster.servers, scratch)
+        try:
+            return measure(ctx, spark, cluster.servers, scratch)
+        except Exception as exc:
+            # A pyspark exception turns into text through the JVM: do it while the JVM
+            # is up, or the harness's own report of the failure raises instead.
+            raise RuntimeError(f"{type(exc).__name__}: {exc}") from None

@@ -104,20 +104,32 @@ def test_spark_compares_every_sink_and_both_reads(quick_run: dict[str, Any]) -> 
         assert "Java" in spark["reason"] or "not built yet" in spark["reason"], spark
         return
     rows = {row["case"]: row for row in spark["rows"]}
-    sinks = ("noop", "parquet", "python ceiling", "raftlog")
+    sinks = (
+        "noop",
+        "python ceiling",
+        "parquet",
+        "raftlog at-least-once",
+        "raftlog exactly-once",
+    )
     assert list(rows) == [f"write: rate-micro-batch -> {s}" for s in sinks] + [
         "read (AvailableNow): raftlog -> noop",
         "read (AvailableNow): parquet -> noop",
     ]
     for row in rows.values():
         assert row["rows/s"] > 0 and row["micro-batches"] >= 1
-    write = rows["write: rate-micro-batch -> raftlog"]
-    assert write["raftlog / python ceiling"] == pytest.approx(
-        write["rows/s"] / rows["write: rate-micro-batch -> python ceiling"]["rows/s"]
+    ceiling = rows["write: rate-micro-batch -> python ceiling"]["rows/s"]
+    parquet = rows["write: rate-micro-batch -> parquet"]["rows/s"]
+    for sink in ("raftlog at-least-once", "raftlog exactly-once"):
+        write = rows[f"write: rate-micro-batch -> {sink}"]
+        assert write["raftlog / python ceiling"] == pytest.approx(write["rows/s"] / ceiling)
+        assert write["raftlog / parquet"] == pytest.approx(write["rows/s"] / parquet)
+    at_least_once = rows["write: rate-micro-batch -> raftlog at-least-once"]
+    exactly_once = rows["write: rate-micro-batch -> raftlog exactly-once"]
+    assert exactly_once["exactly-once / at-least-once"] == pytest.approx(
+        exactly_once["rows/s"] / at_least_once["rows/s"]
     )
-    assert write["raftlog / parquet"] == pytest.approx(
-        write["rows/s"] / rows["write: rate-micro-batch -> parquet"]["rows/s"]
-    )
+    # the scenario fails unless every committed row was read back once
+    assert exactly_once["rows read back once"] > 0
     read = rows["read (AvailableNow): raftlog -> noop"]
     assert read["rows"] > 0 and rows["read (AvailableNow): parquet -> noop"]["rows"] > 0
     assert read["raftlog / parquet"] == pytest.approx(

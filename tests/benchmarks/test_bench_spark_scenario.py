@@ -39,6 +39,53 @@ def test_batch_figures_keep_a_lone_batch_and_survive_no_progress() -> None:
     assert spark.batch_figures([_progress(0, 100, 0)], skip_first=False) == (100, 1, 0.0)
 
 
+def test_pooled_figures_leave_out_each_querys_first_batch() -> None:
+    first = [_progress(0, 100, 9000), _progress(1, 100, 1000), _progress(2, 100, 1000)]
+    second = [_progress(0, 100, 7000), _progress(1, 100, 2000)]
+    rows, batches, rate, batch_ms = spark.pooled_figures([first, second])
+    assert (rows, batches) == (300, 3)
+    assert rate == pytest.approx(300 / 4.0) and batch_ms == pytest.approx(4000 / 3)
+    assert spark.pooled_figures([]) == (0, 0, 0.0, 0.0)
+    assert spark.committed_rows(first) == 300
+
+
+def test_check_once_accepts_every_committed_row_once() -> None:
+    n = 3_000
+    assert spark.check_once(n, 0, n - 1, n * (n - 1) // 2, n, 1_000) is None
+    # the micro-batch stopped in flight may have committed without being reported
+    assert spark.check_once(n, 0, n - 1, n * (n - 1) // 2, n - 1_000, 1_000) is None
+    assert spark.check_once(0, None, None, None, 0, 1_000) is None
+
+
+@pytest.mark.parametrize(
+    ("count", "low", "high", "total", "reported", "why"),
+    [
+        (2_000, 0, 1_999, 1_999_000, 3_000, "read back 2000 rows"),  # a batch lost
+        (4_000, 0, 3_999, 7_998_000, 2_000, "read back 4000 rows"),  # a batch twice
+        (3_000, 0, 3_999, 3_998_000, 3_000, "not 0..2999 each once"),  # a gap
+        (3_000, 0, 2_999, 4_498_000, 3_000, "not 0..2999 each once"),  # duplicates
+    ],
+)
+def test_check_once_names_lost_and_duplicated_rows(
+    count: int, low: int, high: int, total: int, reported: int, why: str
+) -> None:
+    problem = spark.check_once(count, low, high, total, reported, 1_000)
+    assert problem is not None and why in problem
+
+
+def test_raftlog_sinks_differ_only_in_delivery_guarantee_and_topic() -> None:
+    servers = ["127.0.0.1:1", "127.0.0.1:2"]
+    alo = spark.raftlog_options(servers, spark.topic_of(spark.AT_LEAST_ONCE, 1), "at-least-once")
+    eo = spark.raftlog_options(servers, spark.topic_of(spark.EXACTLY_ONCE, 1), "exactly-once")
+    assert alo.pop("deliveryGuarantee") == "at-least-once"
+    assert eo.pop("deliveryGuarantee") == "exactly-once"
+    assert alo.pop("topic") != eo.pop("topic")
+    assert alo == eo and eo["acks"] == "all" and eo["replicationFactor"] == "3"
+    assert spark.topic_of(spark.EXACTLY_ONCE, 1) != spark.topic_of(spark.EXACTLY_ONCE, 2)
+    assert spark.FULL_ROWS_PER_BATCH == 1_000_000
+    assert spark.SINKS[-2:] == (spark.AT_LEAST_ONCE, spark.EXACTLY_ONCE)
+
+
 def test_counting_writer_counts_every_row_of_every_batch() -> None:
     writer = spark_count_sink.CountingDataSource(options={}).streamWriter(None, False)
     assert isinstance(writer, spark_count_sink.CountingStreamWriter)
@@ -67,13 +114,19 @@ def test_spark_is_registered_with_its_flags() -> None:
     from benchmarks.cli import build_parser
 
     args = build_parser(registry).parse_args(
-        ["spark", "--spark-seconds", "1.5", "--spark-rows-per-batch", "500"]
+        ["spark", "--spark-seconds", "1.5", "--spark-rows-per-batch", "500", "--spark-rounds", "3"]
     )
-    assert (args.spark_seconds, args.spark_rows_per_batch) == (1.5, 500)
+    assert (args.spark_seconds, args.spark_rows_per_batch, args.spark_rounds) == (1.5, 500, 3)
 
 
 @pytest.mark.parametrize(
-    "argv", [["--spark-seconds", "0"], ["--spark-seconds", "nan"], ["--spark-rows-per-batch", "-5"]]
+    "argv",
+    [
+        ["--spark-seconds", "0"],
+        ["--spark-seconds", "nan"],
+        ["--spark-rows-per-batch", "-5"],
+        ["--spark-rounds", "0"],
+    ],
 )
 def test_spark_flags_must_be_positive(argv: list[str], capsys: pytest.CaptureFixture) -> None:
     from benchmarks.cli import build_parser
