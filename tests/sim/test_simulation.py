@@ -1,4 +1,4 @@
-"""The seeded simulation: 1,000 seeds of faults against the real core and stages."""
+"""The seeded simulation: 500 seeds of faults against the real core and stages."""
 
 from __future__ import annotations
 
@@ -10,13 +10,15 @@ from raftlog.sim.checks import InvariantChecker, InvariantViolation
 from raftlog.storage.batch import RecordBatch
 
 
-def test_thousand_seeds_keep_every_invariant() -> None:
-    summary = run_seeds(range(1000), processes=2)
-    assert summary.seeds == 1000
+def test_five_hundred_seeds_keep_every_invariant() -> None:
+    """Each seed now plays directed scenarios and checks more invariants (about twice the
+    cost of the first simulator), so CI runs 500; ``python -m benchmarks sim`` runs 10,000."""
+    summary = run_seeds(range(500), processes=2)
+    assert summary.seeds == 500
     assert [r.seed for r in summary.failed] == [], summary.failed[0].error
     # The histories did real work: thousands of quorum_ack writes were checked.
     assert summary.acked > 10_000
-    assert summary.checks > 1000 * 100
+    assert summary.checks > 500 * 200
 
 
 def test_a_seed_replays_exactly() -> None:
