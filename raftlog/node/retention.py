@@ -19,10 +19,11 @@ How all replicas agree:
      or commit can still be read and filtered),
    - the leader's latest saved commit context (its state machines restart
      from that snapshot and replay the log after it),
-   - what every other member of the group (voters and learners) has
-     matched: a follower behind the log start could only be caught up by a
-     snapshot install, which does not exist yet. So a replica that is down
-     holds retention back, and the disk grows, until it returns or is removed.
+   - what every other member of the group (voters and learners) has matched
+     and flushed (a crash loses what a follower had not flushed): a follower
+     behind the log start could only be caught up by a snapshot install, which
+     does not exist yet. So a replica that is down holds retention back, and
+     the disk grows, until it returns or is removed.
 2. The leader replicates one LOG_START control entry carrying that offset
    (``quorum_ack``). Readers never see it (control batches are filtered).
 3. Every replica applies it in log order (:class:`LogStartStm`, a state
@@ -193,7 +194,8 @@ class Retention:
             p = c.core.progress.get(node)
             if p is None:  # not heard of yet: what it has is unknown
                 return self.log_start
-            limit = min(limit, p.match_offset + 1)
+            # matched and flushed: what the follower keeps even if it crashes now
+            limit = min(limit, p.durable_offset + 1)
         return limit
 
     async def propose(self, now_ms: int) -> int | None:
@@ -231,6 +233,8 @@ class Retention:
         before_start, before_bytes = lg.start_offset, lg.size_bytes
         # appends, truncations and flushes take this lock too: never a concurrent mutation
         async with self._c.flusher.mutation_lock:
+            if not self._c.running:  # the group is closing: its log may be closed
+                return 0
             lg.prefix_truncate(target)
         self._rm.table.prefix_truncate(lg.start_offset)
         freed = before_bytes - lg.size_bytes
