@@ -17,6 +17,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -76,8 +77,13 @@ def daemon_env() -> dict[str, str]:
     return env
 
 
-def _spawn(cluster: StandaloneCluster, name: str, args: list[str]) -> None:
-    env = daemon_env()
+def _spawn(
+    cluster: StandaloneCluster,
+    name: str,
+    args: list[str],
+    env_extra: Mapping[str, str] | None = None,
+) -> None:
+    env = daemon_env() | dict(env_extra or {})
     spark_class = Path(env["SPARK_HOME"]) / "bin" / "spark-class"
     with open(cluster.log_dir / f"{name}.log", "wb") as log:
         proc = subprocess.Popen(
@@ -92,9 +98,20 @@ def _spawn(cluster: StandaloneCluster, name: str, args: list[str]) -> None:
     cluster.procs.append(proc)
 
 
-def start_standalone(work: Path, workers: int = 2) -> StandaloneCluster:
-    """Start a master and ``workers`` workers (1 core, 1g each) on 127.0.0.1; return once
-    every worker is registered. On failure everything started is stopped again."""
+def start_standalone(
+    work: Path, workers: int = 2, worker_hosts: Sequence[str] | None = None
+) -> StandaloneCluster:
+    """Start a master and ``workers`` workers (1 core, 1g each); return once every worker
+    is registered. On failure everything started is stopped again.
+
+    The master is on 127.0.0.1, and so is every worker unless ``worker_hosts`` names one
+    loopback address per worker (e.g. 127.0.0.2, 127.0.0.3): that worker then binds there
+    and gets it as ``SPARK_LOCAL_IP``, which its executors inherit, so Spark sees them on
+    distinct hosts (speculation never runs a copy of a task on a host already running it).
+    """
+    hosts = list(worker_hosts) if worker_hosts is not None else ["127.0.0.1"] * workers
+    if len(hosts) != workers:
+        raise ValueError(f"{workers} workers but worker_hosts {hosts}")
     work.mkdir(parents=True, exist_ok=True)
     port, ui_port, *worker_ui = free_ports(2 + workers)
     cluster = StandaloneCluster(f"spark://127.0.0.1:{port}", ui_port, work)
@@ -107,16 +124,17 @@ def start_standalone(work: Path, workers: int = 2) -> StandaloneCluster:
                 *("--host", "127.0.0.1", "--port", str(port), "--webui-port", str(ui_port)),
             ],
         )
-        for i, ui in enumerate(worker_ui):
+        for i, (ui, host) in enumerate(zip(worker_ui, hosts, strict=True)):
             _spawn(
                 cluster,
                 f"worker-{i}",
                 [
                     "org.apache.spark.deploy.worker.Worker",
                     cluster.url,
-                    *("--host", "127.0.0.1", "--cores", "1", "--memory", "1g"),
+                    *("--host", host, "--cores", "1", "--memory", "1g"),
                     *("--webui-port", str(ui), "--work-dir", str(work / f"worker-{i}")),
                 ],
+                {"SPARK_LOCAL_IP": host},
             )
         _wait_ready(cluster, workers)
     except BaseException:
