@@ -138,7 +138,9 @@ class _WriterBase:
                 return queue
 
             try:
-                for batch in batches:
+                # Spark's input is pulled in a thread: while it blocks (an upstream operator
+                # still computing the next batch), the partition writers keep sending.
+                while (batch := await asyncio.to_thread(next, batches, None)) is not None:
                     for (topic, partition), rows in await router.split(batch):
                         queue = queues.get((topic, partition)) or start(topic, partition)
                         for chunk in self._encode(topic, rows):
