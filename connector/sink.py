@@ -218,15 +218,20 @@ class _WriterBase:
     def _label(self) -> str:
         return self.opts.topic or "(per-row topics)"
 
-    def _decide(self, messages: list[WriterCommitMessage | None], commit: bool) -> str:
-        """Phase two on the driver: decide and write the markers; return what happened."""
+    def _decide(
+        self, messages: list[WriterCommitMessage | None], commit: bool, version: int
+    ) -> str:
+        """Phase two on the driver: decide and write the markers; return what happened.
+
+        An abort with no commit message (a query stopped in the middle of a batch:
+        Spark hands ``abort()`` nothing) aborts what this run registered for
+        ``version``, so no open transaction holds readers back until its timeout.
+        """
         found = [m for m in messages if isinstance(m, RaftlogCommitMessage) and m.key]
-        if not found:
+        if not found and commit:
             return "nothing prepared"
-        key = found[0].key
-        assert key is not None
         from raftlog.client.coordinator import CoordinatorClient
-        from raftlog.client.transactions import Participant, TxnKey, decide
+        from raftlog.client.transactions import Participant, TxnKey, abort_run, decide
 
         participants = [Participant(**p) for m in found for p in m.participants]
         opts = self.opts
@@ -235,13 +240,12 @@ class _WriterBase:
             client = open_async_client(self.servers, opts.request_timeout_s)
             try:
                 coordinator = CoordinatorClient(client)
-                reply = await decide(
-                    client,
-                    coordinator,
-                    TxnKey(*key),
-                    participants,
-                    commit=commit,
-                )
+                if not found:
+                    n = await abort_run(client, coordinator, self.run_id, version)
+                    return f"aborted what this run registered ({n} transactions)"
+                key = found[0].key
+                assert key is not None
+                reply = await decide(client, coordinator, TxnKey(*key), participants, commit=commit)
                 return str(reply["status"])
             finally:
                 await client.close()
@@ -370,20 +374,21 @@ class RaftlogStreamWriter(_WriterBase, DataSourceStreamArrowWriter):
                 "raftlog sink: the task has no streaming.sql.batchId/sql.streaming.queryId "
                 "local property, so it cannot write exactly-once"
             )
-        # A restarted query is a new run; without the property, this writer's own id
-        # (made when the query started) tells runs apart as well.
-        run = ctx.getLocalProperty("sql.streaming.runId") or self.run_id
-        return self._write(iterator, (f"query:{query_id}", int(batch_id), run))
+        # The run is this writer's own id, made when the query started: a restarted
+        # query is a new run, and abort() can name the run without any commit message.
+        return self._write(iterator, (f"query:{query_id}", int(batch_id), self.run_id))
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
-        outcome = self._decide(messages, commit=True) if self.opts.exactly_once else "written"
+        outcome = "written"
+        if self.opts.exactly_once:
+            outcome = self._decide(messages, commit=True, version=batchId)
         get_logger().info("%s; %s", summarize(self._label, f"batch {batchId}", messages), outcome)
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         outcome = "at-least-once: written rows stay"
         if self.opts.exactly_once:
             # a commit already recorded is final: this completes it instead
-            outcome = self._decide(messages, commit=False)
+            outcome = self._decide(messages, commit=False, version=batchId)
         get_logger().warning(
             "%s; aborted by Spark: %s",
             summarize(self._label, f"batch {batchId}", messages),
@@ -395,17 +400,23 @@ class RaftlogArrowWriter(_WriterBase, DataSourceArrowWriter):
     """Batch writer: atomic and exactly-once across task retries; idempotent across
     re-runs with ``txnAppId``/``txnVersion``."""
 
+    @property
+    def _version(self) -> int:
+        return self.opts.txn_version if self.opts.txn_version is not None else 0
+
     def write(self, iterator: Iterator[pa.RecordBatch]) -> RaftlogCommitMessage:
         if not self.opts.exactly_once:
             return self._write(iterator, None)
-        if self.opts.txn_app_id is not None and self.opts.txn_version is not None:
-            key = (f"txnAppId:{self.opts.txn_app_id}", self.opts.txn_version, self.run_id)
+        if self.opts.txn_app_id is not None:
+            key = (f"txnAppId:{self.opts.txn_app_id}", self._version, self.run_id)
         else:
             key = (f"write:{self.run_id}", 0, self.run_id)
         return self._write(iterator, key)
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
-        outcome = self._decide(messages, commit=True) if self.opts.exactly_once else "written"
+        outcome = "written"
+        if self.opts.exactly_once:
+            outcome = self._decide(messages, commit=True, version=self._version)
         label = (
             f"txnAppId {self.opts.txn_app_id!r} txnVersion {self.opts.txn_version}"
             if self.opts.txn_app_id is not None
@@ -414,7 +425,9 @@ class RaftlogArrowWriter(_WriterBase, DataSourceArrowWriter):
         get_logger().info("%s; %s", summarize(self._label, label, messages), outcome)
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
-        outcome = self._decide(messages, commit=False) if self.opts.exactly_once else "written"
+        outcome = "written"
+        if self.opts.exactly_once:
+            outcome = self._decide(messages, commit=False, version=self._version)
         get_logger().warning(
             "%s; aborted: %s", summarize(self._label, "batch write", messages), outcome
         )

@@ -21,6 +21,7 @@ from raftlog.client.transactions import (
     TxnAbortedError,
     TxnKey,
     TxnRefusedError,
+    abort_run,
     committed_cut,
     decide,
     prepare,
@@ -245,3 +246,18 @@ async def test_the_coordinator_rolls_a_stale_decision_forward_on_its_own(env) ->
         await asyncio.sleep(0.3)
     assert (await coord.call("pending", writer=writer))["pending"] == []
     assert sorted(await read_all(client, topic)) == list(range(25))
+
+
+async def test_abort_without_commit_messages_releases_the_readers(env) -> None:
+    client, coord, topic = env
+    writer = f"q-{topic}"
+    done = await prepare(client, coord, TxnKey(writer, 0, "run-1"), "t0", topic, 0, chunks([1]))
+    await decide(client, coord, TxnKey(writer, 0, "run-1"), done.participants, commit=True)
+    # the query stops in the middle of batch 1: its task prepared, Spark's abort() gets
+    # no message, only the batch id; the run's registrations are aborted by run
+    await prepare(client, coord, TxnKey(writer, 1, "run-1"), "t1", topic, 0, chunks([2, 3]))
+    lso_held = (await client.list_offsets(topic, 0))[2]
+    assert await abort_run(client, coord, "run-1", 1) == 1
+    lso = (await client.list_offsets(topic, 0))[2]
+    assert lso > lso_held  # the open transaction no longer holds readers back
+    assert sorted(await read_all(client, topic)) == [1]

@@ -2,8 +2,8 @@
 
 Commands are JSON objects (see :mod:`raftlog.coordinator.state` for each
 one's fields and result). :meth:`CoordinatorClient.call` sends one to the
-leader of the coordinator's partition, creating the internal topic on first
-use (one partition, replicated on up to 3 nodes), and retries through leader
+leader of the coordinator's partition, creating the internal topic when it
+does not exist yet (one partition, replicated on up to 3 nodes), and retries through leader
 changes and timeouts as every partition call does: each command is
 idempotent, so a retry after an unknown outcome is safe.
 """
@@ -32,7 +32,6 @@ class CoordinatorClient:
 
     def __init__(self, client: RaftlogClient) -> None:
         self._client = client
-        self._ready = False
 
     async def call(self, op: str, *, create: bool = True, **fields: Any) -> dict[str, Any]:
         """Run command ``op`` with ``fields``; return its result (``status`` != "error").
@@ -45,8 +44,6 @@ class CoordinatorClient:
         """
         command = json.dumps({"op": op, **fields}, separators=(",", ":"))
         req = CoordinatorRequest(0, command)
-        if create and not self._ready:
-            await self._ensure_topic()
         try:
             resp = await self._client._partition_call(
                 TRANSACTIONS_TOPIC, 0, req, CoordinatorResponse
@@ -65,4 +62,3 @@ class CoordinatorClient:
 
     async def _ensure_topic(self) -> None:
         await self._client.create_topic(TRANSACTIONS_TOPIC, 1, COORDINATOR_REPLICAS, exist_ok=True)
-        self._ready = True

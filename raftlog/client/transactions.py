@@ -234,6 +234,17 @@ async def decide(
     return reply
 
 
+async def abort_run(
+    client: RaftlogClient, coordinator: CoordinatorClient, run: str, version: int
+) -> int:
+    """Abort, and write the abort markers of, whatever ``run`` registered for ``version``
+    and has not decided (a driver's abort() without commit messages); return how many."""
+    reply = await coordinator.call("abort_run", run=run, version=version)
+    for item in reply["aborted"]:
+        await _complete(client, coordinator, item["writer"], item["version"], item["decision"])
+    return len(reply["aborted"])
+
+
 async def roll_forward(client: RaftlogClient, coordinator: CoordinatorClient, writer: str) -> int:
     """Complete every decision of ``writer`` whose markers are not all written.
 

@@ -252,6 +252,27 @@ class CoordinatorState:
             self._prune(writer)
         return {"status": "committed" if commit else "aborted", "decision": decision.to_json()}
 
+    def _abort_run(self, cmd: dict[str, Any], offset: int) -> dict[str, Any]:
+        """Abort what ``run`` registered for ``version`` of any writer it has not decided.
+
+        For a driver whose ``abort()`` got no commit message (a query stopped in the
+        middle of a batch): it knows its run and the version, not the writer.
+        """
+        run = _text(cmd, "run")
+        version = _int(cmd, "version", 0, _I63)
+        out = []
+        for writer_id, writer in sorted(self.writers.items()):
+            v = writer.versions.get(version)
+            if v is None or run in v.decisions or version <= writer.last_committed:
+                continue
+            if not any(p.run == run for p in v.participants.values()):
+                continue
+            reply = self._decide(
+                {"writer": writer_id, "version": version, "run": run, "commit": False}, offset
+            )
+            out.append({"writer": writer_id, "version": version, "decision": reply["decision"]})
+        return {"status": "ok", "aborted": out}
+
     def _complete(self, cmd: dict[str, Any], offset: int) -> dict[str, Any]:
         writer_id = _text(cmd, "writer")
         version = _int(cmd, "version", 0, _I63)
@@ -389,6 +410,7 @@ _HANDLERS = {
     "register": CoordinatorState._register,
     "decide": CoordinatorState._decide,
     "complete": CoordinatorState._complete,
+    "abort_run": CoordinatorState._abort_run,
     "pending": CoordinatorState._pending,
     "all_pending": CoordinatorState._all_pending,
     "cut": CoordinatorState._cut,

@@ -207,3 +207,16 @@ def test_consistent_cut_cascades_until_nothing_changes() -> None:
     a = cut_txn(False, (0, 10, -1), (1, 5, -1))
     c = cut_txn(True, (1, 6, 8), (2, 40, 50))
     assert consistent_cut({0: 25, 1: 20, 2: 60}, [c, a]) == {0: 10, 1: 5, 2: 40}
+
+
+def test_abort_run_aborts_only_that_runs_undecided_registrations() -> None:
+    log = Log()
+    mine, other = part("1", run="r1", pid=1), part("2", run="r0", pid=2)
+    log("register", writer="q", version=4, participant=mine)
+    log("register", writer="q", version=4, participant=other)
+    log("register", writer="z", version=5, participant=part("3", run="r1", pid=3))
+    reply = log("abort_run", run="r1", version=4)
+    assert [(a["writer"], a["version"]) for a in reply["aborted"]] == [("q", 4)]
+    assert [p["producer_id"] for p in reply["aborted"][0]["decision"]["aborts"]] == [1]
+    assert log("abort_run", run="r1", version=4)["aborted"] == []  # decided: nothing more
+    assert log("register", writer="q", version=4, participant=mine)["status"] == "refused"
