@@ -1,10 +1,20 @@
 """The main job: a demo pipeline on the embedded local cluster.
 
-``python -m pyspark_raftlog.demo`` streams Spark's ``rate`` source into a raftlog
-topic for a bounded time, with no ``servers`` option (so the connector starts
-the embedded local cluster when it is not running), stops the query, then
-reads the topic back with a batch read and checks exactly-once: every value
-the stream produced is there once, with none missing in between.
+``python -m pyspark_raftlog.demo`` streams Spark's ``rate-micro-batch`` source
+(a fixed number of rows per micro-batch, numbered 0, 1, 2, ... across batches)
+into a raftlog topic for a bounded time, with no ``servers`` option (so the
+connector starts the embedded local cluster when it is not running). It prints
+each micro-batch's rows and rows per second as the batches complete, stops the
+query *between* micro-batches, then reads the topic back with a batch read and
+checks exactly-once: every value the stream produced is there once, with none
+missing in between.
+
+Why between micro-batches: ``query.stop()`` interrupts a micro-batch in flight,
+and Spark logs that interruption (the aborted write) as ERROR lines with stack
+traces although nothing is wrong. The query runs on a processing-time trigger,
+whose triggers fall on multiples of the interval on the wall clock (Spark's
+``ProcessingTimeExecutor``), so once a micro-batch has finished the demo knows
+when the next one will start and stops only when that is far enough away.
 
 The local cluster is stopped afterwards when the demo started it
 (``--keep-cluster`` leaves it running for ``raftlog consume`` and friends).
@@ -16,25 +26,128 @@ import argparse
 import sys
 import tempfile
 import time
+from datetime import datetime
+from typing import Any
 
 from pyspark_raftlog.session import build_session
 
 from raftlog.cluster import load_cluster, running, stop_cluster
 
+STOP_MARGIN_MS = 300
+"""Stop only when the next trigger is at least this far away (a stop takes milliseconds)."""
+QUIET_ON_STOP = "org.apache.spark.scheduler.DAGScheduler"
+"""Logs a WARN "Failed to cancel job group ... Cannot find active jobs" on every stop of an
+idle query (the stop cancels the query's jobs, and between micro-batches there are none)."""
+MAX_STOP_WAIT_S = 120.0
+"""After ``--seconds``, how long to wait for a gap between micro-batches before stopping anyway."""
+POLL_S = 0.05
+
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="python -m pyspark_raftlog.demo",
-        description="Stream Spark's rate source into raftlog exactly once, then read it back.",
+        description="Stream Spark's rate-micro-batch source into raftlog exactly once, "
+        "then read it back.",
     )
-    parser.add_argument("--seconds", type=float, default=20.0, help="how long to stream")
-    parser.add_argument("--rows-per-second", type=int, default=2000)
+    parser.add_argument(
+        "--seconds",
+        type=float,
+        default=20.0,
+        help="how long to stream after the first micro-batch (which starts things up)",
+    )
+    parser.add_argument("--rows-per-batch", type=int, default=500_000, help="rows per micro-batch")
+    parser.add_argument(
+        "--trigger-seconds",
+        type=float,
+        default=3.0,
+        help="processing-time trigger interval (a micro-batch starts every N s)",
+    )
     parser.add_argument("--topic", default=None, help="default: demo-<unix time>")
     parser.add_argument("--keep-cluster", action="store_true", help="leave the cluster running")
     args = parser.parse_args(argv)
-    if args.seconds <= 0 or args.rows_per_second <= 0:
-        parser.error("--seconds and --rows-per-second must be positive")
+    if args.seconds <= 0 or args.rows_per_batch <= 0 or args.trigger_seconds <= 0:
+        parser.error("--seconds, --rows-per-batch and --trigger-seconds must be positive")
     return args
+
+
+def _epoch_ms(progress: Any) -> int:
+    """The start of a micro-batch (its progress ``timestamp``) in epoch milliseconds."""
+    stamp = str(progress["timestamp"]).replace("Z", "+00:00")
+    return int(datetime.fromisoformat(stamp).timestamp() * 1000)
+
+
+def _report(progress: Any) -> None:
+    """One line per completed micro-batch: rows, time, rows per second."""
+    rows = int(progress["numInputRows"])
+    millis = int(progress["durationMs"].get("triggerExecution", 0))
+    rate = rows * 1000.0 / millis if millis > 0 else 0.0
+    print(
+        f"  micro-batch {progress['batchId']:>3}: {rows:>9,} rows in {millis / 1000:5.2f} s"
+        f" = {rate:>9,.0f} rows/s",
+        flush=True,
+    )
+
+
+def stop_idle(spark: Any, query: Any) -> None:
+    """``query.stop()`` with :data:`QUIET_ON_STOP` at ERROR meanwhile (restored after).
+
+    Called only between micro-batches, where the one thing Spark logs is that it
+    found no job to cancel; anything at ERROR still shows.
+    """
+    jvm = spark.sparkContext._jvm
+    configurator = jvm.org.apache.logging.log4j.core.config.Configurator
+    level = jvm.org.apache.logging.log4j.LogManager.getLogger(QUIET_ON_STOP).getLevel()
+    configurator.setLevel(QUIET_ON_STOP, jvm.org.apache.logging.log4j.Level.ERROR)
+    try:
+        query.stop()  # returns once the query's thread has ended
+    finally:
+        configurator.setLevel(QUIET_ON_STOP, level)
+
+
+def stream_until(spark: Any, query: Any, seconds: float, interval_ms: int) -> list[Any]:
+    """Report micro-batches as they complete; after ``seconds``, stop between two of them.
+
+    ``seconds`` count from the end of the first micro-batch. Returns the progress of
+    every completed micro-batch. The stop is issued when
+    no trigger is active and the next trigger (the multiple of ``interval_ms``
+    after the last batch's start; at once if that batch overran its interval) is
+    at least :data:`STOP_MARGIN_MS` away. If no such gap comes within
+    :data:`MAX_STOP_WAIT_S` (the sink is slower than the trigger), it stops anyway
+    and says so.
+    """
+    seen: dict[int, Any] = {}
+    # The clock starts when the first micro-batch is done: that one also starts the
+    # local cluster, creates the topic and starts Spark's Python workers.
+    deadline = give_up = float("inf")
+    start_limit = time.monotonic() + MAX_STOP_WAIT_S
+    while query.isActive:
+        for p in query.recentProgress:
+            if p["batchId"] not in seen:
+                seen[p["batchId"]] = p
+                _report(p)
+        now = time.monotonic()
+        if seen and deadline == float("inf"):
+            deadline = now + seconds
+            give_up = deadline + MAX_STOP_WAIT_S
+        if now >= deadline:
+            last = query.lastProgress
+            next_trigger_ms = (_epoch_ms(last) // interval_ms + 1) * interval_ms
+            idle = not query.status["isTriggerActive"]
+            if idle and next_trigger_ms - time.time() * 1000 >= STOP_MARGIN_MS:
+                stop_idle(spark, query)
+                break
+        if now >= give_up or (not seen and now >= start_limit):
+            why = "no gap between micro-batches came" if seen else "no micro-batch completed"
+            print(f"{why} in {MAX_STOP_WAIT_S:g} s; stopping the query in the middle of one")
+            print("(Spark logs the aborted write; the check below still holds).")
+            query.stop()
+            break
+        time.sleep(POLL_S)
+    for p in query.recentProgress:  # a batch that completed after the last look
+        if p["batchId"] not in seen:
+            seen[p["batchId"]] = p
+            _report(p)
+    return [seen[b] for b in sorted(seen)]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -42,13 +155,15 @@ def main(argv: list[str] | None = None) -> int:
     topic = args.topic or f"demo-{int(time.time())}"
     existing = load_cluster()
     started_here = existing is None or not running(existing)
+    interval_ms = max(1, int(args.trigger_seconds * 1000))
 
     spark = build_session("raftlog-demo")
     try:
         with tempfile.TemporaryDirectory(prefix="raftlog-demo-") as checkpoint:
             stream = (
-                spark.readStream.format("rate")
-                .option("rowsPerSecond", args.rows_per_second)
+                spark.readStream.format("rate-micro-batch")
+                .option("rowsPerBatch", args.rows_per_batch)
+                .option("numPartitions", spark.sparkContext.defaultParallelism)
                 .load()
                 .selectExpr("value", "timestamp", "concat('event-', value) AS payload")
             )
@@ -56,18 +171,33 @@ def main(argv: list[str] | None = None) -> int:
                 stream.writeStream.format("raftlog")
                 .option("topic", topic)
                 .option("checkpointLocation", checkpoint)
-                .trigger(processingTime="2 seconds")
+                .trigger(processingTime=f"{interval_ms} milliseconds")
                 .start()
             )
-            print(f"streaming rate -> raftlog topic {topic!r} for {args.seconds:g} s ...")
-            query.awaitTermination(args.seconds)
-            query.stop()
+            print(
+                f"streaming rate-micro-batch ({args.rows_per_batch:,} rows per micro-batch, "
+                f"one every {interval_ms / 1000:g} s) -> raftlog topic {topic!r} "
+                f"for {args.seconds:g} s ...",
+                flush=True,
+            )
+            progress = stream_until(spark, query, args.seconds, interval_ms)
             if query.exception() is not None:
                 print(f"the query failed: {query.exception()}", file=sys.stderr)
                 return 1
-            progress = query.recentProgress
-            rows_in = sum(p["numInputRows"] for p in progress)
-            print(f"query stopped after {len(progress)} micro-batches, {rows_in} rows written")
+            rows_in = sum(int(p["numInputRows"]) for p in progress)
+            millis = sum(int(p["durationMs"].get("triggerExecution", 0)) for p in progress)
+            later = progress[1:] or progress  # the first batch also starts the cluster
+            later_rows = sum(int(p["numInputRows"]) for p in later)
+            later_ms = sum(int(p["durationMs"].get("triggerExecution", 0)) for p in later)
+            print(
+                f"query stopped between micro-batches after {len(progress)} micro-batches: "
+                f"{rows_in:,} rows written in {millis / 1000:.1f} s of micro-batches"
+            )
+            if later_ms > 0:
+                print(
+                    f"sink throughput after the first micro-batch: "
+                    f"{later_rows * 1000.0 / later_ms:,.0f} rows/s"
+                )
 
         back = spark.read.format("raftlog").option("topic", topic).load()
         stats = back.selectExpr(
@@ -77,9 +207,12 @@ def main(argv: list[str] | None = None) -> int:
             "max(value) AS hi",
         ).first()
         n, distinct, lo, hi = stats["n"], stats["distinct_values"], stats["lo"], stats["hi"]
-        print(f"read back {n} rows from {topic!r}: values {lo}..{hi}, {distinct} distinct")
-        exactly_once = n > 0 and n == distinct and lo == 0 and hi - lo + 1 == n
-        duplicates, missing = n - distinct, (0 if n == 0 else (hi - lo + 1) - distinct)
+        print(f"read back {n:,} rows from {topic!r}: values {lo}..{hi}, {distinct:,} distinct")
+        # rate-micro-batch numbers rows 0, 1, 2, ...: the committed batches hold
+        # exactly 0 .. rows_in - 1, each once.
+        duplicates = n - distinct
+        missing = rows_in - distinct if lo == 0 else rows_in
+        exactly_once = n == distinct == rows_in > 0 and lo == 0 and hi == rows_in - 1
         print(
             f"check: {'OK' if exactly_once else 'FAILED'} "
             f"(duplicates {duplicates}, missing {missing})"
