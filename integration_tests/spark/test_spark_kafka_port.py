@@ -128,3 +128,76 @@ def test_kafka_options_are_refused_by_name(spark, servers) -> None:
     df = spark.range(1).selectExpr("CAST(id AS STRING) AS value")
     with pytest.raises((PySparkException, Py4JJavaError), match=r"kafka\.bootstrap\.servers"):
         _write(df, servers, topic=unique_topic("refused"), **{"kafka.bootstrap.servers": "x:1"})
+
+
+def test_max_offsets_per_trigger_bounds_every_micro_batch(spark, servers, tmp_path) -> None:
+    topic = unique_topic("maxoff")
+    df = spark.range(0, 300, numPartitions=2).selectExpr("id", "CAST(id AS STRING) AS s")
+    _write(df, servers, topic=topic, partitions="2", replicationFactor="3")
+    query = (
+        spark.readStream.format("raftlog")
+        .option("servers", servers)
+        .option("topic", topic)
+        .option("startingOffsets", "earliest")
+        .option("maxOffsetsPerTrigger", "100")  # Kafka's name for maxRecordsPerTrigger
+        .load()
+        .writeStream.format("noop")
+        .option("checkpointLocation", str(tmp_path / "ck"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    try:
+        assert query.awaitTermination(180), "AvailableNow query did not finish in 180 s"
+    finally:
+        query.stop()
+    assert query.exception() is None
+    sizes = [int(p["numInputRows"]) for p in query.recentProgress if p["numInputRows"]]
+    # 300 records (plus transaction markers, which occupy offsets): at least 3 batches
+    assert sum(sizes) == 300
+    assert len(sizes) >= 3 and max(sizes) <= 100, sizes
+
+
+def test_nulls_of_every_spark_arrow_type_round_trip(spark, servers) -> None:
+    import datetime as dt
+    from decimal import Decimal
+
+    schema = (
+        "id long, by byte, sh short, i int, l long, f float, d double, dec decimal(12,3), "
+        "s string, bin binary, bo boolean, day date, ts timestamp, ntz timestamp_ntz, "
+        "arr array<int>, m map<string,int>, st struct<a: int, b: string>"
+    )
+    full = (
+        1,
+        7,
+        -300,
+        70_000,
+        2**40,
+        1.5,
+        -2.25,
+        Decimal("123456789.125"),
+        "héllo",
+        b"\x00\xff",
+        True,
+        dt.date(2024, 2, 29),
+        dt.datetime(2024, 2, 29, 23, 59, 59, 123456),
+        dt.datetime(2024, 2, 29, 1, 2, 3, 456789),
+        [1, None, 3],
+        {"k": 1, "n": None},
+        (5, None),
+    )
+    nulls = (2,) + (None,) * (len(full) - 1)
+    # zero and empty values, which a null must not be confused with
+    zeros = (0, 0, 0, 0, 0.0, 0.0, Decimal("0.000"), "", b"", False)
+    empties = (3, *zeros, None, None, None, [], {}, (None, None))
+    df = spark.createDataFrame([full, nulls, empties], schema)
+    topic = unique_topic("nulls")
+    _write(df, servers, topic=topic, partitions="1", replicationFactor="3")
+    back = _read(spark, servers, topic=topic)
+    assert back.schema.fieldNames()[: len(df.columns)] == df.columns
+    assert [f.dataType for f in back.schema.fields[: len(df.columns)]] == [
+        f.dataType for f in df.schema.fields
+    ]
+    got = sorted((tuple(r) for r in back.select(*df.columns).collect()), key=lambda t: t[0])
+    want = sorted((tuple(r) for r in df.collect()), key=lambda t: t[0])
+    assert got == want
+    assert got[1] == nulls  # every column of the null row is null, not a default value
