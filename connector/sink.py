@@ -408,7 +408,9 @@ class RaftlogArrowWriter(_WriterBase, DataSourceArrowWriter):
         if not self.opts.exactly_once:
             return self._write(iterator, None)
         if self.opts.txn_app_id is not None:
-            key = (f"txnAppId:{self.opts.txn_app_id}", self._version, self.run_id)
+            # scoped to the topic, as Delta's (txnAppId, txnVersion) is to its table
+            writer = f"txnAppId:{self.opts.topic or '*'}:{self.opts.txn_app_id}"
+            key = (writer, self._version, self.run_id)
         else:
             key = (f"write:{self.run_id}", 0, self.run_id)
         return self._write(iterator, key)
