@@ -40,6 +40,7 @@ from raftlog.storage.fs import REAL_FS, FileSystem, FsyncFailed, StorageFailed
 from raftlog.storage.recovery import recover_last_segment, verify_sealed_segment
 from raftlog.storage.segment import INDEX_SUFFIX, Segment, parse_segment_name
 from raftlog.storage.start_record import StartRecord, StartRecordStore
+from raftlog.storage.time_index import TIME_INDEX_SUFFIX
 from raftlog.storage.vote_store import VoteStore
 
 logger = logging.getLogger(__name__)
@@ -232,9 +233,9 @@ class SegmentedLog:
                 break
             self._segments.pop().delete()
             changed_dir = True
-        orphans = {s.index_path.name for s in self._segments}
+        orphans = {p.name for s in self._segments for p in (s.index_path, s.time_index_path)}
         for name in fs.listdir(self._dir):  # indexes whose segment is gone
-            if name.endswith(INDEX_SUFFIX) and name not in orphans:
+            if name.endswith((INDEX_SUFFIX, TIME_INDEX_SUFFIX)) and name not in orphans:
                 fs.unlink(self._dir / name)
                 changed_dir = True
         if changed_dir:
@@ -530,6 +531,28 @@ class SegmentedLog:
                 if total >= max_bytes or batch.last_offset >= hi:
                     return out
         return out
+
+    @_stops_on_failed_fsync
+    def offset_for_timestamp(self, timestamp_ms: int, end: int) -> tuple[int, int] | None:
+        """(base offset, timestamp) of the first batch at or below offset ``end`` whose
+        timestamp is at least ``timestamp_ms``; None when there is none.
+
+        Segments whose largest timestamp is below ``timestamp_ms`` are skipped from
+        their metadata; inside a segment the sparse time index
+        (:mod:`raftlog.storage.time_index`) says where to start, so at most about one
+        index interval of batches is decoded that does not qualify.
+        """
+        hi = min(end, self._dirty)
+        for seg in self._segments:
+            if seg.base_offset > hi:
+                break
+            # max_timestamp_ms is -1 when unknown (no positive timestamp seen): look inside
+            if 0 <= seg.max_timestamp_ms < timestamp_ms:
+                continue
+            found = seg.find_timestamp(timestamp_ms, hi)
+            if found is not None:
+                return found
+        return None
 
     # -- records --------------------------------------------------------------------------
 

@@ -30,6 +30,12 @@ from raftlog.storage.api import StorageCorruption
 from raftlog.storage.batch import HEADER_SIZE, BatchError, RecordBatch
 from raftlog.storage.fs import REAL_FS, FileHandle, FileSystem
 from raftlog.storage.offset_index import OffsetIndex, read_index_file
+from raftlog.storage.time_index import (
+    TIME_INDEX_SUFFIX,
+    TimeIndex,
+    read_time_index_file,
+    valid_entries,
+)
 
 LOG_SUFFIX = ".log"
 INDEX_SUFFIX = ".index"
@@ -82,12 +88,14 @@ class Segment:
         self.fs = fs
         self.path = directory / name
         self.index_path = directory / (name[: -len(LOG_SUFFIX)] + INDEX_SUFFIX)
+        self.time_index_path = directory / (name[: -len(LOG_SUFFIX)] + TIME_INDEX_SUFFIX)
         self.base_offset = base_offset
         self.term = term
         self.size = size
         self.last_offset = last_offset
         self._interval = index_interval_bytes
         self._index = index  # None: not loaded yet (sealed segments load on first read)
+        self._time_index: TimeIndex | None = None  # loaded on first append or time lookup
         self._fd: FileHandle | None = None
         self.first_timestamp_ms = -1
         self.max_timestamp_ms = -1
@@ -118,6 +126,8 @@ class Segment:
         seg._index = OffsetIndex(seg.index_path, base_offset, index_interval_bytes, fs=fs)
         seg._fd = fs.open(seg.path, exclusive=True)
         fs.open(seg.index_path, create=True).close()
+        seg._time_index = TimeIndex(seg.time_index_path, index_interval_bytes, fs=fs)
+        seg._time_index.persist(fsync=False)  # empty; a leftover file of that name is cut
         return seg
 
     # -- descriptors ------------------------------------------------------------------------
@@ -143,6 +153,7 @@ class Segment:
         self.close()
         self.fs.unlink(self.path, missing_ok=True)
         self.fs.unlink(self.index_path, missing_ok=True)
+        self.fs.unlink(self.time_index_path, missing_ok=True)
 
     # -- index --------------------------------------------------------------------------------
 
@@ -183,16 +194,59 @@ class Segment:
     def set_index(self, index: OffsetIndex) -> None:
         self._index = index
 
+    @property
+    def time_index(self) -> TimeIndex:
+        """The time index: the file's entries when they fit this segment (else none, and
+        the file is rewritten), extended by a scan of the batches after the last entry."""
+        if self._time_index is None:
+            entries = read_time_index_file(self.time_index_path, self.fs)
+            ok = entries is not None and valid_entries(entries, self.base_offset, self.last_offset)
+            index = TimeIndex(
+                self.time_index_path,
+                self._interval,
+                entries if ok else None,
+                persisted=ok,
+                fs=self.fs,
+            )
+            after = index.last_offset
+            if self.size > 0:
+                start = self.base_offset if after is None else after + 1
+                if start <= self.last_offset:
+                    for pos, batch in self.iter_from(start):
+                        if batch.base_offset >= start:
+                            index.add(batch.timestamp_ms, batch.base_offset, pos)
+            self._time_index = index
+        return self._time_index
+
+    def find_timestamp(self, timestamp_ms: int, last: int) -> tuple[int, int] | None:
+        """(base offset, timestamp) of the first batch with ``timestamp_ms >= timestamp_ms``
+        and base offset at most ``last``; None when there is none in this segment.
+
+        Starts from the time index's entry below ``timestamp_ms``, so it decodes about
+        one index interval of batches that do not qualify.
+        """
+        if last < self.base_offset or self.size == 0:
+            return None
+        start = self.time_index.lookup(timestamp_ms)
+        for _, batch in self.iter_from(self.base_offset if start is None else start + 1):
+            if batch.base_offset > last:
+                return None
+            if batch.timestamp_ms >= timestamp_ms:
+                return batch.base_offset, batch.timestamp_ms
+        return None
+
     # -- writing ------------------------------------------------------------------------------
 
     def append(self, batches: Sequence[RecordBatch]) -> None:
         """Write ``batches`` (already checked contiguous, of this term) at the end; no fsync."""
         index = self.index
+        times = self.time_index  # loaded (scanning the file as it is) before it grows
         pos = self.size
         chunks = []
         for batch in batches:
             data = batch.encode()
             index.add(batch.base_offset, pos)
+            times.add(batch.timestamp_ms, batch.base_offset, pos)
             chunks.append(data)
             pos += len(data)
             self.note_timestamp(batch.timestamp_ms)
@@ -213,6 +267,8 @@ class Segment:
         """fsync the data, then bring the index file up to date (it only covers durable data)."""
         self.fd.fsync()
         self.index.persist(fsync=index_fsync)
+        if self._time_index is not None:
+            self._time_index.persist(fsync=index_fsync)
 
     def truncate_at(self, position: int, last_offset: int) -> None:
         """Durably cut the file at ``position`` (a batch boundary); ``last_offset`` is what remains.
@@ -221,6 +277,13 @@ class Segment:
         """
         self.index.truncate(last_offset + 1)
         self.index.persist(fsync=True)
+        if self._time_index is not None:
+            self._time_index.truncate(last_offset + 1)
+            self._time_index.persist(fsync=True)
+        elif self.fs.exists(self.time_index_path):
+            # not loaded: its entries past the cut would outlive the data; the next load
+            # finds the file inconsistent only if it points past the end, so drop it
+            self.fs.unlink(self.time_index_path, missing_ok=True)
         self.fd.truncate(position)
         self.fd.fsync()
         self.size = position
