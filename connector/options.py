@@ -87,6 +87,7 @@ SOURCE_OPTIONS = (
     "servers",
     "authToken",
     "startingOffsets",
+    "startingTimestamp",
     "endingOffsets",
     "maxRecordsPerTrigger",
     "maxOffsetsPerTrigger",
@@ -139,7 +140,6 @@ _KAFKA_WITHOUT_EQUIVALENT = {
     "endingoffsetsbytimestamp": "not supported yet",
     "minoffsetspertrigger": "not supported yet",
     "maxtriggerdelay": "not supported yet",
-    "startingtimestamp": "not supported yet",
     "compression": "not supported yet",
 }
 
@@ -214,6 +214,10 @@ class SourceOptions:
     auth_token: str | None = dataclasses.field(default=None, repr=False)  # a secret: no repr
     starting_offsets: OffsetSpec | None = None  # None: the direction's default
     ending_offsets: OffsetSpec | None = None
+    # ms since the epoch: start each partition at its first batch appended at or after it
+    # (through the partition's time index); takes precedence over starting_offsets, as
+    # Kafka's startingTimestamp does. A partition with no such batch starts at its end.
+    starting_timestamp: int | None = None
     max_records_per_trigger: int | None = None
     max_bytes_per_trigger: int | None = None
     min_partitions: int | None = None
@@ -361,6 +365,7 @@ def parse_source_options(options: Mapping[str, str], *, streaming: bool | None) 
         servers=_servers(opts),
         auth_token=_auth_token(opts),
         starting_offsets=starting,
+        starting_timestamp=_opt_int(opts, "startingTimestamp", minimum=0),
         ending_offsets=ending,
         max_records_per_trigger=records if records is not None else alias,
         max_bytes_per_trigger=_opt_size(opts, "maxBytesPerTrigger", 1, None),

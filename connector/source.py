@@ -146,6 +146,29 @@ class _ReaderBase:
                 out[(topic, p)] = (starts[p], max(starts[p], cut[p]))
         return out
 
+    def _start(self, bounds: Mapping[TopicPartition, tuple[int, int]], default: str) -> dict:
+        """Where the read starts in each partition: ``startingTimestamp`` when given, else
+        ``startingOffsets`` (``default`` when unset)."""
+        if self.opts.starting_timestamp is not None:
+            return self._timestamp_start(bounds, self.opts.starting_timestamp)
+        spec = self.opts.starting_offsets or OffsetSpec(default)
+        return resolve_topic_spec(spec, bounds, "startingOffsets")
+
+    def _timestamp_start(
+        self, bounds: Mapping[TopicPartition, tuple[int, int]], timestamp_ms: int
+    ) -> dict[TopicPartition, int]:
+        """Per partition, the first offset whose batch was appended at or after
+        ``timestamp_ms``, from the leader's time index (never a scan); the end of the
+        consistent cut when there is none before it."""
+        client = self._driver_client()
+        out: dict[TopicPartition, int] = {}
+        for (topic, p), (log_start, end) in bounds.items():
+            offset, _ts, _lso = client.call(
+                lambda c, t=topic, q=p: c.offset_for_timestamp(t, q, timestamp_ms)
+            )
+            out[(topic, p)] = end if offset < 0 else min(max(offset, log_start), end)
+        return out
+
     def _plan(
         self, start: Mapping[TopicPartition, int], end: Mapping[TopicPartition, int]
     ) -> list[InputPartition]:
@@ -159,6 +182,10 @@ class _ReaderBase:
         return parse_topic_offsets(doc, self.opts.matches)
 
     def read(self, partition: RaftlogInputPartition) -> Iterator[pa.RecordBatch]:  # type: ignore[override]
+        if not isinstance(partition, RaftlogInputPartition):
+            # partitions() planned nothing (every range empty): Spark then runs one task
+            # with a plain InputPartition of its own, which has nothing to read
+            return
         yield from read_range(self.opts, self.servers, self.schema, partition)
 
     def stop(self) -> None:
@@ -176,8 +203,8 @@ class RaftlogStreamReader(_ReaderBase, DataSourceStreamReader, SupportsTriggerAv
         self._latest: dict[TopicPartition, int] = {}
 
     def initialOffset(self) -> dict:
-        spec = self.opts.starting_offsets or OffsetSpec("latest")  # Kafka's default for streams
-        return format_topic_offsets(resolve_topic_spec(spec, self._bounds(), "startingOffsets"))
+        # "latest": Kafka's default for streams
+        return format_topic_offsets(self._start(self._bounds(), "latest"))
 
     def prepareForTriggerAvailableNow(self) -> None:
         self._target = {p: lso for p, (_, lso) in self._bounds().items()}
@@ -293,9 +320,7 @@ class RaftlogBatchReader(_ReaderBase, DataSourceReader):
 
     def partitions(self) -> Sequence[InputPartition]:  # type: ignore[override]
         bounds = self._bounds()
-        start = resolve_topic_spec(
-            self.opts.starting_offsets or OffsetSpec("earliest"), bounds, "startingOffsets"
-        )
+        start = self._start(bounds, "earliest")
         end = resolve_topic_spec(
             self.opts.ending_offsets or OffsetSpec("latest"), bounds, "endingOffsets"
         )

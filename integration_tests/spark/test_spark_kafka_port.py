@@ -201,3 +201,41 @@ def test_nulls_of_every_spark_arrow_type_round_trip(spark, servers) -> None:
     want = sorted((tuple(r) for r in df.collect()), key=lambda t: t[0])
     assert got == want
     assert got[1] == nulls  # every column of the null row is null, not a default value
+
+
+def test_starting_timestamp_returns_exactly_the_later_rows(spark, servers, tmp_path) -> None:
+    import time
+
+    topic = unique_topic("since")
+    early = spark.range(0, 60, numPartitions=2).selectExpr("id", "'early' AS s")
+    _write(early, servers, topic=topic, partitions="3", replicationFactor="3")
+    time.sleep(0.05)
+    since_ms = int(time.time() * 1000)
+    time.sleep(0.05)
+    late = spark.range(60, 100, numPartitions=2).selectExpr("id", "'late' AS s")
+    _write(late, servers, topic=topic)
+
+    rows = _read(spark, servers, topic=topic, startingTimestamp=str(since_ms)).collect()
+    assert sorted(r["id"] for r in rows) == list(range(60, 100))
+    assert all(r["__raftlog_timestamp"].timestamp() * 1000 >= since_ms for r in rows)
+    # a stream starts there too (initialOffset), read with Trigger.AvailableNow
+    query = (
+        spark.readStream.format("raftlog")
+        .option("servers", servers)
+        .option("topic", topic)
+        .option("startingTimestamp", str(since_ms))
+        .load()
+        .writeStream.format("memory")
+        .queryName("since_" + topic.replace("-", "_"))
+        .option("checkpointLocation", str(tmp_path / "ck"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    try:
+        assert query.awaitTermination(180), "AvailableNow query did not finish in 180 s"
+    finally:
+        query.stop()
+    streamed = spark.table("since_" + topic.replace("-", "_")).select("id").collect()
+    assert sorted(r["id"] for r in streamed) == list(range(60, 100))
+    # a timestamp after everything: nothing (each partition starts at its end)
+    assert _read(spark, servers, topic=topic, startingTimestamp=str(2**41)).count() == 0

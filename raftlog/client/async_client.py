@@ -85,6 +85,8 @@ from raftlog.rpc.messages import (
     ListTopicsResponse,
     MetadataRequest,
     MetadataResponse,
+    OffsetForTimestampRequest,
+    OffsetForTimestampResponse,
     ProduceBatch,
     ProduceRequest,
     ProduceResponse,
@@ -448,6 +450,21 @@ class RaftlogClient:
             topic, partition, ListOffsetsRequest(topic, partition), ListOffsetsResponse
         )
         return r.start_offset, r.high_watermark, r.last_stable_offset
+
+    async def offset_for_timestamp(
+        self, topic: str, partition: int, timestamp_ms: int
+    ) -> tuple[int, int, int]:
+        """``(offset, batch timestamp, last stable offset)``: the first committed offset
+        whose batch timestamp (the leader's append time) is at least ``timestamp_ms``,
+        from the partition leader's time index; offset -1 (and timestamp -1) when none
+        is, below the last stable offset."""
+        r = await self._partition_call(
+            topic,
+            partition,
+            OffsetForTimestampRequest(topic, partition, int(timestamp_ms)),
+            OffsetForTimestampResponse,
+        )
+        return r.offset, r.timestamp_ms, r.last_stable_offset
 
     async def init_producer(
         self,

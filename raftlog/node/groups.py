@@ -48,6 +48,7 @@ from raftlog.rpc.messages import (
     InitProducerRequest,
     InitProducerResponse,
     ListOffsetsResponse,
+    OffsetForTimestampResponse,
     PartitionStatus,
     ProduceRequest,
     ProduceResponse,
@@ -369,6 +370,15 @@ class PartitionReplica:
     def list_offsets(self) -> ListOffsetsResponse:
         c = self.consensus
         return ListOffsetsResponse(self.log_start, c.high_watermark, self.rm.last_stable_offset)
+
+    def offset_for_timestamp(self, timestamp_ms: int) -> OffsetForTimestampResponse:
+        """The first batch below the LSO with a timestamp >= ``timestamp_ms``, found through
+        the log's per-segment time index (never a scan from the log start)."""
+        lso = self.rm.last_stable_offset
+        found = self.consensus.log.offset_for_timestamp(timestamp_ms, lso - 1)
+        if found is None:
+            return OffsetForTimestampResponse(-1, -1, lso)
+        return OffsetForTimestampResponse(max(found[0], self.log_start), found[1], lso)
 
     async def init_producer(self, req: InitProducerRequest) -> InitProducerResponse:
         async with _errors(self):

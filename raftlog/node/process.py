@@ -81,6 +81,7 @@ from raftlog.rpc.messages import (
     MetadataRequest,
     MetadataResponse,
     NodeInfo,
+    OffsetForTimestampRequest,
     PartitionInfo,
     PartitionStatus,
     PartitionStatusRequest,
@@ -852,6 +853,10 @@ class Node:
     async def list_offsets(self, req: ListOffsetsRequest) -> Any:
         return self._leader_replica(req.topic, req.partition).list_offsets()
 
+    async def offset_for_timestamp(self, req: OffsetForTimestampRequest) -> Any:
+        replica = self._leader_replica(req.topic, req.partition)
+        return replica.offset_for_timestamp(req.timestamp_ms)
+
     async def init_producer(self, req: InitProducerRequest) -> Any:
         return await self._leader_replica(req.topic, req.partition).init_producer(req)
 
@@ -871,6 +876,7 @@ _CLIENT_HANDLERS: dict[type, Any] = {
     ProduceRequest: Node.produce,
     FetchRequest: Node.fetch,
     ListOffsetsRequest: Node.list_offsets,
+    OffsetForTimestampRequest: Node.offset_for_timestamp,
     InitProducerRequest: Node.init_producer,
     EndTxnRequest: Node.end_txn,
     CoordinatorRequest: Node.coordinate,

@@ -222,6 +222,25 @@ class ListOffsetsResponse:
     last_stable_offset: int
 
 
+@register(56)
+@dataclasses.dataclass(frozen=True, slots=True)
+class OffsetForTimestampRequest:
+    """The first offset of a partition whose batch timestamp is at least ``timestamp_ms``
+    (Kafka's ListOffsets by timestamp), among committed data below the last stable offset."""
+
+    topic: str
+    partition: int
+    timestamp_ms: int
+
+
+@register(57)
+@dataclasses.dataclass(frozen=True, slots=True)
+class OffsetForTimestampResponse:
+    offset: int  # -1: no batch at or after the timestamp below the LSO
+    timestamp_ms: int  # that batch's timestamp (-1 with offset -1)
+    last_stable_offset: int
+
+
 @register(27)
 @dataclasses.dataclass(frozen=True, slots=True)
 class InitProducerRequest:
@@ -347,6 +366,7 @@ CLIENT_ROUTES: dict[type, str] = {
     ProduceRequest: "produce",
     FetchRequest: "fetch",
     ListOffsetsRequest: "list_offsets",
+    OffsetForTimestampRequest: "offset_for_timestamp",
     InitProducerRequest: "init_producer",
     EndTxnRequest: "end_txn",
     CoordinatorRequest: "coordinator",

@@ -175,6 +175,20 @@ def test_spark_options_and_max_offsets_alias_are_accepted() -> None:
         )
 
 
+def test_starting_timestamp_is_milliseconds_for_reads_only() -> None:
+    for streaming in (True, False):
+        o = parse_source_options(
+            {"topic": "t", "startingTimestamp": "1700000000000"}, streaming=streaming
+        )
+        assert o.starting_timestamp == 1_700_000_000_000
+    assert parse_source_options({"topic": "t"}, streaming=True).starting_timestamp is None
+    for bad in ("-1", "soon", "1.5"):
+        with pytest.raises(OptionError, match="option 'startingTimestamp' must be an integer"):
+            parse_source_options({"topic": "t", "startingTimestamp": bad}, streaming=True)
+    with pytest.raises(OptionError, match="option 'startingTimestamp' applies to reads"):
+        parse_sink_options({"topic": "t", "startingTimestamp": "1"}, streaming=True)
+
+
 def test_exactly_one_subscription_option() -> None:
     assert parse_source_options({"subscribe": "a, b,a"}, streaming=True).topics == ("a", "b")
     o = parse_source_options({"subscribePattern": "ev-.*"}, streaming=True)
