@@ -429,10 +429,29 @@ def _to_output(
             f"{data.num_rows} rows"
         )
     data = conform_batch(topic, data.slice(lo, n), user_schema)
-    stamps = np.full(n, batch.timestamp_ms * 1000, np.int64)
+    stamps = _row_stamps(data, batch.timestamp_ms * 1000)
     return pa.RecordBatch.from_arrays(
         [*data.columns, *_metadata(topic, p, first, stamps, out_schema)], schema=out_schema
     )
+
+
+def _row_stamps(data: pa.RecordBatch, append_us: int) -> np.ndarray:
+    """Each typed row's timestamp (µs): its ``timestamp`` column where the topic has one of
+    a timestamp type and the row's value is not null, else the batch's append time."""
+    i = data.schema.get_field_index("timestamp")
+    if i < 0 or not pa.types.is_timestamp(data.schema.field(i).type):
+        return np.full(data.num_rows, append_us, np.int64)
+    column = data.column(i)
+    if column.type.unit != "us":
+        column = column.cast(pa.timestamp("us", column.type.tz))
+    # Values straight from the buffer, nulls replaced with numpy: pyarrow.compute's
+    # fill_null with a Python scalar imports pandas (see _fixed_width for the cost).
+    values = np.frombuffer(column.buffers()[1], np.int64, column.offset + len(column))
+    values = values[column.offset :]
+    if column.null_count:
+        valid = np.asarray(column.is_valid().to_numpy(zero_copy_only=False), bool)
+        values = np.where(valid, values, np.int64(append_us))
+    return np.ascontiguousarray(values, np.int64)
 
 
 def _metadata(

@@ -54,6 +54,22 @@ def test_slice_and_metadata_columns(start: int, end: int, first: int, rows: int)
     assert out.column(out.num_columns - 3).null_count == 0
 
 
+def test_a_typed_timestamp_column_is_the_rows_timestamp() -> None:
+    schema = pa.schema([("id", pa.int64()), ("timestamp", pa.timestamp("us", tz="UTC"))])
+    own = datetime(2024, 5, 1, 8, 0, 0, 250000, tzinfo=UTC)
+    data = pa.RecordBatch.from_arrays(
+        [pa.array([1, 2, 3], pa.int64()), pa.array([own, None, own], schema.field(1).type)],
+        schema=schema,
+    )
+    batch = StoredBatch(50, 3, 1_700_000_000_123, encode_payload(data))
+    out_s = arrow_schema_of(read_schema("t", schema))
+    cols = _to_output("t", 0, batch, 51, 53, schema, out_s).to_pydict()
+    appended = datetime(2023, 11, 14, 22, 13, 20, 123000, tzinfo=UTC)
+    # a null timestamp falls back to the batch's append time
+    assert cols["__raftlog_timestamp"] == [appended, own]
+    assert cols["timestamp"] == [None, own]
+
+
 def test_record_count_mismatch_is_an_error() -> None:
     batch = stored(0, [1, 2, 3])
     batch.record_count = 4
