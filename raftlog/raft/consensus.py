@@ -165,12 +165,19 @@ class Consensus:
         self.options.validate()
         self._heartbeats = heartbeats
         ctx = log.load_commit_context()
-        if ctx is not None and ctx.committed_offset > log.dirty_offset:
+        # The commit context only ever records an offset this replica had flushed; a log
+        # whose flushed end is below it lost acknowledged data (a lying disk, a log set
+        # aside and refetched). Until the log reaches it again the replica is "behind its
+        # promise": it neither votes nor counts toward a quorum (RaftCore.behind_promise).
+        promised = -1
+        if ctx is not None and ctx.committed_offset > log.flushed_offset:
             log_.warning(
-                "group %s node %s: commit context at %s is past the log end %s "
-                "(acknowledged data lost locally); resyncing from the leader",
-                group, node_id, ctx.committed_offset, log.dirty_offset,
+                "group %s node %s: commit context at %s is past the flushed log end %s "
+                "(acknowledged data lost locally); not voting nor counting toward a "
+                "quorum until resynced from the leader",
+                group, node_id, ctx.committed_offset, log.flushed_offset,
             )  # fmt: skip
+            promised = ctx.committed_offset
             ctx = None
         self._restored_ctx = ctx
         self.configs = self._load_configurations(configuration, ctx)
@@ -190,6 +197,7 @@ class Consensus:
                 transfer_timeout_ticks=self.options.transfer_timeout_ticks,
             ),
             random.Random(seed),
+            promised_offset=promised,
         )
         self.running = False
         # An unexpected exception in one of this group's tasks (a bug; the simulator fails on it).
@@ -210,7 +218,10 @@ class Consensus:
         self._tasks: dict[asyncio.Task[Any], None] = {}
         self._stms: list[StateMachine] = []
         self.last_applied = commit
-        self._saved_commit = ctx.committed_offset if ctx else -1
+        # While behind its promise the stored context (at the promise) is the only durable
+        # record of it: no context below it is saved, so a crash while catching up keeps
+        # the promise. The first context saved past it clears it durably.
+        self._saved_commit = ctx.committed_offset if ctx else promised
         self._waiters: list[_CommitWaiter] = []
         # A vote the core decided on that could not be saved yet: retried before anything
         # else is sent, so no message ever leaves carrying an unpersisted term or vote.

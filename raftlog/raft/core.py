@@ -21,6 +21,10 @@ Invariants:
 - on a follower, ``commit_index <= min(leader_commit, matched_upto)``: only
   entries verified equal to the current leader's are ever marked committed;
 - a follower never truncates at or below its commit index;
+- a replica "behind its promise" (its disk lost entries it had acknowledged as
+  flushed: ``promised_offset > log.flushed_offset``) neither grants votes nor
+  campaigns, and reports ``last_flushed_offset = -1`` so that no leader counts
+  it toward a commit quorum, until its log is flushed up to the promise again;
 - replies are matched to requests: the leader applies a reply from a follower
   only when its ``seq`` (drawn by :meth:`next_seq` for the request) is above
   the newest one applied from that follower in this term; an older,
@@ -144,7 +148,11 @@ class RaftCore:
         commit_index: int,
         options: CoreOptions,
         rng: random.Random,
+        promised_offset: int = -1,
     ) -> None:
+        """``promised_offset``: an offset this replica once acknowledged as flushed
+        (from its commit context) that its log no longer reaches (-1: none); see
+        :attr:`behind_promise`."""
         self.group = group
         self.node_id = node_id
         self.configs = configs
@@ -153,6 +161,9 @@ class RaftCore:
         self.term = vote.term
         self.voted_for = vote.voted_for
         self.commit_index = commit_index
+        # Cleared (in memory) once the log is flushed up to it again; the async layer
+        # keeps it durable until then (see Consensus.save_commit_context).
+        self.promised_offset = promised_offset
         self.leader_id = -1
         self.role = Role.FOLLOWER
         self.timer = ElectionTimer(options.election_timeout_ticks, rng)
@@ -183,6 +194,24 @@ class RaftCore:
     @property
     def is_leader(self) -> bool:
         return self.role is Role.LEADER
+
+    @property
+    def behind_promise(self) -> bool:
+        """True while this replica's log lacks entries it had acknowledged as flushed.
+
+        Such a replica may be missing committed entries: its vote could elect a
+        leader without them, and its flushed offset could complete a quorum that
+        no longer holds them. Once its flushed offset reaches the promise again
+        the promise is dropped for good (the flushed offset only goes back by a
+        truncation, which never goes at or below the commit index, or by another
+        loss of data, which a restart detects anew).
+        """
+        if self.promised_offset < 0:
+            return False
+        if self.log.flushed_offset >= self.promised_offset:
+            self.promised_offset = -1
+            return False
+        return True
 
     @property
     def accepting_writes(self) -> bool:
@@ -250,6 +279,8 @@ class RaftCore:
         config = self.configs.latest
         if self.node_id not in config.voters:
             return
+        if self.behind_promise:
+            return  # it may lack committed entries: it must not lead (see behind_promise)
         self._prevoting = prevote
         self._votes = {self.node_id: True}
         if prevote:
@@ -306,7 +337,11 @@ class RaftCore:
         return (last_term, last_offset) >= (self.log.last_term, self.log.dirty_offset)
 
     def handle_vote(self, req: VoteRequest) -> VoteReply:
-        log_ok = self._log_up_to_date(req.last_log_term, req.last_log_offset)
+        # Behind its promise, this replica's log says nothing about what was committed:
+        # a candidate it finds up to date may miss entries it acknowledged itself.
+        log_ok = self._log_up_to_date(req.last_log_term, req.last_log_offset) and (
+            not self.behind_promise
+        )
         # The leader lease: while a leader is heard, ignore disruptive candidates.
         lease = (
             not req.leadership_transfer
@@ -355,6 +390,7 @@ class RaftCore:
             req.term == self.term
             and req.source_node == self.leader_id
             and self.node_id in self.configs.latest.voters
+            and not self.behind_promise
         )
         reply = TimeoutNowReply(self.group, self.node_id, req.source_node, self.term, accepted)
         if accepted:
@@ -488,7 +524,7 @@ class RaftCore:
             term=self.term,
             result=result,
             last_matched_offset=matched,
-            last_flushed_offset=self.log.flushed_offset,
+            last_flushed_offset=self._reported_flushed(),
             last_dirty_offset=self.log.dirty_offset,
             seq=self._reply_seq(req.source_node, req.term, req.seq),
         )
@@ -508,10 +544,19 @@ class RaftCore:
             term=self.term,
             result=APPEND_SUCCESS if ok else APPEND_FAILURE,
             last_matched_offset=matched,
-            last_flushed_offset=self.log.flushed_offset,
+            last_flushed_offset=self._reported_flushed(),
             last_dirty_offset=self.log.dirty_offset,
             seq=self._reply_seq(source, hb.term, hb.seq),
         )
+
+    def _reported_flushed(self) -> int:
+        """The flushed offset a reply reports: -1 while behind the promise.
+
+        The leader counts ``min(flushed, matched)`` toward the commit index; -1
+        keeps this replica out of every quorum until it has caught up. Reported
+        consistently, the leader's view of it never moves back within a life.
+        """
+        return -1 if self.behind_promise else self.log.flushed_offset
 
     def _reply_seq(self, leader: int, term: int, seq: int) -> int:
         """The seq a reply carries: never below one already answered to this leader."""
