@@ -133,6 +133,19 @@ class MemoryLog:
         """Lose everything written after ``flushed_offset``; return the new dirty offset."""
         return self.tear_tail(0)
 
+    def lose_flushed(self, keep_upto: int) -> int:
+        """Crash on a lying disk: lose every batch past ``keep_upto``, flushed or not.
+
+        The vote and commit context survive (they live in other files), so the
+        commit context may now name an offset the log no longer has: the replica
+        lost data it had acknowledged. Returns the new dirty offset.
+        """
+        i = bisect.bisect_right(self._bases, keep_upto)
+        if i > 0 and self._batches[i - 1].last_offset > keep_upto:
+            i -= 1  # a batch is lost whole
+        self._drop_from(i)
+        return self.tear_tail(0)
+
     def tear_tail(self, keep_unflushed_batches: int) -> int:
         """Crash keeping only the first ``keep_unflushed_batches`` unflushed batches.
 
