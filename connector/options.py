@@ -88,7 +88,9 @@ SOURCE_OPTIONS = (
     "authToken",
     "startingOffsets",
     "startingTimestamp",
+    "startingOffsetsByTimestamp",
     "endingOffsets",
+    "endingTimestamp",
     "maxRecordsPerTrigger",
     "maxOffsetsPerTrigger",
     "maxBytesPerTrigger",
@@ -134,9 +136,7 @@ _KAFKA_WITHOUT_EQUIVALENT = {
     "groupidprefix": "raftlog has no consumer groups: a query's position is its checkpoint",
     "includeheaders": "headers are always read where they were written",
     "kafka.enable.idempotence": "raftlog writes are always idempotent",
-    "startingoffsetsbytimestamp": "not supported yet",
     "startingoffsetsbytimestampstrategy": "not supported yet",
-    "endingtimestamp": "not supported yet",
     "endingoffsetsbytimestamp": "not supported yet",
     "minoffsetspertrigger": "not supported yet",
     "maxtriggerdelay": "not supported yet",
@@ -218,6 +218,12 @@ class SourceOptions:
     # (through the partition's time index); takes precedence over starting_offsets, as
     # Kafka's startingTimestamp does. A partition with no such batch starts at its end.
     starting_timestamp: int | None = None
+    # topic -> partition -> ms: the same per partition (startingOffsetsByTimestamp); it
+    # must name every partition read. Below starting_timestamp, above starting_offsets.
+    starting_offsets_by_timestamp: Mapping[str, Mapping[int, int]] | None = None
+    # batch reads: each partition ends before its first batch appended at or after it
+    # (endingTimestamp; at its end when there is none), as Kafka's does
+    ending_timestamp: int | None = None
     max_records_per_trigger: int | None = None
     max_bytes_per_trigger: int | None = None
     min_partitions: int | None = None
@@ -338,6 +344,25 @@ def parse_source_options(options: Mapping[str, str], *, streaming: bool | None) 
             "only; a batch read reads from startingOffsets to endingOffsets"
         )
     topics, pattern = _subscription(opts)
+    by_timestamp = _opt_timestamps_by_partition(opts, "startingOffsetsByTimestamp")
+    ending_timestamp = _opt_int(opts, "endingTimestamp", minimum=0)
+    if streaming is True and ending_timestamp is not None:
+        raise OptionError(
+            "option 'endingTimestamp' applies to batch reads (spark.read) only; "
+            "a stream has no end (use Trigger.AvailableNow to read what is there and stop)"
+        )
+    if by_timestamp is not None:
+        if pattern is not None:
+            raise OptionError(
+                "option 'startingOffsetsByTimestamp' cannot be used with 'subscribePattern' "
+                "(the topics are not known in advance); use 'startingTimestamp'"
+            )
+        strangers = sorted(set(by_timestamp) - set(topics))
+        if strangers:
+            raise OptionError(
+                f"option 'startingOffsetsByTimestamp' names topic(s) {strangers} that are not "
+                f"read (topics read: {', '.join(topics)})"
+            )
     for name, spec in (("startingOffsets", starting), ("endingOffsets", ending)):
         if spec is None or spec.kind != "json":
             continue
@@ -366,7 +391,9 @@ def parse_source_options(options: Mapping[str, str], *, streaming: bool | None) 
         auth_token=_auth_token(opts),
         starting_offsets=starting,
         starting_timestamp=_opt_int(opts, "startingTimestamp", minimum=0),
+        starting_offsets_by_timestamp=by_timestamp,
         ending_offsets=ending,
+        ending_timestamp=ending_timestamp,
         max_records_per_trigger=records if records is not None else alias,
         max_bytes_per_trigger=_opt_size(opts, "maxBytesPerTrigger", 1, None),
         min_partitions=_opt_int(opts, "minPartitions", minimum=1, maximum=100_000),
@@ -629,6 +656,33 @@ def _opt_offset_spec(
         by_topic[topic] = _json_partition_offsets(name, topic, parts, expected, allow_earliest)
     first = next(iter(by_topic))
     return OffsetSpec(kind="json", offsets=by_topic[first], topic=first, by_topic=by_topic)
+
+
+def _opt_timestamps_by_partition(
+    opts: Mapping[str, str], name: str
+) -> dict[str, dict[int, int]] | None:
+    """JSON ``{"<topic>": {"<partition>": <ms since the epoch>}}``; None when not given."""
+    raw = opts.get(name.lower())
+    if raw is None:
+        return None
+    expected = 'expected JSON like {"<topic>": {"0": 1700000000000}} (ms since the epoch)'
+    try:
+        doc = json.loads(raw)
+    except (ValueError, RecursionError):
+        raise OptionError(f"option '{name}' is not valid JSON; {expected}") from None
+    if not isinstance(doc, dict) or not doc:
+        raise OptionError(f"option '{name}' must map topics to partitions; {expected}")
+    out: dict[str, dict[int, int]] = {}
+    for topic, parts in doc.items():
+        stamps = _json_partition_offsets(name, topic, parts, expected, True)
+        negative = sorted(p for p, ts in stamps.items() if ts < 0)
+        if negative:
+            raise OptionError(
+                f"option '{name}': the timestamp of partition(s) {negative} of topic {topic!r} "
+                f"must be >= 0 (ms since the epoch)"
+            )
+        out[topic] = stamps
+    return out
 
 
 def _json_partition_offsets(

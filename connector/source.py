@@ -36,7 +36,7 @@ from __future__ import annotations
 import json
 import time
 import zlib
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -56,6 +56,7 @@ from pyspark_raftlog.connection import open_blocking_client
 from pyspark_raftlog.errors import DataLossError
 from pyspark_raftlog.logsetup import get_logger
 from pyspark_raftlog.offsets import (
+    OffsetDocumentError,
     TopicPartition,
     format_topic_offsets,
     parse_topic_offsets,
@@ -151,20 +152,32 @@ class _ReaderBase:
         ``startingOffsets`` (``default`` when unset)."""
         if self.opts.starting_timestamp is not None:
             return self._timestamp_start(bounds, self.opts.starting_timestamp)
+        if self.opts.starting_offsets_by_timestamp is not None:
+            by_topic = self.opts.starting_offsets_by_timestamp
+            missing = sorted(tp for tp in bounds if tp[1] not in by_topic.get(tp[0], {}))
+            if missing:
+                raise OffsetDocumentError(
+                    "option 'startingOffsetsByTimestamp' must give a timestamp for every "
+                    f"partition read; missing (topic, partition): {missing}"
+                )
+            return self._timestamp_start(bounds, lambda t, p: by_topic[t][p])
         spec = self.opts.starting_offsets or OffsetSpec(default)
         return resolve_topic_spec(spec, bounds, "startingOffsets")
 
     def _timestamp_start(
-        self, bounds: Mapping[TopicPartition, tuple[int, int]], timestamp_ms: int
+        self,
+        bounds: Mapping[TopicPartition, tuple[int, int]],
+        timestamp_ms: int | Callable[[str, int], int],
     ) -> dict[TopicPartition, int]:
         """Per partition, the first offset whose batch was appended at or after
-        ``timestamp_ms``, from the leader's time index (never a scan); the end of the
-        consistent cut when there is none before it."""
+        ``timestamp_ms`` (one for all, or per (topic, partition)), from the leader's time
+        index (never a scan); the end of the consistent cut when there is none before it."""
         client = self._driver_client()
         out: dict[TopicPartition, int] = {}
         for (topic, p), (log_start, end) in bounds.items():
+            ts = timestamp_ms(topic, p) if callable(timestamp_ms) else timestamp_ms
             offset, _ts, _lso = client.call(
-                lambda c, t=topic, q=p: c.offset_for_timestamp(t, q, timestamp_ms)
+                lambda c, t=topic, q=p, s=ts: c.offset_for_timestamp(t, q, s)
             )
             out[(topic, p)] = end if offset < 0 else min(max(offset, log_start), end)
         return out
@@ -321,9 +334,13 @@ class RaftlogBatchReader(_ReaderBase, DataSourceReader):
     def partitions(self) -> Sequence[InputPartition]:  # type: ignore[override]
         bounds = self._bounds()
         start = self._start(bounds, "earliest")
-        end = resolve_topic_spec(
-            self.opts.ending_offsets or OffsetSpec("latest"), bounds, "endingOffsets"
-        )
+        if self.opts.ending_timestamp is not None:
+            end = self._timestamp_start(bounds, self.opts.ending_timestamp)
+            end = {tp: max(e, start.get(tp, e)) for tp, e in end.items()}  # never before start
+        else:
+            end = resolve_topic_spec(
+                self.opts.ending_offsets or OffsetSpec("latest"), bounds, "endingOffsets"
+            )
         try:
             return self._plan(start, end)
         finally:

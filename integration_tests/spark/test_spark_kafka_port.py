@@ -7,6 +7,7 @@ each goes through the same sink and source code as a stream, in one Spark job.
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -239,3 +240,16 @@ def test_starting_timestamp_returns_exactly_the_later_rows(spark, servers, tmp_p
     assert sorted(r["id"] for r in streamed) == list(range(60, 100))
     # a timestamp after everything: nothing (each partition starts at its end)
     assert _read(spark, servers, topic=topic, startingTimestamp=str(2**41)).count() == 0
+    # endingTimestamp: exactly the earlier rows
+    before = _read(spark, servers, topic=topic, endingTimestamp=str(since_ms)).collect()
+    assert sorted(r["id"] for r in before) == list(range(60))
+    # per partition: p0 from the timestamp, p1 from its beginning, p2 from its end
+    by_ts = json.dumps({topic: {"0": since_ms, "1": 0, "2": 2**41}})
+    mixed = _read(spark, servers, topic=topic, startingOffsetsByTimestamp=by_ts).collect()
+    everything = _read(spark, servers, topic=topic).collect()
+    want = sorted(
+        r["id"]
+        for r in everything
+        if r["__raftlog_partition"] == 1 or (r["__raftlog_partition"] == 0 and r["id"] >= 60)
+    )
+    assert sorted(r["id"] for r in mixed) == want

@@ -189,6 +189,35 @@ def test_starting_timestamp_is_milliseconds_for_reads_only() -> None:
         parse_sink_options({"topic": "t", "startingTimestamp": "1"}, streaming=True)
 
 
+def test_timestamps_by_partition_and_ending_timestamp() -> None:
+    o = parse_source_options(
+        {"subscribe": "a,b", "startingOffsetsByTimestamp": '{"a": {"0": 5, "1": 7}}'},
+        streaming=True,
+    )
+    assert o.starting_offsets_by_timestamp == {"a": {0: 5, 1: 7}}
+    with pytest.raises(OptionError, match=r"names topic\(s\) \['c'\] that are not read"):
+        parse_source_options(
+            {"topic": "a", "startingOffsetsByTimestamp": '{"c": {"0": 5}}'}, streaming=True
+        )
+    with pytest.raises(OptionError, match="must be >= 0"):
+        parse_source_options(
+            {"topic": "a", "startingOffsetsByTimestamp": '{"a": {"0": -2}}'}, streaming=True
+        )
+    with pytest.raises(OptionError, match="cannot be used with 'subscribePattern'"):
+        parse_source_options(
+            {"subscribePattern": "a.*", "startingOffsetsByTimestamp": '{"a": {"0": 1}}'},
+            streaming=True,
+        )
+    assert (
+        parse_source_options(
+            {"topic": "a", "endingTimestamp": "9"}, streaming=False
+        ).ending_timestamp
+        == 9
+    )
+    with pytest.raises(OptionError, match="'endingTimestamp' applies to batch reads"):
+        parse_source_options({"topic": "a", "endingTimestamp": "9"}, streaming=True)
+
+
 def test_exactly_one_subscription_option() -> None:
     assert parse_source_options({"subscribe": "a, b,a"}, streaming=True).topics == ("a", "b")
     o = parse_source_options({"subscribePattern": "ev-.*"}, streaming=True)
