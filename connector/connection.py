@@ -97,7 +97,7 @@ def resolve_servers(servers: Sequence[str] | None, auth_token: str | None = None
             cluster.data_dir,
         )
     else:
-        log.info("raftlog: using the embedded local raftlog cluster in %s", cluster.data_dir)
+        log.debug("raftlog: using the embedded local raftlog cluster in %s", cluster.data_dir)
     for failure in cluster.down:
         log.warning(
             "raftlog: the embedded local cluster serves with %d of %d nodes; %s",
