@@ -17,6 +17,7 @@ import argparse
 import asyncio
 import json
 import os
+import pathlib
 import sys
 import time
 from typing import Any
@@ -112,6 +113,17 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument(
                 "--default-partitions", type=_positive_int("--default-partitions"), default=6
             )
+
+    node = sub.add_parser("node", help="a node's data directory")
+    node_sub = node.add_subparsers(dest="node_command", metavar="ACTION")
+    purge = node_sub.add_parser(
+        "purge-moved-aside",
+        help="delete the group directories a node moved aside (dropped groups, damaged "
+        "logs); nothing else ever deletes them",
+    )
+    purge.add_argument("--data-dir", required=True, help="the node's --data-dir")
+    purge.add_argument("--dry-run", action="store_true", help="only list what would go")
+    purge.set_defaults(handler=_cmd_node_purge_moved_aside)
 
     cluster = sub.add_parser("cluster", help="inspect a cluster")
     cluster_sub = cluster.add_subparsers(dest="cluster_command", metavar="ACTION")
@@ -333,6 +345,23 @@ def _cmd_local_stop(args: argparse.Namespace) -> int:
         print("stopped pids " + " ".join(pids))
     else:
         print(f"no node of the local cluster in {recorded.data_dir} was running")
+    return 0
+
+
+def _cmd_node_purge_moved_aside(args: argparse.Namespace) -> int:
+    from raftlog.storage import identity
+
+    root = pathlib.Path(args.data_dir)
+    if not root.is_dir():
+        print(f"raftlog: --data-dir {root}: not a directory", file=sys.stderr)
+        return 2
+    found = identity.moved_aside(root)
+    if not args.dry_run:
+        found = identity.purge_moved_aside(root)
+    for p in found:
+        print(f"{'would delete' if args.dry_run else 'deleted'} {p}")
+    if not found:
+        print(f"nothing moved aside under {root}")
     return 0
 
 
