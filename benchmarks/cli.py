@@ -1,5 +1,7 @@
 """``python -m benchmarks [SCENARIO ...] [--quick] [--out DIR] [scenario flags]``.
 
+``python -m benchmarks profile SCENARIO ...`` runs one under py-spy (:mod:`benchmarks.profile`).
+
 Exit status: 0 when every selected scenario ran or was skipped, 1 when one
 failed (the results are still written), 2 on a usage error such as an unknown
 scenario name.
@@ -96,6 +98,11 @@ def _summary_table(results: list[ScenarioResult]) -> Table:
 
 def main(argv: list[str] | None = None, registry: Registry | None = None) -> int:
     """Parse ``argv``, run the scenarios, print the table, write the files; the exit status."""
+    args_list = sys.argv[1:] if argv is None else argv
+    if args_list[:1] == ["profile"]:  # python -m benchmarks profile SCENARIO ...
+        from benchmarks.profile import main as profile_main
+
+        return profile_main(args_list[1:])
     registry = registry if registry is not None else load_all()
     parser = build_parser(registry)
     args = parser.parse_args(argv)
