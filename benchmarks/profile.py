@@ -145,7 +145,7 @@ def flame_svg(stacks: list[tuple[list[str], int]], title: str, width: int = 1200
             if w >= 0.5:
                 depth_max = max(depth_max, depth)
                 hue = 20 + (hash(name) % 40)
-                label = html.escape(name if w > 60 else "")[: int(w / 7)]
+                label = html.escape((name if w > 60 else "")[: int(w / 7)])
                 tip = html.escape(f"{name} ({child['n'] / total:.1%})")
                 boxes.append(
                     f'<g><title>{tip}</title><rect x="{x:.1f}" y="{20 + depth * row_h}" '
