@@ -110,8 +110,23 @@ def split_by_kind(stacks: list[tuple[list[str], int]]) -> dict[str, list[tuple[l
                 # exited (""): the outermost process is the harness, i.e. the driver.
                 kind = "driver" if i == 0 and not cmdline else kind_of(cmdline)
                 rest = frames[i + 1 :]
+                if kind == "other" and any("spark" in f for f in frames[:i]):
+                    kind = "spark-worker"  # e.g. a worker sampled as the JVM's jspawnhelper
         out[kind].append((rest or ["(idle)"], count))
     return dict(out)
+
+
+WAITS = re.compile(
+    r"^(\(idle\)|_worker \(concurrent/futures/thread\.py|\w*Selector\.select \(selectors\.py"
+    r"|Condition\.wait \(threading\.py|sleep \(asyncio/tasks\.py|Event\.wait \(threading\.py)"
+)
+"""Leaf frames that are a thread waiting (py-spy's idle detection misses some: an executor
+thread blocked on its queue is sampled as running); reported, and left out of "busy"."""
+
+
+def busy_samples(stacks: list[tuple[list[str], int]]) -> int:
+    """Samples whose leaf frame is not a known wait."""
+    return sum(c for frames, c in stacks if not WAITS.match(frames[-1]))
 
 
 def top_frames(stacks: list[tuple[list[str], int]], n: int) -> list[tuple[str, float, float]]:
@@ -181,12 +196,18 @@ def write_reports(folded: Path, out_dir: Path, scenario: str, top: int) -> Path:
         lines += [
             f"## {kind}: {samples} samples ({samples / all_samples:.0%})",
             "",
+            f"busy (leaf not a known wait): {busy_samples(stacks)} samples; frames marked"
+            " (wait) are threads waiting.",
+            "",
             f"flame graph: `{stem.name}.svg`",
             "",
             "| self | total | frame |",
             "|---:|---:|---|",
         ]
-        lines += [f"| {s:.1%} | {t:.1%} | `{f}` |" for f, s, t in top_frames(stacks, top)]
+        lines += [
+            f"| {s:.1%} | {t:.1%} | `{f}`{' (wait)' if WAITS.match(f) else ''} |"
+            for f, s, t in top_frames(stacks, top)
+        ]
         lines.append("")
     summary = out_dir / f"profile-{scenario}.md"
     summary.write_text("\n".join(lines))

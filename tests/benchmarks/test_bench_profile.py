@@ -55,6 +55,8 @@ def test_folded_parsing_and_kinds() -> None:
     assert by_kind["spark-worker"] == [(["write (w.py:5)"], 1)]
     top = profile.top_frames(by_kind["driver"], 5)
     assert top[0] == ("loop (a.py:3)", 4 / 7, 4 / 7)
+    waiting = [(["_worker (concurrent/futures/thread.py:81)"], 5), (["f (a.py:1)"], 2)]
+    assert profile.busy_samples(waiting) == 2
 
 
 def test_flame_graphs_of_a_tiny_process(tmp_path: Path) -> None:
