@@ -21,6 +21,8 @@ import pathlib
 import shutil
 import time
 
+from raftlog.storage.api import StorageCorruption
+from raftlog.storage.commit_context import CommitContextStore
 from raftlog.storage.fs import REAL_FS, FileSystem
 from raftlog.storage.vote_store import VoteStore
 
@@ -140,10 +142,26 @@ def set_aside_damaged_log(
     vote are carried over durably, so the replica never votes twice in a term;
     a damaged vote record is not guessed at: ``StorageCorruption`` propagates and
     nothing is moved.
+
+    The commit context is carried over too: it names an offset this replica had
+    flushed and acknowledged, which the empty log no longer reaches, so the
+    replica starts "behind its promise" (it neither votes nor counts toward a
+    quorum until refetched that far; see ``RaftCore.behind_promise``). A damaged
+    commit context is not carried (nothing to promise from), so that a restart
+    never needs a human. A crash while refetching may leave a torn tail below the
+    carried offset, which the next open reports as corruption: the log is then set
+    aside again, promise and vote carried again, and the refetch starts over.
     """
     directory = pathlib.Path(directory)
     vote = VoteStore(directory, fs).load()
+    contexts = CommitContextStore(directory, fs)
+    try:
+        ctx = contexts.load()
+    except StorageCorruption:
+        ctx = None
     aside = move_aside(directory, f"corrupt-group-{group_id}", fs)
     claim_directory(directory, GROUP_MARKER, str(group_id), "group", fs)
     VoteStore(directory, fs).save(vote)
+    if ctx is not None:
+        CommitContextStore(directory, fs).save(ctx)
     return aside

@@ -112,3 +112,33 @@ def test_a_damaged_log_is_set_aside_with_its_vote_carried_over(tmp_path):
     assert (aside / "00000000000000000000-00000000000000000001.log").read_bytes() == b"damaged"
     assert sorted(p.name for p in d.iterdir()) == ["group_id", "vote"]
     assert VoteStore(d).load() == VoteState(9, 2)  # never votes twice in term 9
+
+
+def test_a_set_aside_log_carries_its_commit_context_so_the_replica_starts_behind(tmp_path):
+    from raftlog.raft.configuration import Configuration
+    from raftlog.raft.consensus import Consensus
+    from raftlog.storage.api import CommitContext
+    from raftlog.storage.commit_context import CommitContextStore
+    from raftlog.storage.log import SegmentedLog
+
+    d = tmp_path / "events" / "0"
+    identity.claim_directory(d, identity.GROUP_MARKER, "4", "group")
+    CommitContextStore(d).save(CommitContext(41, 3, b"snap"))
+    (d / "00000000000000000000-00000000000000000001.log").write_bytes(b"damaged")
+    identity.set_aside_damaged_log(d, 4)
+    assert sorted(p.name for p in d.iterdir()) == ["commit_context", "group_id", "vote"]
+    # The refetched replica had acknowledged offsets up to 41: it starts behind them.
+    log = SegmentedLog.open(d)
+    try:
+        c = Consensus(4, 2, Configuration.of([1, 2, 3], ()), log, transport=None)  # type: ignore[arg-type]
+        assert c.core.promised_offset == 41 and c.core.behind_promise
+    finally:
+        log.close()
+
+
+def test_a_damaged_commit_context_is_not_carried_and_blocks_nothing(tmp_path):
+    d = tmp_path / "events" / "0"
+    identity.claim_directory(d, identity.GROUP_MARKER, "4", "group")
+    (d / "commit_context").write_bytes(b"garbage")
+    identity.set_aside_damaged_log(d, 4)
+    assert sorted(p.name for p in d.iterdir()) == ["group_id", "vote"]
