@@ -627,6 +627,16 @@ class RaftCore:
             ):
                 p.next_offset = max(min(p.next_offset, p.match_offset + 1), self.log.start_offset)
                 self._need_recovery(p)
+            elif reply.result == APPEND_FAILURE and not is_heartbeat and p.recovering:
+                # A mismatch still moves recovery back, stale or not: a follower that
+                # waited (``_await_predecessor``) on a request it cannot take answers
+                # after the heartbeats sent meanwhile, so its reply's seq is raised to
+                # theirs; ignoring it would resend the same request forever. Only ever
+                # lowers ``next_offset`` (resending entries is harmless).
+                p.next_offset = max(
+                    min(p.next_offset, reply.last_dirty_offset + 1, req_prev_offset),
+                    self.log.start_offset,
+                )
             return
         p.last_reply_seq = max(p.last_reply_seq, reply.seq)
         p.last_heard_tick = self.ticks

@@ -7,6 +7,7 @@ import pytest
 from raftlog.raft import mutations
 from raftlog.raft.core import RaftCore
 from raftlog.raft.messages import (
+    APPEND_FAILURE,
     APPEND_SUCCESS,
     AppendEntriesReply,
     AppendEntriesRequest,
@@ -125,3 +126,24 @@ def test_a_reply_never_carries_a_higher_seq_than_a_newer_state() -> None:
     assert reply.seq == 6 and reply.last_flushed_offset == 0
     # A new leader's seqs start afresh.
     assert follower.handle_heartbeat(3, Heartbeat(1, 2, -1, 0, -1, seq=1)).seq == 1
+
+
+def test_a_stale_mismatch_still_moves_recovery_back() -> None:
+    """Follower 2 lost its log: recovery's request (prev 0) waits on the follower for
+    its predecessor while a heartbeat is answered, so the mismatch reply carries the
+    heartbeat's seq and is stale. It must still move ``next_offset`` back, else
+    recovery resends the same request forever (the follower never catches up)."""
+    net, leader = _leader_with_unflushed_entry()
+    net.write(1, placed(1, 1))
+    p = leader.progress[2]
+    p.recovering, p.next_offset = True, 2
+    append_seq = leader.next_seq(2)
+    hb = leader.heartbeat_for(2)
+    leader.handle_append_reply(
+        2, 1, hb.prev_log_offset, HeartbeatReply(1, 1, APPEND_SUCCESS, -1, -1, -1, hb.seq), True
+    )
+    assert append_seq < hb.seq
+    mismatch = AppendEntriesReply(1, 2, 1, 1, APPEND_FAILURE, -1, -1, -1, hb.seq)
+    leader.handle_append_reply(2, 1, 1, mismatch)
+    assert leader.stale_replies == 1
+    assert p.next_offset == 0 and p.recovering
