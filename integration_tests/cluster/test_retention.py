@@ -258,9 +258,19 @@ async def test_retention_ms_deletes_old_segments_and_restart_keeps_log_start(clu
         follower = next(n for n in meta.partitions[0].replicas if n != meta.partitions[0].leader)
         cluster.kill(follower)
         cluster.restart(follower)
-        for node, node_dir in _node_dirs(cluster).items():
-            bases = [int(p.name.split("-")[0]) for p in (node_dir / "aged" / "0").glob("*.log")]
-            assert bases and min(bases) > 0, (node, sorted(bases))
+
+        def bases() -> dict[int, list[int]]:
+            return {
+                node: sorted(int(p.name.split("-")[0]) for p in (d / "aged" / "0").glob("*.log"))
+                for node, d in _node_dirs(cluster).items()
+            }
+
+        async def every_replica_deleted() -> bool:
+            # each replica deletes on its own once it has applied the new log start
+            return all(b and min(b) > 0 for b in bases().values())
+
+        await _wait_for(every_replica_deleted, 20.0, "every replica to delete below the log start")
+        assert all(b and min(b) > 0 for b in bases().values()), bases()
         again, hwm2, _ = await client.list_offsets("aged", 0)
         assert again >= start and hwm2 >= hwm
         tail = await _read_all(client, "aged", again, hwm2)
