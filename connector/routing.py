@@ -27,34 +27,9 @@ import pyarrow.compute as pc
 
 __all__ = ["key_bytes", "murmur2", "murmur2_many", "partitions_of", "to_large_binary"]
 
-_SEED = 0x9747B28C
-_M = 0x5BD1E995
-_MASK32 = 0xFFFFFFFF
-
-
-def murmur2(data: bytes) -> int:
-    """Kafka's murmur2 of ``data`` as a signed 32-bit int (the reference, one input)."""
-    length = len(data)
-    h = (_SEED ^ length) & _MASK32
-    for i in range(length // 4):
-        k = int.from_bytes(data[4 * i : 4 * i + 4], "little")
-        k = (k * _M) & _MASK32
-        k ^= k >> 24
-        k = (k * _M) & _MASK32
-        h = ((h * _M) & _MASK32) ^ k
-    tail = length & ~3
-    rest = length % 4
-    if rest == 3:
-        h ^= data[tail + 2] << 16
-    if rest >= 2:
-        h ^= data[tail + 1] << 8
-    if rest >= 1:
-        h ^= data[tail]
-        h = (h * _M) & _MASK32
-    h ^= h >> 13
-    h = (h * _M) & _MASK32
-    h ^= h >> 15
-    return h - (1 << 32) if h & 0x80000000 else h
+from raftlog.client.partitioner import SEED as _SEED
+from raftlog.client.partitioner import M as _M
+from raftlog.client.partitioner import murmur2
 
 
 def to_large_binary(arr: pa.Array | pa.ChunkedArray) -> pa.Array:

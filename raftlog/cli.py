@@ -23,6 +23,7 @@ import time
 from typing import Any
 
 from raftlog import __version__
+from raftlog.client.partitioner import murmur2
 
 NO_CLUSTER = (
     "no raftlog cluster found: pass --servers HOST:PORT[,HOST:PORT...], set RAFTLOG_SERVERS, "
@@ -594,7 +595,7 @@ def _cmd_produce(args: argparse.Namespace) -> int:
             if args.partition is not None:
                 part = args.partition
             elif key is not None:
-                part = (_murmur2(key) & 0x7FFFFFFF) % nparts  # Kafka's default partitioner
+                part = (murmur2(key) & 0x7FFFFFFF) % nparts  # Kafka's default partitioner
             else:
                 part = index % nparts
             return part, Record(value, key, headers)
@@ -631,31 +632,6 @@ def _cmd_produce(args: argparse.Namespace) -> int:
         print(f"produced {sent} records to {args.topic}", file=sys.stderr)
 
     return _run(args, go)
-
-
-def _murmur2(data: bytes) -> int:
-    """Kafka's murmur2 (Utils.murmur2), as the connector's routing computes it."""
-    seed, m, mask = 0x9747B28C, 0x5BD1E995, 0xFFFFFFFF
-    length = len(data)
-    h = (seed ^ length) & mask
-    for i in range(length // 4):
-        k = int.from_bytes(data[4 * i : 4 * i + 4], "little")
-        k = (k * m) & mask
-        k ^= k >> 24
-        k = (k * m) & mask
-        h = ((h * m) & mask) ^ k
-    tail, rest = length & ~3, length % 4
-    if rest == 3:
-        h ^= data[tail + 2] << 16
-    if rest >= 2:
-        h ^= data[tail + 1] << 8
-    if rest >= 1:
-        h ^= data[tail]
-        h = (h * m) & mask
-    h ^= h >> 13
-    h = (h * m) & mask
-    h ^= h >> 15
-    return h - (1 << 32) if h & 0x80000000 else h
 
 
 def _records(payload: bytes, record_count: int) -> list[Any]:

@@ -9,7 +9,7 @@ import subprocess
 import sys
 import uuid
 
-from raftlog.cli import _murmur2
+from raftlog.client.partitioner import murmur2 as _murmur2
 
 
 def _cli(servers: list[str], *args: str, stdin: bytes = b"") -> subprocess.CompletedProcess:

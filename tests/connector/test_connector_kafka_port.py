@@ -24,8 +24,8 @@ from pyspark_raftlog.options import (
 from pyspark_raftlog.raw_records import HEADERS_TYPE, chunk_records, decode_records
 from pyspark_raftlog.routing import key_bytes, murmur2, murmur2_many, partitions_of
 
-from raftlog.cli import _murmur2 as cli_murmur2
 from raftlog.client.framing import Record, frame_keyed, frame_records, unframe_any
+from raftlog.client.partitioner import murmur2 as client_murmur2
 
 # Kafka's own test vectors (clients/src/test/java/org/apache/kafka/common/utils/UtilsTest.java)
 KAFKA_VECTORS = {
@@ -41,7 +41,7 @@ KAFKA_VECTORS = {
 @pytest.mark.parametrize(("data", "want"), KAFKA_VECTORS.items())
 def test_murmur2_matches_kafka(data: bytes, want: int) -> None:
     assert murmur2(data) == want
-    assert cli_murmur2(data) == want
+    assert client_murmur2(data) == want
     assert murmur2_many(pa.array([data])).tolist() == [want]
 
 
