@@ -216,13 +216,11 @@ class CoordinatorState:
             }
         v = v or _Version()
         earlier = v.decisions.get(run)
-        if earlier is not None:
-            if earlier.commit != commit:
-                return {
-                    "status": "committed" if earlier.commit else "aborted",
-                    "decision": earlier.to_json(),
-                }
-            return {"status": "committed" if commit else "aborted", "decision": earlier.to_json()}
+        if earlier is not None:  # this run decided already: its decision stands
+            return {
+                "status": "committed" if earlier.commit else "aborted",
+                "decision": earlier.to_json(),
+            }
         if commit:
             for i, p in enumerate(named):
                 known = v.participants.get(p.producer_id)
