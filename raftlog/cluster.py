@@ -185,6 +185,10 @@ def _is_our_node(node: NodeProcess) -> bool:
         cmd = pathlib.Path(f"/proc/{node.pid}/cmdline").read_bytes().split(b"\0")
     except OSError:
         return True  # no /proc: trust the PID
+    if cmd == [b""]:
+        # A process tearing down after SIGKILL has released its memory, and with it its
+        # cmdline, before it becomes a zombie: it is still the node we signalled.
+        return True
     args = [c.decode(errors="replace") for c in cmd]
     return "server" in args and "--node-id" in args and str(node.node_id) in args
 
