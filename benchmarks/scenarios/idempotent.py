@@ -29,7 +29,8 @@ from benchmarks.context import RunContext
 from benchmarks.registry import Row, scenario
 from benchmarks.scenarios.small import seconds_per_step
 from benchmarks.workloads import raftlog_local
-from benchmarks.workloads.closed_loop import LoadResult, percentile
+from benchmarks.workloads.closed_loop import LoadResult
+from benchmarks.workloads.latency import quantile
 from benchmarks.workloads.raftlog_load import producers_load
 
 IN_FLIGHT = 5
@@ -155,15 +156,14 @@ async def measure(ctx: RunContext, servers: list[str], producers: int, seconds: 
             "producer": mode,
             "records/s": load.requests * RECORDS_PER_BATCH / load.seconds,
             "requests/s": load.requests_per_s,
-            "p50 ms": load.p50_ms,
-            "p99 ms": load.p99_ms,
+            **load.latency(),
             "errors": load.errors,
         }
         if mode == "idempotent":
             row["out-of-order resends"] = load.resends
         if commits:
             row["commits/s"] = len(commits) / load.seconds
-            row["commit p50 ms"] = percentile(commits, 0.5) * 1e3
+            row["commit p50 ms"] = quantile(commits, 50.0) * 1e3
         rows.append(row)
         if load.first_error:
             ctx.note(f"{mode}: first error: {load.first_error}")

@@ -116,8 +116,7 @@ def run(ctx: RunContext) -> list[Row]:
                             "system": f"etcd {version}",
                             "case": f"small, {n} clients",
                             "requests/s": load.requests_per_s,
-                            "p50 ms": load.p50_ms,
-                            "p99 ms": load.p99_ms,
+                            **load.latency(),
                             "errors": load.errors,
                         }
                     )
@@ -128,8 +127,7 @@ def run(ctx: RunContext) -> list[Row]:
                                 "system": "raftlog",
                                 "case": f"small, {n} clients",
                                 "requests/s": mine.requests_per_s,
-                                "p50 ms": mine.p50_ms,
-                                "p99 ms": mine.p99_ms,
+                                **mine.latency(),
                                 "errors": mine.errors,
                                 "x etcd": mine.requests_per_s / max(load.requests_per_s, 1e-9),
                             }
@@ -146,8 +144,7 @@ def run(ctx: RunContext) -> list[Row]:
                         "system": f"pysyncobj {pysyncobj_version()}",
                         "case": f"100-byte appends, {f.in_flight} in flight per node",
                         "records/s": f.records_per_s,
-                        "p50 ms": f.p50_ms,
-                        "p99 ms": f.p99_ms,
+                        **f.latency,
                         "errors": f.errors,
                     }
                 )
@@ -158,8 +155,7 @@ def run(ctx: RunContext) -> list[Row]:
                         "system": "raftlog",
                         "case": f"100-byte records in batches of {RECORDS_PER_BATCH}, acks=all",
                         "records/s": batched.requests * RECORDS_PER_BATCH / batched.seconds,
-                        "p50 ms": batched.p50_ms,
-                        "p99 ms": batched.p99_ms,
+                        **batched.latency(),
                         "errors": batched.errors,
                         "x pysyncobj best": batched.requests
                         * RECORDS_PER_BATCH

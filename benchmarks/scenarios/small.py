@@ -50,8 +50,7 @@ async def measure(
         row: Row = {
             "clients": f"{clients} clients",
             "requests/s": load.requests_per_s,
-            "p50 ms": load.p50_ms,
-            "p99 ms": load.p99_ms,
+            **load.latency(),
             "errors": load.errors,
         }
         # acks=all cannot be acknowledged without a flush, so a counter that did not move

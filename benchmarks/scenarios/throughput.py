@@ -79,8 +79,7 @@ async def measure(ctx: RunContext, servers: list[str], seconds: float) -> list[R
                     "case": f"{partitions} partition(s), {size} B records, acks={acks}",
                     "MB/s": mb_s,
                     "records/s": load.requests * count / load.seconds,
-                    "p50 ms": load.p50_ms,
-                    "p99 ms": load.p99_ms,
+                    **load.latency(),
                     "errors": load.errors,
                 }
                 if ceiling:

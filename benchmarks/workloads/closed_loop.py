@@ -12,25 +12,15 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import math
 import time
 from collections.abc import Awaitable, Callable
+
+from benchmarks.workloads.latency import latency_columns
 
 ERROR_PAUSE_S = 0.001
 
 RequestFn = Callable[[int, int], Awaitable[object]]
 """``request(worker, n)``: send one request (the ``n``-th of the run) from ``worker``."""
-
-
-def percentile(values: list[float], q: float) -> float:
-    """The ``q`` quantile (0..1) of ``values`` by the nearest-rank method; 0.0 when empty."""
-    if not 0.0 <= q <= 1.0:
-        raise ValueError(f"q must be within 0..1, got {q}")
-    if not values:
-        return 0.0
-    ordered = sorted(values)
-    rank = max(1, math.ceil(q * len(ordered)))
-    return ordered[rank - 1]
 
 
 @dataclasses.dataclass
@@ -54,13 +44,9 @@ class LoadResult:
     def requests_per_s(self) -> float:
         return self.requests / self.seconds if self.seconds > 0 else 0.0
 
-    @property
-    def p50_ms(self) -> float:
-        return percentile(self.latencies_s, 0.50) * 1e3
-
-    @property
-    def p99_ms(self) -> float:
-        return percentile(self.latencies_s, 0.99) * 1e3
+    def latency(self) -> dict[str, float]:
+        """The row's latency columns: p50, p95, p99, p99.9 and max in ms."""
+        return latency_columns(self.latencies_s)
 
 
 async def run_closed_loop(

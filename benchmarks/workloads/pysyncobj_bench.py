@@ -14,15 +14,15 @@ from collections.abc import Callable
 from pathlib import Path
 
 from benchmarks.peers.pysyncobj_cluster import PySyncObjCluster
-from benchmarks.workloads.closed_loop import percentile
+from benchmarks.workloads.latency import latency_columns
 
 
 @dataclasses.dataclass
 class SyncObjFigure:
     in_flight: int
     records_per_s: float
-    p50_ms: float
-    p99_ms: float
+    latency: dict[str, float]
+    """p50 .. max in ms (:func:`latency_columns`)."""
     errors: int
 
 
@@ -45,8 +45,7 @@ def measure_pysyncobj(
                 SyncObjFigure(
                     window,
                     success / elapsed if elapsed > 0 else 0.0,
-                    percentile(latencies, 0.5) * 1e3,
-                    percentile(latencies, 0.99) * 1e3,
+                    latency_columns(latencies),
                     sum(a["errors"] for a in answers),
                 )
             )

@@ -12,7 +12,8 @@ import pytest
 from benchmarks.peers import detect
 from benchmarks.peers.etcd_cluster import EtcdCluster
 from benchmarks.peers.etcd_load import etcd_put_load
-from benchmarks.workloads.closed_loop import percentile, run_closed_loop
+from benchmarks.workloads.closed_loop import run_closed_loop
+from benchmarks.workloads.latency import latency_columns, quantile
 
 
 @pytest.fixture
@@ -28,14 +29,21 @@ def needs_pysyncobj() -> None:
         pytest.fail(detect.PYSYNCOBJ_INSTALL_HINT)
 
 
-def test_percentile_is_nearest_rank() -> None:
-    values = [float(v) for v in range(1, 101)]
-    assert percentile(values, 0.5) == 50.0
-    assert percentile(values, 0.99) == 99.0
-    assert percentile(values, 1.0) == 100.0
-    assert percentile([], 0.5) == 0.0
+def test_latency_columns_give_every_percentile_and_the_max() -> None:
+    values = [v / 1000 for v in range(1, 1001)]  # 1 ms .. 1000 ms
+    cols = latency_columns(values)
+    assert list(cols) == ["p50 ms", "p95 ms", "p99 ms", "p99.9 ms", "max ms"]
+    # HdrHistogram keeps 3 significant digits
+    for key, want in [("p50 ms", 500), ("p95 ms", 950), ("p99 ms", 990), ("p99.9 ms", 999)]:
+        assert cols[key] == pytest.approx(want, rel=1e-3), key
+    assert cols["max ms"] == pytest.approx(1000, rel=1e-3)
+    assert latency_columns(values, unit="s")["p50 s"] == pytest.approx(0.5, rel=1e-3)
+    assert latency_columns([]) == {}  # not measured: absent, never a zero
+    assert quantile([], 50.0) == 0.0
     with pytest.raises(ValueError, match="q must be"):
-        percentile(values, 1.5)
+        quantile(values, 101.0)
+    with pytest.raises(ValueError, match="unit must be"):
+        latency_columns(values, unit="us")
 
 
 async def test_closed_loop_stops_at_the_request_count_and_counts_errors() -> None:
@@ -52,7 +60,8 @@ async def test_closed_loop_stops_at_the_request_count_and_counts_errors() -> Non
     assert {w for w, _ in seen} == {0, 1, 2, 3}  # every worker took part
     assert result.errors == 10 and result.requests == 90
     assert result.first_error.startswith("RuntimeError: request")
-    assert result.requests_per_s > 0 and result.p99_ms >= result.p50_ms >= 0
+    lat = result.latency()
+    assert result.requests_per_s > 0 and lat["max ms"] >= lat["p99 ms"] >= lat["p50 ms"] >= 0
 
 
 async def test_closed_loop_stops_at_the_deadline_with_no_more_than_clients_in_flight() -> None:
@@ -89,7 +98,7 @@ async def test_closed_loop_against_etcd_measures_puts(tmp_path: Path) -> None:
     assert result.errors == 0, result.first_error
     assert result.requests == 40
     assert len(result.latencies_s) == 40 and all(t > 0 for t in result.latencies_s)
-    assert result.p99_ms >= result.p50_ms > 0
+    assert result.latency()["p99 ms"] >= result.latency()["p50 ms"] > 0
 
 
 @pytest.mark.usefixtures("needs_pysyncobj")
