@@ -55,6 +55,13 @@ def build_parser(registry: Registry) -> argparse.ArgumentParser:
         help="output directory (default: benchmarks/results/<YYYY-MM-DD>/)",
     )
     parser.add_argument("--list", action="store_true", help="list the scenarios and exit")
+    parser.add_argument(
+        "--servers",
+        default=None,
+        metavar="HOST:PORT,...",
+        help="measure this existing raftlog cluster instead of starting a local one "
+        "(small, throughput, idempotent; scenarios that kill or restart nodes skip)",
+    )
     for entry in registry.all():
         if entry.add_arguments is not None:
             entry.add_arguments(parser.add_argument_group(f"scenario {entry.name}"))

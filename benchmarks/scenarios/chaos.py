@@ -23,7 +23,7 @@ import shutil
 import time
 
 from benchmarks.context import RunContext
-from benchmarks.registry import Row, require, scenario
+from benchmarks.registry import Row, Skip, require, scenario
 
 QUICK_BATCHES, FULL_BATCHES = 24, 60
 QUICK_CHASE, FULL_CHASE = 2, 5
@@ -108,6 +108,8 @@ async def _run(ctx: RunContext, data_dir, minutes: float, seed: int) -> list:
     add_arguments=add_arguments,
 )
 def run(ctx: RunContext) -> list[Row]:
+    if getattr(ctx.args, "servers", None):
+        raise Skip("it kills and partitions nodes, so it runs only on a cluster it starts")
     require("raftlog.checker", "check")
     require("raftlog.faults.proxy_process", "ProxyProcess")
     minutes = getattr(ctx.args, "minutes", None)

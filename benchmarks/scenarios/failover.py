@@ -12,7 +12,7 @@ import argparse
 import asyncio
 
 from benchmarks.context import RunContext
-from benchmarks.registry import Row, scenario
+from benchmarks.registry import Row, Skip, scenario
 from benchmarks.workloads import failover_round, raftlog_local
 from benchmarks.workloads.latency import latency_columns
 
@@ -57,6 +57,8 @@ async def measure(ctx: RunContext, cluster: object, rounds: int) -> list[Row]:
     add_arguments=add_arguments,
 )
 def run(ctx: RunContext) -> list[Row]:
+    if getattr(ctx.args, "servers", None):
+        raise Skip("it kills nodes by PID, so it runs only on a local cluster it starts")
     rounds = ctx.option("failover_rounds", quick=QUICK_ROUNDS, full=FULL_ROUNDS)
     ctx.set_total(rounds)
     with (

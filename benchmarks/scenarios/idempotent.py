@@ -190,7 +190,7 @@ def run(ctx: RunContext) -> list[Row]:
     ctx.set_total(4)
     with (
         ctx.scratch_dir("idempotent") as data_dir,
-        raftlog_local.local_cluster(data_dir) as cluster,
+        raftlog_local.cluster_under_test(ctx, data_dir) as cluster,
     ):
         rows = asyncio.run(measure(ctx, cluster.servers, producers, seconds))
     ctx.note(

@@ -98,7 +98,7 @@ def run(ctx: RunContext) -> list[Row]:
         small: dict[int, Any] = {}
         batched = None
         try:
-            with raftlog_local.local_cluster(scratch / "raftlog") as cluster:
+            with raftlog_local.cluster_under_test(ctx, scratch / "raftlog") as cluster:
                 small, batched = asyncio.run(raftlog_figures(cluster.servers, counts, seconds))
         except Skip as skip:
             ctx.note(f"raftlog left out: {skip.reason}")

@@ -79,7 +79,10 @@ def run(ctx: RunContext) -> list[Row]:
     counts = QUICK_CLIENTS if ctx.quick else FULL_CLIENTS
     seconds = seconds_per_step(ctx, QUICK_SECONDS, FULL_SECONDS, "small_seconds")
     ctx.set_total(len(counts))
-    with ctx.scratch_dir("small") as data_dir, raftlog_local.local_cluster(data_dir) as cluster:
+    with (
+        ctx.scratch_dir("small") as data_dir,
+        raftlog_local.cluster_under_test(ctx, data_dir) as cluster,
+    ):
         rows = asyncio.run(measure(ctx, cluster.servers, counts, seconds))
     ctx.note(
         f"3-node local cluster, 1 partition, R=3; closed loop, {seconds:g} s per client count; "

@@ -105,7 +105,7 @@ def run(ctx: RunContext) -> list[Row]:
     ctx.set_total(len(PARTITIONS) * len(RECORD_SIZES) * len(ACKS))
     with (
         ctx.scratch_dir("throughput") as data_dir,
-        raftlog_local.local_cluster(data_dir) as cluster,
+        raftlog_local.cluster_under_test(ctx, data_dir) as cluster,
     ):
         rows = asyncio.run(measure(ctx, cluster.servers, seconds))
     ctx.note(

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import time
 import urllib.error
 import urllib.request
@@ -45,6 +46,31 @@ def local_cluster(data_dir: Path, nodes: int = 3) -> Iterator[Any]:
     finally:
         # cluster.json is written before start-up waits, so this finds every PID started.
         stop_cluster(data_dir, timeout_s=STOP_TIMEOUT_S)
+
+
+@dataclasses.dataclass(frozen=True)
+class ExistingCluster:
+    """A cluster the benchmark did not start (``--servers``): it is measured, never
+    stopped, restarted or killed."""
+
+    servers: list[str]
+
+
+@contextlib.contextmanager
+def cluster_under_test(ctx: Any, data_dir: Path) -> Iterator[Any]:
+    """The cluster a scenario measures: the one named by ``--servers HOST:PORT,...``,
+    else a fresh local cluster in ``data_dir`` (stopped by PID on exit).
+
+    Either has ``servers``; only a local cluster can be killed or restarted.
+    """
+    servers = getattr(ctx.args, "servers", None)
+    if servers:
+        parse_servers = require("raftlog.client.async_client", "parse_servers")
+        ctx.note(f"measured on the existing cluster --servers {servers}")
+        yield ExistingCluster(parse_servers(servers))
+        return
+    with local_cluster(data_dir) as cluster:
+        yield cluster
 
 
 def scrape(address: str, timeout_s: float = 5.0) -> str:
