@@ -59,8 +59,10 @@ async def write_plain(
     chunks: Iterable[Chunk] | AsyncIterator[Chunk],
     acks: str = "all",
     max_in_flight: int = 5,
+    compression: str = "none",
 ) -> PartitionWrite:
-    """At-least-once: produce the chunks without a producer id, ``max_in_flight`` at a time.
+    """At-least-once: produce the chunks without a producer id, ``max_in_flight`` at a time,
+    each payload compressed with ``compression`` (none, lz4, zstd).
 
     Order between the chunks of one task is not kept (requests may overtake
     each other), and a retried task writes its rows again.
@@ -72,7 +74,9 @@ async def write_plain(
             if len(window) >= max_in_flight:
                 result = await _settle(result, window.popleft())
             task = asyncio.ensure_future(
-                client.produce(topic, partition, [(payload, rows)], acks=acks)
+                client.produce(
+                    topic, partition, [(payload, rows)], acks=acks, compression=compression
+                )
             )
             window.append(_InFlight(task, rows, len(payload)))
         while window:

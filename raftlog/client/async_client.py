@@ -45,6 +45,7 @@ from tenacity import (
     wait_random_exponential,
 )
 
+from raftlog.client.compression import Compression, codec_named, decompressed, produce_batch
 from raftlog.client.errors import (
     ClusterUnavailableError,
     InvalidRequestError,
@@ -87,7 +88,6 @@ from raftlog.rpc.messages import (
     MetadataResponse,
     OffsetForTimestampRequest,
     OffsetForTimestampResponse,
-    ProduceBatch,
     ProduceRequest,
     ProduceResponse,
     TopicConfigs,
@@ -170,8 +170,9 @@ class ProducerSession:
 class FetchResult:
     """Committed data batches from the requested offset.
 
-    Control batches (markers, raft configuration, no-ops) and aborted data are
-    not returned, so offsets may have gaps; continue from ``next_offset``
+    Payloads are decompressed (``raftlog.client.compression``), whatever codec
+    the writer chose. Control batches (markers, raft configuration, no-ops) and
+    aborted data are not returned, so offsets may have gaps; continue from ``next_offset``
     (which is past every batch returned and every batch skipped).
     """
 
@@ -180,6 +181,9 @@ class FetchResult:
     last_stable_offset: int
     start_offset: int
     next_offset: int = -1
+    # each batch's size as stored (header and compressed payload), in ``batches`` order:
+    # a reader's payloads are decompressed, but fetch limits count stored bytes
+    stored_bytes: tuple[int, ...] = ()
 
 
 def parse_servers(servers: str | list[str]) -> list[str]:
@@ -387,12 +391,19 @@ class RaftlogClient:
         producer_epoch: int = -1,
         first_sequence: int = -1,
         transactional: bool = False,
+        compression: Compression | str = Compression.NONE,
     ) -> ProduceResult:
         """Append one RecordBatch per ``(payload, record_count)``; return the offsets.
 
         With acks "all" the call returns once the batches are committed on a
         majority; "1" once on the leader; "0" once the leader has enqueued them.
+        ``compression`` (none, lz4, zstd) compresses each payload before it is
+        sent; the batch records the codec and every fetch decompresses it.
         """
+        try:
+            codec = codec_named(compression)
+        except ValueError as exc:
+            raise InvalidRequestError(str(exc)) from None
         ack = _acks(acks)
         if not records:
             raise InvalidRequestError("records: expected at least one (payload, record_count)")
@@ -408,7 +419,7 @@ class RaftlogClient:
                 raise InvalidRequestError(f"records[{i}]: payload must be bytes")
             if not isinstance(count, int) or count < 1:
                 raise InvalidRequestError(f"records[{i}]: record_count must be >= 1, got {count}")
-            batches.append(ProduceBatch(bytes(payload), count))
+            batches.append(produce_batch(payload, count, codec))
         req = ProduceRequest(
             topic,
             partition,
@@ -440,8 +451,17 @@ class RaftlogClient:
             raise InvalidRequestError(f"max_bytes must be >= 1, got {max_bytes}")
         req = FetchRequest(topic, partition, offset, max_bytes, ISOLATION[isolation])
         r = await self._partition_call(topic, partition, req, FetchResponse)
+        try:
+            batches = [decompressed(b) for b in r.batches]
+        except ValueError as exc:
+            raise RaftlogError(f"topic {topic!r} partition {partition}: {exc}") from None
         return FetchResult(
-            r.batches, r.high_watermark, r.last_stable_offset, r.start_offset, r.next_offset
+            batches,
+            r.high_watermark,
+            r.last_stable_offset,
+            r.start_offset,
+            r.next_offset,
+            stored_bytes=tuple(b.size_bytes for b in r.batches),
         )
 
     async def list_offsets(self, topic: str, partition: int) -> tuple[int, int, int]:

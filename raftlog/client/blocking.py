@@ -110,6 +110,7 @@ class BlockingRaftlogClient:
         producer_epoch: int = -1,
         first_sequence: int = -1,
         transactional: bool = False,
+        compression: str = "none",
     ) -> ProduceResult:
         return self._run(
             self._client.produce(
@@ -121,6 +122,7 @@ class BlockingRaftlogClient:
                 producer_epoch,
                 first_sequence,
                 transactional,
+                compression,
             )
         )
 

@@ -57,6 +57,7 @@ from raftlog.client.async_client import (
     _CallState,
     _StaleMetadata,
 )
+from raftlog.client.compression import Compression, codec_named, produce_batch
 from raftlog.client.errors import (
     ClusterUnavailableError,
     DuplicateSequenceError,
@@ -115,7 +116,10 @@ class IdempotentProducer:
         transactional: bool = False,
         acks: int = -1,
         delivery_timeout_s: float = DEFAULT_DELIVERY_TIMEOUT_S,
+        compression: Compression = Compression.NONE,
     ) -> None:
+        """``compression``: the codec every batch's payload is compressed with before it
+        is sent (raftlog.client.compression); readers decompress."""
         if delivery_timeout_s <= 0:
             raise ValueError(f"delivery_timeout_s must be > 0, got {delivery_timeout_s}")
         if acks == 0:
@@ -129,6 +133,7 @@ class IdempotentProducer:
         self.partition = partition
         self.session = session
         self.transactional = transactional
+        self.compression = codec_named(compression)
         self._acks = acks
         self._delivery_timeout_s = float(delivery_timeout_s)
         self._max_in_flight = max_in_flight
@@ -198,7 +203,7 @@ class IdempotentProducer:
         self._tx_records += record_count
         self._tx_last_sequence = last_sequence_of(first, record_count)
         self._pending[first] = _Pending(
-            ProduceBatch(bytes(payload), record_count), fut, time.monotonic()
+            produce_batch(payload, record_count, self.compression), fut, time.monotonic()
         )
         self._idle.clear()
         self._wake.set()

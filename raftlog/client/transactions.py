@@ -38,6 +38,7 @@ from collections.abc import AsyncIterator, Iterable
 from typing import Any
 
 from raftlog.client.async_client import RaftlogClient
+from raftlog.client.compression import Compression, codec_named
 from raftlog.client.coordinator import CoordinatorClient, CoordinatorError
 from raftlog.client.errors import (
     FencedError,
@@ -124,8 +125,12 @@ async def prepare(
     *,
     max_in_flight: int = 5,
     transaction_timeout_ms: int = DEFAULT_TRANSACTION_TIMEOUT_MS,
+    compression: Compression | str = Compression.NONE,
 ) -> Prepared:
     """Write ``chunks`` (payload, record count) as one open transaction; never commit.
+
+    ``compression`` (none, lz4, zstd) compresses every payload on the way out
+    (:mod:`raftlog.client.compression`).
 
     An empty ``chunks`` registers nothing and contacts no server. Raises
     :class:`TxnRefusedError` when the run already decided this version, and
@@ -150,7 +155,13 @@ async def prepare(
     if reply["status"] != "registered":
         raise TxnRefusedError(reply.get("error", f"registration refused: {reply}"))
     producer = IdempotentProducer(
-        client, topic, partition, session, max_in_flight=max_in_flight, transactional=True
+        client,
+        topic,
+        partition,
+        session,
+        max_in_flight=max_in_flight,
+        transactional=True,
+        compression=codec_named(compression),
     )
     records = size = 0
     first_offset, last_offset = -1, -1

@@ -293,6 +293,7 @@ class PartitionReplica:
                     producer_id=req.producer_id,
                     producer_epoch=req.producer_epoch,
                     first_sequence=req.first_sequence,
+                    compression=b.compression,
                 )
                 for b in req.batches
             ]

@@ -165,6 +165,9 @@ class ListTopicsResponse:
 class ProduceBatch:
     payload: bytes
     record_count: int
+    # the codec ``payload`` is compressed with (raftlog.storage.batch.Compression, Kafka's
+    # ids); stored in the batch's attributes, so readers decompress. The engine never does.
+    compression: int = dataclasses.field(default=0, metadata={"range": (0, 4)})
 
 
 @register(21)

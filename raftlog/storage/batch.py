@@ -11,12 +11,19 @@ Header layout (all little-endian)::
     base_offset    int64    offset of the first record; offsets count records
     record_count   int32    >= 1
     term           int64    raft term of the leader that appended the batch
-    attributes     int16    bit 0: transactional; bits 1-4: BatchKind
+    attributes     int16    bit 0: transactional; bits 1-4: BatchKind; bits 5-7: the
+                            payload's Compression (Kafka's codec ids)
     producer_id    int64    -1 when not an idempotent/transactional producer
     producer_epoch int16    -1 when none
     first_sequence int32    -1 when none
     timestamp_ms   int64    append time on the leader (ms since the epoch)
     payload_len    int32    bytes of payload that follow
+
+The engine never decompresses: a compressed payload is stored, replicated and
+checksummed as the writer sent it (the CRC covers the compressed bytes), and
+readers decompress (``raftlog.client.compression``). Kafka keeps the codec in
+the low three bits of its attributes; here bits 0-4 were taken before
+compression existed, so the codec takes the next three, with Kafka's ids.
 
 Invariants: ``last_offset == base_offset + record_count - 1``; a batch that
 decodes without error has a matching CRC, so a torn or corrupt batch is always
@@ -58,9 +65,27 @@ class BatchKind(enum.IntEnum):
     LOG_START = 7  # retention: moves the partition's log start; payload: the new start (int64)
 
 
+class Compression(enum.IntEnum):
+    """The payload's codec; stored in attribute bits 5-7 with Kafka's codec ids.
+
+    Only NONE, LZ4 (lz4 frame) and ZSTD are written; GZIP and SNAPPY keep
+    Kafka's ids reserved, and a batch is refused when created with them.
+    """
+
+    NONE = 0
+    GZIP = 1
+    SNAPPY = 2
+    LZ4 = 3
+    ZSTD = 4
+
+
+SUPPORTED_COMPRESSION = (Compression.NONE, Compression.LZ4, Compression.ZSTD)
+
 _TX_BIT = 0x1
 _KIND_SHIFT = 1
 _KIND_MASK = 0xF
+_COMPRESSION_SHIFT = 5
+_COMPRESSION_MASK = 0x7
 
 
 class BatchError(ValueError):
@@ -79,8 +104,15 @@ class CorruptBatch(BatchError):
     """The batch's CRC or fields are invalid."""
 
 
-def make_attributes(kind: BatchKind, transactional: bool = False) -> int:
-    return (int(kind) << _KIND_SHIFT) | (_TX_BIT if transactional else 0)
+def make_attributes(
+    kind: BatchKind, transactional: bool = False, compression: Compression = Compression.NONE
+) -> int:
+    """The attributes field of a batch of ``kind``; see the module doc for the bits."""
+    return (
+        (int(compression) << _COMPRESSION_SHIFT)
+        | (int(kind) << _KIND_SHIFT)
+        | (_TX_BIT if transactional else 0)
+    )
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -109,8 +141,20 @@ class RecordBatch:
         producer_epoch: int = NO_PRODUCER,
         first_sequence: int = NO_PRODUCER,
         timestamp_ms: int | None = None,
+        compression: int = Compression.NONE,
     ) -> RecordBatch:
-        """A batch not yet placed in a log (offset and term 0; the leader stamps them)."""
+        """A batch not yet placed in a log (offset and term 0; the leader stamps them).
+
+        ``compression`` names the codec ``payload`` is already compressed with
+        (the batch never compresses); ValueError for a codec not in
+        :data:`SUPPORTED_COMPRESSION` or on a control batch.
+        """
+        if compression not in SUPPORTED_COMPRESSION:
+            allowed = ", ".join(c.name.lower() for c in SUPPORTED_COMPRESSION)
+            raise ValueError(f"compression: expected one of {allowed}, got codec id {compression}")
+        if compression != Compression.NONE and kind is not BatchKind.DATA:
+            # the engine reads control payloads itself and never decompresses
+            raise ValueError(f"compression: a {kind.name} batch cannot be compressed")
         if record_count < 1:
             raise ValueError(f"record_count must be >= 1, got {record_count}")
         if len(payload) > MAX_PAYLOAD_BYTES:
@@ -121,7 +165,7 @@ class RecordBatch:
             base_offset=0,
             record_count=record_count,
             term=0,
-            attributes=make_attributes(kind, transactional),
+            attributes=make_attributes(kind, transactional, Compression(compression)),
             producer_id=producer_id,
             producer_epoch=producer_epoch,
             first_sequence=first_sequence,
@@ -138,6 +182,11 @@ class RecordBatch:
         return BatchKind((self.attributes >> _KIND_SHIFT) & _KIND_MASK)
 
     @property
+    def compression(self) -> Compression:
+        """The codec of the payload (ValueError for an id Kafka has not assigned)."""
+        return Compression((self.attributes >> _COMPRESSION_SHIFT) & _COMPRESSION_MASK)
+
+    @property
     def is_transactional(self) -> bool:
         return bool(self.attributes & _TX_BIT)
 
@@ -148,6 +197,14 @@ class RecordBatch:
     @property
     def size_bytes(self) -> int:
         return HEADER_SIZE + len(self.payload)
+
+    def with_payload(self, payload: bytes, compression: Compression) -> RecordBatch:
+        """The same batch holding ``payload``, compressed with ``compression`` (a reader's
+        view after decompressing; the stored batch is never rewritten)."""
+        attributes = (self.attributes & ~(_COMPRESSION_MASK << _COMPRESSION_SHIFT)) | (
+            int(compression) << _COMPRESSION_SHIFT
+        )
+        return dataclasses.replace(self, payload=payload, attributes=attributes)
 
     def stamped(self, base_offset: int, term: int) -> RecordBatch:
         """The same batch placed at ``base_offset`` in ``term`` (what a leader appends)."""
