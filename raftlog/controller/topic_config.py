@@ -16,6 +16,12 @@ key                 default              meaning
                                          segment
 ``segment.ms``      604800000 (7 days)   time after a segment's first batch at which the
                                          log rolls, even when the segment is not full
+``compression.type`` none                the codec writers compress payloads with when
+                                         they are not told one (none, lz4, zstd): the
+                                         Spark sink's default for option
+                                         ``compression``. Readers decompress whatever
+                                         codec each batch records; the engine never
+                                         recompresses (unlike a Kafka broker)
 ==================  ===================  ===========================================
 
 Validation refuses an unknown key by name (listing the known ones) and a bad
@@ -34,6 +40,9 @@ RETENTION_BYTES = "retention.bytes"
 RETENTION_MS = "retention.ms"
 SEGMENT_BYTES = "segment.bytes"
 SEGMENT_MS = "segment.ms"
+COMPRESSION_TYPE = "compression.type"
+# raftlog.client.compression.CODEC_NAMES (the controller may not import the client)
+COMPRESSION_CODECS = ("none", "lz4", "zstd")
 
 _I64_MAX = (1 << 63) - 1
 # Kafka's segment.bytes is an int; the floor keeps a segment larger than a batch header.
@@ -43,11 +52,15 @@ MAX_SEGMENT_BYTES = (1 << 31) - 1
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class ConfigSpec:
+    """One key: an integer from ``low`` to ``high``, or (``choices`` given) one of those
+    words, lowercase."""
+
     key: str
-    default: int
+    default: int | str
     low: int
     high: int
     form: str  # what the value means, for error messages and help
+    choices: tuple[str, ...] = ()
 
 
 SPECS: dict[str, ConfigSpec] = {
@@ -57,6 +70,7 @@ SPECS: dict[str, ConfigSpec] = {
         ConfigSpec(RETENTION_MS, 604_800_000, -1, _I64_MAX, "milliseconds; -1: no limit"),
         ConfigSpec(SEGMENT_BYTES, 128 * 1024 * 1024, MIN_SEGMENT_BYTES, MAX_SEGMENT_BYTES, "bytes"),
         ConfigSpec(SEGMENT_MS, 604_800_000, 1, _I64_MAX, "milliseconds"),
+        ConfigSpec(COMPRESSION_TYPE, "none", 0, 0, "a codec", COMPRESSION_CODECS),
     )
 }
 """Every topic config key, in the order they are listed."""
@@ -64,12 +78,13 @@ SPECS: dict[str, ConfigSpec] = {
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class TopicConfig:
-    """A partition's effective settings (every key resolved to an integer)."""
+    """A partition's effective settings (every key resolved to its value)."""
 
-    retention_bytes: int = SPECS[RETENTION_BYTES].default
-    retention_ms: int = SPECS[RETENTION_MS].default
-    segment_bytes: int = SPECS[SEGMENT_BYTES].default
-    segment_ms: int = SPECS[SEGMENT_MS].default
+    retention_bytes: int = SPECS[RETENTION_BYTES].default  # type: ignore[assignment]
+    retention_ms: int = SPECS[RETENTION_MS].default  # type: ignore[assignment]
+    segment_bytes: int = SPECS[SEGMENT_BYTES].default  # type: ignore[assignment]
+    segment_ms: int = SPECS[SEGMENT_MS].default  # type: ignore[assignment]
+    compression_type: str = SPECS[COMPRESSION_TYPE].default  # type: ignore[assignment]
 
 
 def check_key(key: str) -> ConfigSpec:
@@ -81,9 +96,15 @@ def check_key(key: str) -> ConfigSpec:
 
 
 def validate_value(key: str, value: str) -> str:
-    """``value`` of ``key`` in canonical form (a decimal integer), or ValueError naming both."""
+    """``value`` of ``key`` in canonical form (a decimal integer, or a lowercase word of
+    the key's choices), or ValueError naming the key, the allowed values and ``value``."""
     spec = check_key(key)
     text = value.strip() if isinstance(value, str) else value
+    if spec.choices:
+        word = text.lower() if isinstance(text, str) else None
+        if word not in spec.choices:
+            raise ValueError(f"{key}: expected one of {', '.join(spec.choices)}, got {value!r}")
+        return word
     try:
         number = int(text) if isinstance(text, str) else None
     except ValueError:
@@ -146,18 +167,14 @@ def effective(overrides: Mapping[str, str]) -> TopicConfig:
     An invalid override (which validation keeps out of the state) falls back to
     the default rather than raising: a replica must always be able to run.
     """
-    values: dict[str, int] = {}
+    values: dict[str, int | str] = {}
     for key, spec in SPECS.items():
         values[key] = spec.default
         if key in overrides:
             with contextlib.suppress(ValueError):
-                values[key] = int(validate_value(key, overrides[key]))
-    return TopicConfig(
-        retention_bytes=values[RETENTION_BYTES],
-        retention_ms=values[RETENTION_MS],
-        segment_bytes=values[SEGMENT_BYTES],
-        segment_ms=values[SEGMENT_MS],
-    )
+                value = validate_value(key, overrides[key])
+                values[key] = value if spec.choices else int(value)
+    return TopicConfig(**{key.replace(".", "_"): value for key, value in values.items()})  # type: ignore[arg-type]
 
 
 def described(overrides: Mapping[str, str]) -> list[tuple[str, str, bool]]:

@@ -28,7 +28,7 @@ def test_unknown_key_is_refused_by_name_listing_the_known_ones() -> None:
         topic_config.parse_assignments(["retention.byte=5"])
     assert str(err.value) == (
         "unknown topic config 'retention.byte': expected one of retention.bytes, "
-        "retention.ms, segment.bytes, segment.ms"
+        "retention.ms, segment.bytes, segment.ms, compression.type"
     )
 
 
@@ -76,6 +76,19 @@ def test_effective_defaults_are_kafkas_where_kafka_has_one() -> None:
         ("retention.bytes", "-1", True),
         ("retention.ms", "-1", False),
     ]
+
+
+def test_compression_type_is_a_codec_name() -> None:
+    assert topic_config.effective({}).compression_type == "none"
+    got = topic_config.parse_assignments(["compression.type= ZSTD "])
+    assert got == {"compression.type": "zstd"}
+    assert topic_config.effective(got).compression_type == "zstd"
+    assert ("compression.type", "zstd", False) in topic_config.described(got)
+    with pytest.raises(ValueError) as err:
+        topic_config.parse_assignments(["compression.type=gzip"])
+    assert str(err.value) == "compression.type: expected one of none, lz4, zstd, got 'gzip'"
+    # an invalid override (kept out of the state by validation) falls back to the default
+    assert topic_config.effective({"compression.type": "snappy"}).compression_type == "none"
 
 
 # ---------------------------------------------------------------- state machine
