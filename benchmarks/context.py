@@ -9,10 +9,8 @@ import shutil
 import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from benchmarks.results import ScenarioResult
+from benchmarks.results import ScenarioResult, Series
 
 
 def _ignore(_: float) -> None:
@@ -38,6 +36,8 @@ class RunContext:
     notes: list[str] = dataclasses.field(default_factory=list)
     earlier: list[ScenarioResult] = dataclasses.field(default_factory=list)
     """Results of the scenarios already run in this invocation (e.g. ``disk`` for a ceiling)."""
+    series: list[Series] = dataclasses.field(default_factory=list)
+    """Plot lines recorded with :meth:`add_series`, kept with the results."""
 
     def set_total(self, total: float) -> None:
         """Set the length of this scenario's progress bar (in whatever units it advances)."""
@@ -53,6 +53,24 @@ class RunContext:
             if result.name == name and result.status == "ok":
                 return result.rows
         return []
+
+    def add_series(
+        self,
+        panel: str,
+        line: str,
+        x: str,
+        y: str,
+        points: list[tuple[float, float]],
+        log_x: bool = False,
+    ) -> None:
+        """Record one line of panel ``panel`` (axes ``x`` and ``y``) for the plot.
+
+        A line without points, or whose y values are all zero, is not recorded: a
+        plot never shows a figure that was not measured as if it were zero.
+        """
+        if points and any(y_ != 0 for _, y_ in points):
+            pts = [(float(a), float(b)) for a, b in points]
+            self.series.append(Series(panel, line, x, y, pts, log_x))
 
     def note(self, text: str) -> None:
         """Record a remark shown under the scenario's table (e.g. how it measured)."""

@@ -14,6 +14,22 @@ Status = Literal["ok", "skipped", "failed"]
 
 
 @dataclasses.dataclass
+class Series:
+    """One line of a plot: ``points`` (x, y) drawn in ``panel`` as ``line``.
+
+    Lines of one panel share its axes (``x`` and ``y`` name them, with their units);
+    ``log_x`` draws x on a log scale (latency CDFs).
+    """
+
+    panel: str
+    line: str
+    x: str
+    y: str
+    points: list[tuple[float, float]]
+    log_x: bool = False
+
+
+@dataclasses.dataclass
 class ScenarioResult:
     """The outcome of one scenario. ``reason`` is set when skipped or failed."""
 
@@ -24,6 +40,9 @@ class ScenarioResult:
     reason: str = ""
     notes: list[str] = dataclasses.field(default_factory=list)
     seconds: float = 0.0
+    series: list[Series] = dataclasses.field(default_factory=list)
+    """Lines to plot (throughput or latency against clients, CDFs, time); when empty
+    the plot is the default bar chart of the rows."""
 
     @property
     def detail(self) -> str:

@@ -22,7 +22,9 @@ def run_one(scenario: Scenario, ctx: RunContext) -> ScenarioResult:
     one broken scenario must not lose the results of the others.
     """
     start = time.perf_counter()
-    result = ScenarioResult(scenario.name, scenario.description, "ok", notes=ctx.notes)
+    result = ScenarioResult(
+        scenario.name, scenario.description, "ok", notes=ctx.notes, series=ctx.series
+    )
     try:
         result.rows = validate_rows(scenario.run(ctx))
     except Skip as skip:

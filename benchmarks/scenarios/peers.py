@@ -27,6 +27,7 @@ from benchmarks.peers.etcd_load import etcd_put_load
 from benchmarks.registry import Row, Skip, scenario
 from benchmarks.scenarios.small import seconds_per_step
 from benchmarks.workloads import raftlog_local
+from benchmarks.workloads.closed_loop import record_client_series
 from benchmarks.workloads.pysyncobj_bench import measure_pysyncobj
 from benchmarks.workloads.raftlog_load import batched_load, small_load
 
@@ -108,9 +109,11 @@ def run(ctx: RunContext) -> list[Row]:
             ctx.note(f"etcd left out: {etcd_hint}")
         else:
             version = etcd_version()
+            etcd_loads = {}
             with EtcdCluster(scratch / "etcd") as etcd:
                 for n in counts:
                     load = asyncio.run(etcd_put_load(etcd.client_urls, n, seconds, MAX_REQUESTS))
+                    etcd_loads[n] = load
                     rows.append(
                         {
                             "system": f"etcd {version}",
@@ -133,6 +136,8 @@ def run(ctx: RunContext) -> list[Row]:
                             }
                         )
                     ctx.advance(1)
+            record_client_series(ctx, f"etcd {version}", etcd_loads)
+        record_client_series(ctx, "raftlog", small)
 
         if syncobj_hint:
             ctx.note(f"PySyncObj left out: {syncobj_hint}")

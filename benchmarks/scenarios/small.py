@@ -14,6 +14,7 @@ import asyncio
 from benchmarks.context import RunContext
 from benchmarks.registry import Row, scenario
 from benchmarks.workloads import raftlog_local
+from benchmarks.workloads.closed_loop import LoadResult, record_client_series
 from benchmarks.workloads.raftlog_load import small_load
 
 FULL_CLIENTS, QUICK_CLIENTS = (1, 64, 256), (1, 16)
@@ -43,6 +44,7 @@ async def measure(
     finally:
         await client.close()
     fsync_seen = False
+    loads: dict[int, LoadResult] = {}
     for clients in counts:
         before = raftlog_local.fsync_total(servers)
         load = await small_load(servers, TOPIC, clients, seconds, MAX_REQUESTS)
@@ -61,7 +63,9 @@ async def measure(
         if load.first_error:
             ctx.note(f"{clients} clients, first error: {load.first_error}")
         rows.append(row)
+        loads[clients] = load
         ctx.advance(1)
+    record_client_series(ctx, "raftlog", loads)
     if not fsync_seen:
         ctx.note(
             f"fsyncs/request not measured: the nodes' /metrics export no moving "

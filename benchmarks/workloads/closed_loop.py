@@ -14,8 +14,9 @@ import asyncio
 import dataclasses
 import time
 from collections.abc import Awaitable, Callable
+from typing import Any
 
-from benchmarks.workloads.latency import latency_columns
+from benchmarks.workloads.latency import cdf_points, latency_columns
 
 ERROR_PAUSE_S = 0.001
 
@@ -47,6 +48,37 @@ class LoadResult:
     def latency(self) -> dict[str, float]:
         """The row's latency columns: p50, p95, p99, p99.9 and max in ms."""
         return latency_columns(self.latencies_s)
+
+
+def record_client_series(ctx: Any, system: str, loads: dict[int, LoadResult]) -> None:
+    """Plot lines of ``system``'s closed-loop runs, keyed by client count: requests/s
+    and p99 latency against clients, and one latency CDF per client count."""
+    counts = sorted(n for n, load in loads.items() if load.requests)
+    ctx.add_series(
+        "throughput against clients",
+        system,
+        "clients",
+        "requests/s",
+        [(n, loads[n].requests_per_s) for n in counts],
+        log_x=True,
+    )
+    ctx.add_series(
+        "p99 latency against clients",
+        system,
+        "clients",
+        "p99 ms",
+        [(n, loads[n].latency()["p99 ms"]) for n in counts],
+        log_x=True,
+    )
+    for n in counts:
+        ctx.add_series(
+            f"latency CDF: {system}",
+            f"{n} clients",
+            "latency ms",
+            "fraction of requests",
+            cdf_points(loads[n].latencies_s),
+            log_x=True,
+        )
 
 
 async def run_closed_loop(

@@ -24,6 +24,10 @@ WARMUP_ACKS = 5
 WARMUP_TIMEOUT_S = 20.0
 RECOVERY_TIMEOUT_S = 30.0
 CATCH_UP_TIMEOUT_S = 30.0
+BEFORE_KILL_S = 1.0
+AFTER_RECOVERY_S = 1.0
+"""Load runs this long before the kill and after the first new ack, so that the
+throughput-over-time plot shows the steady state on both sides of the gap."""
 FLUSHED_GAUGE = "raftlog_group_flushed_offset"
 
 
@@ -34,6 +38,8 @@ class Round:
     """None when no write was acknowledged within the bound."""
     new_leader: int
     errors: int
+    ack_times: list[float] = dataclasses.field(default_factory=list)
+    """When each write was acknowledged, in seconds from SIGKILL (negative: before)."""
 
 
 def flushed_offset(address: str, node_id: int, topic: str, partition: int) -> float | None:
@@ -62,7 +68,14 @@ async def run_round(cluster: Any, topic: str, meta: Any, pool: Any) -> Round:
     done: list[float] = []
     errors = 0
     stop = asyncio.Event()
-    hard_deadline = time.monotonic() + WARMUP_TIMEOUT_S + RECOVERY_TIMEOUT_S + 10
+    hard_deadline = (
+        time.monotonic()
+        + WARMUP_TIMEOUT_S
+        + RECOVERY_TIMEOUT_S
+        + BEFORE_KILL_S
+        + AFTER_RECOVERY_S
+        + 10
+    )
 
     async def worker(index: int) -> None:
         nonlocal errors
@@ -83,6 +96,7 @@ async def run_round(cluster: Any, topic: str, meta: Any, pool: Any) -> Round:
             return len(done) >= WARMUP_ACKS
 
         await _bounded_wait(warmed_up, WARMUP_TIMEOUT_S, "no write was acknowledged")
+        await asyncio.sleep(BEFORE_KILL_S)
         t_kill = time.monotonic()
         # stop_node signals the recorded PID (after checking it is still that node) and
         # polls until it is gone; in a thread so that the load keeps running meanwhile.
@@ -96,6 +110,7 @@ async def run_round(cluster: Any, topic: str, meta: Any, pool: Any) -> Round:
         try:
             await _bounded_wait(acknowledged, RECOVERY_TIMEOUT_S, "no write acknowledged")
             recovery = min(t for t in done if t > t_dead) - t_kill
+            await asyncio.sleep(AFTER_RECOVERY_S)
         except TimeoutError:
             recovery = None
     finally:
@@ -104,7 +119,7 @@ async def run_round(cluster: Any, topic: str, meta: Any, pool: Any) -> Round:
     new_leader = (await raftlog_local.wait_leaders(meta, topic))[0]
     await asyncio.to_thread(restart_node, cluster, leader)
     await _catch_up(cluster, topic, meta, leader)
-    return Round(leader, recovery, new_leader, errors)
+    return Round(leader, recovery, new_leader, errors, [t - t_kill for t in done])
 
 
 async def _catch_up(cluster: Any, topic: str, meta: Any, node_id: int) -> None:

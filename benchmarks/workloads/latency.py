@@ -42,6 +42,22 @@ def quantile(values_s: Iterable[float], q: float) -> float:
     return h.get_value_at_percentile(q) / 1e6
 
 
+def cdf_points(values_s: Iterable[float], unit: str = "ms") -> list[tuple[float, float]]:
+    """A latency CDF as (latency in ``unit``, fraction of requests at or below it).
+
+    Percentiles spaced evenly on a log scale of the tail (0, 68, 90, 97, 99, 99.7,
+    99.9, ... 99.999 and the points between), so the tail is as visible as the body.
+    """
+    if unit not in _SCALE:
+        raise ValueError(f"unit must be one of {sorted(_SCALE)}, got {unit!r}")
+    h = histogram(values_s)
+    if h.get_total_count() == 0:
+        return []
+    scale = _SCALE[unit] / 1e6
+    quantiles = sorted({100.0 * (1.0 - 10.0 ** (-k / 20.0)) for k in range(101)} | {100.0})
+    return [(h.get_value_at_percentile(q) * scale, q / 100.0) for q in quantiles]
+
+
 def latency_columns(values_s: Iterable[float], unit: str = "ms") -> dict[str, float]:
     """``{"p50 ms": .., "p95 ms": .., "p99 ms": .., "p99.9 ms": .., "max ms": ..}``.
 

@@ -158,3 +158,41 @@ def test_default_out_dir_is_dated_under_benchmarks_results() -> None:
 
     path = cli.default_out_dir(datetime.date(2031, 2, 3))
     assert path.parts[-3:] == ("benchmarks", "results", "2031-02-03")
+
+
+def _lines(ctx: RunContext) -> list[dict]:
+    ctx.add_series("throughput against clients", "sys a", "clients", "req/s", [(1, 5), (4, 9)])
+    ctx.add_series("throughput against clients", "sys b", "clients", "req/s", [(1, 3), (4, 0)])
+    ctx.add_series("throughput against clients", "never measured", "clients", "req/s", [(1, 0)])
+    ctx.add_series("latency CDF", "sys a", "ms", "fraction", [(1.0, 0.5), (2.0, 1.0)], log_x=True)
+    ctx.add_series("empty", "sys a", "x", "y", [])
+    return [{"case": "a", "req/s": 9.0}]
+
+
+def test_series_are_kept_with_the_results_and_drawn_as_line_panels(tmp_path: Path) -> None:
+    import matplotlib.pyplot as plt
+
+    from benchmarks.plots import series_plot
+    from benchmarks.results import ScenarioResult
+
+    assert cli.main(["--quick", "--out", str(tmp_path)], _registry(Scenario("l", "d", _lines))) == 0
+    (entry,) = json.loads((tmp_path / "results.json").read_text())["scenarios"]
+    # an all-zero or empty line is never recorded: a plot shows only what was measured
+    assert [(s["panel"], s["line"]) for s in entry["series"]] == [
+        ("throughput against clients", "sys a"),
+        ("throughput against clients", "sys b"),
+        ("latency CDF", "sys a"),
+    ]
+    assert entry["series"][0]["points"] == [[1.0, 5.0], [4.0, 9.0]]
+    assert (tmp_path / "l.png").stat().st_size > 0
+    ctx = RunContext(True, tmp_path, argparse.Namespace())
+    _lines(ctx)
+    fig = plt.figure()
+    try:
+        series_plot(ScenarioResult("l", "d", "ok", series=ctx.series), fig)
+        throughput, cdf = fig.axes
+        assert [line.get_label() for line in throughput.lines] == ["sys a", "sys b"]
+        assert list(throughput.lines[0].get_xdata()) == [1.0, 4.0]
+        assert cdf.get_xscale() == "log" and throughput.get_xscale() == "linear"
+    finally:
+        plt.close(fig)
