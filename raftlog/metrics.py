@@ -1,8 +1,10 @@
 """Prometheus metrics of one node, served at ``/metrics``.
 
-Per-group gauges, and the per-group counter ``raftlog_fsyncs_total``, are
-read from the live groups at scrape time (a custom collector), so they cost
-nothing between scrapes. Counters and histograms
+Per-group gauges, the per-partition gauges (``raftlog_partition_*``: log start,
+log end, high watermark, LSO, bytes on disk, replication lag; labels ``topic``
+and ``partition``, plus ``node``) and the per-group counter
+``raftlog_fsyncs_total`` are read from the live groups at scrape time (a custom
+collector), so they cost nothing between scrapes. Counters and histograms
 that must be observed as events happen (append latency, RPCs) are
 ordinary prometheus-client metrics in a per-node registry, so several nodes in
 one process (tests) never collide in the global registry.
@@ -30,7 +32,14 @@ class GroupView(Protocol):
     def gauges(self) -> dict[str, float]:
         """Keys: is_leader, term, commit_index, flushed_offset, dirty_offset,
         batcher_queue_bytes, and the counter fsyncs (durability barriers of the
-        group's log since it was opened)."""
+        group's log since it was opened); and, for a partition, the keys of
+        ``PARTITION_GAUGES`` (a key that is absent is not exported)."""
+        ...
+
+    def follower_lags(self) -> dict[int, int]:
+        """On the leader, per follower (learners included): the leader's last offset
+        minus the follower's matched offset, in records. Empty on a follower.
+        Optional: a view without it exports no lag."""
         ...
 
 
@@ -41,6 +50,39 @@ _GAUGES = {
     "flushed_offset": "last offset fsynced on this replica",
     "dirty_offset": "last offset written on this replica (maybe not fsynced)",
     "batcher_queue_bytes": "bytes waiting in the leader's replicate batcher",
+}
+
+
+#: Per-partition gauges: gauges() key -> (metric name, help). Offsets follow Kafka's
+#: meanings: the log end offset and the high watermark are the next offset to be
+#: written and the first offset not committed, as `raftlog offsets` reports them.
+PARTITION_GAUGES = {
+    "log_start_offset": (
+        "raftlog_partition_log_start_offset",
+        "the first offset a reader may fetch (moved by retention)",
+    ),
+    "log_end_offset": (
+        "raftlog_partition_log_end_offset",
+        "the offset after the last one written on this replica (maybe not committed)",
+    ),
+    "high_watermark": (
+        "raftlog_partition_high_watermark",
+        "the first offset not committed, as this replica knows it (the leader's is the "
+        "partition's)",
+    ),
+    "last_stable_offset": (
+        "raftlog_partition_last_stable_offset",
+        "the first offset of the oldest open transaction, else the high watermark",
+    ),
+    "size_bytes": (
+        "raftlog_partition_size_bytes",
+        "bytes of the replica's segment files on disk (indexes not counted)",
+    ),
+    "replication_lag": (
+        "raftlog_partition_replication_lag",
+        "on the leader: the largest lag of a follower (leader's end minus its matched "
+        "offset, in records); 0 on a follower",
+    ),
 }
 
 
@@ -61,14 +103,34 @@ class _GroupCollector(Collector):
         fsyncs = CounterMetricFamily(
             "raftlog_fsyncs", "fsyncs of group logs on this node", labels=labels
         )
+        part_labels = ["node", "topic", "partition"]
+        partition = {
+            k: GaugeMetricFamily(name, doc, labels=part_labels)
+            for k, (name, doc) in PARTITION_GAUGES.items()
+        }
+        follower_lag = GaugeMetricFamily(
+            "raftlog_partition_follower_lag",
+            "on the leader, per follower: the leader's end minus the follower's matched "
+            "offset, in records",
+            labels=[*part_labels, "follower"],
+        )
         for g in list(self._groups()):
             values = g.gauges()
             lv = [self._node_id, str(g.group_id), g.topic, str(g.partition)]
             for k, fam in families.items():
                 fam.add_metric(lv, float(values.get(k, 0.0)))
             fsyncs.add_metric(lv, float(values.get("fsyncs", 0.0)))
+            plv = [self._node_id, g.topic, str(g.partition)]
+            for k, fam in partition.items():
+                if k in values:
+                    fam.add_metric(plv, float(values[k]))
+            lags = getattr(g, "follower_lags", None)
+            for follower, lag in sorted((lags() if lags is not None else {}).items()):
+                follower_lag.add_metric([*plv, str(follower)], float(lag))
         yield from families.values()
         yield fsyncs
+        yield from partition.values()
+        yield follower_lag
 
 
 class NodeMetrics:

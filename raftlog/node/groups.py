@@ -232,7 +232,23 @@ class PartitionReplica:
             "dirty_offset": c.dirty_offset,
             "batcher_queue_bytes": queued,
             "fsyncs": getattr(c.log, "fsyncs", 0),
+            "log_start_offset": self.log_start,
+            "log_end_offset": c.dirty_offset + 1,
+            "high_watermark": c.high_watermark,
+            "last_stable_offset": self.rm.last_stable_offset,
+            "size_bytes": getattr(c.log, "size_bytes", 0),
+            "replication_lag": max(self.follower_lags().values(), default=0),
         }
+
+    def follower_lags(self) -> dict[int, int]:
+        """On the leader, per follower (learners included): its last offset minus the
+        follower's matched offset (-1 when unknown, so a follower never heard from lags
+        by the whole log). Empty on a follower, whose view of the others is stale."""
+        c = self.consensus
+        if not c.is_leader:
+            return {}
+        end = c.dirty_offset
+        return {node: max(0, end - p.match_offset) for node, p in c.core.progress.items()}
 
     def status(self) -> PartitionStatus:
         c = self.consensus
