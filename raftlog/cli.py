@@ -46,6 +46,19 @@ def _positive_int(name: str) -> Any:
     return parse
 
 
+def _positive_float(name: str) -> Any:
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            value = -1.0
+        if not value > 0 or value == float("inf"):
+            raise argparse.ArgumentTypeError(f"{name}: expected a number > 0, got {text!r}")
+        return value
+
+    return parse
+
+
 def _non_negative_int(name: str) -> Any:
     def parse(text: str) -> int:
         try:
@@ -133,7 +146,30 @@ def build_parser() -> argparse.ArgumentParser:
         help="nodes up or down, leaderless and under-replicated partitions, the controller; "
         "exit status 0 only when all is well",
     )
-    health.add_argument("--format", choices=["text", "json"], default="text")
+    health.add_argument(
+        "--format",
+        choices=["text", "json"],
+        default="text",
+        help="json: one document (with --watch: one per line)",
+    )
+    health.add_argument(
+        "--watch",
+        action="store_true",
+        help="print the report again every --interval seconds until interrupted",
+    )
+    health.add_argument(
+        "--interval",
+        type=_positive_float("--interval"),
+        default=2.0,
+        metavar="SECONDS",
+        help="seconds between reports with --watch (default 2)",
+    )
+    health.add_argument(
+        "--count",
+        type=_positive_int("--count"),
+        default=None,
+        help="with --watch: stop after this many reports",
+    )
     health.set_defaults(handler=_cmd_cluster_health)
 
     topic = sub.add_parser(
@@ -367,7 +403,10 @@ def _cmd_node_purge_moved_aside(args: argparse.Namespace) -> int:
 
 
 def _cmd_cluster_health(args: argparse.Namespace) -> int:
-    """Exit 0 when healthy, 1 when not (and when no cluster is found)."""
+    """Exit 0 when healthy, 1 when not (and when no cluster is found); with --watch,
+    as the last report printed."""
+    if args.count is not None and not args.watch:
+        raise ValueError("--count: only with --watch (it bounds the reports printed)")
     from raftlog.client import RaftlogClient, parse_servers
     from raftlog.cluster import load_cluster
     from raftlog.health import check_health
@@ -381,18 +420,34 @@ def _cmd_cluster_health(args: argparse.Namespace) -> int:
         servers, token = resolve_servers(args.servers)
     token = args.auth_token or os.environ.get("RAFTLOG_AUTH_TOKEN") or token
 
-    async def go() -> Any:
+    def show(report: Any) -> None:
+        if args.format == "json":
+            doc = report.to_dict()
+            if args.watch:
+                doc["time"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+            print(json.dumps(doc) if args.watch else json.dumps(doc, indent=2), flush=True)
+        else:
+            if args.watch:
+                print(f"--- {time.strftime('%Y-%m-%d %H:%M:%S')}", flush=True)
+            print(report.render(), flush=True)
+
+    async def go() -> bool:
+        healthy = False
         async with RaftlogClient(
             parse_servers(servers), auth_token=token, request_timeout_s=10.0
         ) as client:
-            return await check_health(client, servers, token)
+            printed = 0
+            while True:
+                report = await check_health(client, servers, token)
+                show(report)
+                healthy = report.healthy
+                printed += 1
+                if not args.watch or (args.count is not None and printed >= args.count):
+                    return healthy
+                await asyncio.sleep(args.interval)
 
-    report = asyncio.run(go())
-    if args.format == "json":
-        print(json.dumps(report.to_dict(), indent=2))
-    else:
-        print(report.render())
-    return 0 if report.healthy else 1
+    # Ctrl-C ends a watch: main() turns the KeyboardInterrupt into exit status 130
+    return 0 if asyncio.run(go()) else 1
 
 
 # ---------------------------------------------------------------- client commands

@@ -5,6 +5,9 @@ cluster (local or not):
 
 - the nodes, from the cluster metadata (or, when no node answers, the
   addresses the client was given); a node is *up* when its ``/health`` answers;
+  its *last heartbeat* is how long ago the controller leader last heard from it
+  (the controller group spans every node, so its leader hears from each one
+  every heartbeat interval); unknown without an agreed controller leader;
 - the controller leader, as the answering nodes see it: the cluster has one
   when every up node names the same leader and that leader is up;
 - per partition (``describe_topic``, which asks the replicas), *leaderless*
@@ -42,6 +45,9 @@ class NodeHealth:
     up: bool
     controller_leader: int  # as this node sees it; -1 unknown or down
     error: str = ""  # why it counts as down
+    # ms since the controller leader last heard from this node (0 for the leader
+    # itself); -1 when unknown (no controller leader, or it does not track the node)
+    last_heartbeat_ms: int = -1
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -83,7 +89,12 @@ class HealthReport:
         for n in self.nodes:
             ident = f"node {n.node_id}" if n.node_id >= 0 else "server"
             state = "up" if n.up else f"down ({n.error})" if n.error else "down"
-            lines.append(f"{ident}  {n.address}  {state}")
+            beat = (
+                f"last heartbeat {n.last_heartbeat_ms} ms ago"
+                if n.last_heartbeat_ms >= 0
+                else "last heartbeat unknown"
+            )
+            lines.append(f"{ident}  {n.address}  {state}  {beat}")
         for title, parts in (
             ("leaderless partitions", self.leaderless),
             ("under-replicated partitions", self.under_replicated),
@@ -119,6 +130,19 @@ async def _node_health(
         return None, str(exc) or type(exc).__name__
 
 
+def _last_heard(state: dict[str, Any] | None, controller: int) -> dict[int, int]:
+    """node -> ms since the controller leader heard from it, from the leader's /health."""
+    if state is None:
+        return {}
+    heard = {controller: 0}
+    raw = state.get("last_heard_ms")
+    if isinstance(raw, dict):
+        for node, ms in raw.items():
+            if str(node).isdigit() and isinstance(ms, int):
+                heard[int(node)] = ms
+    return heard
+
+
 async def check_health(
     client: RaftlogClient, seeds: list[str], auth_token: str | None = None
 ) -> HealthReport:
@@ -135,17 +159,22 @@ async def check_health(
         answers = await asyncio.gather(
             *(_node_health(session, n.address, headers) for n in meta.nodes)
         )
+    states = {info.node_id: state for info, (state, _) in zip(meta.nodes, answers, strict=True)}
+    views = {int(s.get("controller_leader", -1)) for s in states.values() if s is not None}
+    controller = views.pop() if len(views) == 1 else -1
+    if states.get(controller) is None:
+        controller = -1
+    heard = _last_heard(states.get(controller), controller)
     nodes = []
     for info, (state, error) in zip(meta.nodes, answers, strict=True):
         leader = int(state.get("controller_leader", -1)) if state else -1
-        nodes.append(NodeHealth(info.node_id, info.address, state is not None, leader, error))
+        beat = heard.get(info.node_id, -1)
+        nodes.append(NodeHealth(info.node_id, info.address, state is not None, leader, error, beat))
         if state is None:
-            problems.append(f"node {info.node_id} ({info.address}) is down: {error}")
+            last = f"; last heartbeat {beat} ms ago" if beat >= 0 else ""
+            problems.append(f"node {info.node_id} ({info.address}) is down: {error}{last}")
     up = {n.node_id for n in nodes if n.up}
-    views = {n.controller_leader for n in nodes if n.up}
-    controller = views.pop() if len(views) == 1 else -1
-    if controller not in up:
-        controller = -1
+    if controller < 0:
         problems.append(
             "no controller leader is agreed by the up nodes "
             f"(their views: {sorted(n.controller_leader for n in nodes if n.up)})"

@@ -168,6 +168,20 @@ class GroupHost:
         await c.transfer_leadership(target)
 
 
+def last_heard_ms(c: Consensus) -> dict[int, int]:
+    """On a leader: per other member, milliseconds since its last reply or heartbeat
+    reply (by the leader's ticks; counted from the start of the leadership for a
+    member not heard since). Empty on a follower, which tracks no one."""
+    if not c.is_leader:
+        return {}
+    core = c.core
+    tick_ms = c.options.tick_interval_s * 1000
+    return {
+        node: int((core.ticks - p.last_heard_tick) * tick_ms)
+        for node, p in sorted(core.progress.items())
+    }
+
+
 def _cut_log(log: SegmentedLog) -> None:
     # flushed_offset covers sealed segments too (a roll fsyncs and advances it).
     cut_to_flushed(log.directory, log.flushed_offset)

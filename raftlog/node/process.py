@@ -53,7 +53,7 @@ from raftlog.controller import (
 from raftlog.controller.commands import Command
 from raftlog.coordinator.tm_stm import TRANSACTIONS_TOPIC
 from raftlog.metrics import NodeMetrics
-from raftlog.node.groups import GroupHost, PartitionReplica
+from raftlog.node.groups import GroupHost, PartitionReplica, last_heard_ms
 from raftlog.producers.rm_stm import (
     DEFAULT_MAX_TRANSACTION_TIMEOUT_MS,
     DEFAULT_TRANSACTION_TIMEOUT_MS,
@@ -572,6 +572,11 @@ class Node:
             "groups": len(self.partitions),
             "leader_of": sum(1 for r in self.partitions.values() if r.consensus.is_leader),
             "topics": len(self.controller_stm.topics),
+            # the controller leader's view of every node's last heartbeat (health reports it)
+            "last_heard_ms": {
+                str(n): ms
+                for n, ms in (last_heard_ms(self.controller) if self.controller else {}).items()
+            },
         }
 
     def render_metrics(self) -> bytes:

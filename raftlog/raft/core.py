@@ -268,7 +268,7 @@ class RaftCore:
         self.timer.reset()
         if self.node_id not in config.voters:
             return
-        if not self.priority_target.may_campaign(config, self.node_id):
+        if not self.priority_target.may_campaign(config, self.node_id, self.leader_id):
             return
         self.campaign(prevote=True, transfer=False)
 

@@ -56,10 +56,18 @@ class PriorityTarget:
     def reset(self) -> None:
         self.value = -1
 
-    def may_campaign(self, config: Configuration, node: int) -> bool:
-        """True when ``node`` may campaign now; otherwise decay the target for next time."""
+    def may_campaign(self, config: Configuration, node: int, silent_leader: int = -1) -> bool:
+        """True when ``node`` may campaign now; otherwise decay the target for next time.
+
+        ``silent_leader`` is the leader this node followed until its timer fired: it is
+        the one node known not to be serving, so the first target is the highest
+        priority of the *other* voters. Without that, killing the top-priority leader
+        cost every survivor one extra election timeout before anyone campaigned.
+        Priorities order elections; they never decide safety.
+        """
         if self.value < 0:
-            self.value = config.max_priority
+            others = [v for v in config.voters if v != silent_leader]
+            self.value = max((config.priority(v) for v in others), default=MIN_PRIORITY)
         if config.priority(node) >= self.value:
             return True
         n = max(len(config.voters), 1)
