@@ -19,13 +19,46 @@ start offsets), so that no partition waits forever.
 Contract (checked by property tests): every share is in ``[0, backlog]``; the
 shares sum to ``min(budget, total backlog)``; with ``budget >= k`` every
 partition with a backlog gets at least one record.
+
+``minOffsetsPerTrigger`` with ``maxTriggerDelay`` (:class:`TriggerDelay`) holds a
+micro-batch back instead: Kafka's rule, below.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 
-__all__ = ["limit_end_offsets", "spread_budget"]
+__all__ = ["TriggerDelay", "limit_end_offsets", "spread_budget"]
+
+
+@dataclasses.dataclass
+class TriggerDelay:
+    """Kafka's ``minOffsetsPerTrigger`` with ``maxTriggerDelay``: whether a trigger runs.
+
+    A trigger that finds fewer than ``min_offsets`` new offsets across all
+    partitions is skipped (the source answers its previous end, so Spark runs
+    no batch), until ``max_delay_ms`` has passed since the last batch; then it
+    runs with what there is. The first batch of a query run is never held back
+    (Kafka's ``lastTriggerMillis`` starts at 0). Only a trigger that reads
+    something counts as a batch: an empty one does not restart the delay.
+    The clock is passed in (``now_ms``), so the rule is testable without waiting.
+    """
+
+    min_offsets: int
+    max_delay_ms: int
+    last_batch_ms: float | None = None  # None: no batch yet in this run
+
+    def admit(self, new_offsets: int, now_ms: float) -> bool:
+        """True when a trigger that found ``new_offsets`` new offsets at ``now_ms`` runs."""
+        runs = (
+            self.last_batch_ms is None
+            or new_offsets >= self.min_offsets
+            or now_ms - self.last_batch_ms >= self.max_delay_ms
+        )
+        if runs and new_offsets > 0:
+            self.last_batch_ms = now_ms
+        return runs
 
 
 def spread_budget(budget: int, backlog: Mapping[int, int], rotation: int = 0) -> dict[int, int]:

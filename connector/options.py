@@ -20,10 +20,12 @@ Unknown options are refused, each by its name: a pipeline ported from
 raftlog option does the job of a Kafka one (``kafka.bootstrap.servers`` ->
 ``servers``), the error names it; otherwise it suggests the closest known
 name (difflib). Kafka's ``maxOffsetsPerTrigger`` is accepted as an alias of
-``maxRecordsPerTrigger``. Accepted without a meaning here: the options Spark
-itself hands a data source (:data:`SPARK_OPTIONS`, and keys starting with
-``__``, Spark's internal ones). Options of the other direction (``acks`` on a
-read, ``startingOffsets`` on a write) are refused naming the direction.
+``maxRecordsPerTrigger``. Durations (``maxTriggerDelay``) are Spark's spelling,
+a number with a unit (``15m``, ``30s``, ``100ms``), parsed by pytimeparse2.
+Accepted without a meaning here: the options Spark itself hands a data source
+(:data:`SPARK_OPTIONS`, and keys starting with ``__``, Spark's internal ones).
+Options of the other direction (``acks`` on a read, ``startingOffsets`` on a
+write) are refused naming the direction.
 """
 
 from __future__ import annotations
@@ -35,7 +37,10 @@ import os
 import re
 from collections.abc import Mapping
 
+import pytimeparse2
 from pyspark_raftlog.errors import OptionError
+
+from raftlog.client.compression import CODEC_NAMES
 
 __all__ = [
     "DEFAULT_CHUNK_BYTES",
@@ -63,6 +68,8 @@ MAX_IN_FLIGHT = 5
 # --max-transaction-timeout-ms). Restated from raftlog.client.transactions.
 DEFAULT_TRANSACTION_TIMEOUT_MS = 15 * 60 * 1000
 MAX_TRANSACTION_TIMEOUT_MS = 24 * 3600 * 1000
+# Kafka's source default for maxTriggerDelay
+DEFAULT_MAX_TRIGGER_DELAY_MS = 15 * 60 * 1000
 
 SINK_OPTIONS = (
     "topic",
@@ -79,6 +86,7 @@ SINK_OPTIONS = (
     "deliveryGuarantee",
     "transactionTimeoutMs",
     "partitionBy",
+    "compression",
 )
 SOURCE_OPTIONS = (
     "topic",
@@ -94,6 +102,8 @@ SOURCE_OPTIONS = (
     "maxRecordsPerTrigger",
     "maxOffsetsPerTrigger",
     "maxBytesPerTrigger",
+    "minOffsetsPerTrigger",
+    "maxTriggerDelay",
     "minPartitions",
     "failOnDataLoss",
     "requestTimeoutMs",
@@ -138,9 +148,6 @@ _KAFKA_WITHOUT_EQUIVALENT = {
     "kafka.enable.idempotence": "raftlog writes are always idempotent",
     "startingoffsetsbytimestampstrategy": "not supported yet",
     "endingoffsetsbytimestamp": "not supported yet",
-    "minoffsetspertrigger": "not supported yet",
-    "maxtriggerdelay": "not supported yet",
-    "compression": "not supported yet",
 }
 
 _TOPIC_RE = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
@@ -177,6 +184,8 @@ class SinkOptions:
     ``topic`` is None when the rows name their topic in a ``topic`` column
     (checked when the DataFrame's schema is known). ``partition_by`` holds the
     ``partitionBy`` column names, in order (empty: not given).
+    ``compression`` is the codec payloads are compressed with (none, lz4,
+    zstd), or None when not given: then each topic's ``compression.type``.
     """
 
     topic: str | None
@@ -193,6 +202,7 @@ class SinkOptions:
     exactly_once: bool = True  # deliveryGuarantee
     transaction_timeout_ms: int = DEFAULT_TRANSACTION_TIMEOUT_MS
     partition_by: tuple[str, ...] = ()
+    compression: str | None = None
 
     @property
     def request_timeout_s(self) -> float:
@@ -226,6 +236,10 @@ class SourceOptions:
     ending_timestamp: int | None = None
     max_records_per_trigger: int | None = None
     max_bytes_per_trigger: int | None = None
+    # minOffsetsPerTrigger: a trigger finding fewer new offsets is skipped until
+    # maxTriggerDelay (ms) has passed since the last batch (Kafka's rule)
+    min_offsets_per_trigger: int | None = None
+    max_trigger_delay_ms: int = DEFAULT_MAX_TRIGGER_DELAY_MS
     min_partitions: int | None = None
     fail_on_data_loss: bool = True
     request_timeout_ms: int = 30_000
@@ -292,8 +306,17 @@ def parse_sink_options(options: Mapping[str, str], *, streaming: bool) -> SinkOp
             "options 'txnAppId' and 'txnVersion' need deliveryGuarantee exactly-once "
             "(the default); got deliveryGuarantee at-least-once"
         )
+    compression = opts.get("compression")
+    if compression is not None:
+        compression = compression.strip().lower()
+        if compression not in CODEC_NAMES:
+            raise OptionError(
+                f"option 'compression' must be one of {', '.join(CODEC_NAMES)}, "
+                f"got {opts['compression']!r}"
+            )
     return SinkOptions(
         topic=_topic(opts, required=False),
+        compression=compression,
         partition_by=_opt_columns(opts, "partitionBy"),
         servers=_servers(opts),
         auth_token=_auth_token(opts),
@@ -336,12 +359,18 @@ def parse_source_options(options: Mapping[str, str], *, streaming: bool | None) 
             "option 'startingOffsets' cannot be 'latest' for a batch read; "
             'expected \'earliest\' or JSON like {"<topic>": {"0": 42}}'
         )
-    per_trigger = ("maxrecordspertrigger", "maxoffsetspertrigger", "maxbytespertrigger")
+    per_trigger = (
+        "maxrecordspertrigger",
+        "maxoffsetspertrigger",
+        "maxbytespertrigger",
+        "minoffsetspertrigger",
+        "maxtriggerdelay",
+    )
     if streaming is False and any(k in opts for k in per_trigger):
         raise OptionError(
-            "options 'maxRecordsPerTrigger' (alias 'maxOffsetsPerTrigger') and "
-            "'maxBytesPerTrigger' apply to streaming reads "
-            "only; a batch read reads from startingOffsets to endingOffsets"
+            "options 'maxRecordsPerTrigger' (alias 'maxOffsetsPerTrigger'), "
+            "'maxBytesPerTrigger', 'minOffsetsPerTrigger' and 'maxTriggerDelay' apply to "
+            "streaming reads only; a batch read reads from startingOffsets to endingOffsets"
         )
     topics, pattern = _subscription(opts)
     by_timestamp = _opt_timestamps_by_partition(opts, "startingOffsetsByTimestamp")
@@ -384,6 +413,19 @@ def parse_source_options(options: Mapping[str, str], *, streaming: bool | None) 
             "options 'maxRecordsPerTrigger' and 'maxOffsetsPerTrigger' (its Kafka alias) "
             f"disagree ({records} vs {alias}); give one of them"
         )
+    max_records = records if records is not None else alias
+    min_offsets = _opt_int(opts, "minOffsetsPerTrigger", minimum=1)
+    delay_ms = _opt_duration_ms(opts, "maxTriggerDelay")
+    if delay_ms is not None and min_offsets is None:
+        raise OptionError(
+            "option 'maxTriggerDelay' bounds how long 'minOffsetsPerTrigger' holds a batch "
+            "back; give 'minOffsetsPerTrigger' too, or leave 'maxTriggerDelay' out"
+        )
+    if min_offsets is not None and max_records is not None and min_offsets > max_records:
+        raise OptionError(
+            f"option 'minOffsetsPerTrigger' ({min_offsets}) must not exceed "
+            f"'maxOffsetsPerTrigger'/'maxRecordsPerTrigger' ({max_records})"
+        )
     return SourceOptions(
         topics=topics,
         pattern=pattern,
@@ -394,8 +436,10 @@ def parse_source_options(options: Mapping[str, str], *, streaming: bool | None) 
         starting_offsets_by_timestamp=by_timestamp,
         ending_offsets=ending,
         ending_timestamp=ending_timestamp,
-        max_records_per_trigger=records if records is not None else alias,
+        max_records_per_trigger=max_records,
         max_bytes_per_trigger=_opt_size(opts, "maxBytesPerTrigger", 1, None),
+        min_offsets_per_trigger=min_offsets,
+        max_trigger_delay_ms=DEFAULT_MAX_TRIGGER_DELAY_MS if delay_ms is None else delay_ms,
         min_partitions=_opt_int(opts, "minPartitions", minimum=1, maximum=100_000),
         fail_on_data_loss=_opt_bool(opts, "failOnDataLoss", default=True),
         request_timeout_ms=_opt_int(opts, "requestTimeoutMs", minimum=1, maximum=3_600_000)
@@ -614,6 +658,25 @@ def _opt_size(opts: Mapping[str, str], name: str, minimum: int, maximum: int | N
             f"option '{name}' must be a size in bytes {bound}; got {raw!r} ({value} bytes)"
         )
     return value
+
+
+def _opt_duration_ms(opts: Mapping[str, str], name: str) -> int | None:
+    """A duration with a unit (Spark's form: '15m', '30s', '100ms', '1h'), in ms.
+
+    A bare number is refused: Spark would read it as milliseconds, pytimeparse2
+    as seconds, so the unit is required rather than guessed.
+    """
+    raw = opts.get(name.lower())
+    if raw is None:
+        return None
+    text = raw.strip()
+    seconds = None if _INT_RE.match(text) else pytimeparse2.parse(text)
+    if seconds is None or seconds < 0:
+        raise OptionError(
+            f"option '{name}' must be a duration >= 0 with a unit, e.g. '15m', '30s' or "
+            f"'100ms'; got {raw!r}"
+        )
+    return round(seconds * 1000)
 
 
 def _opt_bool(opts: Mapping[str, str], name: str, *, default: bool) -> bool:

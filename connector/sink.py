@@ -36,6 +36,11 @@ Arrow batches from Spark are cut into Arrow IPC payloads of at most
 ``chunkBytes`` (default 1 MiB) and sent as they are; rows are never converted
 one by one. A DataFrame of ``value`` and only Kafka's columns is written as
 raw records instead (:mod:`pyspark_raftlog.raw_records`).
+
+``compression`` (none, lz4, zstd) compresses each payload in the task before
+it is sent (``chunkBytes`` counts uncompressed bytes); without the option, each
+topic's config ``compression.type`` decides, read once per task and topic. The
+codec is recorded in each batch, and every reader decompresses.
 """
 
 from __future__ import annotations
@@ -43,7 +48,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Iterator
 from typing import Any
 
 import pyarrow as pa
@@ -77,6 +82,9 @@ class RaftlogCommitMessage(WriterCommitMessage):
     participants: tuple[dict[str, Any], ...] = ()
     writes: tuple[PartitionWrite, ...] = ()  # one per (topic, partition) the task wrote
 
+
+# raftlog.controller.topic_config.COMPRESSION_TYPE (the connector speaks the client API only)
+TOPIC_COMPRESSION_CONFIG = "compression.type"
 
 # Chunks queued per topic partition ahead of its writer: bounds a task's memory while
 # one partition's writes are slower than the others'.
@@ -128,12 +136,17 @@ class _WriterBase:
             router = _Router(self, client, spark_partition)
             queues: dict[tuple[str, int], asyncio.Queue] = {}
             writers: dict[tuple[str, int], asyncio.Task] = {}
+            codecs: dict[str, asyncio.Future[str]] = {}  # one lookup per topic, shared
 
             def start(topic: str, partition: int) -> asyncio.Queue:
                 queue: asyncio.Queue = asyncio.Queue(_QUEUE_CHUNKS)
                 queues[(topic, partition)] = queue
+                if topic not in codecs:
+                    codecs[topic] = asyncio.ensure_future(_codec(client, opts, topic))
                 writers[(topic, partition)] = asyncio.ensure_future(
-                    self._write_partition(client, key, attempt, topic, partition, _drain(queue))
+                    self._write_partition(
+                        client, key, attempt, topic, partition, _drain(queue), codecs[topic]
+                    )
                 )
                 return queue
 
@@ -149,9 +162,9 @@ class _WriterBase:
                     await _put(queue, writers[where], None)
                 done = await asyncio.gather(*writers.values())
             except BaseException:
-                for task in writers.values():
+                for task in (*writers.values(), *codecs.values()):
                     task.cancel()
-                await asyncio.gather(*writers.values(), return_exceptions=True)
+                await asyncio.gather(*writers.values(), *codecs.values(), return_exceptions=True)
                 raise
             finally:
                 await client.close()
@@ -175,9 +188,12 @@ class _WriterBase:
         topic: str,
         partition: int,
         chunks: Any,
+        codec: Awaitable[str],
     ) -> tuple[PartitionWrite, tuple[dict[str, Any], ...]]:
-        """One (topic, partition)'s rows: prepared as one participant, or written plainly."""
+        """One (topic, partition)'s rows: prepared as one participant, or written plainly,
+        each payload compressed with ``codec`` (awaited: the topic's, when not an option)."""
         opts = self.opts
+        compression = await codec
         if key is None:
             written = await write_plain(
                 client,
@@ -186,6 +202,7 @@ class _WriterBase:
                 chunks=chunks,
                 acks=opts.acks,
                 max_in_flight=opts.max_in_flight,
+                compression=compression,
             )
             return written, ()
         from raftlog.client.coordinator import CoordinatorClient
@@ -201,6 +218,7 @@ class _WriterBase:
             chunks,
             max_in_flight=opts.max_in_flight,
             transaction_timeout_ms=opts.transaction_timeout_ms,
+            compression=compression,
         )
         parts = tuple(p.to_json() for p in prepared.participants)
         written = PartitionWrite(
@@ -251,6 +269,15 @@ class _WriterBase:
                 await client.close()
 
         return asyncio.run(run())
+
+
+async def _codec(client: Any, opts: SinkOptions, topic: str) -> str:
+    """The codec ``topic``'s payloads are written with: option ``compression``, else the
+    topic's config ``compression.type`` (none when the cluster does not report one)."""
+    if opts.compression is not None:
+        return opts.compression
+    described = await client.describe_configs(topic)
+    return described.configs.get(TOPIC_COMPRESSION_CONFIG, "none")
 
 
 async def _drain(queue: asyncio.Queue) -> AsyncIterator[Chunk]:

@@ -50,7 +50,7 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 from pyspark.sql.types import StructType
-from pyspark_raftlog.admission import limit_end_offsets
+from pyspark_raftlog.admission import TriggerDelay, limit_end_offsets
 from pyspark_raftlog.arrow_payload import conform_batch, decode_payload
 from pyspark_raftlog.connection import open_blocking_client
 from pyspark_raftlog.errors import DataLossError
@@ -214,6 +214,13 @@ class RaftlogStreamReader(_ReaderBase, DataSourceStreamReader, SupportsTriggerAv
         super().__init__(opts, servers, schema)
         self._target: dict[TopicPartition, int] | None = None  # AvailableNow: LSOs at start
         self._latest: dict[TopicPartition, int] = {}
+        # minOffsetsPerTrigger/maxTriggerDelay; kept by this reader, which lives in one
+        # Python worker for the whole query run (a restart starts a new delay)
+        self._delay = (
+            None
+            if opts.min_offsets_per_trigger is None
+            else TriggerDelay(opts.min_offsets_per_trigger, opts.max_trigger_delay_ms)
+        )
 
     def initialOffset(self) -> dict:
         # "latest": Kafka's default for streams
@@ -245,6 +252,17 @@ class RaftlogStreamReader(_ReaderBase, DataSourceStreamReader, SupportsTriggerAv
         rotation = zlib.crc32(json.dumps(sorted(begin.items())).encode())
         # a topic that vanished (deleted, or no longer matching): nothing more to read there
         begin = {tp: off for tp, off in begin.items() if tp in latest}
+        if self._delay is not None and self._target is None:  # AvailableNow never waits
+            new = sum(latest[p] - begin[p] for p in latest)
+            if not self._delay.admit(new, time.time() * 1000):
+                get_logger().info(
+                    "raftlog source: topic %r: %d new offsets, fewer than minOffsetsPerTrigger "
+                    "%d; batch held back up to maxTriggerDelay",
+                    self.opts.topic,
+                    new,
+                    self._delay.min_offsets,
+                )
+                return start  # the previous end: Spark runs no batch
         end = latest
         if isinstance(limit, ReadMaxRows):
             end = limit_end_offsets(begin, latest, limit.max_rows, rotation)
@@ -312,10 +330,11 @@ class RaftlogStreamReader(_ReaderBase, DataSourceStreamReader, SupportsTriggerAv
                 out[p] = min(end[p], skipped)  # only aborted data there: free to pass
                 continue
             used = 0
-            for batch in result.batches:
+            # stored sizes (compressed): the client hands back decompressed payloads
+            for batch, size in zip(result.batches, result.stored_bytes, strict=True):
                 batch_end = min(end[p], batch.base_offset + batch.record_count)
                 first_batch_end.setdefault(p, batch_end)
-                used += len(batch.payload)
+                used += size
                 if used > shares[p] or batch.base_offset >= end[p]:
                     break
                 out[p] = batch_end

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 from pyspark_raftlog.options import (
     DEFAULT_CHUNK_BYTES,
+    DEFAULT_MAX_TRIGGER_DELAY_MS,
     OffsetSpec,
     OptionError,
     parse_sink_options,
@@ -226,3 +227,55 @@ def test_direction_unknown_skips_direction_checks() -> None:
         {"topic": "t", "endingOffsets": "latest", "maxRecordsPerTrigger": "3"}, streaming=None
     )
     assert o.ending_offsets == OffsetSpec("latest") and o.max_records_per_trigger == 3
+
+
+# ------------------------------------ compression, minOffsetsPerTrigger, maxTriggerDelay
+def test_compression_defaults_to_the_topic_config_and_takes_kafkas_codec_names() -> None:
+    assert sink().compression is None  # the topic's compression.type decides
+    assert sink(compression="ZSTD").compression == "zstd"
+    assert sink(compression=" lz4 ").compression == "lz4"
+    assert sink(compression="none").compression == "none"
+    assert parse_sink_options({"topic": "t", "compression": "lz4"}, streaming=False).compression
+
+
+@pytest.mark.parametrize("bad", ["gzip", "snappy", "", "zstd,lz4"])
+def test_bad_compression_is_refused_naming_the_allowed_values(bad: str) -> None:
+    with pytest.raises(OptionError) as err:
+        sink(compression=bad)
+    assert str(err.value) == f"option 'compression' must be one of none, lz4, zstd, got {bad!r}"
+
+
+def test_compression_is_a_write_option() -> None:
+    with pytest.raises(OptionError, match="option 'compression' applies to writes, not reads"):
+        source(compression="lz4")
+
+
+def test_min_offsets_and_max_trigger_delay() -> None:
+    o = source()
+    assert o.min_offsets_per_trigger is None
+    assert o.max_trigger_delay_ms == DEFAULT_MAX_TRIGGER_DELAY_MS == 15 * 60 * 1000
+    o = source(minOffsetsPerTrigger="500")
+    assert (o.min_offsets_per_trigger, o.max_trigger_delay_ms) == (500, 15 * 60 * 1000)
+    for raw, ms in [("30s", 30_000), ("15m", 900_000), ("100ms", 100), ("1h", 3_600_000)]:
+        assert source(minOffsetsPerTrigger="1", maxTriggerDelay=raw).max_trigger_delay_ms == ms
+
+
+@pytest.mark.parametrize("bad", ["900", "soon", "-5m", ""])
+def test_bad_max_trigger_delay_names_the_form(bad: str) -> None:
+    with pytest.raises(OptionError) as err:
+        source(minOffsetsPerTrigger="1", maxTriggerDelay=bad)
+    assert str(err.value) == (
+        "option 'maxTriggerDelay' must be a duration >= 0 with a unit, e.g. '15m', '30s' or "
+        f"'100ms'; got {bad!r}"
+    )
+
+
+def test_trigger_options_fit_together() -> None:
+    with pytest.raises(OptionError, match="give 'minOffsetsPerTrigger' too"):
+        source(maxTriggerDelay="1m")
+    with pytest.raises(OptionError, match=r"'minOffsetsPerTrigger' \(50\) must not exceed"):
+        source(minOffsetsPerTrigger="50", maxOffsetsPerTrigger="10")
+    with pytest.raises(OptionError, match="must be an integer >= 1; got '0'"):
+        source(minOffsetsPerTrigger="0")
+    with pytest.raises(OptionError, match="apply to streaming reads only"):
+        source(streaming=False, minOffsetsPerTrigger="5")
