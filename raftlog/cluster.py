@@ -25,6 +25,12 @@ Nodes are ``python -m raftlog server ...`` subprocesses in their own session
 exactly the PIDs recorded in cluster.json, and only after checking that each
 PID still runs a raftlog server with the recorded node id (a PID may have been
 reused). Every wait here is bounded.
+
+A cluster may run on several addresses (``hosts``: one loopback address per
+node stands in for separate hosts), with TLS (the nodes' ``--tls-*`` flags; the
+CA is recorded so that health checks verify the nodes) and with separate
+client and peer tokens (recorded, and handed to the nodes through their
+environment, never on their command lines).
 """
 
 from __future__ import annotations
@@ -35,6 +41,7 @@ import fcntl
 import json
 import os
 import pathlib
+import secrets
 import signal
 import socket
 import subprocess
@@ -102,6 +109,8 @@ class LocalCluster:
     data_dir: str
     nodes: list[NodeProcess]
     auth_token: str | None = None
+    peer_token: str | None = None
+    tls_ca_file: str | None = None  # the nodes serve HTTPS, verified by this CA
     started: list[int] = dataclasses.field(default_factory=list)
     down: list[NodeFailure] = dataclasses.field(default_factory=list)
 
@@ -116,14 +125,16 @@ class LocalCluster:
         raise KeyError(f"no node {node_id} in the cluster at {self.data_dir}")
 
     def to_json(self) -> str:
-        return json.dumps(
-            {
-                "data_dir": self.data_dir,
-                "nodes": [dataclasses.asdict(n) for n in self.nodes],
-                "auth_token": self.auth_token,
-            },
-            indent=2,
-        )
+        raw: dict[str, Any] = {
+            "data_dir": self.data_dir,
+            "nodes": [dataclasses.asdict(n) for n in self.nodes],
+            "auth_token": self.auth_token,
+        }
+        # written only when set: a plain cluster's file stays as it was
+        for key in ("peer_token", "tls_ca_file"):
+            if getattr(self, key) is not None:
+                raw[key] = getattr(self, key)
+        return json.dumps(raw, indent=2)
 
     @classmethod
     def from_json(cls, text: str) -> LocalCluster:
@@ -132,16 +143,23 @@ class LocalCluster:
             data_dir=raw["data_dir"],
             nodes=[NodeProcess(**n) for n in raw["nodes"]],
             auth_token=raw.get("auth_token"),
+            peer_token=raw.get("peer_token"),
+            tls_ca_file=raw.get("tls_ca_file"),
         )
 
+    def health(self, node: NodeProcess, timeout_s: float = 1.0) -> dict[str, Any] | None:
+        """``node``'s /health as this cluster is reached (its CA, its client token)."""
+        return health(node.address, timeout_s, ca_file=self.tls_ca_file, token=self.auth_token)
 
-def free_ports(count: int) -> list[int]:
-    """``count`` distinct free TCP ports on 127.0.0.1 (held open together while picking)."""
+
+def free_ports(count: int, hosts: list[str] | None = None) -> list[int]:
+    """``count`` distinct free TCP ports (held open together while picking): port i on
+    ``hosts[i]`` when given (IPv4 addresses), else all on 127.0.0.1."""
     socks = []
     try:
-        for _ in range(count):
+        for i in range(count):
             s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            s.bind(("127.0.0.1", 0))
+            s.bind((hosts[i] if hosts else "127.0.0.1", 0))
             socks.append(s)
         return [s.getsockname()[1] for s in socks]
     finally:
@@ -193,10 +211,26 @@ def _is_our_node(node: NodeProcess) -> bool:
     return "server" in args and "--node-id" in args and str(node.node_id) in args
 
 
-def health(address: str, timeout_s: float = 1.0) -> dict[str, Any] | None:
-    """The node's ``/health`` JSON, or None when it does not answer."""
+def health(
+    address: str,
+    timeout_s: float = 1.0,
+    *,
+    ca_file: str | None = None,
+    token: str | None = None,
+) -> dict[str, Any] | None:
+    """The node's ``/health`` JSON, or None when it does not answer.
+
+    ``ca_file``: ask over HTTPS, verified by that CA; ``token`` is sent as a bearer
+    token (a node off loopback answers /health to a token only).
+    """
+    from raftlog.rpc.tls import client_context, scheme
+
+    ctx = client_context(ca_file, "tls_ca_file") if ca_file else None
+    req = urllib.request.Request(f"{scheme(ctx)}://{address}/health")
+    if token:
+        req.add_header("Authorization", f"Bearer {token}")
     try:
-        with urllib.request.urlopen(f"http://{address}/health", timeout=timeout_s) as resp:
+        with urllib.request.urlopen(req, timeout=timeout_s, context=ctx) as resp:
             return json.loads(resp.read())
     except (OSError, urllib.error.URLError, ValueError):
         return None
@@ -227,11 +261,18 @@ def node_argv(
     ]
 
 
-def spawn(node: NodeProcess, auth_token: str | None = None) -> subprocess.Popen[bytes]:
-    """Start ``node.argv`` detached, appending output to its log file; sets ``node.pid``."""
+def spawn(
+    node: NodeProcess, auth_token: str | None = None, peer_token: str | None = None
+) -> subprocess.Popen[bytes]:
+    """Start ``node.argv`` detached, appending output to its log file; sets ``node.pid``.
+
+    The tokens go in the node's environment (RAFTLOG_AUTH_TOKEN, RAFTLOG_PEER_TOKEN),
+    not its argv, which any local user can read in ``ps``."""
     env = dict(os.environ)
     if auth_token:
         env["RAFTLOG_AUTH_TOKEN"] = auth_token
+    if peer_token:
+        env["RAFTLOG_PEER_TOKEN"] = peer_token
     with open(node.log_file, "ab") as log:
         proc = subprocess.Popen(
             node.argv,
@@ -302,7 +343,7 @@ def wait_ready(
                 exited[n.node_id] = f"exited with status {code}"
             elif proc is None and not pid_alive(n.pid):
                 exited[n.node_id] = "is not running"
-        states = {n.node_id: health(n.address) for n in cluster.nodes if n.node_id not in exited}
+        states = {n.node_id: cluster.health(n) for n in cluster.nodes if n.node_id not in exited}
         answering = {i: s for i, s in states.items() if s is not None}
         leaders = {s.get("controller_leader", -1) for s in answering.values()}
         agreed = len(leaders) == 1 and next(iter(leaders)) in answering
@@ -369,6 +410,9 @@ def start_cluster(
     auth_token: str | None = None,
     timeout_s: float = 60.0,
     peer_routes: Callable[[dict[int, str]], dict[int, dict[int, str]]] | None = None,
+    hosts: list[str] | None = None,
+    peer_token: str | None = None,
+    tls: tuple[str, str, str] | None = None,
 ) -> LocalCluster:
     """Start the local cluster in ``data_dir`` and return it once it serves.
 
@@ -388,6 +432,12 @@ def start_cluster(
     ``peer_routes``, when given, is called with every node's address and returns,
     per node id, where that node sends raft traffic for each peer (e.g. a proxy
     per link); it becomes the node's ``--peer-routes``.
+
+    A new cluster may also be given ``hosts`` (node i listens on ``hosts[i]``, an
+    IPv4 address; one per node), ``tls`` as (cert file, key file, CA file), PEM,
+    passed to every node as ``--tls-cert/--tls-key/--tls-ca`` (the certificate
+    must name every host), and a ``peer_token``. With ``auth_token`` and no
+    ``peer_token`` a random peer token is made: the nodes need their own secret.
     """
     if nodes is not None and (not isinstance(nodes, int) or not 1 <= nodes <= 64):
         raise ClusterError(f"--nodes: expected an integer from 1 to 64, got {nodes!r}")
@@ -395,18 +445,34 @@ def start_cluster(
     with _locked(root):
         cluster = load_cluster(root)
         if cluster is None:
+            if hosts is not None and len(hosts) != (nodes or DEFAULT_NODES):
+                raise ClusterError(
+                    f"hosts: expected one address per node ({nodes or DEFAULT_NODES}), "
+                    f"got {len(hosts)}: {hosts}"
+                )
+            if tls is not None:
+                extra_args = [
+                    *(extra_args or []),
+                    *("--tls-cert", tls[0], "--tls-key", tls[1], "--tls-ca", tls[2]),
+                ]
             cluster = _new_cluster(
-                root, nodes or DEFAULT_NODES, extra_args, auth_token, peer_routes
+                root, nodes or DEFAULT_NODES, extra_args, auth_token, peer_routes, hosts
             )
+            cluster.peer_token = peer_token
+            cluster.tls_ca_file = tls[2] if tls is not None else None
         elif nodes is not None and nodes != len(cluster.nodes):
             raise ClusterError(
                 f"--nodes: the local cluster in {root} has {len(cluster.nodes)} nodes, "
                 f"not {nodes}; leave --nodes out, or stop it and use another --data-dir"
             )
+        if cluster.auth_token and not cluster.peer_token and not running(cluster):
+            # Nodes with a client token refuse to start without a peer token: make one
+            # (also for a cluster recorded before nodes had their own secret).
+            cluster.peer_token = secrets.token_urlsafe(24)
         procs: dict[int, subprocess.Popen[bytes]] = {}
         for node in cluster.nodes:
             if not _is_our_node(node):
-                procs[node.node_id] = spawn(node, cluster.auth_token)
+                procs[node.node_id] = spawn(node, cluster.auth_token, cluster.peer_token)
         cluster.started = sorted(procs)
         if procs:
             _write_state(root, cluster)
@@ -424,10 +490,13 @@ def _new_cluster(
     extra_args: list[str] | None,
     auth_token: str | None,
     peer_routes: Callable[[dict[int, str]], dict[int, dict[int, str]]] | None,
+    hosts: list[str] | None = None,
 ) -> LocalCluster:
-    """A cluster of ``nodes`` nodes on fresh ports, not yet started or recorded."""
-    ports = free_ports(nodes)
-    peers = {i: f"127.0.0.1:{p}" for i, p in zip(range(1, nodes + 1), ports, strict=True)}
+    """A cluster of ``nodes`` nodes on fresh ports (of ``hosts``, one per node, else
+    127.0.0.1), not yet started or recorded."""
+    ports = free_ports(nodes, hosts)
+    hosts = hosts or ["127.0.0.1"] * nodes
+    peers = {i: f"{h}:{p}" for i, h, p in zip(range(1, nodes + 1), hosts, ports, strict=True)}
     routes = peer_routes(dict(peers)) if peer_routes is not None else {}
     cluster = LocalCluster(str(root), [], auth_token)
     for node_id, address in peers.items():
@@ -461,7 +530,7 @@ def restart_node(cluster: LocalCluster, node_id: int) -> NodeProcess:
         node = cluster.node(node_id)
         if _is_our_node(node):
             raise ClusterError(f"node {node_id} is still running (pid {node.pid})")
-        spawn(node, cluster.auth_token)
+        spawn(node, cluster.auth_token, cluster.peer_token)
         _write_state(root, cluster)
         return node
 
@@ -532,7 +601,7 @@ def cluster_status(cluster: LocalCluster) -> list[dict[str, Any]]:
                 "address": n.address,
                 "pid": n.pid,
                 "alive": alive,
-                "health": health(n.address) if alive else None,
+                "health": cluster.health(n) if alive else None,
             }
         )
     return out

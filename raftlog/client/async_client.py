@@ -24,6 +24,12 @@ Each HTTP attempt has its own, shorter bound (``attempt_timeout_s``, by
 default ``min(request_timeout_s / 3, 10 s)``) and never outlives the call's
 overall deadline, so one hung connection costs an attempt, not the whole
 budget: the call is retried (on a fresh leader lookup) within the deadline.
+
+Security: ``auth_token`` is sent as ``Authorization: Bearer`` on every call
+(the cluster's client token, never its peer token); with ``tls_ca_file`` every
+node is reached over HTTPS and verified against that CA. A refusal (401 or 403)
+surfaces at once as :class:`UnauthorizedError` with the node's message, which
+names the token that is missing.
 """
 
 from __future__ import annotations
@@ -34,6 +40,7 @@ import contextvars
 import dataclasses
 import errno
 import random
+import ssl
 import time
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -93,6 +100,7 @@ from raftlog.rpc.messages import (
     TopicConfigs,
     TopicInfo,
 )
+from raftlog.rpc.tls import client_context, scheme
 from raftlog.storage.batch import RecordBatch
 
 if TYPE_CHECKING:
@@ -187,13 +195,17 @@ class FetchResult:
 
 
 def parse_servers(servers: str | list[str]) -> list[str]:
-    """``"h:p,h:p"`` or a list -> ``["h:p", ...]``; raises ValueError naming ``servers``."""
+    """``"h:p,h:p"`` or a list -> ``["h:p", ...]``; raises ValueError naming ``servers``.
+
+    A leading ``http://`` or ``https://`` is dropped: TLS is chosen by the CA file.
+    """
     items = servers.split(",") if isinstance(servers, str) else list(servers)
     out = []
     for raw in items:
         s = raw.strip()
-        if s.startswith("http://"):
-            s = s[len("http://") :]
+        for prefix in ("http://", "https://"):
+            if s.startswith(prefix):
+                s = s[len(prefix) :]
         host, sep, port = s.rpartition(":")
         if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
             raise ValueError(f"servers: expected a comma-separated list of HOST:PORT, got {raw!r}")
@@ -261,9 +273,12 @@ class RaftlogClient:
         servers: str | list[str],
         *,
         auth_token: str | None = None,
+        tls_ca_file: str | None = None,
         request_timeout_s: float = 30.0,
         attempt_timeout_s: float | None = None,
     ) -> None:
+        """``tls_ca_file``: a PEM CA file; given, every node is reached over HTTPS and
+        verified against it (TlsConfigError, a ValueError, when it is unusable)."""
         if request_timeout_s <= 0:
             raise ValueError(f"request_timeout_s must be > 0, got {request_timeout_s}")
         if attempt_timeout_s is None:
@@ -272,6 +287,10 @@ class RaftlogClient:
             raise ValueError(f"attempt_timeout_s must be > 0, got {attempt_timeout_s}")
         self._seeds = parse_servers(servers)
         self._auth_token = auth_token
+        self._ssl: ssl.SSLContext | None = (
+            client_context(tls_ca_file, "tls_ca_file") if tls_ca_file else None
+        )
+        self._scheme = scheme(self._ssl)
         self._timeout_s = float(request_timeout_s)
         self._attempt_timeout_s = min(float(attempt_timeout_s), self._timeout_s)
         self._session: aiohttp.ClientSession | None = None
@@ -830,12 +849,14 @@ class RaftlogClient:
     async def _send(self, address: str, req: Any, resp_type: type[R]) -> R:
         if self._session is None:
             self._session = aiohttp.ClientSession(
-                connector=aiohttp.TCPConnector(limit=64, limit_per_host=16),
+                connector=aiohttp.TCPConnector(
+                    limit=64, limit_per_host=16, ssl=self._ssl if self._ssl else False
+                ),
             )
         headers = {"Content-Type": CONTENT_TYPE}
         if self._auth_token:
             headers[AUTH_HEADER] = f"Bearer {self._auth_token}"
-        url = f"http://{address}/v1/{ROUTES[type(req)]}"
+        url = f"{self._scheme}://{address}/v1/{ROUTES[type(req)]}"
         bound = self._attempt_timeout()
         timeout = aiohttp.ClientTimeout(total=bound, connect=min(5.0, bound))
         try:
@@ -853,14 +874,14 @@ class RaftlogClient:
                 ) from exc
             raise ClusterUnavailableError(f"cannot reach {address}: {exc}") from exc
         self._answered = True
-        if status == 401:
-            raise UnauthorizedError(
-                f"{address} rejected the request: missing or wrong auth token "
-                "(pass auth_token= or set RAFTLOG_AUTH_TOKEN)"
-            )
         try:
             msg = codec.decode(body)
         except CodecError as exc:
+            if status in (401, 403):
+                raise UnauthorizedError(
+                    f"{address} refused the request (HTTP {status}): missing or wrong auth "
+                    "token (pass auth_token= or set RAFTLOG_AUTH_TOKEN)"
+                ) from exc
             raise RaftlogError(
                 f"{address} answered HTTP {status} with an undecodable body: {exc}; {body[:200]!r}"
             ) from exc

@@ -31,9 +31,12 @@ class BlockingRaftlogClient:
         servers: str | list[str],
         *,
         auth_token: str | None = None,
+        tls_ca_file: str | None = None,
         request_timeout_s: float = 30.0,
         attempt_timeout_s: float | None = None,
     ) -> None:
+        """See :class:`RaftlogClient` for the arguments (``tls_ca_file``: HTTPS, verified
+        against that PEM CA)."""
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(
             target=self._loop.run_forever, name="raftlog-client", daemon=True
@@ -44,6 +47,7 @@ class BlockingRaftlogClient:
             _make(
                 servers,
                 auth_token=auth_token,
+                tls_ca_file=tls_ca_file,
                 request_timeout_s=request_timeout_s,
                 attempt_timeout_s=attempt_timeout_s,
             )

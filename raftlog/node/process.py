@@ -1,6 +1,7 @@
 """One node process: many Raft groups, the controller, and the aiohttp server.
 
 ``raftlog server --node-id N --listen 127.0.0.1:PORT --data-dir DIR --peers ID=HOST:PORT,...``
+``[--advertise HOST:PORT] [--tls-cert F --tls-key F --tls-ca F] [--auth-token T --peer-token P]``
 
 - Group 0 is the controller (a Raft group over every node, as Redpanda's);
   its state machine (:class:`raftlog.controller.ControllerStm`) holds topics,
@@ -16,8 +17,16 @@
   topic's ``retention.bytes``/``retention.ms``, and every replica deletes the
   whole segments below it. Topic configs live in the controller state; the node
   applies them to its partitions whenever the controller state changes.
-- Binding to a non-loopback address needs an auth token (``--auth-token`` or
-  ``RAFTLOG_AUTH_TOKEN``), checked on every peer and client request.
+- Addresses: the node binds ``--listen`` and is known to peers and clients by
+  ``--advertise`` (default: the listen address); ``--peers`` lists every node by
+  its advertised address, and clients learn leaders' addresses from it.
+- Auth (:class:`raftlog.rpc.server.AuthPolicy`): clients send the client token
+  (``--auth-token``/``RAFTLOG_AUTH_TOKEN``), nodes the peer token
+  (``--peer-token``/``RAFTLOG_PEER_TOKEN``); neither is accepted where the other
+  belongs. A client token needs a (different) peer token. Binding or peering
+  beyond loopback needs both, and then ``/health`` and ``/metrics`` need one too.
+- TLS (:mod:`raftlog.rpc.tls`): with ``--tls-cert/--tls-key/--tls-ca`` the node
+  serves HTTPS and verifies its peers against the CA.
 """
 
 from __future__ import annotations
@@ -41,9 +50,11 @@ from raftlog.controller import (
     CONTROLLER_GROUP,
     AlterTopicConfigCmd,
     ControllerStm,
+    CreatePartitionsCmd,
     CreateTopicCmd,
     DeleteTopicCmd,
     PartitionAssignment,
+    PreferReplicaCmd,
     TopicAssignment,
     command_batch,
     config_values,
@@ -65,6 +76,8 @@ from raftlog.rpc.messages import (
     AlterConfigResponse,
     ConfigEntry,
     CoordinatorRequest,
+    CreatePartitionsRequest,
+    CreatePartitionsResponse,
     CreateTopicRequest,
     CreateTopicResponse,
     DeleteTopicRequest,
@@ -89,8 +102,11 @@ from raftlog.rpc.messages import (
     ProduceRequest,
     TopicConfigs,
     TopicInfo,
+    TransferLeadershipRequest,
+    TransferLeadershipResponse,
 )
-from raftlog.rpc.server import RequestError, make_app
+from raftlog.rpc.server import AuthPolicy, RequestError, make_app
+from raftlog.rpc.tls import TlsConfigError, TlsFiles, client_context, server_context
 from raftlog.rpc.transport import HttpTransport
 from raftlog.storage import fs as storage_fs
 from raftlog.storage import identity
@@ -103,6 +119,8 @@ DEFAULT_MAX_BATCH_BYTES = 16 * 1024 * 1024
 MAX_PARTITIONS = 10_000
 COORDINATOR_ROLL_FORWARD_S = 5.0
 DEFAULT_RETENTION_CHECK_INTERVAL_MS = 10_000
+# How long transfer-leadership waits for the new leader (a client retries after it).
+LEADERSHIP_TRANSFER_WAIT_S = 15.0
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -111,8 +129,11 @@ class NodeConfig:
     host: str
     port: int
     data_dir: pathlib.Path
-    peers: dict[int, str]  # every node, this one included
-    auth_token: str | None = None
+    peers: dict[int, str]  # every node's advertised address, this one included
+    auth_token: str | None = None  # the client token
+    # the nodes' own secret for /raft/*; never accepted from clients, nor theirs here
+    peer_token: str | None = None
+    tls: TlsFiles | None = None
     default_partitions: int = DEFAULT_PARTITIONS
     max_batch_bytes: int = DEFAULT_MAX_BATCH_BYTES
     heartbeat_interval_s: float = 0.05
@@ -130,6 +151,12 @@ class NodeConfig:
 
     @property
     def address(self) -> str:
+        """The advertised address: what peers and clients are told."""
+        return self.peers[self.node_id]
+
+    @property
+    def listen(self) -> str:
+        """The address the node binds."""
         return f"{self.host}:{self.port}"
 
 
@@ -157,17 +184,38 @@ def parse_peers(text: str, option: str = "--peers") -> dict[int, str]:
 
 
 def _is_loopback(host: str) -> bool:
-    if host == "localhost":
+    """This host's own loopback: ``localhost``, ``127.0.0.1`` or ``::1``.
+
+    The rest of 127.0.0.0/8 counts as a network: one machine uses those addresses
+    to stand in for separate hosts (the several-hosts test does), so a node there
+    is held to a networked node's rules (tokens, a guarded /health). Stricter, never
+    looser, than treating it as loopback.
+    """
+    if host.strip("[]") == "localhost":
         return True
     try:
-        return ipaddress.ip_address(host).is_loopback
+        ip = ipaddress.ip_address(host.strip("[]"))
     except ValueError:
         return False
+    return ip in (ipaddress.ip_address("127.0.0.1"), ipaddress.ip_address("::1"))
+
+
+def _host_port(value: str, flag: str) -> tuple[str, int]:
+    """``HOST:PORT`` -> (host, port); ValueError naming ``flag`` and the expected form."""
+    host, colon, port = value.rpartition(":")
+    if not colon or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(f"{flag}: expected HOST:PORT (port 1-65535), got {value!r}")
+    return host, int(port)
 
 
 def add_server_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--node-id", type=int, required=True, help="this node's id (an integer >= 0)")
     p.add_argument("--listen", required=True, help="HOST:PORT to serve on, e.g. 127.0.0.1:9092")
+    p.add_argument(
+        "--advertise",
+        default=None,
+        help="HOST:PORT peers and clients reach this node at (default: --listen)",
+    )
     p.add_argument("--data-dir", required=True, help="where this node keeps its logs")
     p.add_argument(
         "--peers",
@@ -179,7 +227,18 @@ def add_server_arguments(p: argparse.ArgumentParser) -> None:
         default="",
         help="send raft traffic for these nodes elsewhere (e.g. through a proxy): ID=HOST:PORT,...",
     )
-    p.add_argument("--auth-token", default=None, help="shared token (else $RAFTLOG_AUTH_TOKEN)")
+    p.add_argument(
+        "--auth-token", default=None, help="the clients' token (else $RAFTLOG_AUTH_TOKEN)"
+    )
+    p.add_argument(
+        "--peer-token",
+        default=None,
+        help="the nodes' own token for raft traffic, unlike --auth-token "
+        "(else $RAFTLOG_PEER_TOKEN)",
+    )
+    p.add_argument("--tls-cert", default=None, help="this node's PEM certificate (chain)")
+    p.add_argument("--tls-key", default=None, help="the PEM private key of --tls-cert")
+    p.add_argument("--tls-ca", default=None, help="the cluster's PEM CA: peers are verified by it")
     p.add_argument(
         "--default-partitions",
         type=int,
@@ -217,16 +276,21 @@ def config_from_args(args: argparse.Namespace) -> NodeConfig:
     """Validate the server flags; ValueError names the flag and the expected form."""
     if args.node_id < 0:
         raise ValueError(f"--node-id: expected an integer >= 0, got {args.node_id}")
-    host, colon, port = args.listen.rpartition(":")
-    if not colon or not host or not port.isdigit() or not 0 < int(port) < 65536:
-        raise ValueError(f"--listen: expected HOST:PORT, got {args.listen!r}")
+    host, port = _host_port(args.listen, "--listen")
+    advertise = getattr(args, "advertise", None) or args.listen
+    advertised_host, _ = _host_port(advertise, "--advertise")
+    if advertised_host in ("0.0.0.0", "::", "[::]"):
+        raise ValueError(
+            f"--advertise: expected an address peers and clients can reach, got {advertise!r} "
+            "(a wildcard --listen needs --advertise HOST:PORT)"
+        )
     peers = parse_peers(args.peers) if args.peers else {}
-    if peers.get(args.node_id, args.listen) != args.listen:
+    if peers.get(args.node_id, advertise) != advertise:
         raise ValueError(
             f"--peers: node {args.node_id} is listed as {peers[args.node_id]} "
-            f"but --listen is {args.listen}"
+            f"but it advertises {advertise} (--advertise, default --listen)"
         )
-    peers[args.node_id] = args.listen
+    peers[args.node_id] = advertise
     routes_arg = getattr(args, "peer_routes", "")
     peer_routes = parse_peers(routes_arg, "--peer-routes") if routes_arg else {}
     unknown = sorted(set(peer_routes) - set(peers))
@@ -235,12 +299,27 @@ def config_from_args(args: argparse.Namespace) -> NodeConfig:
             f"--peer-routes: node(s) {', '.join(map(str, unknown))} are not in --peers"
         )
     token = args.auth_token or os.environ.get("RAFTLOG_AUTH_TOKEN") or None
-    non_loopback = [a for a in peers.values() if not _is_loopback(a.rpartition(":")[0])]
-    if non_loopback and not token:
+    peer_token = getattr(args, "peer_token", None) or os.environ.get("RAFTLOG_PEER_TOKEN") or None
+    non_loopback = [
+        a for a in [args.listen, *peers.values()] if not _is_loopback(a.rpartition(":")[0])
+    ]
+    if non_loopback and not (token and peer_token):
         raise ValueError(
-            f"binding or peering beyond loopback ({', '.join(non_loopback)}) requires a shared "
-            "auth token: pass --auth-token or set RAFTLOG_AUTH_TOKEN"
+            f"binding or peering beyond loopback ({', '.join(sorted(set(non_loopback)))}) "
+            "requires a client token and a peer token: pass --auth-token (or set "
+            "RAFTLOG_AUTH_TOKEN) and --peer-token (or set RAFTLOG_PEER_TOKEN)"
         )
+    if token and not peer_token:
+        raise ValueError(
+            "--auth-token needs --peer-token too (or RAFTLOG_PEER_TOKEN): the nodes' own "
+            "secret for raft traffic, which clients never get"
+        )
+    if token and token == peer_token:
+        raise ValueError(
+            "--peer-token must differ from --auth-token: a client token must not open the "
+            "raft routes"
+        )
+    tls = _tls_files(args)
     if not 1 <= args.default_partitions <= MAX_PARTITIONS:
         raise ValueError(
             f"--default-partitions: expected 1..{MAX_PARTITIONS}, got {args.default_partitions}"
@@ -277,6 +356,8 @@ def config_from_args(args: argparse.Namespace) -> NodeConfig:
         data_dir=pathlib.Path(args.data_dir),
         peers=peers,
         auth_token=token,
+        peer_token=peer_token,
+        tls=tls,
         default_partitions=args.default_partitions,
         max_batch_bytes=args.max_batch_bytes,
         peer_routes=peer_routes,
@@ -286,16 +367,44 @@ def config_from_args(args: argparse.Namespace) -> NodeConfig:
     )
 
 
+def _tls_files(args: argparse.Namespace) -> TlsFiles | None:
+    """The three TLS flags, all or none, each file checked now (TlsConfigError names it)."""
+    given = {
+        flag: getattr(args, attr, None)
+        for flag, attr in (
+            ("--tls-cert", "tls_cert"),
+            ("--tls-key", "tls_key"),
+            ("--tls-ca", "tls_ca"),
+        )
+    }
+    if not any(given.values()):
+        return None
+    missing = [flag for flag, value in given.items() if not value]
+    if missing:
+        raise TlsConfigError(
+            f"--tls-cert, --tls-key and --tls-ca go together (PEM files); missing: "
+            f"{', '.join(missing)}"
+        )
+    files = TlsFiles(given["--tls-cert"], given["--tls-key"], given["--tls-ca"])
+    server_context(files)
+    client_context(files.ca_file)
+    return files
+
+
 class Node:
     """One node: hosts groups, serves RPC; ``start()``/``stop()`` are idempotent."""
 
     def __init__(self, config: NodeConfig) -> None:
         self.config = config
         self.node_id = config.node_id
+        # The CA that verifies peers also verifies the nodes this one calls as a client.
+        peer_ssl = client_context(config.tls.ca_file) if config.tls else None
         self.transport = HttpTransport(
             config.node_id,
-            {**config.peers, **config.peer_routes},
-            auth_token=config.auth_token,
+            config.peers,
+            routes=config.peer_routes,
+            peer_token=config.peer_token,
+            ssl_context=peer_ssl,
             timeout_s=5.0,
         )
         self.host = GroupHost(
@@ -338,12 +447,21 @@ class Node:
             sorted(self.config.peers),
             state_machines=[self.controller_stm],
         )
-        app = make_app(
-            self, auth_token=self.config.auth_token, max_request_bytes=self._max_request_bytes()
+        auth = AuthPolicy(
+            client_token=self.config.auth_token,
+            peer_token=self.config.peer_token,
+            open_status=_is_loopback(self.config.host),
         )
+        app = make_app(self, auth=auth, max_request_bytes=self._max_request_bytes())
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
-        site = web.TCPSite(self._runner, self.config.host, self.config.port, reuse_address=True)
+        site = web.TCPSite(
+            self._runner,
+            self.config.host,
+            self.config.port,
+            reuse_address=True,
+            ssl_context=server_context(self.config.tls) if self.config.tls else None,
+        )
         await site.start()
         loop = asyncio.get_running_loop()
         self._tasks = [
@@ -354,7 +472,19 @@ class Node:
             loop.create_task(self._retention_loop()),
         ]
         self._reconcile_needed.set()
-        log.info("node %d serving on %s", self.node_id, self.config.address)
+        log.info(
+            "node %d serving %s on %s, advertised as %s",
+            self.node_id,
+            "https" if self.config.tls else "http",
+            self.config.listen,
+            self.config.address,
+        )
+
+    @property
+    def _ca_file(self) -> str | None:
+        # The node calls other nodes' client routes (roll-forward, partition status)
+        # as a client: with the client token, over TLS verified by the cluster's CA.
+        return self.config.tls.ca_file if self.config.tls else None
 
     def _max_request_bytes(self) -> int:
         # room for the request's own fields around the largest batch accepted
@@ -397,6 +527,10 @@ class Node:
             rep = self.partitions.get(gid)
             if rep is not None:  # configs changed, or a partition just opened
                 rep.configure(self.controller_stm.topic_config(topic.name))
+                if rep.replicas != part.replicas:
+                    # a new preferred replica: the balancer moves the leadership at once
+                    rep.replicas = list(part.replicas)
+                    self._transfer_attempts.pop(gid, None)
 
     def _partition_dir(self, topic: str, partition: int) -> pathlib.Path:
         return self.config.data_dir / topic / str(partition)
@@ -493,6 +627,7 @@ class Node:
                     client = RaftlogClient(
                         sorted(self.config.peers.values()),
                         auth_token=self.config.auth_token,
+                        tls_ca_file=self._ca_file,
                         request_timeout_s=30.0,
                     )
                 try:
@@ -706,6 +841,85 @@ class Node:
             raise RequestError(ErrorCode.UNKNOWN_TOPIC, f"unknown topic {unknown[0]!r}")
         return DescribeConfigsResponse([self._topic_configs(n) for n in names])
 
+    async def transfer_leadership(
+        self, req: TransferLeadershipRequest
+    ) -> TransferLeadershipResponse:
+        """Make ``target_node`` the partition's preferred replica through the controller,
+        then wait (bounded) until it leads: the node leading the partition hands the
+        leadership over (see ``_balance_loop``), and the balancer keeps it there."""
+        self._require_controller_leader()
+        topic, part = self._assignment(req.topic, req.partition)
+        where = f"{req.topic}/{req.partition}"
+        if req.target_node not in part.replicas:
+            raise RequestError(
+                ErrorCode.INVALID_REQUEST,
+                f"target_node: node {req.target_node} is not a replica of {where} "
+                f"(replicas: {','.join(map(str, part.replicas))})",
+            )
+        if part.replicas[0] != req.target_node:
+            await self._replicate_controller(
+                PreferReplicaCmd(req.topic, req.partition, req.target_node)
+            )
+        deadline = time.monotonic() + LEADERSHIP_TRANSFER_WAIT_S
+        leader = -1
+        while time.monotonic() < deadline:
+            topic, part = self._assignment(req.topic, req.partition)
+            one = dataclasses.replace(topic, partitions=[part])
+            leader = self._topic_info(one, await self._remote_statuses([one])).partitions[0].leader
+            if leader == req.target_node:
+                return TransferLeadershipResponse(leader)
+            await asyncio.sleep(0.1)
+        raise RequestError(
+            ErrorCode.TIMEOUT,
+            f"{where}: node {req.target_node} did not take the leadership within "
+            f"{LEADERSHIP_TRANSFER_WAIT_S:g}s (leader: {leader}); it is the preferred replica, "
+            "so the leader moves to it as soon as it has caught up",
+        )
+
+    async def create_partitions(self, req: CreatePartitionsRequest) -> CreatePartitionsResponse:
+        """Grow a topic to ``partitions`` partitions in all through the controller; the
+        nodes open the new groups when they apply it. A smaller count is refused (Kafka's
+        rule: partitions are never removed); the current count changes nothing."""
+        self._require_controller_leader()
+        topic = self.controller_stm.topics.get(req.name)
+        if topic is None:
+            raise RequestError(ErrorCode.UNKNOWN_TOPIC, f"unknown topic {req.name!r}")
+        have = len(topic.partitions)
+        if req.partitions < have:
+            raise RequestError(
+                ErrorCode.INVALID_REQUEST,
+                f"partitions: topic {req.name!r} has {have} partitions and a count can only "
+                f"grow; {req.partitions} would remove some (give the new total, >= {have})",
+            )
+        if req.partitions > MAX_PARTITIONS:
+            raise RequestError(
+                ErrorCode.INVALID_REQUEST,
+                f"partitions: expected {have}..{MAX_PARTITIONS}, got {req.partitions}",
+            )
+        if req.partitions > have:
+            await self._replicate_controller(
+                CreatePartitionsCmd(req.name, req.partitions, sorted(self.config.peers))
+            )
+        topic = self.controller_stm.topics.get(req.name)
+        if topic is None:
+            raise RequestError(ErrorCode.UNKNOWN_TOPIC, f"topic {req.name!r} was deleted")
+        return CreatePartitionsResponse(self._topic_info(topic))
+
+    def _assignment(
+        self, topic: str, partition: int
+    ) -> tuple[TopicAssignment, PartitionAssignment]:
+        """The controller's assignment of ``topic/partition``; UNKNOWN_* errors name it."""
+        t = self.controller_stm.topics.get(topic)
+        if t is None:
+            raise RequestError(ErrorCode.UNKNOWN_TOPIC, f"unknown topic {topic!r}")
+        if not 0 <= partition < len(t.partitions):
+            raise RequestError(
+                ErrorCode.UNKNOWN_PARTITION,
+                f"topic {topic!r} has no partition {partition} "
+                f"(it has partitions 0..{len(t.partitions) - 1})",
+            )
+        return t, t.partitions[partition]
+
     def _topic_configs(self, name: str) -> TopicConfigs:
         overrides = self.controller_stm.topic_overrides(name)
         described = topic_config.described(overrides)
@@ -784,7 +998,12 @@ class Node:
             addr = self.config.peers.get(node)
             if addr is None:
                 return
-            client = RaftlogClient([addr], auth_token=self.config.auth_token, request_timeout_s=1.0)
+            client = RaftlogClient(
+                [addr],
+                auth_token=self.config.auth_token,
+                tls_ca_file=self._ca_file,
+                request_timeout_s=1.0,
+            )
             try:
                 resp = await client._send(
                     addr, PartitionStatusRequest(gids), PartitionStatusResponse
@@ -807,16 +1026,7 @@ class Node:
     # ------------------------------------------------------------ partition calls
 
     def _replica(self, topic: str, partition: int) -> PartitionReplica:
-        t = self.controller_stm.topics.get(topic)
-        if t is None:
-            raise RequestError(ErrorCode.UNKNOWN_TOPIC, f"unknown topic {topic!r}")
-        if not 0 <= partition < len(t.partitions):
-            raise RequestError(
-                ErrorCode.UNKNOWN_PARTITION,
-                f"topic {topic!r} has no partition {partition} "
-                f"(it has partitions 0..{len(t.partitions) - 1})",
-            )
-        p = t.partitions[partition]
+        _t, p = self._assignment(topic, partition)
         rep = self.partitions.get(p.group_id)
         if rep is None:
             raise RequestError(
@@ -887,6 +1097,8 @@ _CLIENT_HANDLERS: dict[type, Any] = {
     CoordinatorRequest: Node.coordinate,
     AlterConfigRequest: Node.alter_config,
     DescribeConfigsRequest: Node.describe_configs,
+    TransferLeadershipRequest: Node.transfer_leadership,
+    CreatePartitionsRequest: Node.create_partitions,
 }
 
 

@@ -7,14 +7,23 @@ Routes (all bodies are codec frames, see :mod:`raftlog.rpc.codec`):
   errors are a framed ErrorResponse with a matching HTTP status;
 - ``GET /metrics`` — Prometheus text; ``GET /health`` — JSON status.
 
-When the node has an auth token, every route but ``/health`` requires
-``Authorization: Bearer <token>``; a request without it gets 401 before its
-body is read, so it changes nothing. A malformed body gets 400 with the
-codec's message (which field, what was expected) and never reaches the node.
+Authentication (:class:`AuthPolicy`, one check for every route, in one
+middleware, before a body is read, so a refused request changes nothing):
+peers and clients have separate secrets, each sent as
+``Authorization: Bearer <token>``. ``/raft/*`` takes the peer token only,
+``/v1/*`` the client token only, and ``/health`` and ``/metrics`` either one
+(or none when the node is bound to loopback). A route whose token the node
+does not have is open. No token or an unknown one gets 401; the other kind's
+token gets 403 (the caller is known, but may not call that route). Each
+message names the token that is missing and the flag that sets it.
+
+A malformed body gets 400 with the codec's message (which field, what was
+expected) and never reaches the node.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hmac
 import logging
 from typing import Any, Protocol
@@ -78,25 +87,87 @@ class NodeHandlers(Protocol):
     def count_request(self, route: str, status: int) -> None: ...
 
 
+#: What each kind of caller sends, and the flag (and variable) that sets it.
+CLIENT_TOKEN = "the client auth token (the cluster's --auth-token / RAFTLOG_AUTH_TOKEN)"
+PEER_TOKEN = "the peer token (the nodes' --peer-token / RAFTLOG_PEER_TOKEN)"
+STATUS_PATHS = ("/health", "/metrics")
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class AuthPolicy:
+    """Who may call which route (see the module doc).
+
+    ``client_token`` guards ``/v1/*``, ``peer_token`` guards ``/raft/*``; None
+    leaves those routes open. ``open_status``: ``/health`` and ``/metrics`` answer
+    without a token (a node bound to loopback); otherwise they need either token.
+    """
+
+    client_token: str | None = None
+    peer_token: str | None = None
+    open_status: bool = True
+
+    def refusal(self, path: str, authorization: str) -> tuple[int, str] | None:
+        """None when a request for ``path`` with this ``Authorization`` header may
+        proceed, else (HTTP status, message naming what is missing)."""
+        is_client = self._matches(authorization, self.client_token)
+        is_peer = self._matches(authorization, self.peer_token)
+        if path.startswith("/raft/"):
+            need, token, wrong_kind = PEER_TOKEN, self.peer_token, is_client
+            route = "peer route"
+        elif path in STATUS_PATHS:
+            if self.open_status or is_client or is_peer:
+                return None
+            if self.client_token is None and self.peer_token is None:
+                return None
+            return 401, (
+                f"{path} needs a token: send 'Authorization: Bearer <token>' with {CLIENT_TOKEN} "
+                f"or {PEER_TOKEN} (it answers without one only on a node bound to loopback)"
+            )
+        else:  # /v1/* and anything unknown: a client's business
+            need, token, wrong_kind = CLIENT_TOKEN, self.client_token, is_peer
+            route = "client route"
+        if token is None or self._matches(authorization, token):
+            return None
+        if wrong_kind:
+            other = "client" if route == "peer route" else "peer"
+            return 403, (
+                f"{route} {path} refuses the {other} token it was sent: it needs {need}; "
+                "peers and clients have separate secrets"
+            )
+        sent = "none was sent" if not authorization else "the token sent is not it"
+        return 401, (
+            f"missing or wrong token for {route} {path}: send 'Authorization: Bearer <token>' "
+            f"with {need}; {sent}"
+        )
+
+    @staticmethod
+    def _matches(authorization: str, token: str | None) -> bool:
+        if token is None:
+            return False
+        # constant time: the comparison must not tell how much of a guess was right
+        return hmac.compare_digest(authorization.encode(), f"Bearer {token}".encode())
+
+
 def make_app(
-    node: NodeHandlers, *, auth_token: str | None = None, max_request_bytes: int
+    node: NodeHandlers, *, auth: AuthPolicy | None = None, max_request_bytes: int
 ) -> web.Application:
-    """The application serving ``node``; ``max_request_bytes`` bounds a body."""
+    """The application serving ``node``; ``max_request_bytes`` bounds a body.
+
+    ``auth`` (default: everything open) is checked for every request before its
+    body is read; a refusal is a framed ErrorResponse with code UNAUTHORIZED and
+    HTTP 401 or 403.
+    """
     peer_types = {route: cls for cls, route in PEER_ROUTES.items()}
     client_types = {route: cls for cls, route in CLIENT_ROUTES.items()}
-    expected = f"Bearer {auth_token}".encode() if auth_token else None
+    policy = auth or AuthPolicy()
 
     @web.middleware
-    async def auth(request: web.Request, handler: Any) -> web.StreamResponse:
-        if expected is not None and request.path != "/health":
-            got = request.headers.get("Authorization", "").encode()
-            if not hmac.compare_digest(got, expected):
-                node.count_request(request.path, 401)
-                return _error(
-                    ErrorCode.UNAUTHORIZED,
-                    "missing or wrong auth token: send 'Authorization: Bearer <token>' "
-                    "(the cluster's --auth-token / RAFTLOG_AUTH_TOKEN)",
-                )
+    async def authenticate(request: web.Request, handler: Any) -> web.StreamResponse:
+        refused = policy.refusal(request.path, request.headers.get("Authorization", ""))
+        if refused is not None:
+            status, message = refused
+            node.count_request(request.path, status)
+            return _error(ErrorCode.UNAUTHORIZED, message, status)
         return await handler(request)
 
     async def read_body(request: web.Request, route: str, cls: type) -> Any:
@@ -157,7 +228,7 @@ def make_app(
     async def health(request: web.Request) -> web.Response:
         return web.json_response(node.health())
 
-    app = web.Application(middlewares=[auth], client_max_size=max_request_bytes)
+    app = web.Application(middlewares=[authenticate], client_max_size=max_request_bytes)
     app.router.add_post("/raft/{route}", peer)
     app.router.add_post("/v1/{route}", client)
     app.router.add_get("/metrics", metrics)

@@ -1,0 +1,229 @@
+"""Several hosts, TLS and separate secrets (issue 17, item 5).
+
+Three node processes, each on its own loopback address (127.0.0.2, .3, .4),
+serve HTTPS with certificates from ``trustme`` and verify each other against
+the CA; clients use the client token, nodes the peer token. Checked: a topic
+is created, written and read back byte for byte through the TLS client;
+metadata advertises the nodes' own addresses; a client without the token, or
+with the peer token, is refused with a message naming the token; the client
+token is refused on a peer route (and nothing on it gets in without a token);
+``/health`` and ``/metrics`` of a node off 127.0.0.1 answer only to a token; a
+client that does not trust the CA cannot connect; bad TLS flags fail the
+server at start with the flag named and no traceback.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import pathlib
+import ssl
+import subprocess
+import sys
+from collections.abc import Iterator
+
+import pytest
+from secure_cluster import (
+    CLIENT_TOKEN,
+    HOSTS,
+    PEER_TOKEN,
+    SecureCluster,
+    make_certificates,
+    running_secure_cluster,
+)
+
+from raftlog.client import (
+    BlockingRaftlogClient,
+    RaftlogClient,
+    RaftlogError,
+    UnauthorizedError,
+    frame_records,
+    unframe_records,
+)
+from raftlog.raft import messages as m
+from raftlog.rpc import codec
+from raftlog.rpc.messages import ErrorResponse
+
+TIMEOUT_S = 10.0
+
+
+@pytest.fixture(scope="module")
+def secure(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecureCluster]:
+    with running_secure_cluster(tmp_path_factory.mktemp("secure")) as cluster:
+        yield cluster
+
+
+def _request(
+    cluster: SecureCluster,
+    method: str,
+    path: str,
+    body: bytes | None = None,
+    token: str | None = None,
+) -> tuple[int, bytes]:
+    """One HTTPS request to the first node, verified by the cluster's CA."""
+    host, _, port = cluster.servers[0].rpartition(":")
+    ctx = ssl.create_default_context(cafile=cluster.ca_file)
+    conn = http.client.HTTPSConnection(host, int(port), timeout=TIMEOUT_S, context=ctx)
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    try:
+        conn.request(method, path, body=body, headers=headers)
+        resp = conn.getresponse()
+        return resp.status, resp.read()
+    finally:
+        conn.close()
+
+
+def test_nodes_listen_on_their_own_addresses(secure: SecureCluster) -> None:
+    assert [s.rpartition(":")[0] for s in secure.servers] == HOSTS
+
+
+async def test_produce_and_fetch_over_tls_with_the_client_token(secure: SecureCluster) -> None:
+    async with RaftlogClient(
+        secure.servers, auth_token=CLIENT_TOKEN, tls_ca_file=secure.ca_file
+    ) as client:
+        meta = await client.create_topic("secured", partitions=3, replication_factor=3)
+        assert len(meta.partitions) == 3
+        assert all(sorted(p.replicas) == [1, 2, 3] for p in meta.partitions)
+        # clients learn leaders by the nodes' advertised addresses
+        nodes = {n.node_id: n.address for n in (await client.metadata()).nodes}
+        assert nodes == dict(zip([1, 2, 3], secure.servers, strict=True))
+        written = {}
+        for p in range(3):
+            values = [f"p{p}-r{i}".encode() * (i + 1) for i in range(4)]
+            r = await client.produce("secured", p, [(frame_records(values), len(values))])
+            assert r.last_offset == r.base_offset + 3  # offsets count records
+            written[p] = (r.base_offset, values)
+        for p, (base, values) in written.items():
+            fetched = await client.fetch("secured", p, 0)
+            assert [b.base_offset for b in fetched.batches] == [base]
+            got = [v for b in fetched.batches for v in unframe_records(b.payload, b.record_count)]
+            assert got == values
+            assert fetched.high_watermark == base + 4
+
+
+def test_a_client_without_the_token_is_refused(secure: SecureCluster) -> None:
+    with (
+        BlockingRaftlogClient(
+            secure.servers, tls_ca_file=secure.ca_file, request_timeout_s=TIMEOUT_S
+        ) as client,
+        pytest.raises(UnauthorizedError) as info,
+    ):
+        client.list_topics()
+    assert "client auth token" in str(info.value) and "--auth-token" in str(info.value)
+    assert "none was sent" in str(info.value)
+
+
+def test_the_peer_token_is_refused_on_client_routes(secure: SecureCluster) -> None:
+    with (
+        BlockingRaftlogClient(
+            secure.servers,
+            auth_token=PEER_TOKEN,
+            tls_ca_file=secure.ca_file,
+            request_timeout_s=TIMEOUT_S,
+        ) as client,
+        pytest.raises(UnauthorizedError) as info,
+    ):
+        client.list_topics()
+    assert "refuses the peer token" in str(info.value), info.value
+
+
+def test_the_client_token_is_refused_on_a_peer_route(secure: SecureCluster) -> None:
+    # a valid prevote, so that only the token can refuse it
+    body = codec.encode(
+        m.VoteRequest(
+            group=0,
+            source_node=2,
+            target_node=1,
+            term=1,
+            prevote=True,
+            last_log_offset=0,
+            last_log_term=0,
+            leadership_transfer=False,
+        )
+    )
+    status, reply = _request(secure, "POST", "/raft/vote", body, token=CLIENT_TOKEN)
+    assert status == 403
+    message = codec.decode(reply, ErrorResponse).message
+    assert "refuses the client token" in message and "--peer-token" in message
+    status, reply = _request(secure, "POST", "/raft/vote", body)
+    assert status == 401
+    assert "none was sent" in codec.decode(reply, ErrorResponse).message
+
+
+@pytest.mark.parametrize("path", ["/health", "/metrics"])
+def test_status_routes_off_loopback_answer_only_to_a_token(
+    secure: SecureCluster, path: str
+) -> None:
+    status, reply = _request(secure, "GET", path)
+    assert status == 401
+    message = codec.decode(reply, ErrorResponse).message
+    assert f"{path} needs a token" in message and "--auth-token" in message
+    status, _ = _request(secure, "GET", path, token="not-a-token")
+    assert status == 401
+    for token in (CLIENT_TOKEN, PEER_TOKEN):
+        status, reply = _request(secure, "GET", path, token=token)
+        assert status == 200, reply[:200]
+    if path == "/health":
+        state = json.loads(reply)
+        assert state["node_id"] == 1 and state["address"] == secure.servers[0]
+
+
+def test_a_client_that_does_not_trust_the_ca_cannot_connect(
+    secure: SecureCluster, tmp_path: pathlib.Path
+) -> None:
+    other_ca = make_certificates(tmp_path / "other", HOSTS)[2]
+    with (
+        BlockingRaftlogClient(
+            secure.servers,
+            auth_token=CLIENT_TOKEN,
+            tls_ca_file=other_ca,
+            request_timeout_s=3.0,
+        ) as client,
+        pytest.raises(RaftlogError) as info,
+    ):
+        client.list_topics()
+    assert "CERTIFICATE_VERIFY_FAILED" in str(info.value) or "certificate verify failed" in str(
+        info.value
+    )
+
+
+def _server(
+    tmp_path: pathlib.Path, *flags: str, listen: str = "127.0.0.1:1"
+) -> subprocess.CompletedProcess[str]:
+    """``raftlog server`` with ``flags``; each case here must fail before it binds."""
+    argv = [sys.executable, "-m", "raftlog", "server", "--node-id", "1", "--listen", listen]
+    return subprocess.run(
+        [*argv, "--data-dir", str(tmp_path / "d"), *flags],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def test_bad_tls_and_token_flags_are_named(tmp_path: pathlib.Path) -> None:
+    cert, key, ca = make_certificates(tmp_path / "tls", ["127.0.0.1"])
+    cases = [
+        (["--tls-cert", cert, "--tls-key", key], "missing: --tls-ca"),
+        (
+            ["--tls-cert", str(tmp_path / "nope.pem"), "--tls-key", key, "--tls-ca", ca],
+            "--tls-cert: expected the path of a PEM file",
+        ),
+        (["--tls-cert", cert, "--tls-key", ca, "--tls-ca", ca], "--tls-cert/--tls-key"),
+        (["--tls-cert", cert, "--tls-key", key, "--tls-ca", key], "--tls-ca: expected a PEM CA"),
+        (["--auth-token", "a"], "--auth-token needs --peer-token"),
+        (["--auth-token", "a", "--peer-token", "a"], "--peer-token must differ"),
+        (["--advertise", "nohost"], "--advertise: expected HOST:PORT"),
+    ]
+    for flags, expected in cases:
+        result = _server(tmp_path, *flags)
+        assert result.returncode == 1, (flags, result.stderr)
+        assert expected in result.stderr, (flags, result.stderr)
+        assert "Traceback" not in result.stderr, result.stderr
+
+
+def test_a_node_off_127_0_0_1_needs_both_tokens(tmp_path: pathlib.Path) -> None:
+    result = _server(tmp_path, listen="127.0.0.5:1")
+    assert result.returncode == 1
+    assert "requires a client token and a peer token" in result.stderr
+    assert "Traceback" not in result.stderr
