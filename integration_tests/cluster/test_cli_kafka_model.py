@@ -1,5 +1,6 @@
 """The CLI speaks Kafka's record model: keys placed by murmur2, headers, consume --format json,
---partition/--offset, and the offsets command (a 3-node cluster)."""
+--partition/--offset/--from-timestamp, the offsets command, and compression.type with
+compressed records read back (a 3-node cluster)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 import uuid
 
 from raftlog.client.partitioner import murmur2 as _murmur2
@@ -73,3 +75,102 @@ def test_keyed_produce_consume_json_and_offsets(raftlog_cluster) -> None:
     assert text[0].split("\t") == ["partition", "log_start", "high_watermark", "last_stable_offset"]
     bad = _cli(servers, "produce", topic, "--partition", "7", stdin=b"x\n")
     assert bad.returncode == 1 and b"--partition 7 is out of range" in bad.stderr
+
+
+def _consume_json(servers: list[str], topic: str, *args: str) -> list[dict]:
+    """Every record ``consume`` prints (json) until 2 s pass without one."""
+    r = _cli(servers, "consume", topic, "--format", "json", "--timeout-ms", "2000", *args)
+    assert r.returncode == 0, r.stderr
+    return [json.loads(line) for line in r.stdout.decode().splitlines()]
+
+
+def test_consume_from_timestamp_starts_each_partition_at_the_first_later_record(
+    raftlog_cluster,
+) -> None:
+    servers = raftlog_cluster.servers
+    topic = f"cli-from-ts-{uuid.uuid4().hex[:8]}"
+    assert _cli(servers, "topic", "create", topic, "--partitions", "2").returncode == 0
+    for p in ("0", "1"):
+        earlier = b"".join(f"early-{p}-{i}\n".encode() for i in range(5))
+        r = _cli(servers, "produce", topic, "--partition", p, stdin=earlier)
+        assert r.returncode == 0, r.stderr
+    early = _consume_json(servers, topic, "--offset", "earliest")
+    assert len(early) == 10
+    cut = max(d["timestamp"] for d in early) + 1
+    # the later records must be appended at or after `cut` by the leader's clock (a local
+    # cluster: this machine's); wait for it to pass, bounded
+    for _ in range(200):
+        if time.time() * 1000 > cut:
+            break
+        time.sleep(0.01)
+    for p in ("0", "1"):
+        later = b"".join(f"late-{p}-{i}\n".encode() for i in range(3))
+        r = _cli(servers, "produce", topic, "--partition", p, stdin=later)
+        assert r.returncode == 0, r.stderr
+    got = _consume_json(servers, topic, "--from-timestamp", str(cut))
+    assert sorted(d["value"] for d in got) == sorted(
+        f"late-{p}-{i}" for p in (0, 1) for i in range(3)
+    )
+    assert all(d["timestamp"] >= cut for d in got)
+    # the same records (offsets, timestamps) as a read from the beginning finds after `cut`
+    everything = _consume_json(servers, topic, "--offset", "earliest")
+    key = lambda d: (d["partition"], d["offset"])  # noqa: E731
+    assert sorted(got, key=key) == sorted(
+        (d for d in everything if d["value"].startswith("late")), key=key
+    )
+    # one partition; from before everything reads everything there
+    only = _consume_json(servers, topic, "--partition", "1", "--from-timestamp", "0")
+    assert [d["value"] for d in only] == [f"early-1-{i}" for i in range(5)] + [
+        f"late-1-{i}" for i in range(3)
+    ]
+    # past every record: each partition starts at its end, nothing is printed
+    assert (
+        _consume_json(servers, topic, "--from-timestamp", str(int(time.time() * 1000) + 10**7))
+        == []
+    )
+    both = _cli(servers, "consume", topic, "--offset", "earliest", "--from-timestamp", "1")
+    assert both.returncode == 2
+    assert b"--from-timestamp: not allowed with argument --offset" in both.stderr
+    bad = _cli(servers, "consume", topic, "--from-timestamp", "yesterday")
+    assert bad.returncode == 2 and b"--from-timestamp" in bad.stderr
+
+
+def test_compression_type_config_and_compressed_records_read_back(raftlog_cluster) -> None:
+    import asyncio
+
+    from raftlog.client import RaftlogClient, frame_records
+
+    servers = raftlog_cluster.servers
+    topic = f"cli-zstd-{uuid.uuid4().hex[:8]}"
+    r = _cli(servers, "topic", "create", topic, "--config", "compression.type=zstd")
+    assert r.returncode == 0, r.stderr
+    desc = json.loads(_cli(servers, "topic", "describe", topic, "--format", "json").stdout)
+    assert desc["configs"]["compression.type"] == "zstd"
+    bad = _cli(servers, "topic", "alter-config", topic, "--config", "compression.type=gzip")
+    assert bad.returncode != 0
+    assert b"compression.type: expected one of none, lz4, zstd, got 'gzip'" in bad.stderr
+    r = _cli(servers, "topic", "alter-config", topic, "--config", "compression.type=LZ4")
+    assert r.returncode == 0, r.stderr
+    desc = json.loads(_cli(servers, "topic", "describe", topic, "--format", "json").stdout)
+    assert desc["configs"]["compression.type"] == "lz4"
+
+    values = [f"value {i} ".encode() * 40 for i in range(50)]
+
+    async def write_and_fetch() -> tuple[int, int]:
+        async with RaftlogClient(servers, request_timeout_s=30.0) as client:
+            for codec in ("zstd", "lz4", "none"):
+                await client.produce(topic, 0, [(frame_records(values), 50)], compression=codec)
+            fetched = await client.fetch(topic, 0, 0)
+            sizes = fetched.stored_bytes
+            # decompressed for the reader, whatever the codec
+            assert [b.payload for b in fetched.batches] == [frame_records(values)] * 3
+            assert [b.compression.name for b in fetched.batches] == ["NONE"] * 3
+            return sizes[0], sizes[2]
+
+    zstd_size, plain_size = asyncio.run(write_and_fetch())
+    assert zstd_size * 10 < plain_size  # stored compressed
+    got = _consume_json(servers, topic, "--offset", "earliest")
+    assert [d["value"] for d in got] == [v.decode() for v in values] * 3
+    offsets = [d["offset"] for d in got]
+    # three batches of 50 consecutive offsets each (control batches may sit between them)
+    assert all(offsets[i + 1] - offsets[i] == 1 for i in range(150 - 1) if (i + 1) % 50)
