@@ -254,16 +254,26 @@ def build_parser() -> argparse.ArgumentParser:
 
     consume = sub.add_parser("consume", help="print records, one per line")
     consume.add_argument("topic")
-    consume.add_argument("--from-beginning", action="store_true", help="same as --offset earliest")
+    # where to start: one of these (argparse refuses two, naming both)
+    start_at = consume.add_mutually_exclusive_group()
+    start_at.add_argument("--from-beginning", action="store_true", help="same as --offset earliest")
     consume.add_argument(
         "--partition", type=_non_negative_int("--partition"), default=None, help="only partition N"
     )
-    consume.add_argument(
+    start_at.add_argument(
         "--offset",
         type=_offset_arg,
         default=None,
         metavar="N|earliest|latest",
         help="where to start in every partition read (default latest)",
+    )
+    start_at.add_argument(
+        "--from-timestamp",
+        type=_non_negative_int("--from-timestamp"),
+        default=None,
+        metavar="MS",
+        help="start each partition at its first record appended at or after MS (ms since the "
+        "epoch), found through the partition's time index; at its end when there is none",
     )
     consume.add_argument("--max", type=_positive_int("--max"), default=None, dest="max_records")
     consume.add_argument("--print-offsets", action="store_true")
@@ -742,7 +752,13 @@ def _cmd_consume(args: argparse.Namespace) -> int:
         positions: dict[int, int] = {}
         for p in parts:
             start, _hwm, lso = await client.list_offsets(args.topic, p)
-            if start_at == "earliest":
+            if args.from_timestamp is not None:
+                # the leader's time index, as the Spark source's startingTimestamp
+                found, _ts, lso = await client.offset_for_timestamp(
+                    args.topic, p, args.from_timestamp
+                )
+                positions[p] = lso if found < 0 else max(start, found)
+            elif start_at == "earliest":
                 positions[p] = start
             elif start_at == "latest":
                 positions[p] = lso
