@@ -118,6 +118,13 @@ MAX_ATTEMPT_TIMEOUT_S = 10.0
 #: The least time an attempt is given even when the call's deadline is (nearly) spent.
 MIN_ATTEMPT_TIMEOUT_S = 0.05
 
+#: Redirects per call that retry at once (see ``_CallState.backoff``).
+FREE_REDIRECTS = 3
+# A partition call backs off at most 0.25 s between attempts: while its leader is
+# being elected it must notice the new one within a fraction of the election
+# timeout, not sleep through it (the failover benchmark's first ack).
+_PARTITION_BACKOFF = wait_random_exponential(multiplier=0.05, max=0.25)
+
 # The deadline (time.monotonic()) of the outermost client call running in this task;
 # nested retry loops (a metadata refresh inside a produce) share it.
 _DEADLINE: contextvars.ContextVar[float | None] = contextvars.ContextVar(
@@ -263,6 +270,20 @@ class _CallState:
     """What the attempts of one partition call share."""
 
     refreshed: bool = False  # the topic's metadata was fetched during this call
+    redirected: bool = False  # the last attempt's error named a new leader
+    free_redirects: int = FREE_REDIRECTS  # redirects left that skip the backoff
+
+    def backoff(self, retry_state: Any) -> float:
+        """The pause before the next attempt: none right after an error named a new
+        leader (the hint is fresh: go there at once), else the random exponential
+        backoff. Free redirects are few, so two stale nodes naming each other cannot
+        make a busy loop."""
+        if self.redirected and self.free_redirects > 0:
+            self.redirected = False
+            self.free_redirects -= 1
+            return 0.0
+        self.redirected = False
+        return _PARTITION_BACKOFF(retry_state)
 
 
 class RaftlogClient:
@@ -684,10 +705,10 @@ class RaftlogClient:
         finally:
             _DEADLINE.reset(token)
 
-    def _retrying(self, deadline: float) -> AsyncRetrying:
+    def _retrying(self, deadline: float, wait: Any = None) -> AsyncRetrying:
         return AsyncRetrying(
             stop=lambda _state: time.monotonic() >= deadline,
-            wait=wait_random_exponential(multiplier=0.05, max=1.0),
+            wait=wait or wait_random_exponential(multiplier=0.05, max=1.0),
             retry=retry_if_exception(_retriable),
             reraise=True,
         )
@@ -782,7 +803,7 @@ class RaftlogClient:
     async def _partition_call(self, topic: str, partition: int, req: Any, resp_type: type[R]) -> R:
         state = _CallState()
         with self._deadline() as deadline:
-            async for attempt in self._retrying(deadline):
+            async for attempt in self._retrying(deadline, state.backoff):
                 with attempt:
                     return await self._partition_attempt(topic, partition, req, resp_type, state)
         raise AssertionError("unreachable")
@@ -814,6 +835,7 @@ class RaftlogClient:
         except (NotLeaderError, LeaderNotAvailableError) as exc:
             if exc.leader_id >= 0 and exc.leader_id != leader:
                 self._leader_hints[key] = exc.leader_id
+                state.redirected = True
                 if exc.leader_address:
                     self._nodes.setdefault(exc.leader_id, exc.leader_address)
             elif self._leader_hints.get(key) == leader:
