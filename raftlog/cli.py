@@ -2,8 +2,9 @@
 
 Commands: ``server`` (run one node), ``local start|status|stop`` (a local
 cluster of node processes), ``cluster health`` (exit status 0 only when all
-is well), ``topic create|describe|list|delete|alter-config`` (``--format json`` for
-scripts), ``produce``, ``consume`` and ``offsets``
+is well), ``topic create|describe|list|delete|alter-config|add-partitions``
+(``--format json`` for scripts), ``partition transfer-leadership``, ``produce``,
+``consume`` and ``offsets``
 (console producer and consumer, one record per line, as Kafka's console tools).
 
 Every client command finds the cluster through ``--servers``, else
@@ -84,6 +85,16 @@ def _offset_arg(text: str) -> int | str:
             f"--offset must be an integer >= 0, 'earliest' or 'latest'; got {text!r}"
         )
     return value
+
+
+def _topic_partition(text: str) -> tuple[str, int]:
+    topic, sep, part = text.rpartition("/")
+    if not sep or not topic or not part.isdigit():
+        raise argparse.ArgumentTypeError(
+            f"TOPIC/PARTITION: expected a topic and a partition number >= 0, e.g. events/0; "
+            f"got {text!r}"
+        )
+    return topic, int(part)
 
 
 def _header(text: str) -> tuple[str, bytes]:
@@ -217,8 +228,42 @@ def build_parser() -> argparse.ArgumentParser:
         help="return KEY to its default (repeatable)",
     )
     alter.set_defaults(handler=_cmd_topic_alter_config)
-    for p in (create, describe, lst, delete, alter):
+    add_parts = topic_sub.add_parser(
+        "add-partitions",
+        help="grow a topic to a new total of partitions",
+        description="Kafka's semantics: --partitions is the new total, never fewer than the "
+        "topic has. The new partitions are placed over the nodes through the controller.",
+    )
+    add_parts.add_argument("name")
+    add_parts.add_argument(
+        "--partitions",
+        type=_positive_int("--partitions"),
+        required=True,
+        help="the topic's new partition count in all",
+    )
+    add_parts.set_defaults(handler=_cmd_topic_add_partitions)
+    for p in (create, describe, lst, delete, alter, add_parts):
         p.add_argument("--format", choices=["text", "json"], default="text")
+
+    partition = sub.add_parser("partition", help="a partition's leadership")
+    partition_sub = partition.add_subparsers(dest="partition_command", metavar="ACTION")
+    transfer = partition_sub.add_parser(
+        "transfer-leadership",
+        help="move a partition's leadership to one of its replicas",
+        description="The node becomes the partition's preferred replica (kept by the "
+        "controller, so the leader balancer keeps the leadership there); the command "
+        "returns once it leads.",
+    )
+    transfer.add_argument("partition", type=_topic_partition, metavar="TOPIC/PARTITION")
+    transfer.add_argument(
+        "--to",
+        type=_non_negative_int("--to"),
+        required=True,
+        metavar="NODE",
+        help="the node id that is to lead",
+    )
+    transfer.add_argument("--format", choices=["text", "json"], default="text")
+    transfer.set_defaults(handler=_cmd_partition_transfer_leadership)
 
     produce = sub.add_parser(
         "produce",
@@ -300,7 +345,19 @@ def build_parser() -> argparse.ArgumentParser:
     offsets.add_argument("--format", choices=["text", "json"], default="text")
     offsets.set_defaults(handler=_cmd_offsets)
 
-    for p in (health, create, describe, lst, delete, alter, produce, consume, offsets):
+    for p in (
+        health,
+        create,
+        describe,
+        lst,
+        delete,
+        alter,
+        add_parts,
+        transfer,
+        produce,
+        consume,
+        offsets,
+    ):
         p.add_argument("--servers", help="HOST:PORT[,HOST:PORT...] (else $RAFTLOG_SERVERS)")
         p.add_argument("--auth-token", help="else $RAFTLOG_AUTH_TOKEN")
     return parser
@@ -627,6 +684,57 @@ def _cmd_topic_alter_config(args: argparse.Namespace) -> int:
             return
         print(f"altered topic {after.name}")
         _print_configs(after)
+
+    return _run(args, go)
+
+
+def _flag_error(exc: Exception, field: str, flag: str) -> Exception:
+    """A server's refusal of request field ``field`` as the CLI flag ``flag`` names it."""
+    message = str(exc)
+    if message.startswith(f"{field}: "):
+        return ValueError(f"{flag}: {message[len(field) + 2 :]}")
+    return exc
+
+
+def _cmd_topic_add_partitions(args: argparse.Namespace) -> int:
+    from raftlog.client.errors import InvalidRequestError
+
+    async def go(client: Any) -> None:
+        before = len((await client.describe_topic(args.name)).partitions)
+        try:
+            meta = await client.create_partitions(args.name, args.partitions)
+        except InvalidRequestError as exc:
+            raise _flag_error(exc, "partitions", "--partitions") from None
+        added = [p for p in meta.partitions if p.partition >= before]
+        if args.format == "json":
+            doc = {
+                "topic": meta.name,
+                "partitions": len(meta.partitions),
+                "added": [{"partition": p.partition, "replicas": list(p.replicas)} for p in added],
+            }
+            print(json.dumps(doc))
+            return
+        print(f"topic {meta.name}: {len(meta.partitions)} partitions ({len(added)} added)")
+        for p in added:
+            print(f"  partition {p.partition}  replicas {','.join(map(str, p.replicas))}")
+
+    return _run(args, go)
+
+
+def _cmd_partition_transfer_leadership(args: argparse.Namespace) -> int:
+    from raftlog.client.errors import InvalidRequestError
+
+    topic, part = args.partition
+
+    async def go(client: Any) -> None:
+        try:
+            leader = await client.transfer_leadership(topic, part, args.to)
+        except InvalidRequestError as exc:
+            raise _flag_error(exc, "target_node", "--to") from None
+        if args.format == "json":
+            print(json.dumps({"topic": topic, "partition": part, "leader": leader}))
+            return
+        print(f"{topic}/{part}: node {leader} leads")
 
     return _run(args, go)
 

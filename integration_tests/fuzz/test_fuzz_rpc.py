@@ -34,6 +34,7 @@ from raftlog.rpc.messages import (
     AlterConfigRequest,
     ConfigEntry,
     CoordinatorRequest,
+    CreatePartitionsRequest,
     CreateTopicRequest,
     DeleteTopicRequest,
     DescribeConfigsRequest,
@@ -48,6 +49,7 @@ from raftlog.rpc.messages import (
     PartitionStatusRequest,
     ProduceBatch,
     ProduceRequest,
+    TransferLeadershipRequest,
 )
 from raftlog.rpc.peer import PEER_ROUTES
 from raftlog.storage.batch import RecordBatch
@@ -79,6 +81,8 @@ def _samples(group: int) -> list[bytes]:
         OffsetForTimestampRequest(GUARD, 0, 0),
         AlterConfigRequest(GUARD, [ConfigEntry("retention.bytes", "1")], []),
         DescribeConfigsRequest([GUARD]),
+        TransferLeadershipRequest(GUARD, 0, 2),
+        CreatePartitionsRequest(GUARD, 4),
         m.AppendEntriesRequest(group, 2, 1, 99, 0, 1, 0, True, [batch]),
         m.VoteRequest(group, 2, 1, 99, False, 1000, 99, True),
         m.TimeoutNowRequest(group, 2, 1, 99),

@@ -74,6 +74,8 @@ from raftlog.rpc.messages import (
     AlterConfigRequest,
     AlterConfigResponse,
     ConfigEntry,
+    CreatePartitionsRequest,
+    CreatePartitionsResponse,
     CreateTopicRequest,
     CreateTopicResponse,
     DeleteTopicRequest,
@@ -99,6 +101,8 @@ from raftlog.rpc.messages import (
     ProduceResponse,
     TopicConfigs,
     TopicInfo,
+    TransferLeadershipRequest,
+    TransferLeadershipResponse,
 )
 from raftlog.rpc.tls import client_context, scheme
 from raftlog.storage.batch import RecordBatch
@@ -414,6 +418,38 @@ class RaftlogClient:
             if t.name == name:
                 return _config_description(t)
         raise UnknownTopicError(f"unknown topic {name!r}")
+
+    async def create_partitions(self, name: str, partitions: int) -> TopicMetadata:
+        """Grow topic ``name`` to ``partitions`` partitions in all (Kafka's semantics: the
+        new total) through the controller; the new partitions are placed over the nodes
+        as a create's are. Asking for the current count changes nothing. Raises
+        InvalidRequestError for a smaller count (partitions are never removed),
+        UnknownTopicError when the topic does not exist."""
+        if partitions < 1:
+            raise InvalidRequestError(f"partitions: expected an integer >= 1, got {partitions}")
+        resp = await self._controller_call(
+            CreatePartitionsRequest(name, partitions), CreatePartitionsResponse
+        )
+        self._topics[name] = resp.topic
+        return _topic_metadata(resp.topic)
+
+    async def transfer_leadership(self, topic: str, partition: int, target: int) -> int:
+        """Move the leadership of ``topic/partition`` to node ``target``, one of its
+        replicas, and keep it there: the controller makes ``target`` the partition's
+        preferred replica, which the nodes' leader balancer follows. Returns once
+        ``target`` leads (its id). Raises InvalidRequestError when ``target`` is not
+        a replica, UnknownTopicError/UnknownPartitionError, and RequestTimeoutError
+        when ``target`` did not take over within the request timeout (it stays
+        preferred, so the leadership moves once it has caught up)."""
+        if target < 0 or partition < 0:
+            raise InvalidRequestError(
+                f"expected a partition >= 0 and a node id >= 0, got {partition} and {target}"
+            )
+        resp = await self._controller_call(
+            TransferLeadershipRequest(topic, partition, target), TransferLeadershipResponse
+        )
+        self._leader_hints[(topic, partition)] = resp.leader
+        return resp.leader
 
     async def metadata(self) -> MetadataResponse:
         """The raw cluster metadata (nodes, controller leader, topics)."""

@@ -123,11 +123,38 @@ class ControllerSnapshotV2:
     configs: list[TopicOverrides]
 
 
+@codec.register(210)
+@dataclasses.dataclass(frozen=True, slots=True)
+class PreferReplicaCmd:
+    """Make ``node``, already a replica of the partition, its preferred leader (first
+    in the replica list); the other replicas keep their order. The node leading the
+    partition hands the leadership to it (the nodes balance towards the preferred
+    replica), and the choice is kept: the balancer never moves it back."""
+
+    topic: str
+    partition: int = dataclasses.field(metadata={"range": (0, codec.I32_MAX)})
+    node: int = dataclasses.field(metadata={"range": (0, codec.I32_MAX)})
+
+
+@codec.register(211)
+@dataclasses.dataclass(frozen=True, slots=True)
+class CreatePartitionsCmd:
+    """Grow topic ``name`` to ``partitions`` partitions in all (Kafka's
+    CreatePartitions: a new total, never fewer). The new partitions are placed over
+    ``nodes`` and get new group ids at apply time, as a create's do."""
+
+    name: str
+    partitions: int = dataclasses.field(metadata={"range": (1, codec.I32_MAX)})
+    nodes: list[int] = dataclasses.field(default_factory=list)
+
+
 SNAPSHOT_V2_MAGIC = b"RLCTLv2\xff"
 """Starts a V2 snapshot. Read as the little-endian int64 that starts a V1 snapshot
 (its ``next_group_id``), it is negative, so the two forms are never confused."""
 
-Command = CreateTopicCmd | DeleteTopicCmd | AlterTopicConfigCmd
+Command = (
+    CreateTopicCmd | DeleteTopicCmd | AlterTopicConfigCmd | PreferReplicaCmd | CreatePartitionsCmd
+)
 
 
 def command_batch(cmd: Command) -> RecordBatch:
@@ -146,7 +173,14 @@ def decode_command(batch: RecordBatch) -> Command:
         return CreateTopicCmd(
             msg.name, msg.partitions, msg.replication_factor, list(msg.nodes), msg.schema
         )
-    if not isinstance(msg, CreateTopicCmd | DeleteTopicCmd | AlterTopicConfigCmd):
+    if not isinstance(
+        msg,
+        CreateTopicCmd
+        | DeleteTopicCmd
+        | AlterTopicConfigCmd
+        | PreferReplicaCmd
+        | CreatePartitionsCmd,
+    ):
         raise codec.CodecError(f"not a controller command: {type(msg).__name__}")
     return msg
 

@@ -13,8 +13,10 @@ from raftlog.controller.commands import (
     Command,
     ControllerSnapshot,
     ControllerSnapshotV2,
+    CreatePartitionsCmd,
     DeleteTopicCmd,
     PartitionAssignment,
+    PreferReplicaCmd,
     TopicAssignment,
     TopicOverrides,
     config_values,
@@ -77,6 +79,12 @@ class ControllerStm:
         if isinstance(cmd, AlterTopicConfigCmd):
             self._apply_alter(cmd)
             return
+        if isinstance(cmd, PreferReplicaCmd):
+            self._apply_prefer(cmd)
+            return
+        if isinstance(cmd, CreatePartitionsCmd):
+            self._apply_create_partitions(cmd)
+            return
         if cmd.name in self.topics:
             return
         try:
@@ -115,6 +123,54 @@ class ControllerStm:
             self.configs[cmd.name] = overrides
         else:
             self.configs.pop(cmd.name, None)
+
+    def _apply_prefer(self, cmd: PreferReplicaCmd) -> None:
+        t = self.topics.get(cmd.topic)
+        if t is None or not 0 <= cmd.partition < len(t.partitions):
+            log.error("skipping preferred replica of unknown %s/%d", cmd.topic, cmd.partition)
+            return
+        p = t.partitions[cmd.partition]
+        if cmd.node not in p.replicas:
+            log.error(
+                "skipping preferred replica %d of %s/%d: not a replica (%s)",
+                cmd.node,
+                cmd.topic,
+                cmd.partition,
+                p.replicas,
+            )
+            return
+        replicas = [cmd.node] + [r for r in p.replicas if r != cmd.node]
+        parts = list(t.partitions)
+        parts[cmd.partition] = PartitionAssignment(p.partition, p.group_id, replicas)
+        self.topics[t.name] = TopicAssignment(t.name, t.replication_factor, parts, t.schema)
+
+    def _apply_create_partitions(self, cmd: CreatePartitionsCmd) -> None:
+        t = self.topics.get(cmd.name)
+        if t is None:
+            log.error("skipping new partitions of unknown topic %r", cmd.name)
+            return
+        have = len(t.partitions)
+        if cmd.partitions <= have:
+            # a retried command, or a race with another: never fewer, and nothing twice
+            if cmd.partitions < have:
+                log.error(
+                    "skipping partitions of topic %r: %d requested, it has %d",
+                    cmd.name,
+                    cmd.partitions,
+                    have,
+                )
+            return
+        try:
+            rf = min(t.replication_factor, len(set(cmd.nodes)))
+            lists = place_partitions(cmd.partitions - have, rf, cmd.nodes, self.next_group_id - 1)
+        except ValueError as exc:
+            log.error("skipping new partitions of topic %r: %s", cmd.name, exc)
+            return
+        parts = list(t.partitions)
+        for i, replicas in enumerate(lists):
+            parts.append(PartitionAssignment(have + i, self.next_group_id, replicas))
+            self.next_group_id += 1
+        self.topics[t.name] = TopicAssignment(t.name, t.replication_factor, parts, t.schema)
 
     def topic_overrides(self, name: str) -> dict[str, str]:
         """The config overrides of topic ``name`` (empty: every key at its default)."""

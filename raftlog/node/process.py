@@ -119,8 +119,9 @@ DEFAULT_MAX_BATCH_BYTES = 16 * 1024 * 1024
 MAX_PARTITIONS = 10_000
 COORDINATOR_ROLL_FORWARD_S = 5.0
 DEFAULT_RETENTION_CHECK_INTERVAL_MS = 10_000
-# How long transfer-leadership waits for the new leader (a client retries after it).
-LEADERSHIP_TRANSFER_WAIT_S = 15.0
+# How long transfer-leadership waits for the new leader: under the client's attempt
+# timeout (10 s); a retriable TIMEOUT after it, and the client asks again (idempotent).
+LEADERSHIP_TRANSFER_WAIT_S = 8.0
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 
-from raftlog.rpc.codec import register
+from raftlog.rpc.codec import I32_MAX, register
 from raftlog.storage.batch import RecordBatch
 
 
@@ -361,6 +361,38 @@ class PartitionStatusResponse:
     statuses: list[PartitionStatus]
 
 
+@register(64)
+@dataclasses.dataclass(frozen=True, slots=True)
+class TransferLeadershipRequest:
+    """Make ``target_node`` the leader of a partition, and its preferred replica (kept by
+    the controller, so the balancer never moves the leadership back)."""
+
+    topic: str
+    partition: int = dataclasses.field(metadata={"range": (0, I32_MAX)})
+    target_node: int = dataclasses.field(metadata={"range": (0, I32_MAX)})
+
+
+@register(65)
+@dataclasses.dataclass(frozen=True, slots=True)
+class TransferLeadershipResponse:
+    leader: int  # the partition's leader when the call returned: the target
+
+
+@register(66)
+@dataclasses.dataclass(frozen=True, slots=True)
+class CreatePartitionsRequest:
+    """Grow a topic to ``partitions`` partitions in all (Kafka's CreatePartitions)."""
+
+    name: str
+    partitions: int = dataclasses.field(metadata={"range": (1, I32_MAX)})
+
+
+@register(67)
+@dataclasses.dataclass(frozen=True, slots=True)
+class CreatePartitionsResponse:
+    topic: TopicInfo  # after the change
+
+
 CLIENT_ROUTES: dict[type, str] = {
     MetadataRequest: "metadata",
     CreateTopicRequest: "create_topic",
@@ -376,5 +408,7 @@ CLIENT_ROUTES: dict[type, str] = {
     PartitionStatusRequest: "partition_status",
     AlterConfigRequest: "alter_config",
     DescribeConfigsRequest: "describe_configs",
+    TransferLeadershipRequest: "transfer_leadership",
+    CreatePartitionsRequest: "create_partitions",
 }
 """Client request type -> route name under ``/v1/`` (client and server share it)."""

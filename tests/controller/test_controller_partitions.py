@@ -1,0 +1,107 @@
+"""Controller commands of the operations tools: a partition's preferred replica
+(``partition transfer-leadership``) and new partitions of a topic (``topic
+add-partitions``), applied the same on every replica, kept in snapshots, and refused
+by name when they do not fit the state."""
+
+from __future__ import annotations
+
+import pytest
+
+from raftlog.controller import (
+    ControllerStm,
+    CreatePartitionsCmd,
+    CreateTopicCmd,
+    PreferReplicaCmd,
+    command_batch,
+)
+from raftlog.controller.commands import decode_command
+from raftlog.rpc import codec
+from raftlog.rpc.codec import CodecError
+
+NODES = [1, 2, 3, 4]
+
+
+def _apply(stm: ControllerStm, *cmds: object) -> None:
+    for cmd in cmds:
+        stm.apply(command_batch(cmd).stamped(stm.last_applied + 1, 1))  # type: ignore[arg-type]
+
+
+def _replicas(stm: ControllerStm, topic: str) -> list[list[int]]:
+    return [p.replicas for p in stm.topics[topic].partitions]
+
+
+def test_prefer_replica_moves_it_first_and_keeps_the_rest_in_order() -> None:
+    stm = ControllerStm()
+    _apply(stm, CreateTopicCmd("t", 2, 3, NODES))
+    before = _replicas(stm, "t")
+    target = before[1][2]
+    _apply(stm, PreferReplicaCmd("t", 1, target))
+    after = _replicas(stm, "t")
+    assert after[0] == before[0]
+    assert after[1] == [target, before[1][0], before[1][1]]
+    assert stm.topics["t"].partitions[1].group_id == 2  # same group: only the order moved
+
+
+def test_prefer_replica_that_does_not_fit_changes_nothing() -> None:
+    stm = ControllerStm()
+    _apply(stm, CreateTopicCmd("t", 1, 3, NODES))
+    before = _replicas(stm, "t")
+    outsider = next(n for n in NODES if n not in before[0])
+    _apply(
+        stm,
+        PreferReplicaCmd("t", 0, outsider),  # not a replica
+        PreferReplicaCmd("t", 5, before[0][1]),  # no such partition
+        PreferReplicaCmd("nope", 0, 1),  # no such topic
+    )
+    assert _replicas(stm, "t") == before
+    assert stm.last_applied == 3  # applied (and skipped) in log order
+
+
+def test_create_partitions_grows_to_the_total_with_new_groups() -> None:
+    stm = ControllerStm()
+    _apply(stm, CreateTopicCmd("t", 2, 3, NODES), CreateTopicCmd("u", 1, 2, NODES))
+    old = [(p.partition, p.group_id, p.replicas) for p in stm.topics["t"].partitions]
+    _apply(stm, CreatePartitionsCmd("t", 5, NODES))
+    parts = stm.topics["t"].partitions
+    assert [(p.partition, p.group_id, p.replicas) for p in parts[:2]] == old
+    assert [p.partition for p in parts] == [0, 1, 2, 3, 4]
+    # new group ids after every id given so far (u's included), never reused
+    assert [p.group_id for p in parts[2:]] == [4, 5, 6]
+    assert all(len(p.replicas) == 3 == len(set(p.replicas)) for p in parts)
+    assert {p.replicas[0] for p in parts[2:]} == {4, 1, 2}  # leaders keep rotating
+    assert stm.next_group_id == 7
+    # every node hosts what the placement gave it
+    for node in NODES:
+        hosted = stm.assignments_for(node)
+        assert all(node in p.replicas for _t, p in hosted.values())
+
+
+def test_create_partitions_never_shrinks_nor_adds_twice() -> None:
+    stm = ControllerStm()
+    _apply(stm, CreateTopicCmd("t", 3, 3, NODES))
+    _apply(stm, CreatePartitionsCmd("t", 4, NODES), CreatePartitionsCmd("t", 4, NODES))
+    assert len(stm.topics["t"].partitions) == 4  # the retried command added nothing
+    _apply(stm, CreatePartitionsCmd("t", 2, NODES))
+    assert len(stm.topics["t"].partitions) == 4
+    _apply(stm, CreatePartitionsCmd("missing", 9, NODES))
+    assert "missing" not in stm.topics
+
+
+def test_snapshot_keeps_preferences_and_new_partitions() -> None:
+    stm = ControllerStm()
+    _apply(stm, CreateTopicCmd("t", 1, 3, NODES), CreatePartitionsCmd("t", 3, NODES))
+    target = stm.topics["t"].partitions[2].replicas[1]
+    _apply(stm, PreferReplicaCmd("t", 2, target))
+    copy = ControllerStm()
+    copy.restore(stm.snapshot())
+    assert copy.topics == stm.topics and copy.next_group_id == stm.next_group_id
+    assert copy.topics["t"].partitions[2].replicas[0] == target
+
+
+def test_commands_round_trip_and_refuse_out_of_range_fields_by_name() -> None:
+    for cmd in (PreferReplicaCmd("t", 3, 2), CreatePartitionsCmd("t", 8, [1, 2])):
+        assert decode_command(command_batch(cmd)) == cmd
+    with pytest.raises(CodecError, match=r"PreferReplicaCmd\.node: -1 is out of range"):
+        codec.decode(codec.encode(PreferReplicaCmd("t", 0, -1)))
+    with pytest.raises(CodecError, match=r"CreatePartitionsCmd\.partitions: 0 is out of range"):
+        codec.decode(codec.encode(CreatePartitionsCmd("t", 0, [1])))
