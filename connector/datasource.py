@@ -17,7 +17,7 @@ from pyspark.sql.datasource import (
     DataSourceWriter,
 )
 from pyspark.sql.types import StructType
-from pyspark_raftlog.connection import open_blocking_client, resolve_servers
+from pyspark_raftlog.connection import open_blocking_client, resolve_cluster
 from pyspark_raftlog.errors import OptionError
 from pyspark_raftlog.options import parse_sink_options, parse_source_options
 
@@ -46,7 +46,7 @@ class DefaultSource(DataSource):
         # Whether this is spark.read or readStream is not known yet: reader() and
         # streamReader() run the direction-specific checks.
         opts = parse_source_options(self.options, streaming=None)
-        servers = resolve_servers(opts.servers, opts.auth_token)
+        servers = resolve_cluster(opts)
         planner = _ReaderBase(opts, servers, StructType())
         try:
             client = planner._driver_client()
@@ -75,13 +75,13 @@ class DefaultSource(DataSource):
         from pyspark_raftlog.source import RaftlogBatchReader
 
         opts = parse_source_options(self.options, streaming=False)
-        return RaftlogBatchReader(opts, resolve_servers(opts.servers, opts.auth_token), schema)
+        return RaftlogBatchReader(opts, resolve_cluster(opts), schema)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         from pyspark_raftlog.source import RaftlogStreamReader
 
         opts = parse_source_options(self.options, streaming=True)
-        return RaftlogStreamReader(opts, resolve_servers(opts.servers, opts.auth_token), schema)
+        return RaftlogStreamReader(opts, resolve_cluster(opts), schema)
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
         from pyspark_raftlog.sink import RaftlogArrowWriter
@@ -127,7 +127,7 @@ class DefaultSource(DataSource):
             layout = dataclasses.replace(layout, raw=False)
         check_kafka_columns(full, raw=layout.raw)
         data = pa.schema([full.field(c) for c in layout.data_columns])
-        servers = resolve_servers(opts.servers, opts.auth_token)
+        servers = resolve_cluster(opts)
         if opts.topic is None:
             from pyspark_raftlog.raw_records import records_marker_schema
 

@@ -9,7 +9,9 @@ documented spelling) and the expected form, e.g.::
 
 Where the cluster is: option ``servers``, else the environment variable
 ``RAFTLOG_SERVERS``, else (None) the embedded local cluster; the auth token:
-option ``authToken``, else ``RAFTLOG_AUTH_TOKEN``. The environment read is the
+option ``authToken``, else ``RAFTLOG_AUTH_TOKEN``; the CA file that turns on
+TLS: option ``tlsCaFile``, else ``RAFTLOG_TLS_CA`` (checked here: it must be a
+readable file). The environment read is the
 one of the Python process that parses the options: a planner worker of the
 Spark driver, which inherits the environment that the driver was started with.
 (Spark confs such as ``spark.raftlog.servers`` cannot be read there: Spark hands
@@ -75,6 +77,7 @@ SINK_OPTIONS = (
     "topic",
     "servers",
     "authToken",
+    "tlsCaFile",
     "acks",
     "partitions",
     "replicationFactor",
@@ -94,6 +97,7 @@ SOURCE_OPTIONS = (
     "subscribePattern",
     "servers",
     "authToken",
+    "tlsCaFile",
     "startingOffsets",
     "startingTimestamp",
     "startingOffsetsByTimestamp",
@@ -121,6 +125,7 @@ KAFKA_COLUMNS = ("key", "value", "headers", "topic", "partition", "timestamp")
 # Kafka's options (lowercased) whose job a raftlog option does: the refusal names it.
 _KAFKA_EQUIVALENTS = {
     "kafka.bootstrap.servers": "servers",
+    "kafka.ssl.truststore.location": "tlsCaFile",
     "kafka.acks": "acks",
     "kafka.request.timeout.ms": "requestTimeoutMs",
     "kafka.default.api.timeout.ms": "requestTimeoutMs",
@@ -191,6 +196,7 @@ class SinkOptions:
     topic: str | None
     servers: tuple[str, ...] | None = None
     auth_token: str | None = dataclasses.field(default=None, repr=False)  # a secret: no repr
+    tls_ca_file: str | None = None  # PEM CA: HTTPS to every node, verified by it
     acks: str = "all"
     partitions: int | None = None
     replication_factor: int = 3
@@ -222,6 +228,7 @@ class SourceOptions:
     pattern: str | None = None
     servers: tuple[str, ...] | None = None
     auth_token: str | None = dataclasses.field(default=None, repr=False)  # a secret: no repr
+    tls_ca_file: str | None = None  # PEM CA: HTTPS to every node, verified by it
     starting_offsets: OffsetSpec | None = None  # None: the direction's default
     ending_offsets: OffsetSpec | None = None
     # ms since the epoch: start each partition at its first batch appended at or after it
@@ -320,6 +327,7 @@ def parse_sink_options(options: Mapping[str, str], *, streaming: bool) -> SinkOp
         partition_by=_opt_columns(opts, "partitionBy"),
         servers=_servers(opts),
         auth_token=_auth_token(opts),
+        tls_ca_file=_tls_ca_file(opts),
         acks=acks,
         partitions=_opt_int(opts, "partitions", minimum=1, maximum=10_000),
         replication_factor=_opt_int(opts, "replicationFactor", minimum=1, maximum=64) or 3,
@@ -431,6 +439,7 @@ def parse_source_options(options: Mapping[str, str], *, streaming: bool | None) 
         pattern=pattern,
         servers=_servers(opts),
         auth_token=_auth_token(opts),
+        tls_ca_file=_tls_ca_file(opts),
         starting_offsets=starting,
         starting_timestamp=_opt_int(opts, "startingTimestamp", minimum=0),
         starting_offsets_by_timestamp=by_timestamp,
@@ -563,15 +572,24 @@ def _opt_columns(opts: Mapping[str, str], name: str) -> tuple[str, ...]:
     return cols
 
 
+def _option_or_env(opts: Mapping[str, str], name: str, env: str) -> tuple[str, str] | None:
+    """(raw value, where it came from, for errors): option ``name``, else ``$env`` (blank
+    counts as unset), else None."""
+    raw = opts.get(name.lower())
+    if raw is not None:
+        return raw, f"option '{name}'"
+    raw = os.environ.get(env, "")
+    if not raw.strip():
+        return None
+    return raw, f"{env} (read because option '{name}' is not set)"
+
+
 def _servers(opts: Mapping[str, str]) -> tuple[str, ...] | None:
     """Option ``servers``, else ``$RAFTLOG_SERVERS``, else None (the embedded cluster)."""
-    raw = opts.get("servers")
-    source = "option 'servers'"
-    if raw is None:
-        raw = os.environ.get("RAFTLOG_SERVERS", "").strip() or None
-        if raw is None:
-            return None
-        source = "RAFTLOG_SERVERS (read because option 'servers' is not set)"
+    found = _option_or_env(opts, "servers", "RAFTLOG_SERVERS")
+    if found is None:
+        return None
+    raw, source = found
     servers = tuple(s.strip() for s in raw.split(",") if s.strip())
     if not servers:
         raise OptionError(
@@ -594,13 +612,10 @@ def _auth_token(opts: Mapping[str, str]) -> str | None:
     The token is sent as ``Authorization: Bearer <token>``, so it must be one
     header-safe word: printable ASCII without spaces.
     """
-    raw = opts.get("authtoken")
-    source = "option 'authToken'"
-    if raw is None:
-        raw = os.environ.get("RAFTLOG_AUTH_TOKEN") or None
-        if raw is None:
-            return None
-        source = "RAFTLOG_AUTH_TOKEN (read because option 'authToken' is not set)"
+    found = _option_or_env(opts, "authToken", "RAFTLOG_AUTH_TOKEN")
+    if found is None:
+        return None
+    raw, source = found
     token = raw.strip()
     # Never echo the value: it is a secret, and error messages end up in logs.
     if not token:
@@ -613,6 +628,28 @@ def _auth_token(opts: Mapping[str, str]) -> str | None:
             "(the cluster's --auth-token); the value given is not"
         )
     return token
+
+
+def _tls_ca_file(opts: Mapping[str, str]) -> str | None:
+    """Option ``tlsCaFile``, else ``$RAFTLOG_TLS_CA``, else None (plain HTTP).
+
+    The path must name a readable file on the driver; the executors read the same
+    path (a file shipped with the job, or on a shared filesystem).
+    """
+    found = _option_or_env(opts, "tlsCaFile", "RAFTLOG_TLS_CA")
+    if found is None:
+        return None
+    raw, source = found
+    path = raw.strip()
+    if not path:
+        raise OptionError(f"{source} must be the path of a PEM CA file; got an empty value")
+    if not os.path.isfile(path) or not os.access(path, os.R_OK):
+        raise OptionError(
+            f"{source} must be the path of a readable PEM CA file (the CA that signed the "
+            f"nodes' --tls-cert); got {path!r}, which "
+            + ("is not readable" if os.path.isfile(path) else "does not exist")
+        )
+    return path
 
 
 def _opt_str(opts: Mapping[str, str], name: str) -> str | None:
