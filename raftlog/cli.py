@@ -360,6 +360,9 @@ def build_parser() -> argparse.ArgumentParser:
     ):
         p.add_argument("--servers", help="HOST:PORT[,HOST:PORT...] (else $RAFTLOG_SERVERS)")
         p.add_argument("--auth-token", help="else $RAFTLOG_AUTH_TOKEN")
+        p.add_argument(
+            "--tls-ca", help="PEM CA file: use HTTPS, verified by it (else $RAFTLOG_TLS_CA)"
+        )
     return parser
 
 
@@ -482,10 +485,10 @@ def _cmd_cluster_health(args: argparse.Namespace) -> int:
     # its nodes runs: "all down" is a health report, not a missing cluster.
     recorded = None if args.servers or os.environ.get("RAFTLOG_SERVERS") else load_cluster()
     if recorded is not None:
-        servers, token = recorded.servers, recorded.auth_token
+        servers = recorded.servers
     else:
-        servers, token = resolve_servers(args.servers)
-    token = args.auth_token or os.environ.get("RAFTLOG_AUTH_TOKEN") or token
+        servers, recorded = resolve_servers(args.servers)
+    token, ca_file = _credentials(args, recorded)
 
     def show(report: Any) -> None:
         if args.format == "json":
@@ -501,7 +504,7 @@ def _cmd_cluster_health(args: argparse.Namespace) -> int:
     async def go() -> bool:
         healthy = False
         async with RaftlogClient(
-            parse_servers(servers), auth_token=token, request_timeout_s=10.0
+            parse_servers(servers), auth_token=token, tls_ca_file=ca_file, request_timeout_s=10.0
         ) as client:
             printed = 0
             while True:
@@ -520,8 +523,9 @@ def _cmd_cluster_health(args: argparse.Namespace) -> int:
 # ---------------------------------------------------------------- client commands
 
 
-def resolve_servers(servers: str | None) -> tuple[list[str], str | None]:
-    """(servers, recorded auth token) from the flag, the env or the default local cluster."""
+def resolve_servers(servers: str | None) -> tuple[list[str], Any]:
+    """(servers, the local cluster they came from or None) from the flag, the env or
+    the default local cluster."""
     from raftlog.client import parse_servers
     from raftlog.cluster import load_cluster, running
 
@@ -532,16 +536,26 @@ def resolve_servers(servers: str | None) -> tuple[list[str], str | None]:
         return parse_servers(env), None
     cluster = load_cluster()
     if cluster is not None and running(cluster):
-        return cluster.servers, cluster.auth_token
+        return cluster.servers, cluster
     raise ValueError(NO_CLUSTER)
+
+
+def _credentials(args: argparse.Namespace, recorded: Any) -> tuple[str | None, str | None]:
+    """(client token, CA file): each from its flag, else its environment variable
+    (RAFTLOG_AUTH_TOKEN, RAFTLOG_TLS_CA), else what the local cluster ``recorded``."""
+    token = args.auth_token or os.environ.get("RAFTLOG_AUTH_TOKEN")
+    ca_file = args.tls_ca or os.environ.get("RAFTLOG_TLS_CA")
+    if recorded is not None:
+        token, ca_file = token or recorded.auth_token, ca_file or recorded.tls_ca_file
+    return token, ca_file
 
 
 def _client(args: argparse.Namespace) -> Any:
     from raftlog.client import RaftlogClient
 
-    servers, token = resolve_servers(args.servers)
-    token = args.auth_token or os.environ.get("RAFTLOG_AUTH_TOKEN") or token
-    return RaftlogClient(servers, auth_token=token, request_timeout_s=30.0)
+    servers, recorded = resolve_servers(args.servers)
+    token, ca_file = _credentials(args, recorded)
+    return RaftlogClient(servers, auth_token=token, tls_ca_file=ca_file, request_timeout_s=30.0)
 
 
 def _run(args: argparse.Namespace, fn: Any) -> int:

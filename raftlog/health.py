@@ -111,11 +111,11 @@ class HealthReport:
 
 
 async def _node_health(
-    session: aiohttp.ClientSession, address: str, headers: dict[str, str]
+    session: aiohttp.ClientSession, url: str, headers: dict[str, str]
 ) -> tuple[dict[str, Any] | None, str]:
     try:
         async with session.get(
-            f"http://{address}/health",
+            url,
             headers=headers,
             timeout=aiohttp.ClientTimeout(total=NODE_TIMEOUT_S),
         ) as resp:
@@ -155,9 +155,11 @@ async def check_health(
         nodes = [NodeHealth(-1, a, False, -1, "does not answer") for a in seeds]
         return HealthReport(nodes, -1, [], [], [f"no node answers: {exc}"])
     headers = {"Authorization": f"Bearer {auth_token}"} if auth_token else {}
-    async with aiohttp.ClientSession() as session:
+    # the client's TLS (its CA) verifies the nodes' /health too
+    tls = client.tls_context
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=tls or False)) as session:
         answers = await asyncio.gather(
-            *(_node_health(session, n.address, headers) for n in meta.nodes)
+            *(_node_health(session, client.url(n.address, "/health"), headers) for n in meta.nodes)
         )
     states = {info.node_id: state for info, (state, _) in zip(meta.nodes, answers, strict=True)}
     views = {int(s.get("controller_leader", -1)) for s in states.values() if s is not None}

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import os
 import pathlib
 import ssl
 import subprocess
@@ -227,3 +228,52 @@ def test_a_node_off_127_0_0_1_needs_both_tokens(tmp_path: pathlib.Path) -> None:
     assert result.returncode == 1
     assert "requires a client token and a peer token" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def _cli(secure: SecureCluster, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("RAFTLOG_")}
+    return subprocess.run(
+        [sys.executable, "-m", "raftlog", *args, "--servers", ",".join(secure.servers)],
+        capture_output=True,
+        text=True,
+        env={**clean, **env},
+        timeout=60,
+        check=False,
+    )
+
+
+def test_the_cli_reaches_the_cluster_with_tls_ca_and_token(secure: SecureCluster) -> None:
+    created = _cli(
+        secure,
+        "topic",
+        "create",
+        "cli-secured",
+        "--partitions",
+        "1",
+        "--tls-ca",
+        secure.ca_file,
+        RAFTLOG_AUTH_TOKEN=CLIENT_TOKEN,
+    )
+    assert created.returncode == 0, created.stderr
+    listed = _cli(
+        secure, "topic", "list", "--auth-token", CLIENT_TOKEN, RAFTLOG_TLS_CA=secure.ca_file
+    )
+    assert listed.returncode == 0, listed.stderr
+    assert "cli-secured" in listed.stdout.split()
+    health = _cli(
+        secure,
+        "cluster",
+        "health",
+        "--format",
+        "json",
+        "--tls-ca",
+        secure.ca_file,
+        "--auth-token",
+        CLIENT_TOKEN,
+    )
+    assert health.returncode == 0, health.stdout + health.stderr
+    report = json.loads(health.stdout)
+    assert sorted(n["address"] for n in report["nodes"]) == sorted(secure.servers)
+    refused = _cli(secure, "topic", "list", "--tls-ca", secure.ca_file)
+    assert refused.returncode == 1
+    assert "client auth token" in refused.stderr and "Traceback" not in refused.stderr

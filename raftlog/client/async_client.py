@@ -329,6 +329,15 @@ class RaftlogClient:
     async def __aenter__(self) -> RaftlogClient:
         return self
 
+    @property
+    def tls_context(self) -> ssl.SSLContext | None:
+        """The context that verifies the nodes (None: plain HTTP)."""
+        return self._ssl
+
+    def url(self, address: str, path: str) -> str:
+        """The URL of ``path`` (``/health``, ``/v1/fetch``) on the node at ``address``."""
+        return f"{self._scheme}://{address}{path}"
+
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
 
@@ -914,7 +923,7 @@ class RaftlogClient:
         headers = {"Content-Type": CONTENT_TYPE}
         if self._auth_token:
             headers[AUTH_HEADER] = f"Bearer {self._auth_token}"
-        url = f"{self._scheme}://{address}/v1/{ROUTES[type(req)]}"
+        url = self.url(address, f"/v1/{ROUTES[type(req)]}")
         bound = self._attempt_timeout()
         timeout = aiohttp.ClientTimeout(total=bound, connect=min(5.0, bound))
         try:
