@@ -1,0 +1,107 @@
+"""`raftlog server` flags of issue 17: --advertise, the two tokens, TLS files (no node runs)."""
+
+from __future__ import annotations
+
+import argparse
+import pathlib
+
+import pytest
+
+from raftlog.node.process import add_server_arguments, config_from_args
+from raftlog.rpc.tls import TlsConfigError
+
+
+@pytest.fixture(autouse=True)
+def _no_env_tokens(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("RAFTLOG_AUTH_TOKEN", raising=False)
+    monkeypatch.delenv("RAFTLOG_PEER_TOKEN", raising=False)
+
+
+def parse(*argv: str) -> argparse.Namespace:
+    p = argparse.ArgumentParser()
+    add_server_arguments(p)
+    return p.parse_args(["--node-id", "1", "--data-dir", "d", *argv])
+
+
+def test_the_node_binds_listen_and_is_known_by_advertise() -> None:
+    cfg = config_from_args(
+        parse(
+            "--listen", "127.0.0.1:9001",
+            "--advertise", "localhost:9101",
+            "--peers", "1=localhost:9101,2=127.0.0.1:9002",
+        )
+    )  # fmt: skip
+    assert (cfg.host, cfg.port, cfg.listen) == ("127.0.0.1", 9001, "127.0.0.1:9001")
+    assert cfg.address == "localhost:9101"
+    assert cfg.peers == {1: "localhost:9101", 2: "127.0.0.1:9002"}
+
+
+def test_advertise_defaults_to_listen_and_must_match_peers() -> None:
+    cfg = config_from_args(parse("--listen", "127.0.0.1:9001"))
+    assert cfg.address == "127.0.0.1:9001" and cfg.peers == {1: "127.0.0.1:9001"}
+    mismatch = parse(
+        "--listen", "127.0.0.1:9001", "--advertise", "localhost:9001", "--peers", "1=127.0.0.1:9001"
+    )  # fmt: skip
+    with pytest.raises(ValueError, match=r"--peers: node 1 is listed as 127.0.0.1:9001 but it "):
+        config_from_args(mismatch)
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--listen", "0.0.0.0:9001"], "a wildcard --listen needs --advertise"),
+        (["--listen", "127.0.0.1:9001", "--advertise", "h:0"], "--advertise: expected HOST:PORT"),
+        (["--listen", "nohost"], "--listen: expected HOST:PORT"),
+    ],
+)
+def test_bad_addresses_are_named(argv: list[str], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        config_from_args(parse(*argv))
+
+
+def test_tokens_are_two_and_different(monkeypatch: pytest.MonkeyPatch) -> None:
+    loopback = ["--listen", "127.0.0.1:9001"]
+    with pytest.raises(ValueError, match="--auth-token needs --peer-token"):
+        config_from_args(parse(*loopback, "--auth-token", "c"))
+    with pytest.raises(ValueError, match="--peer-token must differ from --auth-token"):
+        config_from_args(parse(*loopback, "--auth-token", "c", "--peer-token", "c"))
+    monkeypatch.setenv("RAFTLOG_PEER_TOKEN", "p")  # the environment counts as the flag
+    cfg = config_from_args(parse(*loopback, "--auth-token", "c"))
+    assert (cfg.auth_token, cfg.peer_token) == ("c", "p")
+
+
+def test_beyond_loopback_both_tokens_are_required() -> None:
+    off = ["--listen", "127.0.0.2:9001"]  # 127.0.0.1 alone is loopback here
+    with pytest.raises(ValueError, match="requires a client token and a peer token"):
+        config_from_args(parse(*off, "--peer-token", "p"))
+    cfg = config_from_args(parse(*off, "--auth-token", "c", "--peer-token", "p"))
+    assert cfg.peer_token == "p"
+
+
+def test_tls_files_all_or_none_and_checked(tmp_path: pathlib.Path) -> None:
+    import trustme
+
+    ca = trustme.CA()
+    cert = ca.issue_cert("127.0.0.1")
+    paths = {name: tmp_path / name for name in ("c.pem", "k.pem", "ca.pem")}
+    cert.cert_chain_pems[0].write_to_path(str(paths["c.pem"]))
+    cert.private_key_pem.write_to_path(str(paths["k.pem"]))
+    ca.cert_pem.write_to_path(str(paths["ca.pem"]))
+    tls = ["--tls-cert", str(paths["c.pem"]), "--tls-key", str(paths["k.pem"])]
+    loopback = ["--listen", "127.0.0.1:9001"]
+    cfg = config_from_args(parse(*loopback, *tls, "--tls-ca", str(paths["ca.pem"])))
+    assert cfg.tls is not None and cfg.tls.ca_file == str(paths["ca.pem"])
+    assert config_from_args(parse(*loopback)).tls is None
+    with pytest.raises(TlsConfigError, match="missing: --tls-ca"):
+        config_from_args(parse(*loopback, *tls))
+    other_key = tmp_path / "other.key"
+    ca.issue_cert("127.0.0.1").private_key_pem.write_to_path(str(other_key))
+    with pytest.raises(TlsConfigError, match="--tls-cert/--tls-key: expected a PEM"):
+        config_from_args(
+            parse(
+                *loopback,
+                "--tls-cert", str(paths["c.pem"]),
+                "--tls-key", str(other_key),
+                "--tls-ca", str(paths["ca.pem"]),
+            )
+        )  # fmt: skip
