@@ -1,6 +1,6 @@
 """The ``raftlog`` console script.
 
-Commands: ``server`` (run one node), ``local start|status|stop`` (a local
+Commands: ``server`` (run one node), ``local start|status|stop|add-node`` (a local
 cluster of node processes), ``cluster health`` (exit status 0 only when all
 is well), ``topic create|describe|list|delete|alter-config|add-partitions``
 (``--format json`` for scripts), ``partition transfer-leadership``, ``produce``,
@@ -138,6 +138,17 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument(
                 "--default-partitions", type=_positive_int("--default-partitions"), default=6
             )
+
+    add_node = local_sub.add_parser(
+        "add-node",
+        help="add a node process to the running local cluster; prints its id and address",
+        description="The node gets the next id, a free port and the cluster's server flags, "
+        "is recorded in cluster.json and registered through the controller (every node "
+        "learns its address); new topics and partitions are placed on it too.",
+    )
+    add_node.add_argument("--data-dir", help="default: $RAFTLOG_HOME or ~/.raftlog/local")
+    add_node.add_argument("--format", choices=["text", "json"], default="text")
+    add_node.set_defaults(handler=_cmd_local_add_node)
 
     node = sub.add_parser("node", help="a node's data directory")
     node_sub = node.add_subparsers(dest="node_command", metavar="ACTION")
@@ -412,6 +423,17 @@ def _cmd_local_start(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
     print(",".join(cluster.servers))
+    return 0
+
+
+def _cmd_local_add_node(args: argparse.Namespace) -> int:
+    from raftlog.cluster import add_node
+
+    node = add_node(args.data_dir)
+    if args.format == "json":
+        print(json.dumps({"node_id": node.node_id, "address": node.address, "pid": node.pid}))
+    else:
+        print(f"node {node.node_id} {node.address}")
     return 0
 
 

@@ -523,6 +523,103 @@ def ensure_local_cluster(data_dir: str | os.PathLike[str] | None = None) -> list
     return start_cluster(data_dir).servers
 
 
+#: Flags of a recorded node's argv that are its own, not the cluster's: a node added
+#: later gets every other flag of the first node, and its own values of these.
+_NODE_FLAGS = ("--node-id", "--listen", "--data-dir", "--peers", "--peer-routes", "--advertise")
+
+
+def _cluster_flags(argv: list[str]) -> list[str]:
+    """The server flags of a node's argv that every node of its cluster shares."""
+    flags = argv[argv.index("server") + 1 :] if "server" in argv else []
+    out: list[str] = []
+    skip = False
+    for i, arg in enumerate(flags):
+        if skip:
+            skip = False
+        elif arg in _NODE_FLAGS:
+            skip = True  # its value is the next item
+        elif arg.split("=", 1)[0] in _NODE_FLAGS and "=" in arg:
+            continue
+        else:
+            out.append(flags[i])
+    return out
+
+
+def add_node(
+    data_dir: str | os.PathLike[str] | None = None, timeout_s: float = 60.0
+) -> NodeProcess:
+    """Add a node process to the running local cluster in ``data_dir`` and return it
+    once it has joined.
+
+    The node gets the next free id, a free port on the first node's host and the
+    cluster's server flags; it is recorded in cluster.json (``local start`` and
+    ``local stop`` treat it as any other), then registered through the controller
+    (``RaftlogClient.register_node``: every node learns its address, and it joins the
+    controller group). Returns when its ``/health`` names the controller leader the
+    other nodes name. Raises ClusterError when no cluster runs there, or when the
+    node exits or does not join within ``timeout_s`` (its log's end in the message;
+    the node stays recorded, so ``local stop`` stops it).
+    """
+    from raftlog.client import BlockingRaftlogClient, RaftlogError
+
+    root = pathlib.Path(data_dir or default_data_dir()).resolve()
+    with _locked(root):
+        cluster = load_cluster(root)
+        if cluster is None or not running(cluster):
+            raise ClusterError(
+                f"no local cluster runs in {root}; start one with `raftlog local start`"
+            )
+        node_id = max(n.node_id for n in cluster.nodes) + 1
+        host = cluster.nodes[0].address.rpartition(":")[0]
+        address = f"{host}:{free_ports(1, [host])[0]}"
+        peers = {n.node_id: n.address for n in cluster.nodes}
+        others = [n.address for n in cluster.nodes]
+        peers[node_id] = address
+        node = NodeProcess(
+            node_id,
+            address,
+            -1,
+            node_argv(node_id, address, root, peers, _cluster_flags(cluster.nodes[0].argv)),
+            str(root / f"node-{node_id}.log"),
+        )
+        cluster.nodes.append(node)
+        proc = spawn(node, cluster.auth_token, cluster.peer_token)
+        _write_state(root, cluster)
+    deadline = time.monotonic() + timeout_s
+
+    def failed(why: str) -> ClusterError:
+        failure = NodeFailure(node_id, address, why, node.log_file, log_tail(node.log_file))
+        return ClusterError(
+            f"adding a node to the local cluster in {root} failed:\n" + failure.describe()
+        )
+
+    try:
+        with BlockingRaftlogClient(
+            others,
+            auth_token=cluster.auth_token,
+            tls_ca_file=cluster.tls_ca_file,
+            request_timeout_s=max(1.0, deadline - time.monotonic()),
+        ) as client:
+            client.call(lambda c: c.register_node(node_id, address))
+    except RaftlogError as exc:
+        raise failed(f"was not registered with the controller: {exc}") from None
+    while True:
+        code = proc.poll()
+        if code is not None:
+            raise failed(f"exited with status {code}")
+        state = cluster.health(node)
+        leader = state.get("controller_leader", -1) if state else -1
+        if leader >= 0 and leader != node_id:
+            # the nodes that answer (one may be down) name the same controller leader
+            answers = [cluster.health(n) for n in cluster.nodes if n.node_id != node_id]
+            views = {a.get("controller_leader", -1) for a in answers if a is not None}
+            if views == {leader}:
+                return node
+        if time.monotonic() >= deadline:
+            raise failed(f"did not join the controller within {timeout_s:.0f}s")
+        time.sleep(0.1)
+
+
 def restart_node(cluster: LocalCluster, node_id: int) -> NodeProcess:
     """Start a stopped node again with its recorded argv; updates cluster.json."""
     root = pathlib.Path(cluster.data_dir)

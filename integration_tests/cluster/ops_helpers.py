@@ -12,11 +12,16 @@ import os
 import pathlib
 import subprocess
 import sys
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
+from typing import TypeVar
 
 import pytest
 
 from benchmarks.workloads.cluster_handle import ClusterHandle, running_cluster
+from raftlog.client import BlockingRaftlogClient, unframe_records
+
+T = TypeVar("T")
 
 CLI_TIMEOUT_S = 60
 
@@ -46,3 +51,33 @@ def ops_cluster(tmp_path: pathlib.Path) -> Iterator[ClusterHandle]:
         tmp_path / "cluster", extra_args=["--retention-check-interval-ms", "200"]
     ) as handle:
         yield handle
+
+
+def wait_until(check: Callable[[], T], timeout_s: float, what: str) -> T:
+    """Call ``check`` every 0.2 s until it returns a truthy value, and return that;
+    AssertionError naming ``what`` and the last value after ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    last = None
+    while time.monotonic() < deadline:
+        last = check()
+        if last:
+            return last
+        time.sleep(0.2)
+    raise AssertionError(f"timed out after {timeout_s}s waiting for {what}; last: {last!r}")
+
+
+def read_partition(client: BlockingRaftlogClient, topic: str, partition: int) -> list[bytes]:
+    """Every record of ``topic/partition`` from its log start to its high watermark
+    (CLI framing), in offset order; each fetch must make progress."""
+    start, hwm, _lso = client.list_offsets(topic, partition)
+    out: list[bytes] = []
+    offset = start
+    for _ in range(10_000):
+        if offset >= hwm:
+            break
+        r = client.fetch(topic, partition, offset)
+        for b in r.batches:
+            out.extend(unframe_records(b.payload, b.record_count) or [])
+        assert r.next_offset > offset, f"fetch at {offset} of {topic}/{partition} made no progress"
+        offset = r.next_offset
+    return out

@@ -9,10 +9,9 @@ from __future__ import annotations
 
 import json
 import pathlib
-import time
 import urllib.request
 
-from ops_helpers import ops_cluster, run_cli
+from ops_helpers import ops_cluster, run_cli, wait_until
 from prometheus_client.parser import text_string_to_metric_families
 
 from benchmarks.workloads.cluster_handle import ClusterHandle
@@ -53,18 +52,6 @@ def _segment_bytes(directory: pathlib.Path) -> int:
     return sum(p.stat().st_size for p in directory.glob("*.log"))
 
 
-def _wait(check, timeout_s: float, what: str):  # type: ignore[no-untyped-def]
-    """Poll ``check`` (returns a falsy value to go on) every 0.2 s, bounded in time."""
-    deadline = time.monotonic() + timeout_s
-    last = None
-    while time.monotonic() < deadline:
-        last = check()
-        if last:
-            return last
-        time.sleep(0.2)
-    raise AssertionError(f"timed out after {timeout_s}s waiting for {what}; last: {last}")
-
-
 async def _produce(client: RaftlogClient, topic: str, partition: int, n: int) -> None:
     for i in range(0, n, 50):
         records = [f"{topic}-{partition}-{j}".encode() * 40 for j in range(i, min(n, i + 50))]
@@ -87,7 +74,7 @@ async def test_metrics_give_offsets_bytes_and_lag_per_partition(
             offsets = _offsets(servers, "measured")
             return offsets if offsets[0]["log_start"] > 0 else None
 
-        _wait(moved, 30.0, "retention to move partition 0's log start")
+        wait_until(moved, 30.0, "retention to move partition 0's log start")
         meta = await client.describe_topic("measured")
         leaders = {p.partition: p.leader for p in meta.partitions}
 
@@ -108,7 +95,7 @@ async def test_metrics_give_offsets_bytes_and_lag_per_partition(
                     return None
             return before, scrapes
 
-        offsets, scrapes = _wait(settled, 30.0, "metrics that match `raftlog offsets`")
+        offsets, scrapes = wait_until(settled, 30.0, "metrics that match `raftlog offsets`")
         assert offsets[0]["log_start"] > 0 and offsets[1]["log_start"] == 0
         # offsets count control entries (configurations) too: at least the records written
         assert offsets[1]["high_watermark"] >= 30
@@ -161,7 +148,9 @@ async def test_metrics_give_offsets_bytes_and_lag_per_partition(
             done = end >= end_before + 70 and caught_up == 0 and hwm == end
             return got if done else None
 
-        got = _wait(lagging, 10.0, "the 70 new records committed by the leader and one follower")
+        got = wait_until(
+            lagging, 10.0, "the 70 new records committed by the leader and one follower"
+        )
         # the dead follower had matched everything up to end_before: it lags by the rest
         end_after = got[("raftlog_partition_log_end_offset", "measured", "1")]
         lag = got[("raftlog_partition_follower_lag", "measured", "1", str(follower))]

@@ -10,10 +10,10 @@ import json
 import time
 import uuid
 
-from ops_helpers import run_cli
+from ops_helpers import read_partition, run_cli
 
 from benchmarks.workloads.cluster_handle import ClusterHandle
-from raftlog.client import BlockingRaftlogClient, frame_records, unframe_records
+from raftlog.client import BlockingRaftlogClient, frame_records
 
 
 def _leader(client: BlockingRaftlogClient, topic: str, partition: int) -> int:
@@ -28,22 +28,6 @@ def _wait_leader(client: BlockingRaftlogClient, topic: str, partition: int) -> i
             return leader
         time.sleep(0.2)
     raise AssertionError(f"{topic}/{partition} elected no leader in 30 s")
-
-
-def _read(client: BlockingRaftlogClient, topic: str, partition: int) -> list[bytes]:
-    """Every record of the partition, from its log start to its high watermark."""
-    start, hwm, _lso = client.list_offsets(topic, partition)
-    out: list[bytes] = []
-    offset = start
-    for _ in range(1000):
-        if offset >= hwm:
-            break
-        r = client.fetch(topic, partition, offset)
-        for b in r.batches:
-            out.extend(unframe_records(b.payload, b.record_count) or [])
-        assert r.next_offset > offset
-        offset = r.next_offset
-    return out
 
 
 def test_transfer_leadership_moves_it_to_the_node_and_keeps_it_there(
@@ -73,7 +57,7 @@ def test_transfer_leadership_moves_it_to_the_node_and_keeps_it_there(
         assert _leader(client, topic, 1) == target
         # the new leader takes writes; every record reads back once, in order
         client.produce(topic, 1, [(frame_records([b"after-1", b"after-2"]), 2)])
-        assert _read(client, topic, 1) == [b"before", b"after-1", b"after-2"]
+        assert read_partition(client, topic, 1) == [b"before", b"after-1", b"after-2"]
 
         # already the leader: nothing to do, same answer; text output names it
         again = run_cli(
@@ -128,9 +112,12 @@ def test_add_partitions_grows_the_topic_and_new_partitions_take_writes(
         assert [p.replicas for p in meta.partitions[:2]] == [p.replicas for p in before.partitions]
         assert meta.topic_id == before.topic_id
         for p in (0, 1):
-            assert _read(client, topic, p) == [f"old-{p}".encode()]
+            assert read_partition(client, topic, p) == [f"old-{p}".encode()]
         for p in (2, 3, 4):
-            assert _read(client, topic, p) == [f"new-{p}-a".encode(), f"new-{p}-b".encode()]
+            assert read_partition(client, topic, p) == [
+                f"new-{p}-a".encode(),
+                f"new-{p}-b".encode(),
+            ]
             # every replica of a new partition opened its group on its node
             for node in meta.partitions[p].replicas:
                 assert (raftlog_cluster.data_dir / f"node-{node}" / topic / str(p)).is_dir()

@@ -49,6 +49,7 @@ from raftlog.rpc.messages import (
     PartitionStatusRequest,
     ProduceBatch,
     ProduceRequest,
+    RegisterNodeRequest,
     TransferLeadershipRequest,
 )
 from raftlog.rpc.peer import PEER_ROUTES
@@ -83,6 +84,7 @@ def _samples(group: int) -> list[bytes]:
         DescribeConfigsRequest([GUARD]),
         TransferLeadershipRequest(GUARD, 0, 2),
         CreatePartitionsRequest(GUARD, 4),
+        RegisterNodeRequest(9, "127.0.0.1:9"),
         m.AppendEntriesRequest(group, 2, 1, 99, 0, 1, 0, True, [batch]),
         m.VoteRequest(group, 2, 1, 99, False, 1000, 99, True),
         m.TimeoutNowRequest(group, 2, 1, 99),

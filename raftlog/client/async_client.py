@@ -99,6 +99,8 @@ from raftlog.rpc.messages import (
     OffsetForTimestampResponse,
     ProduceRequest,
     ProduceResponse,
+    RegisterNodeRequest,
+    RegisterNodeResponse,
     TopicConfigs,
     TopicInfo,
     TransferLeadershipRequest,
@@ -459,6 +461,21 @@ class RaftlogClient:
         )
         self._leader_hints[(topic, partition)] = resp.leader
         return resp.leader
+
+    async def register_node(self, node_id: int, address: str) -> dict[int, str]:
+        """Add node ``node_id``, serving at ``address`` (HOST:PORT, as it advertises
+        itself), to the running cluster: every node learns its address through the
+        controller, and it joins the controller group (a learner, promoted once caught
+        up). Returns every node's address after the change. Registering a node again
+        with the same address changes nothing; InvalidRequestError when the id is a
+        member at another address or the address is malformed."""
+        if node_id < 0:
+            raise InvalidRequestError(f"node_id: expected an integer >= 0, got {node_id}")
+        resp = await self._controller_call(
+            RegisterNodeRequest(node_id, address), RegisterNodeResponse
+        )
+        self._nodes = {n.node_id: n.address for n in resp.nodes}
+        return dict(self._nodes)
 
     async def metadata(self) -> MetadataResponse:
         """The raw cluster metadata (nodes, controller leader, topics)."""

@@ -148,12 +148,49 @@ class CreatePartitionsCmd:
     nodes: list[int] = dataclasses.field(default_factory=list)
 
 
+@codec.register(212)
+@dataclasses.dataclass(frozen=True, slots=True)
+class RegisterNodeCmd:
+    """A node joins the cluster (``raftlog local add-node``): every node learns its
+    advertised address from the controller state, and new placements include it."""
+
+    node_id: int = dataclasses.field(metadata={"range": (0, codec.I32_MAX)})
+    address: str = ""
+
+
+@codec.register(213)
+@dataclasses.dataclass(frozen=True, slots=True)
+class RegisteredNode:
+    node_id: int
+    address: str
+
+
+@codec.register(214)
+@dataclasses.dataclass(frozen=True, slots=True)
+class ControllerSnapshotV3:
+    """The controller state as saved with its commit context (framed, after
+    :data:`SNAPSHOT_V3_MAGIC`): V2 and the nodes registered after the start."""
+
+    next_group_id: int
+    topics: list[TopicAssignment]
+    configs: list[TopicOverrides]
+    nodes: list[RegisteredNode]
+
+
+SNAPSHOT_V3_MAGIC = b"RLCTLv3\xff"
+"""Starts a V3 snapshot (negative as a V1 snapshot's first int64, as V2's magic)."""
+
 SNAPSHOT_V2_MAGIC = b"RLCTLv2\xff"
 """Starts a V2 snapshot. Read as the little-endian int64 that starts a V1 snapshot
 (its ``next_group_id``), it is negative, so the two forms are never confused."""
 
 Command = (
-    CreateTopicCmd | DeleteTopicCmd | AlterTopicConfigCmd | PreferReplicaCmd | CreatePartitionsCmd
+    CreateTopicCmd
+    | DeleteTopicCmd
+    | AlterTopicConfigCmd
+    | PreferReplicaCmd
+    | CreatePartitionsCmd
+    | RegisterNodeCmd
 )
 
 
@@ -179,7 +216,8 @@ def decode_command(batch: RecordBatch) -> Command:
         | DeleteTopicCmd
         | AlterTopicConfigCmd
         | PreferReplicaCmd
-        | CreatePartitionsCmd,
+        | CreatePartitionsCmd
+        | RegisterNodeCmd,
     ):
         raise codec.CodecError(f"not a controller command: {type(msg).__name__}")
     return msg

@@ -9,14 +9,18 @@ from collections.abc import Callable
 from raftlog.controller import topic_config
 from raftlog.controller.commands import (
     SNAPSHOT_V2_MAGIC,
+    SNAPSHOT_V3_MAGIC,
     AlterTopicConfigCmd,
     Command,
     ControllerSnapshot,
     ControllerSnapshotV2,
+    ControllerSnapshotV3,
     CreatePartitionsCmd,
     DeleteTopicCmd,
     PartitionAssignment,
     PreferReplicaCmd,
+    RegisteredNode,
+    RegisterNodeCmd,
     TopicAssignment,
     TopicOverrides,
     config_values,
@@ -42,11 +46,16 @@ class ControllerStm:
     ``configs`` holds each topic's config overrides (valid ones only: a command
     whose configs do not validate changes nothing, on every replica alike); a
     topic without an entry runs with the defaults.
+
+    ``nodes`` holds the nodes registered after the cluster started (node id ->
+    advertised address; ``raftlog local add-node``): every node adds them to its
+    peers, so a node restarted with its old ``--peers`` still reaches them.
     """
 
     def __init__(self) -> None:
         self.topics: dict[str, TopicAssignment] = {}
         self.configs: dict[str, dict[str, str]] = {}
+        self.nodes: dict[int, str] = {}
         self.next_group_id = 1
         self.last_applied = -1
         self._listeners: list[Callable[[], None]] = []
@@ -84,6 +93,10 @@ class ControllerStm:
             return
         if isinstance(cmd, CreatePartitionsCmd):
             self._apply_create_partitions(cmd)
+            return
+        if isinstance(cmd, RegisterNodeCmd):
+            # a later registration of the same id moves it (the node's new address)
+            self.nodes[cmd.node_id] = cmd.address
             return
         if cmd.name in self.topics:
             return
@@ -181,22 +194,30 @@ class ControllerStm:
         return topic_config.effective(self.configs.get(name, {}))
 
     def snapshot(self) -> bytes:
-        return SNAPSHOT_V2_MAGIC + codec.encode(
-            ControllerSnapshotV2(
+        return SNAPSHOT_V3_MAGIC + codec.encode(
+            ControllerSnapshotV3(
                 self.next_group_id,
                 sorted(self.topics.values(), key=_name),
                 [
                     TopicOverrides(name, config_values(cfg))
                     for name, cfg in sorted(self.configs.items())
                 ],
+                [RegisteredNode(n, a) for n, a in sorted(self.nodes.items())],
             )
         )
 
     def restore(self, data: bytes) -> None:
-        """Restore a snapshot of either form (V1, from before topic configs, has none)."""
+        """Restore a snapshot of any form (V1, from before topic configs, has none; V1
+        and V2, from before registered nodes, have none)."""
         if not data:
             return
-        if data.startswith(SNAPSHOT_V2_MAGIC):
+        nodes: dict[int, str] = {}
+        if data.startswith(SNAPSHOT_V3_MAGIC):
+            v3 = codec.decode(data[len(SNAPSHOT_V3_MAGIC) :], ControllerSnapshotV3)
+            snap = ControllerSnapshotV2(v3.next_group_id, v3.topics, v3.configs)
+            configs = {o.name: {c.key: c.value for c in o.configs} for o in snap.configs}
+            nodes = {n.node_id: n.address for n in v3.nodes}
+        elif data.startswith(SNAPSHOT_V2_MAGIC):
             snap = codec.decode(data[len(SNAPSHOT_V2_MAGIC) :], ControllerSnapshotV2)
             configs = {o.name: {c.key: c.value for c in o.configs} for o in snap.configs}
         else:
@@ -206,6 +227,7 @@ class ControllerStm:
         self.topics = {t.name: t for t in snap.topics}
         self.configs = {n: c for n, c in configs.items() if c and n in self.topics}
         self.next_group_id = snap.next_group_id
+        self.nodes = nodes
         self._notify()
 
     def assignments_for(

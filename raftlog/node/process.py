@@ -45,6 +45,7 @@ import time
 from typing import Any
 
 from aiohttp import web
+from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_delay, wait_fixed
 
 from raftlog.controller import (
     CONTROLLER_GROUP,
@@ -55,6 +56,7 @@ from raftlog.controller import (
     DeleteTopicCmd,
     PartitionAssignment,
     PreferReplicaCmd,
+    RegisterNodeCmd,
     TopicAssignment,
     command_batch,
     config_values,
@@ -100,6 +102,8 @@ from raftlog.rpc.messages import (
     PartitionStatusRequest,
     PartitionStatusResponse,
     ProduceRequest,
+    RegisterNodeRequest,
+    RegisterNodeResponse,
     TopicConfigs,
     TopicInfo,
     TransferLeadershipRequest,
@@ -518,7 +522,18 @@ class Node:
                 await asyncio.sleep(0.5)
                 self._reconcile_needed.set()
 
+    def _learn_nodes(self) -> None:
+        """Add the nodes registered through the controller to this node's peers (also
+        when it was started with an older ``--peers``): raft traffic and clients
+        (metadata) reach them from now on."""
+        for node, address in sorted(self.controller_stm.nodes.items()):
+            if node != self.node_id and self.config.peers.get(node) != address:
+                log.info("node %d joined the cluster at %s", node, address)
+                self.config.peers[node] = address
+                self.transport.add_peer(node, address)
+
     async def _reconcile(self) -> None:
+        self._learn_nodes()
         desired = self.controller_stm.assignments_for(self.node_id)
         for gid in [g for g in self.partitions if g not in desired]:
             await self._close_partition(gid, delete=True)
@@ -748,6 +763,12 @@ class Node:
                 self.config.peers.get(leader, ""),
             )
 
+    def _controller_moved(self, exc: Any) -> RequestError:
+        """NOT_LEADER naming the controller's leader (a NotLeaderError's) for the client."""
+        return RequestError(
+            ErrorCode.NOT_LEADER, str(exc), exc.leader_id, self.config.peers.get(exc.leader_id, "")
+        )
+
     async def _replicate_controller(self, cmd: Command) -> None:
         from raftlog.raft.errors import NotLeaderError
         from raftlog.raft.replicate_batcher import Consistency
@@ -756,12 +777,7 @@ class Node:
             stages = self.controller.replicate([command_batch(cmd)], Consistency.QUORUM_ACK)
             res = await asyncio.wait_for(stages.finished, 10.0)
         except NotLeaderError as exc:
-            raise RequestError(
-                ErrorCode.NOT_LEADER,
-                str(exc),
-                exc.leader_id,
-                self.config.peers.get(exc.leader_id, ""),
-            ) from exc
+            raise self._controller_moved(exc) from exc
         except TimeoutError as exc:
             raise RequestError(ErrorCode.TIMEOUT, "the controller did not commit in 10s") from exc
         if not await self.controller_stm.wait_applied(res.last_offset, 10.0):
@@ -905,6 +921,56 @@ class Node:
         if topic is None:
             raise RequestError(ErrorCode.UNKNOWN_TOPIC, f"topic {req.name!r} was deleted")
         return CreatePartitionsResponse(self._topic_info(topic))
+
+    async def register_node(self, req: RegisterNodeRequest) -> RegisterNodeResponse:
+        """A new node joins: its address goes into the controller state (every node
+        adds it to its peers), then it joins the controller group as a learner, which
+        the controller's leader promotes to a voter once it has caught up. Repeating
+        the call for a registered node changes nothing."""
+        try:
+            _host_port(req.address, "address")
+        except ValueError as exc:
+            raise RequestError(ErrorCode.INVALID_REQUEST, str(exc)) from exc
+        self._require_controller_leader()
+        members = self.controller.configuration.members
+        known = self.config.peers.get(req.node_id)
+        if known is not None and known != req.address and req.node_id in members:
+            raise RequestError(
+                ErrorCode.INVALID_REQUEST,
+                f"node_id: node {req.node_id} is already in the cluster at {known}, "
+                f"not {req.address}",
+            )
+        if known != req.address:
+            await self._replicate_controller(RegisterNodeCmd(req.node_id, req.address))
+            self._learn_nodes()  # the listener does it too: the learner needs it now
+        if req.node_id not in self.controller.configuration.members:
+            await self._add_controller_member(req.node_id)
+        return RegisterNodeResponse([NodeInfo(i, a) for i, a in sorted(self.config.peers.items())])
+
+    async def _add_controller_member(self, node: int) -> None:
+        """Add ``node`` to the controller group as a learner (one configuration change at
+        a time: retried while another, e.g. a promotion, is in flight)."""
+        from raftlog.raft.errors import ConfigurationChangeError, NotLeaderError
+
+        try:
+            async for attempt in AsyncRetrying(
+                stop=stop_after_delay(10.0),
+                wait=wait_fixed(0.2),
+                retry=retry_if_exception_type(ConfigurationChangeError),
+                reraise=True,
+            ):
+                with attempt:
+                    if node in self.controller.configuration.members:
+                        return
+                    await asyncio.wait_for(self.controller.add_member(node), 10.0)
+        except NotLeaderError as exc:
+            raise self._controller_moved(exc) from exc
+        except ConfigurationChangeError as exc:
+            raise RequestError(ErrorCode.TIMEOUT, f"adding node {node}: {exc}") from exc
+        except TimeoutError as exc:
+            raise RequestError(
+                ErrorCode.TIMEOUT, f"adding node {node} to the controller did not commit in 10s"
+            ) from exc
 
     def _assignment(
         self, topic: str, partition: int
@@ -1100,6 +1166,7 @@ _CLIENT_HANDLERS: dict[type, Any] = {
     DescribeConfigsRequest: Node.describe_configs,
     TransferLeadershipRequest: Node.transfer_leadership,
     CreatePartitionsRequest: Node.create_partitions,
+    RegisterNodeRequest: Node.register_node,
 }
 
 

@@ -393,6 +393,22 @@ class CreatePartitionsResponse:
     topic: TopicInfo  # after the change
 
 
+@register(68)
+@dataclasses.dataclass(frozen=True, slots=True)
+class RegisterNodeRequest:
+    """A new node joins: the controller records its advertised address (every node
+    learns it) and adds it to the controller group, first as a learner."""
+
+    node_id: int = dataclasses.field(metadata={"range": (0, I32_MAX)})
+    address: str = ""  # HOST:PORT, as the node advertises it
+
+
+@register(69)
+@dataclasses.dataclass(frozen=True, slots=True)
+class RegisterNodeResponse:
+    nodes: list[NodeInfo]  # every node of the cluster after the change
+
+
 CLIENT_ROUTES: dict[type, str] = {
     MetadataRequest: "metadata",
     CreateTopicRequest: "create_topic",
@@ -410,5 +426,6 @@ CLIENT_ROUTES: dict[type, str] = {
     DescribeConfigsRequest: "describe_configs",
     TransferLeadershipRequest: "transfer_leadership",
     CreatePartitionsRequest: "create_partitions",
+    RegisterNodeRequest: "register_node",
 }
 """Client request type -> route name under ``/v1/`` (client and server share it)."""

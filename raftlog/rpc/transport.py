@@ -16,6 +16,7 @@ Requests carry the peer token, never the client token.
 
 from __future__ import annotations
 
+import asyncio
 import ssl
 from typing import Any
 
@@ -72,6 +73,17 @@ class HttpTransport:
             )
             self._sessions[target] = s
         return s
+
+    def add_peer(self, node_id: int, address: str) -> None:
+        """Reach ``node_id`` at ``address`` from now on (a node that joined the running
+        cluster, learnt from the controller); a new address drops the old connections."""
+        if self._peers.get(node_id) == address:
+            return
+        self._peers[node_id] = address
+        stale = self._sessions.pop(node_id, None)
+        if stale is not None and not stale.closed:
+            # closed in the background: the caller is the controller's listener (sync)
+            asyncio.get_running_loop().create_task(stale.close())
 
     async def send(self, target_node: int, message: Any) -> Any:
         """POST ``message`` to ``target_node``; return its reply or raise TransportError."""

@@ -1,7 +1,8 @@
 """Controller commands of the operations tools: a partition's preferred replica
-(``partition transfer-leadership``) and new partitions of a topic (``topic
-add-partitions``), applied the same on every replica, kept in snapshots, and refused
-by name when they do not fit the state."""
+(``partition transfer-leadership``), new partitions of a topic (``topic
+add-partitions``) and nodes that join (``local add-node``), applied the same on
+every replica, kept in snapshots, and refused by name when they do not fit the
+state."""
 
 from __future__ import annotations
 
@@ -12,9 +13,15 @@ from raftlog.controller import (
     CreatePartitionsCmd,
     CreateTopicCmd,
     PreferReplicaCmd,
+    RegisterNodeCmd,
     command_batch,
 )
-from raftlog.controller.commands import decode_command
+from raftlog.controller.commands import (
+    SNAPSHOT_V2_MAGIC,
+    SNAPSHOT_V3_MAGIC,
+    ControllerSnapshotV2,
+    decode_command,
+)
 from raftlog.rpc import codec
 from raftlog.rpc.codec import CodecError
 
@@ -105,3 +112,22 @@ def test_commands_round_trip_and_refuse_out_of_range_fields_by_name() -> None:
         codec.decode(codec.encode(PreferReplicaCmd("t", 0, -1)))
     with pytest.raises(CodecError, match=r"CreatePartitionsCmd\.partitions: 0 is out of range"):
         codec.decode(codec.encode(CreatePartitionsCmd("t", 0, [1])))
+
+
+def test_registered_nodes_are_kept_in_order_and_in_snapshots() -> None:
+    stm = ControllerStm()
+    _apply(stm, RegisterNodeCmd(4, "127.0.0.1:9004"), RegisterNodeCmd(5, "127.0.0.1:9005"))
+    _apply(stm, RegisterNodeCmd(4, "127.0.0.1:9444"))  # re-registered: its new address
+    assert stm.nodes == {4: "127.0.0.1:9444", 5: "127.0.0.1:9005"}
+    snap = stm.snapshot()
+    assert snap.startswith(SNAPSHOT_V3_MAGIC)
+    copy = ControllerStm()
+    copy.restore(snap)
+    assert copy.nodes == stm.nodes
+    # a V2 snapshot (from before registered nodes) restores with none
+    v2 = SNAPSHOT_V2_MAGIC + codec.encode(ControllerSnapshotV2(7, [], []))
+    old = ControllerStm()
+    old.restore(v2)
+    assert old.nodes == {} and old.next_group_id == 7
+    with pytest.raises(CodecError, match=r"RegisterNodeCmd\.node_id: -1 is out of range"):
+        codec.decode(codec.encode(RegisterNodeCmd(-1, "x:1")))
