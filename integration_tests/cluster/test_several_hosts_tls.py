@@ -43,7 +43,7 @@ from raftlog.client import (
 )
 from raftlog.raft import messages as m
 from raftlog.rpc import codec
-from raftlog.rpc.messages import ErrorResponse
+from raftlog.rpc.messages import ErrorResponse, MetadataRequest, MetadataResponse
 
 TIMEOUT_S = 10.0
 
@@ -100,6 +100,27 @@ async def test_produce_and_fetch_over_tls_with_the_client_token(secure: SecureCl
             got = [v for b in fetched.batches for v in unframe_records(b.payload, b.record_count)]
             assert got == values
             assert fetched.high_watermark == base + 4
+
+
+async def test_a_node_asks_other_nodes_as_a_client_over_tls(secure: SecureCluster) -> None:
+    """Watermarks of partitions on other nodes come from those nodes (the node calls
+    their client routes with the client token, over TLS verified by the CA)."""
+    async with RaftlogClient(
+        secure.servers, auth_token=CLIENT_TOKEN, tls_ca_file=secure.ca_file
+    ) as client:
+        await client.create_topic("spread", partitions=3, replication_factor=1)
+        ends = {}
+        for p in range(3):
+            r = await client.produce("spread", p, [(frame_records([b"x"] * (p + 1)), p + 1)])
+            ends[p] = r.last_offset + 1
+        answer = await client._send(
+            secure.servers[0], MetadataRequest(["spread"], with_offsets=True), MetadataResponse
+        )
+    assert answer.node_id == 1
+    (topic,) = answer.topics
+    hosts = {p.partition: p.replicas for p in topic.partitions}
+    assert sorted(r for rs in hosts.values() for r in rs) == [1, 2, 3]  # one per node
+    assert {p.partition: p.high_watermark for p in topic.partitions} == ends
 
 
 def test_a_client_without_the_token_is_refused(secure: SecureCluster) -> None:
