@@ -14,6 +14,10 @@ the same source for the same time into each sink in turn:
   acks=all): ``deliveryGuarantee`` ``at-least-once`` (plain writes) and
   ``exactly-once`` (the default: every micro-batch one two-phase commit through
   the transaction coordinator). Exactly-once ÷ at-least-once is the cost of 2PC.
+  Exactly-once runs twice more with option ``compression`` ``lz4`` and ``zstd``
+  (the payloads compressed in the Spark tasks): rows/s beside the uncompressed
+  run, and for every raftlog sink the bytes stored on disk per row (one
+  replica's segment bytes over its records, from the nodes' ``/metrics``).
 
 With ``--spark-rounds R`` (full run: 2) every sink runs R times, in the order
 above each round, so that the two raftlog sinks run next to each other in time
@@ -68,9 +72,25 @@ STOP_JVM_TIMEOUT_S = 30.0
 MAX_PROGRESS = 100_000
 """spark.sql.streaming.numRecentProgressUpdates: keep every micro-batch's progress."""
 AT_LEAST_ONCE, EXACTLY_ONCE = "raftlog at-least-once", "raftlog exactly-once"
-SINKS = ("noop", "python ceiling", "parquet", AT_LEAST_ONCE, EXACTLY_ONCE)
-GUARANTEES = {AT_LEAST_ONCE: "at-least-once", EXACTLY_ONCE: "exactly-once"}
+EXACTLY_ONCE_LZ4, EXACTLY_ONCE_ZSTD = "raftlog exactly-once lz4", "raftlog exactly-once zstd"
+SINKS = (
+    "noop",
+    "python ceiling",
+    "parquet",
+    AT_LEAST_ONCE,
+    EXACTLY_ONCE,
+    EXACTLY_ONCE_LZ4,
+    EXACTLY_ONCE_ZSTD,
+)
+GUARANTEES = {
+    AT_LEAST_ONCE: "at-least-once",
+    EXACTLY_ONCE: "exactly-once",
+    EXACTLY_ONCE_LZ4: "exactly-once",
+    EXACTLY_ONCE_ZSTD: "exactly-once",
+}
 """The raftlog sinks' ``deliveryGuarantee``."""
+COMPRESSION = {EXACTLY_ONCE_LZ4: "lz4", EXACTLY_ONCE_ZSTD: "zstd"}
+"""The raftlog sinks' option ``compression`` (the others: none, the topic's default)."""
 
 Configure = Callable[[Any], Any]
 
@@ -323,8 +343,10 @@ def read_back(spark: Any, servers: list[str], topic: str) -> tuple[int, Any, Any
     return int(row[0]), row[1], row[2], row[3]
 
 
-def raftlog_options(servers: list[str], topic: str, guarantee: str) -> dict[str, str]:
-    return {
+def raftlog_options(
+    servers: list[str], topic: str, guarantee: str, compression: str | None = None
+) -> dict[str, str]:
+    opts = {
         "topic": topic,
         "servers": ",".join(servers),
         "acks": "all",
@@ -332,19 +354,43 @@ def raftlog_options(servers: list[str], topic: str, guarantee: str) -> dict[str,
         "replicationFactor": "3",
         "partitions": str(SPARK_PARTITIONS),
     }
+    if compression is not None:
+        opts["compression"] = compression
+    return opts
 
 
 def topic_of(sink: str, round_no: int) -> str:
     """The topic a raftlog sink writes in round ``round_no`` (1-based)."""
     suffix = "eo" if GUARANTEES[sink] == "exactly-once" else "alo"
+    if sink in COMPRESSION:
+        suffix += "-" + COMPRESSION[sink]
     return f"{TOPIC}-{suffix}-{round_no}"
+
+
+def stored_bytes_per_record(servers: list[str], topics: Sequence[str]) -> float:
+    """Bytes on disk per record of ``topics``: every replica's segment bytes over every
+    replica's records (log end - log start; control batches count as records), from the
+    nodes' ``/metrics`` (``raftlog_partition_size_bytes`` and the offsets beside it)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    wanted = set(topics)
+    sums = {"size_bytes": 0.0, "log_end_offset": 0.0, "log_start_offset": 0.0}
+    for address in servers:
+        for family in text_string_to_metric_families(raftlog_local.scrape(address)):
+            key = family.name.removeprefix("raftlog_partition_")
+            if key not in sums:
+                continue
+            sums[key] += sum(s.value for s in family.samples if s.labels.get("topic") in wanted)
+    records = sums["log_end_offset"] - sums["log_start_offset"]
+    return sums["size_bytes"] / records if records > 0 else 0.0
 
 
 def measure(ctx: RunContext, spark: Any, servers: list[str], scratch: Path) -> list[Row]:
     seconds = seconds_per_step(ctx, QUICK_SECONDS, FULL_SECONDS, "spark_seconds")
     per_batch = ctx.option("spark_rows_per_batch", QUICK_ROWS_PER_BATCH, FULL_ROWS_PER_BATCH)
     rounds = ctx.option("spark_rounds", QUICK_ROUNDS, FULL_ROUNDS)
-    ctx.set_total(len(SINKS) * rounds + rounds + 2)
+    once = [name for name in SINKS if GUARANTEES.get(name) == "exactly-once"]
+    ctx.set_total(len(SINKS) * rounds + len(once) * rounds + 2)
 
     def configure(name: str, round_no: int) -> Configure:
         if name == "noop":
@@ -354,7 +400,9 @@ def measure(ctx: RunContext, spark: Any, servers: list[str], scratch: Path) -> l
         if name == "parquet":
             path = str(scratch / f"parquet-{round_no}")
             return lambda w: w.format("parquet").option("path", path)
-        opts = raftlog_options(servers, topic_of(name, round_no), GUARANTEES[name])
+        opts = raftlog_options(
+            servers, topic_of(name, round_no), GUARANTEES[name], COMPRESSION.get(name)
+        )
         return lambda w: w.format("raftlog").options(**opts)
 
     progress: dict[str, list[list[Any]]] = {name: [] for name in SINKS}
@@ -368,15 +416,16 @@ def measure(ctx: RunContext, spark: Any, servers: list[str], scratch: Path) -> l
             ctx.advance(1)
 
     # Exactly-once must mean it: every committed micro-batch's rows, each once.
-    verified = 0
-    for round_no, runs in enumerate(progress[EXACTLY_ONCE], start=1):
-        topic = topic_of(EXACTLY_ONCE, round_no)
-        count, low, high, total = read_back(spark, servers, topic)
-        problem = check_once(count, low, high, total, committed_rows(runs), per_batch)
-        if problem is not None:
-            raise RuntimeError(f"exactly-once sink, topic {topic!r}: {problem}")
-        verified += count
-        ctx.advance(1)
+    verified = dict.fromkeys(once, 0)
+    for name in once:
+        for round_no, runs in enumerate(progress[name], start=1):
+            topic = topic_of(name, round_no)
+            count, low, high, total = read_back(spark, servers, topic)
+            problem = check_once(count, low, high, total, committed_rows(runs), per_batch)
+            if problem is not None:
+                raise RuntimeError(f"{name} sink, topic {topic!r}: {problem}")
+            verified[name] += count
+            ctx.advance(1)
 
     rate: dict[str, float] = {}
     rows: list[Row] = []
@@ -395,7 +444,11 @@ def measure(ctx: RunContext, spark: Any, servers: list[str], scratch: Path) -> l
         by_case[name]["raftlog / python ceiling"] = rate[name] / rate["python ceiling"]
         by_case[name]["raftlog / parquet"] = rate[name] / rate["parquet"]
     by_case[EXACTLY_ONCE]["exactly-once / at-least-once"] = rate[EXACTLY_ONCE] / rate[AT_LEAST_ONCE]
-    by_case[EXACTLY_ONCE]["rows read back once"] = verified
+    for name in once:
+        by_case[name]["rows read back once"] = verified[name]
+    for name in GUARANTEES:
+        topics = [topic_of(name, r) for r in range(1, rounds + 1)]
+        by_case[name]["stored bytes per row"] = stored_bytes_per_record(servers, topics)
 
     readers = {
         "raftlog": spark.readStream.format("raftlog")
@@ -429,14 +482,12 @@ def measure(ctx: RunContext, spark: Any, servers: list[str], scratch: Path) -> l
         ctx.advance(1)
     read_rows[0]["raftlog / parquet"] = read_rate["raftlog"] / read_rate["parquet"]
     if rounds > 1:
-        per_round = {
-            name: ", ".join(f"{pooled_figures([r])[2]:,.0f}" for r in progress[name])
-            for name in (AT_LEAST_ONCE, EXACTLY_ONCE)
-        }
-        ctx.note(
-            f"rows/s per round (the spread is the noise): at-least-once {per_round[AT_LEAST_ONCE]}"
-            f"; exactly-once {per_round[EXACTLY_ONCE]}"
+        per_round = "; ".join(
+            f"{name.removeprefix('raftlog ')} "
+            + ", ".join(f"{pooled_figures([r])[2]:,.0f}" for r in progress[name])
+            for name in GUARANTEES
         )
+        ctx.note(f"rows/s per round (the spread is the noise): {per_round}")
     ctx.note(
         f"local[{SPARK_PARTITIONS}]; rate-micro-batch, {per_batch} rows per micro-batch over "
         f"{SPARK_PARTITIONS} partitions, {PAYLOAD_BYTES}-byte distinct string per row; "
@@ -453,13 +504,19 @@ def measure(ctx: RunContext, spark: Any, servers: list[str], scratch: Path) -> l
         "= every committed row once; reads: Trigger.AvailableNow into noop of the round-1 "
         "exactly-once topic and parquet output"
     )
+    ctx.note(
+        "compression: exactly-once again with option compression lz4 and zstd (level 3), "
+        "compressed in the Spark tasks, decompressed by the reader; stored bytes per row = "
+        "segment bytes on disk over records (log end - log start), summed over every "
+        "replica of the sink's topics (batch headers and transaction markers included)"
+    )
     return rows + read_rows
 
 
 @scenario(
     "spark",
     "rate-micro-batch into noop/Python ceiling/parquet/raftlog at-least-once and "
-    "exactly-once, and AvailableNow reads: rows/s",
+    "exactly-once (uncompressed, lz4, zstd), and AvailableNow reads: rows/s, bytes per row",
     add_arguments=add_arguments,
 )
 def run(ctx: RunContext) -> list[Row]:

@@ -110,6 +110,8 @@ def test_spark_compares_every_sink_and_both_reads(quick_run: dict[str, Any]) -> 
         "parquet",
         "raftlog at-least-once",
         "raftlog exactly-once",
+        "raftlog exactly-once lz4",
+        "raftlog exactly-once zstd",
     )
     assert list(rows) == [f"write: rate-micro-batch -> {s}" for s in sinks] + [
         "read (AvailableNow): raftlog -> noop",
@@ -130,6 +132,12 @@ def test_spark_compares_every_sink_and_both_reads(quick_run: dict[str, Any]) -> 
     )
     # the scenario fails unless every committed row was read back once
     assert exactly_once["rows read back once"] > 0
+    plain_bytes = exactly_once["stored bytes per row"]
+    assert at_least_once["stored bytes per row"] > 0 and plain_bytes > 0
+    for codec in ("lz4", "zstd"):
+        compressed = rows[f"write: rate-micro-batch -> raftlog exactly-once {codec}"]
+        assert compressed["rows read back once"] > 0
+        assert 0 < compressed["stored bytes per row"] < plain_bytes
     read = rows["read (AvailableNow): raftlog -> noop"]
     assert read["rows"] > 0 and rows["read (AvailableNow): parquet -> noop"]["rows"] > 0
     assert read["raftlog / parquet"] == pytest.approx(

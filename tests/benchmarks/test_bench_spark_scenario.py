@@ -83,7 +83,45 @@ def test_raftlog_sinks_differ_only_in_delivery_guarantee_and_topic() -> None:
     assert alo == eo and eo["acks"] == "all" and eo["replicationFactor"] == "3"
     assert spark.topic_of(spark.EXACTLY_ONCE, 1) != spark.topic_of(spark.EXACTLY_ONCE, 2)
     assert spark.FULL_ROWS_PER_BATCH == 1_000_000
-    assert spark.SINKS[-2:] == (spark.AT_LEAST_ONCE, spark.EXACTLY_ONCE)
+    # the raftlog sinks run next to each other in every round
+    assert spark.SINKS[3:] == (
+        spark.AT_LEAST_ONCE,
+        spark.EXACTLY_ONCE,
+        spark.EXACTLY_ONCE_LZ4,
+        spark.EXACTLY_ONCE_ZSTD,
+    )
+
+
+def test_compressed_sinks_are_exactly_once_with_a_codec_and_topics_of_their_own() -> None:
+    servers = ["127.0.0.1:1"]
+    topics = {spark.topic_of(name, 1) for name in spark.GUARANTEES}
+    assert len(topics) == 4
+    for name, codec in (("raftlog exactly-once lz4", "lz4"), ("raftlog exactly-once zstd", "zstd")):
+        opts = spark.raftlog_options(
+            servers, spark.topic_of(name, 1), spark.GUARANTEES[name], spark.COMPRESSION.get(name)
+        )
+        assert opts["compression"] == codec and opts["deliveryGuarantee"] == "exactly-once"
+    plain = spark.raftlog_options(servers, "t", "exactly-once")
+    assert "compression" not in plain  # uncompressed: the topic's default (none)
+
+
+def test_stored_bytes_per_record_sums_every_replica_of_the_topics(monkeypatch) -> None:
+    def metrics(node: int, topic: str, size: int, start: int, end: int) -> str:
+        labels = f'node="{node}",partition="0",topic="{topic}"'
+        return (
+            f"raftlog_partition_size_bytes{{{labels}}} {size}\n"
+            f"raftlog_partition_log_start_offset{{{labels}}} {start}\n"
+            f"raftlog_partition_log_end_offset{{{labels}}} {end}\n"
+        )
+
+    pages = {
+        "a:1": metrics(1, "t1", 6000, 0, 100) + metrics(1, "other", 10**9, 0, 1),
+        "b:2": metrics(2, "t1", 6000, 0, 100) + metrics(2, "t2", 1000, 50, 100),
+        "c:3": "",  # a node that does not answer
+    }
+    monkeypatch.setattr(spark.raftlog_local, "scrape", lambda address: pages[address])
+    assert spark.stored_bytes_per_record(list(pages), ["t1", "t2"]) == pytest.approx(13000 / 250)
+    assert spark.stored_bytes_per_record(list(pages), ["missing"]) == 0.0
 
 
 def test_counting_writer_counts_every_row_of_every_batch() -> None:
