@@ -134,6 +134,7 @@ _KAFKA_EQUIVALENTS = {
     "kafka.batch.size": "chunkBytes",
     "kafka.max.request.size": "chunkBytes",
     "kafka.transaction.timeout.ms": "transactionTimeoutMs",
+    "kafka.compression.type": "compression",
     "kafka.transactional.id": "txnAppId",
     "kafka.security.protocol": "authToken",
     "kafka.sasl.jaas.config": "authToken",

@@ -245,9 +245,11 @@ def test_bad_compression_is_refused_naming_the_allowed_values(bad: str) -> None:
     assert str(err.value) == f"option 'compression' must be one of none, lz4, zstd, got {bad!r}"
 
 
-def test_compression_is_a_write_option() -> None:
+def test_compression_is_a_write_option_and_kafkas_name_points_to_it() -> None:
     with pytest.raises(OptionError, match="option 'compression' applies to writes, not reads"):
         source(compression="lz4")
+    with pytest.raises(OptionError, match="use option 'compression' instead"):
+        sink(**{"kafka.compression.type": "lz4"})
 
 
 def test_min_offsets_and_max_trigger_delay() -> None:
