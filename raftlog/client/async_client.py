@@ -951,12 +951,21 @@ class RaftlogClient:
                 status = resp.status
         except TimeoutError as exc:
             raise RequestTimeoutError(f"request to {address} timed out after {bound:.3g}s") from exc
+        except aiohttp.ClientSSLError as exc:
+            # Not retried: the same handshake fails the same way every time.
+            raise RaftlogError(_tls_failure(address, exc)) from exc
         except aiohttp.ClientError as exc:
             if _is_refused(exc):
                 raise _ConnectionRefused(
                     f"cannot reach {address}: connection refused (nothing listens there)"
                 ) from exc
-            raise ClusterUnavailableError(f"cannot reach {address}: {exc}") from exc
+            hint = ""
+            if self._ssl is None and isinstance(exc, aiohttp.ServerDisconnectedError):
+                hint = (
+                    " (a node that serves HTTPS drops plain HTTP requests: give the client "
+                    "the cluster's CA, tls_ca_file / --tls-ca / tlsCaFile)"
+                )
+            raise ClusterUnavailableError(f"cannot reach {address}: {exc}{hint}") from exc
         self._answered = True
         try:
             msg = codec.decode(body)
@@ -976,6 +985,20 @@ class RaftlogClient:
                 f"{address} answered a {type(msg).__name__}, expected a {resp_type.__name__}"
             )
         return msg
+
+
+def _tls_failure(address: str, exc: aiohttp.ClientSSLError) -> str:
+    """Why a TLS handshake with ``address`` failed, and what to check."""
+    if isinstance(exc, aiohttp.ClientConnectorCertificateError):
+        return (
+            f"TLS to {address} failed: {exc.certificate_error}; the node's certificate must be "
+            f"signed by the CA given as tls_ca_file (--tls-ca, RAFTLOG_TLS_CA, tlsCaFile) and "
+            f"name the host {address.rpartition(':')[0]}"
+        )
+    return (
+        f"TLS to {address} failed: {exc}; does the node serve TLS (--tls-cert)? "
+        "For a node without it, leave tls_ca_file out"
+    )
 
 
 def _acks(acks: str | int) -> int:
