@@ -3,7 +3,7 @@
 Commands: ``server`` (run one node), ``local start|status|stop|add-node`` (a local
 cluster of node processes), ``cluster health`` (exit status 0 only when all
 is well), ``topic create|describe|list|delete|alter-config|add-partitions``
-(``--format json`` for scripts), ``partition transfer-leadership``, ``produce``,
+(``--format json`` for scripts), ``partition transfer-leadership|move``, ``produce``,
 ``consume`` and ``offsets``
 (console producer and consumer, one record per line, as Kafka's console tools).
 
@@ -95,6 +95,15 @@ def _topic_partition(text: str) -> tuple[str, int]:
             f"got {text!r}"
         )
     return topic, int(part)
+
+
+def _node_list(text: str) -> list[int]:
+    items = [t.strip() for t in text.split(",")]
+    if not items or not all(t.isdigit() for t in items):
+        raise argparse.ArgumentTypeError(
+            f"--replicas: expected node ids as NODE[,NODE...], e.g. 2,3,4; got {text!r}"
+        )
+    return [int(t) for t in items]
 
 
 def _header(text: str) -> tuple[str, bytes]:
@@ -275,6 +284,28 @@ def build_parser() -> argparse.ArgumentParser:
     )
     transfer.add_argument("--format", choices=["text", "json"], default="text")
     transfer.set_defaults(handler=_cmd_partition_transfer_leadership)
+    move = partition_sub.add_parser(
+        "move",
+        help="move a partition's replicas to other nodes while writes go on",
+        description="Through the controller, the partition's leader adds each new node as "
+        "a learner, promotes it once it has caught up, then removes the replicas that go "
+        "(one configuration change at a time; the leader last, after handing over its "
+        "leadership). The first node listed becomes the preferred leader. Waits until the "
+        "move is done (--timeout-s); an interrupted wait leaves the move going on.",
+    )
+    move.add_argument("partition", type=_topic_partition, metavar="TOPIC/PARTITION")
+    move.add_argument(
+        "--replicas", type=_node_list, required=True, metavar="NODE[,NODE...]",
+        help="the node ids to hold the partition, e.g. 2,3,4",
+    )  # fmt: skip
+    move.add_argument(
+        "--timeout-s",
+        type=_positive_float("--timeout-s"),
+        default=120.0,
+        help="how long to wait for the move to finish (default 120)",
+    )
+    move.add_argument("--format", choices=["text", "json"], default="text")
+    move.set_defaults(handler=_cmd_partition_move)
 
     produce = sub.add_parser(
         "produce",
@@ -365,6 +396,7 @@ def build_parser() -> argparse.ArgumentParser:
         alter,
         add_parts,
         transfer,
+        move,
         produce,
         consume,
         offsets,
@@ -771,6 +803,45 @@ def _cmd_partition_transfer_leadership(args: argparse.Namespace) -> int:
             print(json.dumps({"topic": topic, "partition": part, "leader": leader}))
             return
         print(f"{topic}/{part}: node {leader} leads")
+
+    return _run(args, go)
+
+
+def _cmd_partition_move(args: argparse.Namespace) -> int:
+    """Exit 0 once the partition runs with exactly --replicas; 1 when refused or still
+    moving after --timeout-s (the move goes on)."""
+    from tenacity import AsyncRetrying, retry_if_result, stop_after_delay, wait_fixed
+
+    from raftlog.client.errors import InvalidRequestError
+
+    topic, part = args.partition
+
+    async def go(client: Any) -> int:
+        # The first call starts the move; the same call again answers whether it is done.
+        poll = AsyncRetrying(
+            stop=stop_after_delay(args.timeout_s),
+            wait=wait_fixed(0.5),
+            retry=retry_if_result(lambda finished: not finished),
+            retry_error_callback=lambda state: False,  # still moving at the deadline
+        )
+        try:
+            done = await poll(client.move_partition, topic, part, args.replicas)
+        except InvalidRequestError as exc:
+            raise _flag_error(exc, "replicas", "--replicas") from None
+        replicas = ",".join(map(str, args.replicas))
+        if args.format == "json":
+            doc = {"topic": topic, "partition": part, "replicas": args.replicas, "done": done}
+            print(json.dumps(doc))
+        elif done:
+            print(f"{topic}/{part}: replicas {replicas}")
+        if not done:
+            print(
+                f"raftlog: error: {topic}/{part} is still moving to {replicas} after "
+                f"{args.timeout_s:g}s (--timeout-s); the move goes on in the cluster",
+                file=sys.stderr,
+            )
+            return 1
+        return 0
 
     return _run(args, go)
 

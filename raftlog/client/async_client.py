@@ -73,6 +73,7 @@ from raftlog.rpc.messages import (
     ISOLATION,
     AlterConfigRequest,
     AlterConfigResponse,
+    CompleteMoveRequest,
     ConfigEntry,
     CreatePartitionsRequest,
     CreatePartitionsResponse,
@@ -95,6 +96,8 @@ from raftlog.rpc.messages import (
     ListTopicsResponse,
     MetadataRequest,
     MetadataResponse,
+    MovePartitionRequest,
+    MovePartitionResponse,
     OffsetForTimestampRequest,
     OffsetForTimestampResponse,
     ProduceRequest,
@@ -476,6 +479,27 @@ class RaftlogClient:
         )
         self._nodes = {n.node_id: n.address for n in resp.nodes}
         return dict(self._nodes)
+
+    async def move_partition(self, topic: str, partition: int, replicas: list[int]) -> bool:
+        """Start moving ``topic/partition`` to ``replicas`` (node ids, the first the new
+        preferred leader), or, asked again with the same target, learn whether the move
+        is done: True once the partition runs with exactly ``replicas``. The move goes on
+        in the cluster (the partition's leader adds each new node as a learner, promotes
+        it once caught up, then removes the old ones) while writes continue.
+        InvalidRequestError names a bad target (empty, repeated or unknown nodes, or
+        another move of the partition in progress)."""
+        resp = await self._controller_call(
+            MovePartitionRequest(topic, partition, list(replicas)), MovePartitionResponse
+        )
+        return resp.done
+
+    async def complete_move(self, topic: str, partition: int, replicas: list[int]) -> bool:
+        """For nodes: the leader of ``topic/partition`` reports that its group runs with
+        exactly ``replicas``, a move's target; True once the controller has ended it."""
+        resp = await self._controller_call(
+            CompleteMoveRequest(topic, partition, list(replicas)), MovePartitionResponse
+        )
+        return resp.done
 
     async def metadata(self) -> MetadataResponse:
         """The raw cluster metadata (nodes, controller leader, topics)."""

@@ -177,6 +177,53 @@ class ControllerSnapshotV3:
     nodes: list[RegisteredNode]
 
 
+@codec.register(215)
+@dataclasses.dataclass(frozen=True, slots=True)
+class MovePartitionCmd:
+    """Start moving a partition's replicas to ``replicas`` (the first is the new
+    preferred leader). While the move runs the assignment lists the target first,
+    then the replicas that are to go, so the new ones open the group and the
+    balancer leads towards the target. The partition's leader carries it out, one
+    configuration change at a time, and ends it with :class:`CompleteMoveCmd`."""
+
+    topic: str
+    partition: int = dataclasses.field(metadata={"range": (0, codec.I32_MAX)})
+    replicas: list[int] = dataclasses.field(default_factory=list)
+
+
+@codec.register(216)
+@dataclasses.dataclass(frozen=True, slots=True)
+class CompleteMoveCmd:
+    """The partition's group runs with exactly ``replicas`` as voters: its assignment
+    becomes ``replicas``, and the nodes dropped close (set aside) their replica."""
+
+    topic: str
+    partition: int = dataclasses.field(metadata={"range": (0, codec.I32_MAX)})
+    replicas: list[int] = dataclasses.field(default_factory=list)
+
+
+@codec.register(217)
+@dataclasses.dataclass(frozen=True, slots=True)
+class PendingMove:
+    group_id: int
+    replicas: list[int]
+
+
+@codec.register(218)
+@dataclasses.dataclass(frozen=True, slots=True)
+class ControllerSnapshotV4:
+    """V3 and the moves in progress (after :data:`SNAPSHOT_V4_MAGIC`)."""
+
+    next_group_id: int
+    topics: list[TopicAssignment]
+    configs: list[TopicOverrides]
+    nodes: list[RegisteredNode]
+    moves: list[PendingMove]
+
+
+SNAPSHOT_V4_MAGIC = b"RLCTLv4\xff"
+"""Starts a V4 snapshot (negative as a V1 snapshot's first int64, as V2's magic)."""
+
 SNAPSHOT_V3_MAGIC = b"RLCTLv3\xff"
 """Starts a V3 snapshot (negative as a V1 snapshot's first int64, as V2's magic)."""
 
@@ -191,6 +238,8 @@ Command = (
     | PreferReplicaCmd
     | CreatePartitionsCmd
     | RegisterNodeCmd
+    | MovePartitionCmd
+    | CompleteMoveCmd
 )
 
 
@@ -217,7 +266,9 @@ def decode_command(batch: RecordBatch) -> Command:
         | AlterTopicConfigCmd
         | PreferReplicaCmd
         | CreatePartitionsCmd
-        | RegisterNodeCmd,
+        | RegisterNodeCmd
+        | MovePartitionCmd
+        | CompleteMoveCmd,
     ):
         raise codec.CodecError(f"not a controller command: {type(msg).__name__}")
     return msg

@@ -10,14 +10,19 @@ from raftlog.controller import topic_config
 from raftlog.controller.commands import (
     SNAPSHOT_V2_MAGIC,
     SNAPSHOT_V3_MAGIC,
+    SNAPSHOT_V4_MAGIC,
     AlterTopicConfigCmd,
     Command,
+    CompleteMoveCmd,
     ControllerSnapshot,
     ControllerSnapshotV2,
     ControllerSnapshotV3,
+    ControllerSnapshotV4,
     CreatePartitionsCmd,
     DeleteTopicCmd,
+    MovePartitionCmd,
     PartitionAssignment,
+    PendingMove,
     PreferReplicaCmd,
     RegisteredNode,
     RegisterNodeCmd,
@@ -50,12 +55,16 @@ class ControllerStm:
     ``nodes`` holds the nodes registered after the cluster started (node id ->
     advertised address; ``raftlog local add-node``): every node adds them to its
     peers, so a node restarted with its old ``--peers`` still reaches them.
+
+    ``moves`` holds the partition moves in progress (group id -> target replicas):
+    set by a move, ended by its completion (or the topic's deletion).
     """
 
     def __init__(self) -> None:
         self.topics: dict[str, TopicAssignment] = {}
         self.configs: dict[str, dict[str, str]] = {}
         self.nodes: dict[int, str] = {}
+        self.moves: dict[int, list[int]] = {}
         self.next_group_id = 1
         self.last_applied = -1
         self._listeners: list[Callable[[], None]] = []
@@ -82,8 +91,13 @@ class ControllerStm:
 
     def _apply_command(self, cmd: Command) -> None:
         if isinstance(cmd, DeleteTopicCmd):
-            self.topics.pop(cmd.name, None)
+            gone = self.topics.pop(cmd.name, None)
             self.configs.pop(cmd.name, None)
+            for p in gone.partitions if gone is not None else []:
+                self.moves.pop(p.group_id, None)
+            return
+        if isinstance(cmd, MovePartitionCmd | CompleteMoveCmd):
+            self._apply_move(cmd)
             return
         if isinstance(cmd, AlterTopicConfigCmd):
             self._apply_alter(cmd)
@@ -157,6 +171,32 @@ class ControllerStm:
         parts[cmd.partition] = PartitionAssignment(p.partition, p.group_id, replicas)
         self.topics[t.name] = TopicAssignment(t.name, t.replication_factor, parts, t.schema)
 
+    def _apply_move(self, cmd: MovePartitionCmd | CompleteMoveCmd) -> None:
+        t = self.topics.get(cmd.topic)
+        target = list(cmd.replicas)
+        if t is None or not 0 <= cmd.partition < len(t.partitions):
+            log.error("skipping move of unknown %s/%d", cmd.topic, cmd.partition)
+            return
+        if not target or len(set(target)) != len(target) or min(target) < 0:
+            log.error("skipping move of %s/%d to %s", cmd.topic, cmd.partition, target)
+            return
+        p = t.partitions[cmd.partition]
+        if isinstance(cmd, CompleteMoveCmd):
+            if self.moves.get(p.group_id) != target:
+                return  # a late or repeated completion: nothing is moving there
+            del self.moves[p.group_id]
+            replicas = target
+        else:
+            # every replica that was or will be: the target first (the balancer leads
+            # towards it), then those that are to go, which keep theirs until the end
+            old = self.moves.get(p.group_id, [])
+            keep = [n for n in [*p.replicas, *old] if n not in target]
+            replicas = target + list(dict.fromkeys(keep))
+            self.moves[p.group_id] = target
+        parts = list(t.partitions)
+        parts[cmd.partition] = PartitionAssignment(p.partition, p.group_id, replicas)
+        self.topics[t.name] = TopicAssignment(t.name, t.replication_factor, parts, t.schema)
+
     def _apply_create_partitions(self, cmd: CreatePartitionsCmd) -> None:
         t = self.topics.get(cmd.name)
         if t is None:
@@ -194,8 +234,8 @@ class ControllerStm:
         return topic_config.effective(self.configs.get(name, {}))
 
     def snapshot(self) -> bytes:
-        return SNAPSHOT_V3_MAGIC + codec.encode(
-            ControllerSnapshotV3(
+        return SNAPSHOT_V4_MAGIC + codec.encode(
+            ControllerSnapshotV4(
                 self.next_group_id,
                 sorted(self.topics.values(), key=_name),
                 [
@@ -203,6 +243,7 @@ class ControllerStm:
                     for name, cfg in sorted(self.configs.items())
                 ],
                 [RegisteredNode(n, a) for n, a in sorted(self.nodes.items())],
+                [PendingMove(g, list(r)) for g, r in sorted(self.moves.items())],
             )
         )
 
@@ -212,7 +253,14 @@ class ControllerStm:
         if not data:
             return
         nodes: dict[int, str] = {}
-        if data.startswith(SNAPSHOT_V3_MAGIC):
+        moves: dict[int, list[int]] = {}
+        if data.startswith(SNAPSHOT_V4_MAGIC):
+            v4 = codec.decode(data[len(SNAPSHOT_V4_MAGIC) :], ControllerSnapshotV4)
+            snap = ControllerSnapshotV2(v4.next_group_id, v4.topics, v4.configs)
+            configs = {o.name: {c.key: c.value for c in o.configs} for o in snap.configs}
+            nodes = {n.node_id: n.address for n in v4.nodes}
+            moves = {m.group_id: list(m.replicas) for m in v4.moves}
+        elif data.startswith(SNAPSHOT_V3_MAGIC):
             v3 = codec.decode(data[len(SNAPSHOT_V3_MAGIC) :], ControllerSnapshotV3)
             snap = ControllerSnapshotV2(v3.next_group_id, v3.topics, v3.configs)
             configs = {o.name: {c.key: c.value for c in o.configs} for o in snap.configs}
@@ -228,6 +276,7 @@ class ControllerStm:
         self.configs = {n: c for n, c in configs.items() if c and n in self.topics}
         self.next_group_id = snap.next_group_id
         self.nodes = nodes
+        self.moves = moves
         self._notify()
 
     def assignments_for(

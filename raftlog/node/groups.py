@@ -34,7 +34,12 @@ from raftlog.producers.rm_stm import RmStm, RmStmConfig
 from raftlog.raft.configuration import Configuration
 from raftlog.raft.consensus import Consensus, ConsensusOptions
 from raftlog.raft.dispatch import PeerDispatcher
-from raftlog.raft.errors import NotLeaderError, RaftError, TermMismatchError
+from raftlog.raft.errors import (
+    ConfigurationChangeError,
+    NotLeaderError,
+    RaftError,
+    TermMismatchError,
+)
 from raftlog.raft.heartbeat_manager import HeartbeatManager
 from raftlog.raft.replicate_batcher import Consistency
 from raftlog.rpc.messages import (
@@ -231,6 +236,58 @@ class PartitionReplica:
                 if self.topic == TRANSACTIONS_TOPIC
                 else RetentionPolicy(config.retention_bytes, config.retention_ms)
             )
+
+    # -- replica moves -------------------------------------------------------
+
+    async def move_step(self, target: list[int]) -> bool:
+        """On the leader, one step of moving the group's members to ``target``, one
+        configuration change at a time (single-server changes, so any two successive
+        majorities overlap): add a missing node as a learner (the core promotes it to a
+        voter once it has caught up, so a voter never joins behind), wait for its
+        promotion, then remove a member that is to go, the leader last, after it has
+        handed the leadership to a caught-up voter of the target. True once the
+        voters are exactly ``target`` and no learner is left; False when a step was
+        taken or is in progress (call again), also on a follower.
+        """
+        c = self.consensus
+        if not c.is_leader:
+            return False
+        cfg = c.configuration
+        want = set(target)
+        missing = [n for n in target if n not in cfg.members]
+        extra = [n for n in cfg.members if n not in want and n != c.node_id]
+        try:
+            if cfg.learners and set(cfg.learners) <= want:
+                return False  # catching up: promoted by the core when it has
+            if extra and (not missing or any(n in cfg.learners for n in extra)):
+                # a learner that is not wanted (a changed target), or a voter to go
+                # once every new node votes: removed one by one
+                await c.remove_member(extra[0])
+                return False
+            if missing:
+                await c.add_member(missing[0], learner_first=True)
+                return False
+            if c.node_id not in want:
+                await self._hand_over(target)
+                return False
+        except ConfigurationChangeError:
+            return False  # another change (a promotion) is in flight: next round
+        return set(cfg.voters) == want and not cfg.learners
+
+    async def _hand_over(self, target: list[int]) -> None:
+        """The leader is to leave the group: hand the leadership to the caught-up voter
+        of ``target`` that comes first (the new leader finishes the move)."""
+        c = self.consensus
+        progress = c.core.progress
+        ready = [
+            n
+            for n in target
+            if n in c.configuration.voters
+            and n in progress
+            and progress[n].match_offset >= c.log.dirty_offset
+        ]
+        if ready:
+            await c.transfer_leadership(ready[0])
 
     # -- metrics / status ----------------------------------------------------
 

@@ -50,10 +50,12 @@ from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_delay, w
 from raftlog.controller import (
     CONTROLLER_GROUP,
     AlterTopicConfigCmd,
+    CompleteMoveCmd,
     ControllerStm,
     CreatePartitionsCmd,
     CreateTopicCmd,
     DeleteTopicCmd,
+    MovePartitionCmd,
     PartitionAssignment,
     PreferReplicaCmd,
     RegisterNodeCmd,
@@ -76,6 +78,7 @@ from raftlog.rpc import codec
 from raftlog.rpc.messages import (
     AlterConfigRequest,
     AlterConfigResponse,
+    CompleteMoveRequest,
     ConfigEntry,
     CoordinatorRequest,
     CreatePartitionsRequest,
@@ -95,6 +98,8 @@ from raftlog.rpc.messages import (
     ListTopicsResponse,
     MetadataRequest,
     MetadataResponse,
+    MovePartitionRequest,
+    MovePartitionResponse,
     NodeInfo,
     OffsetForTimestampRequest,
     PartitionInfo,
@@ -126,6 +131,8 @@ DEFAULT_RETENTION_CHECK_INTERVAL_MS = 10_000
 # How long transfer-leadership waits for the new leader: under the client's attempt
 # timeout (10 s); a retriable TIMEOUT after it, and the client asks again (idempotent).
 LEADERSHIP_TRANSFER_WAIT_S = 8.0
+# How often the leader of a moving partition takes the move's next step.
+MOVE_STEP_INTERVAL_S = 0.2
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -475,6 +482,7 @@ class Node:
             loop.create_task(self._transaction_timeout_loop()),
             loop.create_task(self._coordinator_roll_forward_loop()),
             loop.create_task(self._retention_loop()),
+            loop.create_task(self._move_loop()),
         ]
         self._reconcile_needed.set()
         log.info(
@@ -947,6 +955,104 @@ class Node:
             await self._add_controller_member(req.node_id)
         return RegisterNodeResponse([NodeInfo(i, a) for i, a in sorted(self.config.peers.items())])
 
+    async def move_partition(self, req: MovePartitionRequest) -> MovePartitionResponse:
+        """Start a move of a partition's replicas through the controller (see
+        ``_move_loop``), or answer whether the same move is done. Refused by name: an
+        empty, repeated or unknown target, another move of the partition in progress,
+        and a partition whose log no longer starts at 0 (a new replica would need a
+        snapshot install, not built yet)."""
+        topic, part = self._assignment(req.topic, req.partition)
+        where = f"{req.topic}/{req.partition}"
+        target = list(req.replicas)
+        if not target:
+            raise RequestError(ErrorCode.INVALID_REQUEST, "replicas: expected at least one node id")
+        repeated = sorted({n for n in target if target.count(n) > 1})
+        if repeated:
+            raise RequestError(
+                ErrorCode.INVALID_REQUEST,
+                f"replicas: node(s) {','.join(map(str, repeated))} listed twice",
+            )
+        unknown = [n for n in target if n not in self.config.peers]
+        if unknown:
+            raise RequestError(
+                ErrorCode.INVALID_REQUEST,
+                f"replicas: node(s) {','.join(map(str, unknown))} are not in the cluster "
+                f"(nodes: {','.join(map(str, sorted(self.config.peers)))})",
+            )
+        self._require_controller_leader()
+        pending = self.controller_stm.moves.get(part.group_id)
+        if pending is None and part.replicas == target:
+            return MovePartitionResponse(target, True)
+        if pending is not None and pending != target:
+            raise RequestError(
+                ErrorCode.INVALID_REQUEST,
+                f"replicas: {where} is already moving to {','.join(map(str, pending))}; "
+                "wait until that move is done",
+            )
+        if pending is None:
+            one = dataclasses.replace(topic, partitions=[part])
+            start = self._topic_info(one, await self._remote_statuses([one])).partitions[0]
+            if start.start_offset < 0:
+                raise RequestError(
+                    ErrorCode.LEADER_NOT_AVAILABLE, f"{where} has no leader to carry out a move"
+                )
+            if start.start_offset > 0 and any(n not in part.replicas for n in target):
+                raise RequestError(
+                    ErrorCode.NOT_SUPPORTED,
+                    f"{where}: its log starts at offset {start.start_offset} (retention "
+                    "deleted below it), so a new replica could only be caught up by a "
+                    "snapshot install, which is not built yet",
+                )
+            await self._replicate_controller(MovePartitionCmd(req.topic, req.partition, target))
+        return MovePartitionResponse(target, False)
+
+    async def complete_move(self, req: CompleteMoveRequest) -> MovePartitionResponse:
+        """A partition's leader reports its group runs with a move's target: end it."""
+        self._require_controller_leader()
+        _topic, part = self._assignment(req.topic, req.partition)
+        target = list(req.replicas)
+        if self.controller_stm.moves.get(part.group_id) == target:
+            await self._replicate_controller(CompleteMoveCmd(req.topic, req.partition, target))
+        _topic, part = self._assignment(req.topic, req.partition)
+        done = part.group_id not in self.controller_stm.moves and part.replicas == target
+        return MovePartitionResponse(target, done)
+
+    async def _move_loop(self) -> None:
+        """Carry out the moves of the partitions this node leads, a step each round
+        (``PartitionReplica.move_step``: learners first, promoted once caught up, then
+        the old members removed, the leader last). A new leader picks a move up where
+        the group's configuration stands. Once the group runs with the target, the
+        controller ends the move and the dropped nodes close their replicas."""
+        from raftlog.client.async_client import RaftlogClient
+
+        client: RaftlogClient | None = None
+        try:
+            while True:
+                await asyncio.sleep(MOVE_STEP_INTERVAL_S)
+                for gid, target in list(self.controller_stm.moves.items()):
+                    rep = self.partitions.get(gid)
+                    if rep is None or not rep.consensus.is_leader:
+                        continue
+                    try:
+                        if not await asyncio.wait_for(rep.move_step(list(target)), 30.0):
+                            continue
+                        if client is None:
+                            client = RaftlogClient(
+                                sorted(self.config.peers.values()),
+                                auth_token=self.config.auth_token,
+                                tls_ca_file=self._ca_file,
+                                request_timeout_s=30.0,
+                            )
+                        await client.complete_move(rep.topic, rep.partition, list(target))
+                        log.info("%s/%d: moved to %s", rep.topic, rep.partition, target)
+                    except Exception as exc:  # leadership moved, a timeout: next round
+                        log.warning(
+                            "%s/%d: moving to %s: %r", rep.topic, rep.partition, target, exc
+                        )
+        finally:
+            if client is not None:
+                await client.close()
+
     async def _add_controller_member(self, node: int) -> None:
         """Add ``node`` to the controller group as a learner (one configuration change at
         a time: retried while another, e.g. a promotion, is in flight)."""
@@ -1167,6 +1273,8 @@ _CLIENT_HANDLERS: dict[type, Any] = {
     TransferLeadershipRequest: Node.transfer_leadership,
     CreatePartitionsRequest: Node.create_partitions,
     RegisterNodeRequest: Node.register_node,
+    MovePartitionRequest: Node.move_partition,
+    CompleteMoveRequest: Node.complete_move,
 }
 
 

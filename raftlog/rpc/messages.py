@@ -409,6 +409,36 @@ class RegisterNodeResponse:
     nodes: list[NodeInfo]  # every node of the cluster after the change
 
 
+@register(70)
+@dataclasses.dataclass(frozen=True, slots=True)
+class MovePartitionRequest:
+    """Move a partition's replicas to ``replicas`` (the first: the preferred leader).
+    Sent again with the same target, it answers whether the move is done."""
+
+    topic: str
+    partition: int = dataclasses.field(metadata={"range": (0, I32_MAX)})
+    replicas: list[int] = dataclasses.field(default_factory=list)
+
+
+@register(71)
+@dataclasses.dataclass(frozen=True, slots=True)
+class MovePartitionResponse:
+    replicas: list[int]  # the target
+    done: bool  # the partition runs with exactly the target
+
+
+@register(72)
+@dataclasses.dataclass(frozen=True, slots=True)
+class CompleteMoveRequest:
+    """From a partition's leader: its group runs with exactly ``replicas`` (a move's
+    target) as voters; the controller ends the move. Answered with a
+    :class:`MovePartitionResponse`."""
+
+    topic: str
+    partition: int = dataclasses.field(metadata={"range": (0, I32_MAX)})
+    replicas: list[int] = dataclasses.field(default_factory=list)
+
+
 CLIENT_ROUTES: dict[type, str] = {
     MetadataRequest: "metadata",
     CreateTopicRequest: "create_topic",
@@ -427,5 +457,7 @@ CLIENT_ROUTES: dict[type, str] = {
     TransferLeadershipRequest: "transfer_leadership",
     CreatePartitionsRequest: "create_partitions",
     RegisterNodeRequest: "register_node",
+    MovePartitionRequest: "move_partition",
+    CompleteMoveRequest: "complete_move",
 }
 """Client request type -> route name under ``/v1/`` (client and server share it)."""

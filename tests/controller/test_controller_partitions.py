@@ -9,16 +9,19 @@ from __future__ import annotations
 import pytest
 
 from raftlog.controller import (
+    CompleteMoveCmd,
     ControllerStm,
     CreatePartitionsCmd,
     CreateTopicCmd,
+    DeleteTopicCmd,
+    MovePartitionCmd,
     PreferReplicaCmd,
     RegisterNodeCmd,
     command_batch,
 )
 from raftlog.controller.commands import (
     SNAPSHOT_V2_MAGIC,
-    SNAPSHOT_V3_MAGIC,
+    SNAPSHOT_V4_MAGIC,
     ControllerSnapshotV2,
     decode_command,
 )
@@ -120,7 +123,7 @@ def test_registered_nodes_are_kept_in_order_and_in_snapshots() -> None:
     _apply(stm, RegisterNodeCmd(4, "127.0.0.1:9444"))  # re-registered: its new address
     assert stm.nodes == {4: "127.0.0.1:9444", 5: "127.0.0.1:9005"}
     snap = stm.snapshot()
-    assert snap.startswith(SNAPSHOT_V3_MAGIC)
+    assert snap.startswith(SNAPSHOT_V4_MAGIC)
     copy = ControllerStm()
     copy.restore(snap)
     assert copy.nodes == stm.nodes
@@ -131,3 +134,35 @@ def test_registered_nodes_are_kept_in_order_and_in_snapshots() -> None:
     assert old.nodes == {} and old.next_group_id == 7
     with pytest.raises(CodecError, match=r"RegisterNodeCmd\.node_id: -1 is out of range"):
         codec.decode(codec.encode(RegisterNodeCmd(-1, "x:1")))
+
+
+def test_a_move_lists_the_target_first_until_it_completes() -> None:
+    stm = ControllerStm()
+    _apply(stm, CreateTopicCmd("t", 1, 3, [1, 2, 3]))
+    assert _replicas(stm, "t") == [[1, 2, 3]]
+    _apply(stm, MovePartitionCmd("t", 0, [4, 2, 3]))
+    # the new node opens the group, the leaving one keeps its replica until the end
+    assert _replicas(stm, "t") == [[4, 2, 3, 1]]
+    assert stm.moves == {1: [4, 2, 3]}
+    assert 1 in stm.assignments_for(4) and 1 in stm.assignments_for(1)
+    copy = ControllerStm()
+    copy.restore(stm.snapshot())
+    assert copy.moves == stm.moves and copy.topics == stm.topics
+    _apply(stm, CompleteMoveCmd("t", 0, [4, 2]))  # not the target: nothing ends
+    assert stm.moves == {1: [4, 2, 3]}
+    _apply(stm, CompleteMoveCmd("t", 0, [4, 2, 3]))
+    assert _replicas(stm, "t") == [[4, 2, 3]] and stm.moves == {}
+    assert 1 not in stm.assignments_for(1)  # the node that left closes its replica
+    _apply(stm, CompleteMoveCmd("t", 0, [4, 2, 3]))  # repeated: changes nothing
+    assert _replicas(stm, "t") == [[4, 2, 3]]
+
+
+def test_a_bad_move_changes_nothing_and_a_deleted_topic_ends_its_move() -> None:
+    stm = ControllerStm()
+    _apply(stm, CreateTopicCmd("t", 1, 3, [1, 2, 3]))
+    _apply(stm, MovePartitionCmd("t", 0, []), MovePartitionCmd("t", 0, [2, 2]))
+    _apply(stm, MovePartitionCmd("t", 4, [1]), MovePartitionCmd("u", 0, [1]))
+    assert _replicas(stm, "t") == [[1, 2, 3]] and stm.moves == {}
+    _apply(stm, MovePartitionCmd("t", 0, [1, 2, 4]))
+    _apply(stm, DeleteTopicCmd("t"))
+    assert stm.moves == {} and "t" not in stm.topics

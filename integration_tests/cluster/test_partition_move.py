@@ -1,0 +1,148 @@
+"""``raftlog partition move TOPIC/PARTITION --replicas ...`` on a real cluster: a fourth
+node joins (``raftlog local add-node``), a partition moves onto it, away from its
+leader, while a writer keeps producing; then an old node is killed, ``raftlog
+cluster health`` reports it with a nonzero exit, and every acknowledged record reads
+back exactly once, in order.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+import threading
+
+from ops_helpers import ops_cluster, read_partition, run_cli, wait_until
+
+from benchmarks.workloads.cluster_handle import ClusterHandle
+from raftlog.client import BlockingRaftlogClient, RaftlogError, frame_records
+from raftlog.cluster import load_cluster
+
+__all__ = ["ops_cluster"]  # the fixture, imported for pytest
+
+TOPIC = "moving"
+
+
+class _Writer(threading.Thread):
+    """Produces numbered records (acks=all, 5 per request) until stopped; keeps the
+    numbers of every record whose produce was acknowledged."""
+
+    def __init__(self, servers: list[str]) -> None:
+        super().__init__(daemon=True)
+        self.servers = servers
+        self.stop = threading.Event()
+        self.acked: list[int] = []
+        self.errors: list[str] = []
+        self.next = 0
+
+    def run(self) -> None:
+        with BlockingRaftlogClient(self.servers, request_timeout_s=20.0) as client:
+            for _ in range(100_000):  # bounded; stopped by the test long before
+                if self.stop.is_set():
+                    return
+                seqs = list(range(self.next, self.next + 5))
+                self.next += 5
+                records = [struct.pack("<Q", s) for s in seqs]
+                try:
+                    client.produce(TOPIC, 0, [(frame_records(records), 5)], acks="all")
+                except RaftlogError as exc:  # not acknowledged: may or may not be there
+                    self.errors.append(str(exc))
+                    continue
+                self.acked.extend(seqs)
+
+
+def test_a_partition_moves_onto_a_new_node_under_writes_and_loses_nothing(
+    ops_cluster: ClusterHandle,
+) -> None:
+    cluster = ops_cluster
+    servers = list(cluster.servers)
+    added = run_cli(servers, "local", "add-node", "--data-dir", str(cluster.data_dir))
+    assert added.returncode == 0, added.stderr
+    assert added.stdout.startswith("node 4 127.0.0.1:")
+    recorded = load_cluster(cluster.data_dir)
+    assert recorded is not None
+    cluster.cluster.nodes[:] = recorded.nodes  # the handle kills and stops by its record
+
+    with BlockingRaftlogClient(servers, request_timeout_s=30.0) as client:
+        client.create_topic(TOPIC, partitions=1, replication_factor=3)
+        old = client.describe_topic(TOPIC).partitions[0].replicas
+        assert 4 not in old
+        leader = wait_until(
+            lambda: max(client.describe_topic(TOPIC).partitions[0].leader, 0), 30.0, "a leader"
+        )  # node ids start at 1: 0 is "none yet"
+        assert leader in old
+        # the new node first (the preferred leader), and the current leader leaves
+        target = [4] + [n for n in old if n != leader]
+        writer = _Writer(servers)
+        writer.start()
+        try:
+            wait_until(lambda: len(writer.acked) >= 200, 30.0, "writes before the move")
+            before = len(writer.acked)
+            moved = run_cli(
+                servers, "partition", "move", f"{TOPIC}/0",
+                "--replicas", ",".join(map(str, target)), "--format", "json",
+            )  # fmt: skip
+            assert moved.returncode == 0, moved.stdout + moved.stderr
+            assert json.loads(moved.stdout) == {
+                "topic": TOPIC, "partition": 0, "replicas": target, "done": True,
+            }  # fmt: skip
+            during = len(writer.acked)
+            # writes went on while the move ran (acknowledged between its start and end)
+            assert during > before, (before, during)
+            meta = client.describe_topic(TOPIC).partitions[0]
+            assert meta.replicas == target
+            # the preferred replica, the new node, takes the leadership
+            wait_until(
+                lambda: client.describe_topic(TOPIC).partitions[0].leader == 4,
+                30.0,
+                "node 4 to lead the moved partition",
+            )
+            # the node that left set its replica aside (never deletes it)
+            gone = cluster.data_dir / f"node-{leader}" / TOPIC / "0"
+            wait_until(lambda: not gone.exists(), 30.0, f"node {leader} to close its replica")
+            assert list(gone.parent.glob("0.moved-aside-*"))
+
+            # an old node that stays dies: the partition goes on with 4 and the other
+            victim = target[1]
+            cluster.kill(victim)
+            health = run_cli(servers, "cluster", "health", "--format", "json")
+            assert health.returncode == 1, health.stdout
+            report = json.loads(health.stdout)
+            assert [n["node_id"] for n in report["nodes"] if not n["up"]] == [victim]
+            assert any(
+                p["topic"] == TOPIC and p["down_replicas"] == [victim]
+                for p in report["under_replicated_partitions"]
+            )
+            wait_until(lambda: len(writer.acked) >= during + 200, 60.0, "writes after the kill")
+        finally:
+            writer.stop.set()
+            writer.join(timeout=60)
+        assert not writer.is_alive()
+        assert writer.acked, writer.errors[-3:]
+
+        got = [struct.unpack("<Q", r)[0] for r in read_partition(client, TOPIC, 0)]
+        print(
+            f"acked before the move {before}, by its end {during}, in all {len(writer.acked)}; "
+            f"read back {len(got)}; writer errors {len(writer.errors)}"
+        )
+        assert len(got) == len(set(got)), "duplicated records"
+        assert got == sorted(got), "records out of order"
+        missing = set(writer.acked) - set(got)
+        assert not missing, f"{len(missing)} acknowledged records lost, e.g. {sorted(missing)[:5]}"
+        # what was not acknowledged is whole requests at most, never a torn one
+        assert all(s in got for s in range(0, max(got) + 1) if s // 5 in {a // 5 for a in got})
+
+
+def test_partition_move_refuses_bad_targets_by_name(raftlog_cluster: ClusterHandle) -> None:
+    servers = raftlog_cluster.servers
+    with BlockingRaftlogClient(servers, request_timeout_s=30.0) as client:
+        client.create_topic("stay", partitions=1, replication_factor=3, exist_ok=True)
+    r = run_cli(servers, "partition", "move", "stay/0", "--replicas", "1,1,2")
+    assert r.returncode == 1 and "--replicas: node(s) 1 listed twice" in r.stderr
+    r = run_cli(servers, "partition", "move", "stay/0", "--replicas", "1,2,9")
+    assert r.returncode == 1
+    assert "--replicas: node(s) 9 are not in the cluster (nodes: 1,2,3)" in r.stderr
+    r = run_cli(servers, "partition", "move", "stay/0", "--replicas", "two")
+    assert r.returncode == 2 and "--replicas: expected node ids as NODE[,NODE...]" in r.stderr
+    r = run_cli(servers, "partition", "move", "stay/3", "--replicas", "1,2,3")
+    assert r.returncode == 1 and "topic 'stay' has no partition 3" in r.stderr
+    assert "Traceback" not in r.stderr
