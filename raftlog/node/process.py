@@ -648,12 +648,7 @@ class Node:
                     seen.clear()
                     continue
                 if client is None:
-                    client = RaftlogClient(
-                        sorted(self.config.peers.values()),
-                        auth_token=self.config.auth_token,
-                        tls_ca_file=self._ca_file,
-                        request_timeout_s=30.0,
-                    )
+                    client = self._cluster_client()
                 try:
                     seen, done = await roll_forward_stale(client, CoordinatorClient(client), seen)
                 except Exception as exc:  # unreachable partitions, leadership moved: retry
@@ -1017,6 +1012,19 @@ class Node:
         done = part.group_id not in self.controller_stm.moves and part.replicas == target
         return MovePartitionResponse(target, done)
 
+    def _cluster_client(self) -> Any:
+        """A client of this cluster, as the node's own jobs use it (the roll-forward, the
+        moves): every node's address, the client token and CA, 30 s per request. The
+        caller closes it."""
+        from raftlog.client.async_client import RaftlogClient
+
+        return RaftlogClient(
+            sorted(self.config.peers.values()),
+            auth_token=self.config.auth_token,
+            tls_ca_file=self._ca_file,
+            request_timeout_s=30.0,
+        )
+
     async def _move_loop(self) -> None:
         """Carry out the moves of the partitions this node leads, a step each round
         (``PartitionReplica.move_step``: learners first, promoted once caught up, then
@@ -1037,12 +1045,7 @@ class Node:
                         if not await asyncio.wait_for(rep.move_step(list(target)), 30.0):
                             continue
                         if client is None:
-                            client = RaftlogClient(
-                                sorted(self.config.peers.values()),
-                                auth_token=self.config.auth_token,
-                                tls_ca_file=self._ca_file,
-                                request_timeout_s=30.0,
-                            )
+                            client = self._cluster_client()
                         await client.complete_move(rep.topic, rep.partition, list(target))
                         log.info("%s/%d: moved to %s", rep.topic, rep.partition, target)
                     except Exception as exc:  # leadership moved, a timeout: next round
