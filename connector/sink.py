@@ -273,11 +273,13 @@ class _WriterBase:
 
 async def _codec(client: Any, opts: SinkOptions, topic: str) -> str:
     """The codec ``topic``'s payloads are written with: option ``compression``, else the
-    topic's config ``compression.type`` (none when the cluster does not report one)."""
+    topic's config ``compression.type``; none when that is ``producer`` (the writer's own
+    choice, Kafka's default) or when the cluster does not report one."""
     if opts.compression is not None:
         return opts.compression
     described = await client.describe_configs(topic)
-    return described.configs.get(TOPIC_COMPRESSION_CONFIG, "none")
+    configured = described.configs.get(TOPIC_COMPRESSION_CONFIG, "none")
+    return "none" if configured == "producer" else configured
 
 
 async def _drain(queue: asyncio.Queue) -> AsyncIterator[Chunk]:

@@ -209,7 +209,7 @@ def build_parser() -> argparse.ArgumentParser:
     topic_sub = topic.add_subparsers(dest="topic_command", metavar="ACTION")
     config_help = (
         "a topic config KEY=VALUE (repeatable), Kafka's names: retention.bytes, "
-        "retention.ms, segment.bytes, segment.ms, compression.type (none, lz4, zstd)"
+        "retention.ms, segment.bytes, segment.ms, compression.type (none, lz4, zstd, producer)"
     )
     create = topic_sub.add_parser("create", help="create a topic")
     create.add_argument("name")

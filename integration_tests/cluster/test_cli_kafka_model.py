@@ -148,7 +148,7 @@ def test_compression_type_config_and_compressed_records_read_back(raftlog_cluste
     assert desc["configs"]["compression.type"] == "zstd"
     bad = _cli(servers, "topic", "alter-config", topic, "--config", "compression.type=gzip")
     assert bad.returncode != 0
-    assert b"compression.type: expected one of none, lz4, zstd, got 'gzip'" in bad.stderr
+    assert b"compression.type: expected one of none, lz4, zstd, producer, got 'gzip'" in bad.stderr
     r = _cli(servers, "topic", "alter-config", topic, "--config", "compression.type=LZ4")
     assert r.returncode == 0, r.stderr
     desc = json.loads(_cli(servers, "topic", "describe", topic, "--format", "json").stdout)

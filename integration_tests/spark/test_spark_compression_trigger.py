@@ -76,8 +76,14 @@ def test_topic_compression_type_is_the_default_and_the_option_wins(spark, server
     _write(_rows(spark), servers, topic=topic, compression="none")  # the option wins
     stored, payload = added()
     assert stored > payload
+    # Kafka's "producer" (the writer's choice): the sink, told nothing, writes as they are
+    with BlockingRaftlogClient(servers, request_timeout_s=30.0) as client:
+        client.call(lambda c: c.alter_config(topic, {"compression.type": "producer"}, []))
+    _write(_rows(spark), servers, topic=topic)
+    stored, payload = added()
+    assert stored > payload
     back = spark.read.format("raftlog").option("servers", servers).option("topic", topic).load()
-    assert back.count() == 12000 and back.select("id").distinct().count() == 4000
+    assert back.count() == 16000 and back.select("id").distinct().count() == 4000
 
 
 def test_bad_compression_is_refused_naming_the_allowed_values(spark, servers) -> None:

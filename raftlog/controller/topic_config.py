@@ -5,24 +5,30 @@ A topic keeps only its *overrides* (the keys set with ``--config`` or
 other key takes its default. :func:`effective` turns overrides into the
 integers a partition runs with.
 
-==================  ===================  ===========================================
-key                 default              meaning
-==================  ===================  ===========================================
-``retention.bytes`` -1 (no limit)        bytes a partition keeps before its oldest
-                                         closed segments are deleted
-``retention.ms``    604800000 (7 days)   age (the newest timestamp in a closed segment)
-                                         past which the segment is deleted; -1: forever
-``segment.bytes``   134217728 (128 MiB)  size at which a partition's log rolls to a new
-                                         segment
-``segment.ms``      604800000 (7 days)   time after a segment's first batch at which the
-                                         log rolls, even when the segment is not full
-``compression.type`` none                the codec writers compress payloads with when
-                                         they are not told one (none, lz4, zstd): the
-                                         Spark sink's default for option
-                                         ``compression``. Readers decompress whatever
-                                         codec each batch records; the engine never
-                                         recompresses (unlike a Kafka broker)
-==================  ===================  ===========================================
+====================  ===================  =========================================
+key                   default              meaning
+====================  ===================  =========================================
+``retention.bytes``   -1 (no limit)        bytes a partition keeps before its oldest
+                                           closed segments are deleted
+``retention.ms``      604800000 (7 days)   age (the newest timestamp in a closed
+                                           segment) past which the segment is
+                                           deleted; -1: forever
+``segment.bytes``     134217728 (128 MiB)  size at which a partition's log rolls to a
+                                           new segment
+``segment.ms``        604800000 (7 days)   time after a segment's first batch at
+                                           which the log rolls, even when the
+                                           segment is not full
+``compression.type``  none                 the codec writers compress payloads with
+                                           when they are not told one (none, lz4,
+                                           zstd; ``producer``, Kafka's "as the
+                                           producer sent it", is accepted and means
+                                           the writer's own choice: none for the
+                                           sink): the Spark sink's default for its
+                                           option ``compression``. Readers
+                                           decompress whatever codec each batch
+                                           records; the engine never recompresses
+                                           (unlike a Kafka broker)
+====================  ===================  =========================================
 
 Validation refuses an unknown key by name (listing the known ones) and a bad
 value naming the key and the expected form; the same checks run in the CLI,
@@ -41,8 +47,10 @@ RETENTION_MS = "retention.ms"
 SEGMENT_BYTES = "segment.bytes"
 SEGMENT_MS = "segment.ms"
 COMPRESSION_TYPE = "compression.type"
-# raftlog.client.compression.CODEC_NAMES (the controller may not import the client)
-COMPRESSION_CODECS = ("none", "lz4", "zstd")
+# raftlog.client.compression.CODEC_NAMES (the controller may not import the client), and
+# Kafka's "producer": whatever each writer chooses (Kafka's default; accepted so that a
+# config ported from Kafka is not refused)
+COMPRESSION_CODECS = ("none", "lz4", "zstd", "producer")
 
 _I64_MAX = (1 << 63) - 1
 # Kafka's segment.bytes is an int; the floor keeps a segment larger than a batch header.
