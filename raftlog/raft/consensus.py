@@ -195,6 +195,9 @@ class Consensus:
                 election_timeout_ticks=self.options.election_timeout_ticks,
                 check_quorum=self.options.check_quorum,
                 transfer_timeout_ticks=self.options.transfer_timeout_ticks,
+                max_in_flight_appends=self.options.max_in_flight_appends,
+                max_in_flight_bytes=self.options.max_in_flight_bytes,
+                recovery_chunk_bytes=self.options.recovery_chunk_bytes,
             ),
             random.Random(seed),
             promised_offset=promised,
@@ -501,8 +504,13 @@ class Consensus:
     # -------------------------------------------------------------- ready
 
     def process_ready(self) -> None:
-        """Carry out what the core asked for: persist the vote first, then act."""
+        """Carry out what the core asked for, in the order :class:`Ready` states: the
+        leader's local append, the vote persisted before anything is sent, then the
+        flush in parallel with the sends."""
         ready = self.core.take_ready()
+        if ready.append:
+            # Local, not a message: it goes even when the vote's save below fails.
+            self.append_local(ready.append)
         vote = ready.vote if ready.vote is not None else self._unsaved_vote
         if vote is not None:
             # Until this save succeeds, what this ready asked to send is dropped (the
@@ -513,6 +521,12 @@ class Consensus:
             self._unsaved_vote = None
         if not ready:
             return
+        if ready.flush_now:
+            self.spawn(self.flusher.flush_now())
+        elif ready.flush_bytes:
+            self.flusher.note_append(ready.flush_bytes)
+        for node, req in ready.appends:
+            self._entries.send(node, req)
         for target, message in ready.messages:
             self.spawn(self._send_message(target, message))
         if ready.stepped_down:
@@ -826,10 +840,9 @@ class Consensus:
                     reply = None
                 if not (isinstance(reply, TimeoutNowReply) and reply.accepted):
                     sent = False
-            elif not sent and not p.recovering and p.in_flight == 0:
-                p.recovering = True
-                p.next_offset = min(p.next_offset, p.match_offset + 1)
-                self.recovery.ensure(target)
+            elif not sent:
+                core.catch_up(target)
+                self.process_ready()
             await asyncio.sleep(tick)
         if self.running and core.is_leader and core.term == term:
             core.abort_transfer()

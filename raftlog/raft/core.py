@@ -60,7 +60,7 @@ from raftlog.raft.messages import (
     VoteReply,
     VoteRequest,
 )
-from raftlog.raft.progress import FollowerProgress
+from raftlog.raft.progress import FollowerProgress, Inflights, ProgressState
 from raftlog.storage.api import VoteState
 from raftlog.storage.batch import RecordBatch
 
@@ -101,6 +101,11 @@ class CoreOptions:
     check_quorum: bool = True
     # A transfer that has not completed within this many ticks is abandoned.
     transfer_timeout_ticks: int = 20
+    # A follower's in-flight window: pipelined appends outstanding, by count and bytes.
+    max_in_flight_appends: int = 4
+    max_in_flight_bytes: int = 2 * 1024 * 1024
+    # The most bytes one recovery request carries (at least one batch).
+    recovery_chunk_bytes: int = 512 * 1024
 
 
 @dataclasses.dataclass(slots=True)
@@ -112,10 +117,33 @@ class AppendPlan:
 
 
 @dataclasses.dataclass(slots=True)
+class RecoveryChunk:
+    """What ``recovery`` reads next for a probing follower: from ``start``, up to
+    ``max_bytes`` (at least one batch)."""
+
+    start: int
+    max_bytes: int
+
+
+@dataclasses.dataclass(slots=True)
 class Ready:
-    """What the async layer must do after a core call (see the module docstring)."""
+    """What the async layer must do after a core call, in this order.
+
+    ``append`` (leader: batches placed by :meth:`RaftCore.propose`) goes to the
+    local log first, without a flush; then ``vote`` is persisted; then the
+    flush is asked for (``flush_now``: at once, a ``quorum_ack`` write waits on
+    it; otherwise ``flush_bytes`` are noted for the coalesced flush), in
+    parallel with ``appends`` (pipelined append entries, one per follower the
+    core chose to stream to) and ``messages``; ``recover`` names the followers
+    that ``recovery`` must catch up (probing), ``promote`` the learners to
+    promote; ``commit_advanced`` says the commit index moved.
+    """
 
     vote: VoteState | None = None
+    append: list[RecordBatch] = dataclasses.field(default_factory=list)
+    flush_now: bool = False
+    flush_bytes: int = 0
+    appends: list[tuple[int, AppendEntriesRequest]] = dataclasses.field(default_factory=list)
     messages: list[tuple[int, object]] = dataclasses.field(default_factory=list)
     commit_advanced: bool = False
     became_leader: bool = False
@@ -126,6 +154,8 @@ class Ready:
     def __bool__(self) -> bool:
         return bool(
             self.vote
+            or self.append
+            or self.appends
             or self.messages
             or self.commit_advanced
             or self.became_leader
@@ -441,7 +471,10 @@ class RaftCore:
                 del self.progress[node]
         for node in members:
             if node not in self.progress:
-                p = FollowerProgress(node)
+                p = FollowerProgress(
+                    node,
+                    Inflights(self.options.max_in_flight_appends, self.options.max_in_flight_bytes),
+                )
                 p.reset(self.log.dirty_offset, self.ticks)
                 self.progress[node] = p
 
@@ -621,12 +654,11 @@ class RaftCore:
             if (
                 reply.result == APPEND_SUCCESS
                 and not is_heartbeat
+                and p.state is ProgressState.REPLICATE
                 and p.in_flight == 0
-                and not p.recovering
                 and p.match_offset < self.log.dirty_offset
             ):
-                p.next_offset = max(min(p.next_offset, p.match_offset + 1), self.log.start_offset)
-                self._need_recovery(p)
+                self._probe(p, min(p.next_offset, p.match_offset + 1))
             elif reply.result == APPEND_FAILURE and not is_heartbeat and p.recovering:
                 # A mismatch still moves recovery back, stale or not: a follower that
                 # waited (``_await_predecessor``) on a request it cannot take answers
@@ -653,27 +685,29 @@ class RaftCore:
             p.match_offset = max(p.match_offset, reply.last_matched_offset)
             if not is_heartbeat:
                 p.next_offset = max(p.next_offset, reply.last_matched_offset + 1)
+                if p.state is ProgressState.REPLICATE:
+                    p.inflights.free_le(p.match_offset)
         elif reply.result == APPEND_FAILURE and not is_heartbeat:
-            p.next_offset = max(
-                min(reply.last_dirty_offset + 1, req_prev_offset), self.log.start_offset
-            )
-            self._need_recovery(p)
+            self._probe(p, min(reply.last_dirty_offset + 1, req_prev_offset))
         if (
             is_heartbeat
+            and p.state is ProgressState.REPLICATE
             and p.in_flight == 0
-            and not p.recovering
             and p.match_offset < self.log.dirty_offset
         ):
             # Nothing in flight yet the follower lags: an append or its reply was lost.
-            p.next_offset = max(min(p.next_offset, p.match_offset + 1), self.log.start_offset)
-            self._need_recovery(p)
+            self._probe(p, min(p.next_offset, p.match_offset + 1))
         elif is_heartbeat and p.recovering:
-            self._need_recovery(p)  # restarts a recovery that gave up on transport errors
+            # Restarts a recovery that gave up on transport errors, and retries a
+            # follower that waited for a snapshot (probing finds out again).
+            self._probe(p, p.next_offset)
         self._maybe_promote(p)
         self._maybe_advance_commit()
 
-    def _need_recovery(self, p: FollowerProgress) -> None:
-        p.recovering = True
+    def _probe(self, p: FollowerProgress, next_offset: int) -> None:
+        """Move ``p`` to probe from ``next_offset`` (never below the log start) and ask
+        for ``recovery`` to run (the stage starts it unless it is running)."""
+        p.become_probe(max(next_offset, self.log.start_offset))
         if p.node not in self._ready.recover:
             self._ready.recover.append(p.node)
 
@@ -682,8 +716,143 @@ class RaftCore:
         p = self.progress.get(peer)
         if self.role is not Role.LEADER or req_term != self.term or p is None:
             return
-        p.next_offset = max(min(p.next_offset, p.match_offset + 1), self.log.start_offset)
-        self._need_recovery(p)
+        self._probe(p, min(p.next_offset, p.match_offset + 1))
+
+    # ---------------------------------------------------------- flow control
+
+    def propose(self, batches: list[RecordBatch], flush: bool) -> list[RecordBatch]:
+        """Leader: place ``batches`` after the log's end in this term; the placed copies.
+
+        The ready then lists them to append (no flush), the flush to ask for
+        (``flush``: at once, for a ``quorum_ack`` write; otherwise coalesced by
+        bytes), and the pipelined append to each follower in ``REPLICATE``
+        whose last sent offset is the log's end and whose in-flight window has
+        room; a follower whose window is full or that missed an append goes to
+        probe (``recovery`` catches it up, one chunk at a time). The caller
+        takes the ready before anything else proposes (no await in between).
+        """
+        if self.role is not Role.LEADER:
+            raise SafetyViolation(f"group {self.group}: propose on a {self.role.value}")
+        if self._ready.append:
+            raise SafetyViolation(f"group {self.group}: propose before the last one was appended")
+        prev = self.log.dirty_offset
+        prev_term = self.term_at(prev)
+        offset = prev + 1
+        placed: list[RecordBatch] = []
+        for b in batches:
+            nb = b.stamped(offset, self.term)
+            placed.append(nb)
+            offset = nb.last_offset + 1
+        if not placed:
+            return placed
+        nbytes = sum(b.size_bytes for b in placed)
+        self._ready.append = placed
+        self._ready.flush_now = self._ready.flush_now or flush
+        self._ready.flush_bytes += nbytes
+        last = placed[-1].last_offset
+        for p in self.progress.values():
+            if p.state is not ProgressState.REPLICATE:
+                if p.state is ProgressState.PROBE and p.node not in self._ready.recover:
+                    self._ready.recover.append(p.node)  # a recovery that gave up restarts
+                continue
+            room = not p.inflights.full() or mutations.active("ignore_inflight_bound")
+            if p.last_sent_offset != prev or not room:
+                self._probe(p, min(p.next_offset, p.last_sent_offset + 1))
+                continue
+            req = AppendEntriesRequest(
+                group=self.group,
+                source_node=self.node_id,
+                target_node=p.node,
+                term=self.term,
+                prev_log_offset=prev,
+                prev_log_term=prev_term if prev_term is not None else 0,
+                leader_commit=self.commit_index,
+                flush=flush,
+                batches=placed,
+                seq=self.next_seq(p.node),
+            )
+            p.last_sent_offset = last
+            p.inflights.add(req.seq, last, nbytes)
+            self._ready.appends.append((p.node, req))
+        return placed
+
+    def pipeline_saturated(self) -> bool:
+        """A follower in ``REPLICATE`` has a full in-flight window (the next append would
+        send it to probe; ``replicate_entries`` waits a little for a slot instead)."""
+        return any(
+            p.state is ProgressState.REPLICATE and p.inflights.full()
+            for p in self.progress.values()
+        )
+
+    def handle_append_result(
+        self, peer: int, req: AppendEntriesRequest, reply: AppendEntriesReply | None
+    ) -> None:
+        """A pipelined append completed: frees its slot in ``peer``'s window, then applies
+        the reply, or (``reply`` None: not delivered, or the group unavailable there)
+        moves the follower to probe."""
+        p = self.progress.get(peer)
+        if p is not None and req.term == self.term:
+            p.inflights.release(req.seq)
+        if reply is None:
+            self.on_send_failed(peer, req.term)
+        else:
+            self.handle_append_reply(peer, req.term, req.prev_log_offset, reply)
+
+    def recovery_chunk(self, node: int, term: int) -> RecoveryChunk | None:
+        """What ``recovery`` of ``node`` (started in ``term``) reads next; None: stop.
+
+        It stops when this core no longer leads in ``term`` or the follower is not
+        probing; when the follower's ``next_offset`` passed the log's end, the
+        follower is caught up and goes back to ``REPLICATE`` here, atomically with
+        the stop, so no pipelined append can slip in between.
+        """
+        p = self.progress.get(node)
+        if not (self.role is Role.LEADER and term == self.term and p is not None):
+            return None
+        if p.state is not ProgressState.PROBE:
+            return None
+        if p.next_offset > self.log.dirty_offset:
+            p.become_replicate(self.log.dirty_offset)
+            return None
+        return RecoveryChunk(
+            max(p.next_offset, self.log.start_offset), self.options.recovery_chunk_bytes
+        )
+
+    def recovery_request(
+        self, node: int, term: int, batches: list[RecordBatch]
+    ) -> AppendEntriesRequest | None:
+        """The append carrying a chunk read for ``node``'s recovery (it asks for a flush);
+        None when its predecessor is below the log start: the follower needs a
+        snapshot (``SNAPSHOT``: it waits for one)."""
+        p = self.progress.get(node)
+        if not (self.role is Role.LEADER and term == self.term and p is not None and batches):
+            return None
+        prev = batches[0].base_offset - 1
+        prev_term = self.term_at(prev)
+        if prev_term is None:
+            p.become_snapshot()
+            return None
+        return AppendEntriesRequest(
+            group=self.group,
+            source_node=self.node_id,
+            target_node=node,
+            term=term,
+            prev_log_offset=prev,
+            prev_log_term=prev_term,
+            leader_commit=self.commit_index,
+            flush=True,
+            batches=batches,
+            seq=self.next_seq(node),
+        )
+
+    def catch_up(self, node: int) -> None:
+        """Make sure ``node`` is being caught up (leadership transfer): probe it unless
+        appends are in flight to it or it is probing already."""
+        p = self.progress.get(node)
+        if self.role is not Role.LEADER or p is None:
+            return
+        if p.state is ProgressState.REPLICATE and p.in_flight == 0:
+            self._probe(p, min(p.next_offset, p.match_offset + 1))
 
     def on_local_flush(self) -> None:
         if self.role is Role.LEADER:

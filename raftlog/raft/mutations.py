@@ -17,7 +17,9 @@ The names and what each one breaks:
 - ``skip_truncation``: a follower keeps its conflicting entry instead of
   truncating it (log matching);
 - ``accept_stale_replies``: the leader applies a reply older than the newest
-  one it applied from that follower (quorum durability).
+  one it applied from that follower (quorum durability);
+- ``ignore_inflight_bound``: the leader streams appends to a follower whose
+  in-flight window is full (flow control: the window bound).
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ MUTATIONS: tuple[str, ...] = (
     "vote_ignores_log",
     "skip_truncation",
     "accept_stale_replies",
+    "ignore_inflight_bound",
 )
 
 ACTIVE: set[str] = set()

@@ -23,7 +23,12 @@ class ConsensusOptions:
     # Simulated fsync duration (the simulator's slow disk); keep 0 in production.
     flush_latency_s: float = 0.0
     batcher_memory_bytes: int = 1024 * 1024
+    # A follower's in-flight window (the core's flow control): at most this many
+    # pipelined appends outstanding ...
     max_in_flight_appends: int = 4
+    # ... and no new one once this many bytes are outstanding (soft: one larger append
+    # goes when the window is empty).
+    max_in_flight_bytes: int = 2 * 1024 * 1024
     recovery_chunk_bytes: int = 512 * 1024
     check_quorum: bool = True
     transfer_timeout_ticks: int = 20
@@ -37,6 +42,7 @@ class ConsensusOptions:
             "flush_bytes",
             "batcher_memory_bytes",
             "max_in_flight_appends",
+            "max_in_flight_bytes",
             "recovery_chunk_bytes",
             "transfer_timeout_ticks",
             "commit_context_interval_ticks",

@@ -1,4 +1,4 @@
-"""What the leader knows about each follower.
+"""What the leader knows about each follower, and how it may send to it (etcd's ``tracker/``).
 
 Offsets are record offsets, ``-1`` when nothing is known. The follower
 reports ``flushed_offset`` and ``dirty_offset`` in every reply and heartbeat;
@@ -6,26 +6,120 @@ reports ``flushed_offset`` and ``dirty_offset`` in every reply and heartbeat;
 ``durable_offset = min(flushed, match)`` is what counts toward the commit index:
 durable on the follower and equal to the leader's entries.
 
-``last_sent_offset`` is how ``replicate_entries`` and ``recovery`` coordinate:
-the pipeline only sends a request whose ``prev_log_offset`` equals it, and only
-while the follower is not ``recovering``; otherwise recovery owns the follower.
+Every follower is in one of three states (:class:`ProgressState`), and every
+transition goes through :meth:`FollowerProgress.become_probe`,
+:meth:`~FollowerProgress.become_replicate` or
+:meth:`~FollowerProgress.become_snapshot` (etcd's ``ResetState``), called only
+by the core:
+
+- ``REPLICATE``: the follower is known to hold the leader's log up to
+  ``last_sent_offset`` (or will, once the appends in flight land);
+  ``replicate_entries`` streams every new leader append to it, optimistically,
+  while its in-flight window (:class:`Inflights`) has room and the append's
+  ``prev_log_offset`` equals ``last_sent_offset`` (so appends are never sent
+  out of order or with a gap);
+- ``PROBE``: what the follower holds is uncertain (a mismatch, a lost append,
+  a full window, a new leader's first mismatch): ``recovery`` owns it and sends
+  one chunk at a time from ``next_offset``, each chosen by the core, until
+  ``next_offset`` passes the leader's dirty offset; then the core hands it back
+  to ``REPLICATE`` with ``last_sent_offset`` at the leader's dirty offset, with
+  no await in between, so no pipelined append can slip between the two;
+- ``SNAPSHOT``: the follower needs entries below the leader's log start, which
+  only a snapshot install could give it (not built yet: retention waits for
+  every replica, so this happens only when a replica was set aside for long).
+  Nothing is sent but heartbeats; a heartbeat reply moves it back to ``PROBE``
+  when the follower reaches the log start.
+
+Invariants: ``match_offset < next_offset`` once anything matched;
+``len(inflights) <= max count`` (the byte bound is soft, as etcd's: one
+append larger than it may go when the window is empty); a follower not in
+``REPLICATE`` has an empty window.
 """
 
 from __future__ import annotations
 
+import collections
 import dataclasses
+import enum
+
+
+class ProgressState(enum.Enum):
+    PROBE = "probe"
+    REPLICATE = "replicate"
+    SNAPSHOT = "snapshot"
+
+
+class Inflights:
+    """The appends sent to one follower and not yet answered (etcd's ``inflights.go``).
+
+    Each entry is one request: (seq, last offset, bytes). The window is full
+    when it holds ``max_count`` requests or at least ``max_bytes`` bytes. An
+    entry leaves when its request completes (:meth:`release`: a reply, stale
+    or not, or a transport error; unlike etcd, every send here completes, and
+    a stale reply that frees nothing would keep a window full until the next
+    probe) or when an acknowledgement covers its last offset (:meth:`free_le`).
+    """
+
+    __slots__ = ("_entries", "bytes", "max_bytes", "max_count")
+
+    def __init__(self, max_count: int, max_bytes: int) -> None:
+        if max_count < 1 or max_bytes < 1:
+            raise ValueError(f"in-flight bounds must be >= 1, got {max_count}, {max_bytes}")
+        self.max_count = max_count
+        self.max_bytes = max_bytes
+        # seq -> (last offset, bytes), in the order sent (seqs increase).
+        self._entries: collections.OrderedDict[int, tuple[int, int]] = collections.OrderedDict()
+        self.bytes = 0
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    @property
+    def newest_bytes(self) -> int:
+        """The size of the request added last (0 when empty)."""
+        if not self._entries:
+            return 0
+        return next(reversed(self._entries.values()))[1]
+
+    def full(self) -> bool:
+        """No room for another append (by count, or by bytes: soft, as etcd's)."""
+        return len(self._entries) >= self.max_count or self.bytes >= self.max_bytes
+
+    def add(self, seq: int, last_offset: int, nbytes: int) -> None:
+        """Record a request sent; the caller checked :meth:`full` first."""
+        self._entries[seq] = (last_offset, nbytes)
+        self.bytes += nbytes
+
+    def release(self, seq: int) -> bool:
+        """The request ``seq`` completed; False when it had already left the window."""
+        entry = self._entries.pop(seq, None)
+        if entry is None:
+            return False
+        self.bytes -= entry[1]
+        return True
+
+    def free_le(self, offset: int) -> None:
+        """Drop every request whose entries the follower acknowledged (last offset <= offset)."""
+        for seq, (last, _) in list(self._entries.items()):
+            if last > offset:
+                break
+            self.release(seq)
+
+    def reset(self) -> None:
+        self._entries.clear()
+        self.bytes = 0
 
 
 @dataclasses.dataclass(slots=True)
 class FollowerProgress:
     node: int
+    inflights: Inflights
+    state: ProgressState = ProgressState.REPLICATE
     match_offset: int = -1
     next_offset: int = 0
     last_sent_offset: int = -1
     flushed_offset: int = -1
     dirty_offset: int = -1
-    in_flight: int = 0
-    recovering: bool = False
     # Ticks (leader's clock) of the last reply heard from this follower.
     last_heard_tick: int = 0
     # The seq of the newest reply applied (replies at or below it are stale).
@@ -35,18 +129,43 @@ class FollowerProgress:
     def durable_offset(self) -> int:
         return min(self.flushed_offset, self.match_offset)
 
+    @property
+    def recovering(self) -> bool:
+        """``recovery`` owns this follower (probe) or it waits for a snapshot."""
+        return self.state is not ProgressState.REPLICATE
+
+    @property
+    def in_flight(self) -> int:
+        return len(self.inflights)
+
     def reset(self, leader_dirty_offset: int, tick: int) -> None:
         """Optimistic start for a new leader: assume the follower has everything.
 
-        The first append proves it wrong (a mismatch reply) and hands the
-        follower to recovery.
+        The first append proves it wrong (a mismatch reply) and moves the
+        follower to probe.
         """
         self.match_offset = -1
-        self.next_offset = leader_dirty_offset + 1
-        self.last_sent_offset = leader_dirty_offset
         self.flushed_offset = -1
         self.dirty_offset = -1
-        self.in_flight = 0
-        self.recovering = False
         self.last_heard_tick = tick
         self.last_reply_seq = -1
+        self.next_offset = leader_dirty_offset + 1
+        self.become_replicate(leader_dirty_offset)
+
+    def become_probe(self, next_offset: int) -> None:
+        """Hand the follower to ``recovery``, which sends from ``next_offset`` on."""
+        self.next_offset = next_offset
+        self.inflights.reset()
+        self.state = ProgressState.PROBE
+
+    def become_replicate(self, leader_dirty_offset: int) -> None:
+        """Caught up to the leader's dirty offset: the pipeline streams from here."""
+        self.state = ProgressState.REPLICATE
+        self.last_sent_offset = leader_dirty_offset
+        self.next_offset = max(self.next_offset, leader_dirty_offset + 1)
+        self.inflights.reset()
+
+    def become_snapshot(self) -> None:
+        """The follower needs entries below the leader's log start."""
+        self.state = ProgressState.SNAPSHOT
+        self.inflights.reset()

@@ -1,15 +1,16 @@
 """``recovery``: catch up a follower that is behind, one request at a time.
 
-A follower is in recovery while ``progress.recovering`` is set: the pipeline in
-``replicate_entries`` leaves it alone and this stage reads chunks (default
-512 KiB) from the leader log from ``progress.next_offset`` and sends them one
-append at a time (each asks the follower to flush). A mismatch reply moves
-``next_offset`` back (the core decides how far). When ``next_offset`` passes
-the leader's dirty offset, recovery hands the follower back to the pipeline by
-setting ``last_sent_offset`` to the dirty offset and clearing ``recovering``,
-with no await in between, so no append can slip between the two and be
-reordered. It stops when leadership or the term changes, and gives up after a
-few consecutive transport failures (the next heartbeat reply restarts it).
+A follower is recovered while the core has it in ``PROBE`` (see
+:mod:`raftlog.raft.progress`): the pipeline in ``replicate_entries`` leaves it
+alone, and this stage asks the core for the next chunk
+(:meth:`RaftCore.recovery_chunk`: from where, how many bytes), reads it from
+the leader log, has the core build the append (:meth:`RaftCore.recovery_request`,
+which asks the follower to flush) and sends it; the reply goes back to the
+core, which moves ``next_offset`` (back on a mismatch). When the core finds the
+follower caught up it puts it back in ``REPLICATE`` and answers "stop". The
+stage also stops when leadership or the term changes or the follower needs a
+snapshot, and gives up after a few consecutive transport failures (the next
+heartbeat reply restarts it).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from __future__ import annotations
 import asyncio
 
 from raftlog.raft.errors import TransportError
-from raftlog.raft.messages import APPEND_GROUP_UNAVAILABLE, AppendEntriesReply, AppendEntriesRequest
+from raftlog.raft.messages import APPEND_GROUP_UNAVAILABLE, AppendEntriesReply
 from raftlog.raft.stage_context import GroupContext
 
 MAX_ROUNDS = 100_000
@@ -45,35 +46,15 @@ class Recovery:
         c = self._c
         failures = 0
         for _ in range(MAX_ROUNDS):
-            core = c.core
-            p = core.progress.get(node)
-            if not (c.running and core.is_leader and core.term == term and p and p.recovering):
+            if not c.running:
                 return
-            if p.next_offset > c.log.dirty_offset:
-                # Caught up: hand the follower back to the pipeline atomically.
-                p.last_sent_offset = c.log.dirty_offset
-                p.recovering = False
+            chunk = c.core.recovery_chunk(node, term)
+            if chunk is None:
                 return
-            start = max(p.next_offset, c.log.start_offset)
-            batches = c.log.read(start, c.options.recovery_chunk_bytes)
-            if not batches:
+            batches = c.log.read(chunk.start, chunk.max_bytes)
+            req = c.core.recovery_request(node, term, batches)
+            if req is None:
                 return
-            prev = batches[0].base_offset - 1
-            prev_term = core.term_at(prev)
-            if prev_term is None:
-                return  # below the log start: would need a snapshot (not supported)
-            req = AppendEntriesRequest(
-                group=c.group,
-                source_node=c.node_id,
-                target_node=node,
-                term=term,
-                prev_log_offset=prev,
-                prev_log_term=prev_term,
-                leader_commit=core.commit_index,
-                flush=True,
-                batches=batches,
-                seq=core.next_seq(node),
-            )
             self.requests_sent += 1
             try:
                 reply = await c.transport.send(node, req)
@@ -90,5 +71,5 @@ class Recovery:
             failures = 0
             if not c.running:
                 return
-            c.core.handle_append_reply(node, term, prev, reply)
+            c.core.handle_append_reply(node, term, req.prev_log_offset, reply)
             c.process_ready()

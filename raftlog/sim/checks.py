@@ -20,11 +20,16 @@
   (pass every node, crashed ones included: a voter not passed is assumed to
   hold it);
 - monotonic follower progress: within one term, a leader's view of a
-  follower's flushed offset never goes back unless that follower truncated its
-  log recently (within :data:`REGRESSION_WINDOW_S`, longer than any reply can
-  be in flight): a follower's flushed offset only goes back by truncation, so
-  a view going back means the leader applied a reply older than one it had
-  applied (a stale reply);
+  follower's flushed and dirty offsets never goes back unless that follower
+  truncated its log or restarted recently (within :data:`REGRESSION_WINDOW_S`,
+  longer than any reply can be in flight): a follower's offsets only go back by
+  a truncation or a crash, so a view going back means the leader applied a
+  reply older than one it had applied (a stale reply);
+- flow control: a leader never has more pipelined appends outstanding to a
+  follower than its in-flight window allows (``max_in_flight_appends``), nor
+  adds one to a window already holding ``max_in_flight_bytes`` (the byte bound
+  is soft: one append may take the window past it), and a follower that is not
+  in ``REPLICATE`` has none (etcd's inflights refuse to add to a full window);
 - no entry acknowledged at ``quorum_ack`` is ever lost: each one equals the
   committed history at its offset, and after the final heal every one of them
   is committed on the final leader.
@@ -87,7 +92,7 @@ class InvariantChecker:
         # A violation found between steps (at a commit), raised by the next check().
         self.pending: InvariantViolation | None = None
         # (leader, incarnation, term, follower) -> (progress object, flushed offset seen)
-        self._views: dict[tuple[int, int, int, int], tuple[object, int]] = {}
+        self._views: dict[tuple[int, int, int, int], tuple[object, tuple[int, int]]] = {}
         # follower -> ((incarnation, truncations), virtual time that changed last)
         self._truncated: dict[int, tuple[tuple[int, int], float]] = {}
 
@@ -148,8 +153,21 @@ class InvariantChecker:
                 continue
             for f, p in leader.consensus.core.progress.items():
                 self.observe_progress(leader, f, p, nodes)
+                self._check_window(leader, f, p)
         if self.pending is not None:
             raise self.pending
+
+    def _check_window(self, leader: SimNode, follower: int, p: FollowerProgress) -> None:
+        w = p.inflights
+        over_count = len(w) > w.max_count
+        # Bytes: soft bound, so only the window minus its newest entry must be under it.
+        over_bytes = len(w) > 1 and w.bytes - w.newest_bytes >= w.max_bytes
+        if over_count or over_bytes or (p.recovering and len(w) > 0):
+            raise InvariantViolation(
+                f"flow control: leader {leader.node_id} (term {leader.consensus.term}) has "
+                f"{len(w)} appends ({w.bytes} bytes) in flight to node {follower} in state "
+                f"{p.state.value}; the window allows {w.max_count} ({w.max_bytes} bytes)"
+            )
 
     def observe_progress(
         self, leader: SimNode, follower: int, p: FollowerProgress, nodes: Sequence[SimNode]
@@ -164,11 +182,11 @@ class InvariantChecker:
                 if seen is None or seen[0] != epoch:
                     self._truncated[follower] = (epoch, now)
         c = leader.consensus
-        flushed = p.flushed_offset
+        view = (p.flushed_offset, p.dirty_offset)
         key = (leader.node_id, leader.incarnation, c.term, follower)
         old = self._views.get(key)
-        self._views[key] = (p, flushed)
-        if old is None or old[0] is not p or flushed >= old[1]:
+        self._views[key] = (p, view)
+        if old is None or old[0] is not p or (view[0] >= old[1][0] and view[1] >= old[1][1]):
             return
         truncated = self._truncated.get(follower)
         if truncated is not None and now - truncated[1] <= REGRESSION_WINDOW_S:
@@ -176,8 +194,8 @@ class InvariantChecker:
         if self.pending is None:
             self.pending = InvariantViolation(
                 f"monotonic progress: leader {leader.node_id} (term {c.term}) moved its view "
-                f"of node {follower}'s flushed offset back from {old[1]} to {flushed}, and "
-                f"node {follower} did not truncate its log"
+                f"of node {follower}'s (flushed, dirty) offsets back from {old[1]} to {view}, "
+                f"and node {follower} did not truncate its log nor restart"
             )
 
     def _check_log_matching(self, node: SimNode, key: tuple[int, int]) -> None:

@@ -441,7 +441,13 @@ class _Producer:
                 payloads[seq.add(self.rng.randint(1, 3))] = tag
                 txn.tags.append(tag)
             if fate == "die":
-                await self._send_all(seq, payloads, die_after=self.sends + self.rng.randint(0, 6))
+                try:
+                    await self._send_all(
+                        seq, payloads, die_after=self.sends + self.rng.randint(0, 6)
+                    )
+                except _Fenced:
+                    txn.outcome = "aborted"  # fenced before it died: the fencing aborted it
+                    raise
                 txn.outcome = "died"
                 # the dead session's transaction stays open until the next init_producer or
                 # the transaction timeout aborts it

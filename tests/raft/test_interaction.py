@@ -245,7 +245,7 @@ class Interpreter:
         return [
             f"n{follower}: match={p.match_offset} next={p.next_offset} flushed={p.flushed_offset} "
             f"dirty={p.dirty_offset} durable={p.durable_offset} last_reply_seq={p.last_reply_seq} "
-            f"recovering={p.recovering}"
+            f"state={p.state.value} inflight={p.in_flight}"
         ]
 
     def cmd_state(self, args: list[str]) -> list[str]:

@@ -136,7 +136,7 @@ def test_a_stale_mismatch_still_moves_recovery_back() -> None:
     net, leader = _leader_with_unflushed_entry()
     net.write(1, placed(1, 1))
     p = leader.progress[2]
-    p.recovering, p.next_offset = True, 2
+    p.become_probe(2)
     append_seq = leader.next_seq(2)
     hb = leader.heartbeat_for(2)
     leader.handle_append_reply(

@@ -20,6 +20,7 @@ FLOOR = {  # measured 16, 16, 16, 16, 15 of 16; the 300-seed run: 100/99.7/97.7/
     "vote_ignores_log": 14,
     "skip_truncation": 14,
     "accept_stale_replies": 13,
+    "ignore_inflight_bound": 14,
 }
 
 
