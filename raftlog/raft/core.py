@@ -688,7 +688,11 @@ class RaftCore:
                 if p.state is ProgressState.REPLICATE:
                     p.inflights.free_le(p.match_offset)
         elif reply.result == APPEND_FAILURE and not is_heartbeat:
-            self._probe(p, min(reply.last_dirty_offset + 1, req_prev_offset))
+            if reply.last_dirty_offset < self.log.start_offset - 1:
+                # It lacks entries below the log start: only a snapshot could bring them.
+                p.become_snapshot()
+            else:
+                self._probe(p, min(reply.last_dirty_offset + 1, req_prev_offset))
         if (
             is_heartbeat
             and p.state is ProgressState.REPLICATE
@@ -697,9 +701,14 @@ class RaftCore:
         ):
             # Nothing in flight yet the follower lags: an append or its reply was lost.
             self._probe(p, min(p.next_offset, p.match_offset + 1))
-        elif is_heartbeat and p.recovering:
-            # Restarts a recovery that gave up on transport errors, and retries a
-            # follower that waited for a snapshot (probing finds out again).
+        elif is_heartbeat and p.state is ProgressState.PROBE:
+            self._probe(p, p.next_offset)  # restarts a recovery that gave up on transport errors
+        elif (
+            is_heartbeat
+            and p.state is ProgressState.SNAPSHOT
+            and p.dirty_offset >= self.log.start_offset - 1
+        ):
+            # It got what precedes the log start some other way (refetched): probe again.
             self._probe(p, p.next_offset)
         self._maybe_promote(p)
         self._maybe_advance_commit()

@@ -1,12 +1,20 @@
-"""A tiny synchronous harness for the pure core (scenario tests): cores, logs, delivery."""
+"""A tiny synchronous harness for the pure core (scenario and interaction tests).
+
+It plays the async layer's part by hand: it carries out each core's
+:class:`~raftlog.raft.core.Ready` (persist the vote, append the leader's placed
+batches, queue the pipelined appends the core chose to send) and delivers vote
+and timeout-now traffic. Pipelined appends wait in :attr:`CoreNet.outbox` until
+a test delivers, reorders or drops them; nothing is flushed unless a test says so.
+"""
 
 from __future__ import annotations
 
+import dataclasses
 import random
 
 from raftlog.raft.configuration import Configuration, ConfigurationHistory
 from raftlog.raft.core import CoreOptions, RaftCore
-from raftlog.raft.messages import TimeoutNowRequest, VoteReply, VoteRequest
+from raftlog.raft.messages import AppendEntriesRequest, TimeoutNowRequest, VoteReply, VoteRequest
 from raftlog.storage.api import VoteState
 from raftlog.storage.batch import RecordBatch
 from raftlog.storage.memory import MemoryLog
@@ -16,52 +24,115 @@ def placed(base: int, term: int, count: int = 1, payload: bytes = b"x") -> Recor
     return RecordBatch.create(payload, count, timestamp_ms=0).stamped(base, term)
 
 
+@dataclasses.dataclass(slots=True)
+class Outgoing:
+    """A pipelined append the leader's core decided to send, not yet delivered."""
+
+    source: int
+    target: int
+    request: AppendEntriesRequest
+
+
 class CoreNet:
-    def __init__(self, n: int, priorities: dict[int, int] | None = None) -> None:
-        config = Configuration.of(range(1, n + 1), (), priorities)
-        self.logs = {i: MemoryLog() for i in range(1, n + 1)}
-        self.cores = {
-            i: RaftCore(
-                1,
-                i,
-                ConfigurationHistory(config),
-                self.logs[i],
-                VoteState(),
-                -1,
-                CoreOptions(election_timeout_ticks=10),
-                random.Random(i),
-            )
-            for i in self.logs
-        }
+    def __init__(
+        self,
+        n: int,
+        priorities: dict[int, int] | None = None,
+        options: CoreOptions | None = None,
+    ) -> None:
+        self.initial = Configuration.of(range(1, n + 1), (), priorities)
+        self.options = options or CoreOptions(election_timeout_ticks=10)
+        self.logs: dict[int, MemoryLog] = {}
+        self.cores: dict[int, RaftCore] = {}
+        for i in range(1, n + 1):
+            self.add_node(i)
         self.cut: set[int] = set()  # isolated nodes
+        self.one_way: set[tuple[int, int]] = set()  # (source, target): source cannot reach target
+        self.outbox: list[Outgoing] = []
+        # What the last processed ready of each node asked for (flush, recovery, promotion).
+        self.last_flush: dict[int, str] = {}
+        self.recover: dict[int, list[int]] = {}
+        self.promote: dict[int, list[int]] = {}
+
+    def add_node(self, node: int) -> None:
+        """A fresh replica with the initial configuration (a learner until it is a voter)."""
+        self.logs[node] = MemoryLog()
+        self.cores[node] = RaftCore(
+            1,
+            node,
+            ConfigurationHistory(self.initial),
+            self.logs[node],
+            VoteState(),
+            -1,
+            dataclasses.replace(self.options),
+            random.Random(node),
+        )
 
     def write(self, node: int, *batches: RecordBatch, flush: bool = True) -> None:
-        self.logs[node].append(list(batches))
+        self.append_local(node, list(batches))
         if flush:
             self.logs[node].flush()
+
+    def append_local(self, node: int, batches: list[RecordBatch]) -> None:
+        """Append to ``node``'s log and let its core see configuration entries (as
+        ``Consensus.append_local`` does)."""
+        self.logs[node].append(batches)
+        core = self.cores[node]
+        if core.configs.observe(batches):
+            core.on_configuration_changed()
+
+    def truncate_local(self, node: int, offset: int) -> None:
+        self.logs[node].truncate(offset)
+        core = self.cores[node]
+        if core.configs.truncate(offset):
+            core.on_configuration_changed()
+
+    def reachable(self, source: int, target: int) -> bool:
+        return (
+            source not in self.cut
+            and target not in self.cut
+            and (source, target) not in self.one_way
+        )
+
+    def process(self, node: int) -> list[object]:
+        """Carry out ``node``'s ready: vote, local append, queued appends; its messages."""
+        ready = self.cores[node].take_ready()
+        if ready.append:
+            self.append_local(node, ready.append)
+        if ready.vote is not None:
+            self.logs[node].save_vote(ready.vote)
+        if ready.append:
+            self.last_flush[node] = (
+                "flush now" if ready.flush_now else f"flush coalesced bytes={ready.flush_bytes}"
+            )
+        self.outbox.extend(Outgoing(node, t, req) for t, req in ready.appends)
+        self.recover[node] = list(ready.recover)
+        self.promote[node] = list(ready.promote)
+        return [(node, t, m) for t, m in ready.messages]
 
     def deliver(self, rounds: int = 10) -> list[str]:
         """Deliver vote and timeout-now traffic until quiet; a readable trace of it."""
         trace: list[str] = []
         for _ in range(rounds):
             outbox = []
-            for i, core in self.cores.items():
-                ready = core.take_ready()
-                if ready.vote is not None:
-                    self.logs[i].save_vote(ready.vote)
-                outbox.extend((i, t, m) for t, m in ready.messages)
+            for i in self.cores:
+                outbox.extend(self.process(i))
             if not outbox:
                 return trace
             for source, target, msg in outbox:
-                if source in self.cut or target in self.cut:
+                if not self.reachable(source, target):
                     trace.append(f"{source}->{target} {_name(msg)} dropped")
                     continue
                 if isinstance(msg, VoteRequest):
                     reply = self.cores[target].handle_vote(msg)
-                    trace.append(
-                        f"{source}->{target} {_name(msg)} term={msg.term}: "
-                        f"{'granted' if reply.granted else 'rejected'}"
-                    )
+                    verdict = "granted" if reply.granted else "rejected"
+                    if not self.reachable(target, source):
+                        trace.append(
+                            f"{source}->{target} {_name(msg)} term={msg.term}: {verdict}, "
+                            "reply dropped"
+                        )
+                        continue
+                    trace.append(f"{source}->{target} {_name(msg)} term={msg.term}: {verdict}")
                     self.cores[source].handle_vote_reply(reply)
                 elif isinstance(msg, TimeoutNowRequest):
                     self.cores[target].handle_timeout_now(msg)

@@ -30,6 +30,23 @@ Commands:
 - ``progress LEADER``, ``state``: print views;
 - ``decode TYPE field=value...``: encode a wire message (defaults for the rest)
   and decode it (prints the value or the codec's error).
+
+Flow control and membership (the core's decisions, carried out by the harness as
+the async stages would; ``nodes N inflight=K inflight_bytes=B chunk=C`` sets the
+window and the recovery chunk size):
+
+- ``propose LEADER [count=C] [size=S] [flush] [learner=ID|voter=ID|remove=ID]``:
+  the core places one batch (a data batch, or that configuration change) and the
+  harness appends it; prints the flush asked for, each pipelined append the core
+  chose to send, and each follower it moved to probe;
+- ``send LEADER FOLLOWER [n=K] [reverse] [drop]``: deliver the queued appends to
+  FOLLOWER (the first K; in reverse order; or drop them: a transport error), each
+  applied by the follower (flushed when the request asks) and its reply fed back;
+- ``recover LEADER FOLLOWER``: one round of ``recovery``: the chunk the core
+  chooses, its append and the reply (or why recovery stops);
+- ``outbox``, ``log ID``: what waits to be sent; a log's batches;
+- ``add-node ID``, ``cut-one-way A B`` (A can no longer reach B),
+  ``compact ID offset=O`` (prefix-truncate a log below O).
 """
 
 from __future__ import annotations
@@ -46,6 +63,8 @@ import raftlog.rpc.messages as client_messages
 import raftlog.rpc.peer  # noqa: F401  (registers raft's messages)
 from raftlog.raft import messages as raft_messages
 from raftlog.raft import mutations
+from raftlog.raft.configuration import Configuration
+from raftlog.raft.core import CoreOptions
 from raftlog.raft.messages import (
     APPEND_FAILURE,
     APPEND_SUCCESS,
@@ -55,6 +74,7 @@ from raftlog.raft.messages import (
 )
 from raftlog.rpc import codec
 from raftlog.sim.core_net import CoreNet, placed
+from raftlog.storage.batch import RecordBatch
 
 TESTDATA = pathlib.Path(__file__).parent / "testdata"
 REWRITE = os.environ.get("RAFTLOG_REWRITE_TESTDATA") == "1"
@@ -117,7 +137,14 @@ class Interpreter:
         prio = None
         if "prio" in kv:
             prio = {int(k): int(v) for k, v in (p.split(":") for p in kv["prio"].split(","))}
-        self.net = CoreNet(int(args[0]), prio)
+        options = CoreOptions(election_timeout_ticks=10)
+        if "inflight" in kv:
+            options.max_in_flight_appends = int(kv["inflight"])
+        if "inflight_bytes" in kv:
+            options.max_in_flight_bytes = int(kv["inflight_bytes"])
+        if "chunk" in kv:
+            options.recovery_chunk_bytes = int(kv["chunk"])
+        self.net = CoreNet(int(args[0]), prio, options)
         return self.net.state()
 
     def cmd_campaign(self, args: list[str]) -> list[str]:
@@ -141,6 +168,7 @@ class Interpreter:
 
     def cmd_heal(self, args: list[str]) -> list[str]:
         self.net.cut.clear()
+        self.net.one_way.clear()
         return ["healed"]
 
     def cmd_write(self, args: list[str]) -> list[str]:
@@ -165,12 +193,15 @@ class Interpreter:
         self.net.cores[leader].handle_append_reply(
             follower, hb.term, hb.prev_log_offset, reply, is_heartbeat=True
         )
+        self.net.process(leader)
         return [
             f"hb seq={hb.seq} prev={hb.prev_log_offset}@{hb.prev_log_term} "
             f"commit={hb.leader_commit}",
             f"reply seq={reply.seq} result={reply.result} matched={reply.last_matched_offset} "
             f"flushed={reply.last_flushed_offset} dirty={reply.last_dirty_offset}",
+            *self._after_ready(leader),
             *self._progress(leader, follower),
+            f"commit={self.net.cores[leader].commit_index}",
         ]
 
     def cmd_seq(self, args: list[str]) -> list[str]:
@@ -229,6 +260,162 @@ class Interpreter:
             f"flushed={reply.last_flushed_offset} commit={fcore.commit_index}"
         )
         return out
+
+    def cmd_propose(self, args: list[str]) -> list[str]:
+        leader = int(args[0])
+        kv, flags = _kv(args[1:])
+        core = self.net.cores[leader]
+        config = core.configs.latest
+        if "learner" in kv:
+            batch = config.with_learner(int(kv["learner"])).to_batch()
+        elif "voter" in kv:
+            batch = config.with_voter(int(kv["voter"])).to_batch()
+        elif "remove" in kv:
+            batch = config.without(int(kv["remove"])).to_batch()
+        else:
+            size = int(kv.get("size", "1"))
+            batch = RecordBatch.create(b"x" * size, int(kv.get("count", "1")), timestamp_ms=0)
+        queued = len(self.net.outbox)
+        placed_batches = core.propose([batch], flush="flush" in flags)
+        self.net.process(leader)
+        out = [
+            f"n{leader} placed {b.base_offset}..{b.last_offset}@{b.term} {b.size_bytes}B"
+            for b in placed_batches
+        ]
+        out.append(f"n{leader} {self.net.last_flush.get(leader, 'no flush')}")
+        out += [self._describe(o.request) for o in self.net.outbox[queued:]]
+        out += self._after_ready(leader)
+        return out
+
+    def _after_ready(self, leader: int) -> list[str]:
+        core = self.net.cores[leader]
+        out = [
+            f"recovery of n{n} from {core.progress[n].next_offset}"
+            for n in self.net.recover.get(leader, [])
+            if n in core.progress
+        ]
+        out += [f"promote n{n}" for n in self.net.promote.get(leader, [])]
+        return out
+
+    @staticmethod
+    def _describe(req: AppendEntriesRequest) -> str:
+        batches = ",".join(f"{b.base_offset}..{b.last_offset}" for b in req.batches)
+        return (
+            f"{req.source_node}->{req.target_node} append seq={req.seq} "
+            f"prev={req.prev_log_offset}@{req.prev_log_term} [{batches}] "
+            f"commit={req.leader_commit} flush={req.flush}"
+        )
+
+    def cmd_outbox(self, args: list[str]) -> list[str]:
+        return [self._describe(o.request) for o in self.net.outbox] or ["(empty)"]
+
+    def cmd_send(self, args: list[str]) -> list[str]:
+        leader, follower = int(args[0]), int(args[1])
+        kv, flags = _kv(args[2:])
+        mine = [o for o in self.net.outbox if o.source == leader and o.target == follower]
+        mine = mine[: int(kv["n"])] if "n" in kv else mine
+        for o in mine:
+            self.net.outbox.remove(o)
+        if "reverse" in flags:
+            mine.reverse()
+        out = []
+        lcore = self.net.cores[leader]
+        for o in mine:
+            req = o.request
+            if "drop" in flags or not self.net.reachable(leader, follower):
+                out.append(f"{self._describe(req)}: dropped")
+                lcore.handle_append_result(follower, req, None)
+            else:
+                reply = self._apply_append(follower, req)
+                out.append(
+                    f"{self._describe(req)}: result={reply.result} "
+                    f"matched={reply.last_matched_offset} flushed={reply.last_flushed_offset} "
+                    f"dirty={reply.last_dirty_offset} seq={reply.seq}"
+                )
+                if self.net.reachable(follower, leader):
+                    lcore.handle_append_result(follower, req, reply)
+                else:
+                    out.append("reply dropped")
+                    lcore.handle_append_result(follower, req, None)
+            self.net.process(leader)
+            out += self._after_ready(leader)
+        return [*(out or ["(nothing queued)"]), *self._progress(leader, follower),
+                f"commit={lcore.commit_index}"]  # fmt: skip
+
+    def _apply_append(self, follower: int, req: AppendEntriesRequest) -> AppendEntriesReply:
+        """The follower's side (``Consensus._handle_append``): check, apply, flush, reply."""
+        fcore = self.net.cores[follower]
+        plan = fcore.check_append(req)
+        self.net.process(follower)
+        if isinstance(plan, AppendEntriesReply):
+            return plan
+        if plan.truncate_at != -1:
+            self.net.truncate_local(follower, plan.truncate_at)
+        if plan.batches:
+            self.net.append_local(follower, plan.batches)
+        if req.flush:
+            self.net.logs[follower].flush()
+        reply = fcore.finish_append(req)
+        self.net.process(follower)
+        return reply
+
+    def cmd_recover(self, args: list[str]) -> list[str]:
+        leader, follower = int(args[0]), int(args[1])
+        lcore = self.net.cores[leader]
+        chunk = lcore.recovery_chunk(follower, lcore.term)
+        if chunk is None:
+            p = lcore.progress.get(follower)
+            return [
+                f"stop: {p.state.value if p else 'no progress'}",
+                *self._progress(leader, follower),
+            ]
+        batches = self.net.logs[leader].read(chunk.start, chunk.max_bytes)
+        req = lcore.recovery_request(follower, lcore.term, batches)
+        if req is None:
+            return [f"chunk from {chunk.start}: stop", *self._progress(leader, follower)]
+        out = [f"chunk from {chunk.start} max={chunk.max_bytes}B: {self._describe(req)}"]
+        if not self.net.reachable(leader, follower):
+            return [*out, "dropped", *self._progress(leader, follower)]
+        reply = self._apply_append(follower, req)
+        out.append(
+            f"reply result={reply.result} matched={reply.last_matched_offset} "
+            f"flushed={reply.last_flushed_offset} dirty={reply.last_dirty_offset}"
+        )
+        lcore.handle_append_reply(follower, req.term, req.prev_log_offset, reply)
+        self.net.process(leader)
+        return [*out, *self._after_ready(leader), *self._progress(leader, follower),
+                f"commit={lcore.commit_index}"]  # fmt: skip
+
+    def cmd_log(self, args: list[str]) -> list[str]:
+        node = int(args[0])
+        log = self.net.logs[node]
+        batches = log.read(log.start_offset, 1 << 30) if log.dirty_offset >= 0 else []
+        entries = " ".join(f"{b.base_offset}..{b.last_offset}@{b.term}" for b in batches)
+        return [
+            f"n{node} start={log.start_offset} dirty={log.dirty_offset} "
+            f"flushed={log.flushed_offset}: {entries or '(empty)'}"
+        ]
+
+    def cmd_add_node(self, args: list[str]) -> list[str]:
+        self.net.add_node(int(args[0]))
+        return [line for line in self.net.state() if line.startswith(f"n{args[0]} ")]
+
+    def cmd_cut_one_way(self, args: list[str]) -> list[str]:
+        self.net.one_way.add((int(args[0]), int(args[1])))
+        return [f"{args[0]} cannot reach {args[1]}"]
+
+    def cmd_compact(self, args: list[str]) -> list[str]:
+        kv, _ = _kv(args[1:])
+        node = int(args[0])
+        self.net.logs[node].prefix_truncate(int(kv["offset"]))
+        return self.cmd_log([args[0]])
+
+    def cmd_config(self, args: list[str]) -> list[str]:
+        core = self.net.cores[int(args[0])]
+        c: Configuration = core.configs.latest
+        return [
+            f"n{args[0]} voters={list(c.voters)} learners={list(c.learners)} role={core.role.value}"
+        ]
 
     def cmd_progress(self, args: list[str]) -> list[str]:
         leader = int(args[0])
@@ -317,7 +504,7 @@ def test_script(path: pathlib.Path) -> None:
 
 
 def test_there_are_scripts() -> None:
-    assert len(SCRIPTS) >= 8
+    assert len(SCRIPTS) >= 30
 
 
 def test_parse_rejects_a_command_without_separator() -> None:
@@ -334,6 +521,10 @@ def test_parse_rejects_a_command_without_separator() -> None:
         ("log_repair", "skip_truncation"),
         ("commit_needs_flushed_majority", "commit_on_leader_flush"),
         ("commit_needs_flushed_majority", "dirty_as_flushed"),
+        ("inflight_window_full", "ignore_inflight_bound"),
+        ("stale_reply_after_probe", "accept_stale_replies"),
+        ("recovery_mismatch_walks_back", "skip_truncation"),
+        ("flush_coalescing", "commit_on_leader_flush"),
     ],
 )
 def test_a_planted_fault_breaks_its_script(script: str, mutation: str) -> None:
