@@ -2,8 +2,9 @@
 
 Commands: ``server`` (run one node), ``local start|status|stop|add-node`` (a local
 cluster of node processes), ``cluster health`` (exit status 0 only when all
-is well), ``topic create|describe|list|delete|alter-config|add-partitions``
-(``--format json`` for scripts), ``partition transfer-leadership|move``, ``produce``,
+is well), ``cluster decommission``,
+``topic create|describe|list|delete|alter-config|add-partitions`` (``--format json``
+for scripts), ``partition transfer-leadership|move``, ``produce``,
 ``consume`` and ``offsets``
 (console producer and consumer, one record per line, as Kafka's console tools).
 
@@ -202,6 +203,24 @@ def build_parser() -> argparse.ArgumentParser:
         help="with --watch: stop after this many reports",
     )
     health.set_defaults(handler=_cmd_cluster_health)
+    decommission = cluster_sub.add_parser(
+        "decommission",
+        help="move every replica off a node, then remove it from the cluster",
+        description="No new replica goes to the node; each of its partitions moves to the "
+        "node with the fewest replicas (as `partition move`, writes going on); then the "
+        "node leaves the controller group and the cluster's node list. Waits until it is "
+        "removed (--timeout-s); an interrupted wait leaves the draining going on. The "
+        "node's process keeps running until you stop it.",
+    )
+    decommission.add_argument("node", type=_non_negative_int("NODE"), metavar="NODE")
+    decommission.add_argument(
+        "--timeout-s",
+        type=_positive_float("--timeout-s"),
+        default=300.0,
+        help="how long to wait until the node is removed (default 300)",
+    )
+    decommission.add_argument("--format", choices=["text", "json"], default="text")
+    decommission.set_defaults(handler=_cmd_cluster_decommission)
 
     topic = sub.add_parser(
         "topic", help="create, describe, list, delete topics and change their configs"
@@ -389,6 +408,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     for p in (
         health,
+        decommission,
         create,
         describe,
         lst,
@@ -807,25 +827,64 @@ def _cmd_partition_transfer_leadership(args: argparse.Namespace) -> int:
     return _run(args, go)
 
 
+def _until_done(timeout_s: float) -> Any:
+    """A tenacity poll: call again every 0.5 s while the result is not done (False, or a
+    tuple whose last item is False), up to ``timeout_s``; then the last result."""
+    from tenacity import AsyncRetrying, retry_if_result, stop_after_delay, wait_fixed
+
+    def pending(result: Any) -> bool:
+        return not (result[-1] if isinstance(result, tuple) else result)
+
+    return AsyncRetrying(
+        stop=stop_after_delay(timeout_s),
+        wait=wait_fixed(0.5),
+        retry=retry_if_result(pending),
+        retry_error_callback=lambda state: state.outcome.result(),  # still going
+    )
+
+
+def _cmd_cluster_decommission(args: argparse.Namespace) -> int:
+    """Exit 0 once the node is removed; 1 when refused or still draining after
+    --timeout-s (the draining goes on)."""
+    from raftlog.client.errors import InvalidRequestError
+
+    async def go(client: Any) -> int:
+        # The first call starts the draining; the same call again says how far it got.
+        try:
+            remaining, removed = await _until_done(args.timeout_s)(
+                client.decommission_node, args.node
+            )
+        except InvalidRequestError as exc:
+            raise _flag_error(exc, "node_id", "NODE") from None
+        if args.format == "json":
+            print(json.dumps({"node": args.node, "removed": removed, "remaining": remaining}))
+        elif removed:
+            print(f"node {args.node} decommissioned: it holds no replica and left the cluster")
+        if not removed:
+            print(
+                f"raftlog: error: node {args.node} still holds replicas of {remaining} "
+                f"partition(s) after {args.timeout_s:g}s (--timeout-s); the draining goes on",
+                file=sys.stderr,
+            )
+            return 1
+        return 0
+
+    return _run(args, go)
+
+
 def _cmd_partition_move(args: argparse.Namespace) -> int:
     """Exit 0 once the partition runs with exactly --replicas; 1 when refused or still
     moving after --timeout-s (the move goes on)."""
-    from tenacity import AsyncRetrying, retry_if_result, stop_after_delay, wait_fixed
-
     from raftlog.client.errors import InvalidRequestError
 
     topic, part = args.partition
 
     async def go(client: Any) -> int:
         # The first call starts the move; the same call again answers whether it is done.
-        poll = AsyncRetrying(
-            stop=stop_after_delay(args.timeout_s),
-            wait=wait_fixed(0.5),
-            retry=retry_if_result(lambda finished: not finished),
-            retry_error_callback=lambda state: False,  # still moving at the deadline
-        )
         try:
-            done = await poll(client.move_partition, topic, part, args.replicas)
+            done = await _until_done(args.timeout_s)(
+                client.move_partition, topic, part, args.replicas
+            )
         except InvalidRequestError as exc:
             raise _flag_error(exc, "replicas", "--replicas") from None
         replicas = ",".join(map(str, args.replicas))

@@ -8,13 +8,15 @@ One copy for those tests; the cluster itself comes from the shared launcher
 
 from __future__ import annotations
 
+import json
 import os
 import pathlib
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import Callable, Iterator
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import pytest
 
@@ -81,3 +83,9 @@ def read_partition(client: BlockingRaftlogClient, topic: str, partition: int) ->
         assert r.next_offset > offset, f"fetch at {offset} of {topic}/{partition} made no progress"
         offset = r.next_offset
     return out
+
+
+def node_health(address: str) -> dict[str, Any]:
+    """A node's ``/health`` document (plain HTTP on loopback, no token), in 5 s."""
+    with urllib.request.urlopen(f"http://{address}/health", timeout=5) as resp:
+        return json.loads(resp.read())

@@ -7,20 +7,14 @@ exit, and every acknowledged record reads back once.
 from __future__ import annotations
 
 import json
-import urllib.request
 
-from ops_helpers import ops_cluster, read_partition, run_cli, wait_until
+from ops_helpers import node_health, ops_cluster, read_partition, run_cli, wait_until
 
 from benchmarks.workloads.cluster_handle import ClusterHandle
 from raftlog.client import BlockingRaftlogClient, frame_records
 from raftlog.cluster import load_cluster
 
 __all__ = ["ops_cluster"]  # the fixture, imported for pytest
-
-
-def _health_json(address: str) -> dict:
-    with urllib.request.urlopen(f"http://{address}/health", timeout=5) as resp:
-        return json.loads(resp.read())
 
 
 def test_a_fourth_node_joins_takes_partitions_and_its_death_is_reported(
@@ -47,7 +41,7 @@ def test_a_fourth_node_joins_takes_partitions_and_its_death_is_reported(
     report = wait_until(healthy, 30.0, "a healthy 4-node cluster")
     assert {n["node_id"]: n["address"] for n in report["nodes"]}[4] == doc["address"]
     leader = report["controller_leader"]
-    assert "4" in _health_json(recorded.node(leader).address)["last_heard_ms"]
+    assert "4" in node_health(recorded.node(leader).address)["last_heard_ms"]
 
     # a new topic is placed over the four nodes; node 4 is preferred for one partition
     with BlockingRaftlogClient(old, request_timeout_s=30.0) as client:

@@ -2,7 +2,8 @@
 node joins (``raftlog local add-node``), a partition moves onto it, away from its
 leader, while a writer keeps producing; then an old node is killed, ``raftlog
 cluster health`` reports it with a nonzero exit, and every acknowledged record reads
-back exactly once, in order.
+back exactly once, in order. ``raftlog cluster decommission NODE`` drains a node the
+same way, under writes, and then removes it from the cluster.
 """
 
 from __future__ import annotations
@@ -11,11 +12,11 @@ import json
 import struct
 import threading
 
-from ops_helpers import ops_cluster, read_partition, run_cli, wait_until
+from ops_helpers import node_health, ops_cluster, read_partition, run_cli, wait_until
 
 from benchmarks.workloads.cluster_handle import ClusterHandle
 from raftlog.client import BlockingRaftlogClient, RaftlogError, frame_records
-from raftlog.cluster import load_cluster
+from raftlog.cluster import add_node, load_cluster
 
 __all__ = ["ops_cluster"]  # the fixture, imported for pytest
 
@@ -146,3 +147,74 @@ def test_partition_move_refuses_bad_targets_by_name(raftlog_cluster: ClusterHand
     r = run_cli(servers, "partition", "move", "stay/3", "--replicas", "1,2,3")
     assert r.returncode == 1 and "topic 'stay' has no partition 3" in r.stderr
     assert "Traceback" not in r.stderr
+
+
+def test_decommission_drains_a_node_under_writes_then_removes_it(
+    ops_cluster: ClusterHandle,
+) -> None:
+    cluster = ops_cluster
+    servers = list(cluster.servers)
+    add_node(cluster.data_dir)
+    with BlockingRaftlogClient(servers, request_timeout_s=30.0) as client:
+        client.create_topic(TOPIC, partitions=4, replication_factor=3)
+        controller = client.call(lambda c: c.metadata()).controller_leader
+        # a node that is not the controller's leader, and that holds partition 0
+        meta = client.describe_topic(TOPIC)
+        victim = next(n for n in meta.partitions[0].replicas if n != controller)
+        held = [p.partition for p in meta.partitions if victim in p.replicas]
+        writer = _Writer(servers)
+        writer.start()
+        try:
+            wait_until(lambda: len(writer.acked) >= 200, 30.0, "writes before the draining")
+            before = len(writer.acked)
+            r = run_cli(
+                servers, "cluster", "decommission", str(victim), "--format", "json",
+            )  # fmt: skip
+            assert r.returncode == 0, r.stdout + r.stderr
+            assert json.loads(r.stdout) == {"node": victim, "removed": True, "remaining": 0}
+            assert len(writer.acked) > before  # writes went on while it drained
+            after = len(writer.acked)
+            wait_until(lambda: len(writer.acked) >= after + 100, 30.0, "writes after it")
+        finally:
+            writer.stop.set()
+            writer.join(timeout=60)
+        assert not writer.is_alive() and writer.acked
+
+        meta = client.describe_topic(TOPIC)
+        assert all(victim not in p.replicas and len(p.replicas) == 3 for p in meta.partitions)
+        assert held  # it held partitions, now moved to the others
+        # the cluster no longer lists it: health counts the other three, all up
+        report = wait_until(
+            lambda: (
+                (h := run_cli(servers, "cluster", "health", "--format", "json")).returncode == 0
+                and json.loads(h.stdout)
+            ),
+            30.0,
+            "a healthy cluster without the node",
+        )
+        assert sorted(n["node_id"] for n in report["nodes"]) == sorted({1, 2, 3, 4} - {victim})
+        # the node itself learnt it: asked alone, it leaves itself out
+        alone = run_cli(
+            [recorded_address(cluster, victim)], "cluster", "health", "--format", "json"
+        )
+        assert victim not in [n["node_id"] for n in json.loads(alone.stdout)["nodes"]]
+        # the controller's leader no longer tracks it: it left the controller group
+        leader_seen = node_health(recorded_address(cluster, report["controller_leader"]))
+        assert str(victim) not in leader_seen["last_heard_ms"]
+        # new placements leave it out; asking again answers at once
+        client.create_topic("after", partitions=4, replication_factor=3)
+        assert all(victim not in p.replicas for p in client.describe_topic("after").partitions)
+        again = run_cli(servers, "cluster", "decommission", str(victim))
+        assert again.returncode == 0 and "decommissioned" in again.stdout
+
+        got = [struct.unpack("<Q", r)[0] for r in read_partition(client, TOPIC, 0)]
+        assert len(got) == len(set(got)) and got == sorted(got)
+        assert not set(writer.acked) - set(got), "acknowledged records lost"
+    bad = run_cli(servers, "cluster", "decommission", "9")
+    assert bad.returncode == 1 and "NODE: node 9 is not in the cluster (nodes: " in bad.stderr
+
+
+def recorded_address(cluster: ClusterHandle, node_id: int) -> str:
+    recorded = load_cluster(cluster.data_dir)
+    assert recorded is not None
+    return recorded.node(node_id).address

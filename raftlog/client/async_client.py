@@ -79,6 +79,8 @@ from raftlog.rpc.messages import (
     CreatePartitionsResponse,
     CreateTopicRequest,
     CreateTopicResponse,
+    DecommissionNodeRequest,
+    DecommissionNodeResponse,
     DeleteTopicRequest,
     DeleteTopicResponse,
     DescribeConfigsRequest,
@@ -500,6 +502,18 @@ class RaftlogClient:
             CompleteMoveRequest(topic, partition, list(replicas)), MovePartitionResponse
         )
         return resp.done
+
+    async def decommission_node(self, node_id: int) -> tuple[int, bool]:
+        """Drain node ``node_id`` and then remove it from the cluster, or, asked again,
+        learn how far that has got: (partitions still on it, removed). The controller
+        stops placing replicas on it and moves each of its partitions to another node
+        (as ``move_partition``, writes going on); once none is left, the node leaves the
+        controller group and the cluster. InvalidRequestError names a node that is not
+        in the cluster or a partition no other node can take."""
+        resp = await self._controller_call(
+            DecommissionNodeRequest(node_id), DecommissionNodeResponse
+        )
+        return resp.remaining, resp.removed
 
     async def metadata(self) -> MetadataResponse:
         """The raw cluster metadata (nodes, controller leader, topics)."""

@@ -221,6 +221,43 @@ class ControllerSnapshotV4:
     moves: list[PendingMove]
 
 
+@codec.register(219)
+@dataclasses.dataclass(frozen=True, slots=True)
+class DecommissionNodeCmd:
+    """Start draining ``node_id``: no new replica is placed on it, and its partitions
+    are moved away (a :class:`MovePartitionCmd` each). It stays a node of the cluster
+    (listed, reachable) until :class:`RemoveNodeCmd`."""
+
+    node_id: int = dataclasses.field(metadata={"range": (0, codec.I32_MAX)})
+
+
+@codec.register(220)
+@dataclasses.dataclass(frozen=True, slots=True)
+class RemoveNodeCmd:
+    """``node_id`` holds no replica and left the controller group: it is no longer a
+    node of the cluster (not listed, never placed on)."""
+
+    node_id: int = dataclasses.field(metadata={"range": (0, codec.I32_MAX)})
+
+
+@codec.register(221)
+@dataclasses.dataclass(frozen=True, slots=True)
+class ControllerSnapshotV5:
+    """V4 and the nodes being decommissioned or removed (after
+    :data:`SNAPSHOT_V5_MAGIC`)."""
+
+    next_group_id: int
+    topics: list[TopicAssignment]
+    configs: list[TopicOverrides]
+    nodes: list[RegisteredNode]
+    moves: list[PendingMove]
+    decommissioning: list[int]
+    removed: list[int]
+
+
+SNAPSHOT_V5_MAGIC = b"RLCTLv5\xff"
+"""Starts a V5 snapshot (negative as a V1 snapshot's first int64, as V2's magic)."""
+
 SNAPSHOT_V4_MAGIC = b"RLCTLv4\xff"
 """Starts a V4 snapshot (negative as a V1 snapshot's first int64, as V2's magic)."""
 
@@ -240,6 +277,8 @@ Command = (
     | RegisterNodeCmd
     | MovePartitionCmd
     | CompleteMoveCmd
+    | DecommissionNodeCmd
+    | RemoveNodeCmd
 )
 
 
@@ -268,7 +307,9 @@ def decode_command(batch: RecordBatch) -> Command:
         | CreatePartitionsCmd
         | RegisterNodeCmd
         | MovePartitionCmd
-        | CompleteMoveCmd,
+        | CompleteMoveCmd
+        | DecommissionNodeCmd
+        | RemoveNodeCmd,
     ):
         raise codec.CodecError(f"not a controller command: {type(msg).__name__}")
     return msg

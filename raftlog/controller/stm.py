@@ -5,12 +5,14 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
+from typing import Any
 
 from raftlog.controller import topic_config
 from raftlog.controller.commands import (
     SNAPSHOT_V2_MAGIC,
     SNAPSHOT_V3_MAGIC,
     SNAPSHOT_V4_MAGIC,
+    SNAPSHOT_V5_MAGIC,
     AlterTopicConfigCmd,
     Command,
     CompleteMoveCmd,
@@ -18,7 +20,9 @@ from raftlog.controller.commands import (
     ControllerSnapshotV2,
     ControllerSnapshotV3,
     ControllerSnapshotV4,
+    ControllerSnapshotV5,
     CreatePartitionsCmd,
+    DecommissionNodeCmd,
     DeleteTopicCmd,
     MovePartitionCmd,
     PartitionAssignment,
@@ -26,6 +30,7 @@ from raftlog.controller.commands import (
     PreferReplicaCmd,
     RegisteredNode,
     RegisterNodeCmd,
+    RemoveNodeCmd,
     TopicAssignment,
     TopicOverrides,
     config_values,
@@ -58,6 +63,10 @@ class ControllerStm:
 
     ``moves`` holds the partition moves in progress (group id -> target replicas):
     set by a move, ended by its completion (or the topic's deletion).
+
+    ``decommissioning`` are nodes being drained (never placed on; still nodes of the
+    cluster), ``removed`` nodes that left it (drained and out of the controller
+    group: no longer listed).
     """
 
     def __init__(self) -> None:
@@ -65,6 +74,8 @@ class ControllerStm:
         self.configs: dict[str, dict[str, str]] = {}
         self.nodes: dict[int, str] = {}
         self.moves: dict[int, list[int]] = {}
+        self.decommissioning: set[int] = set()
+        self.removed: set[int] = set()
         self.next_group_id = 1
         self.last_applied = -1
         self._listeners: list[Callable[[], None]] = []
@@ -98,6 +109,14 @@ class ControllerStm:
             return
         if isinstance(cmd, MovePartitionCmd | CompleteMoveCmd):
             self._apply_move(cmd)
+            return
+        if isinstance(cmd, DecommissionNodeCmd):
+            if cmd.node_id not in self.removed:
+                self.decommissioning.add(cmd.node_id)
+            return
+        if isinstance(cmd, RemoveNodeCmd):
+            self.decommissioning.discard(cmd.node_id)
+            self.removed.add(cmd.node_id)
             return
         if isinstance(cmd, AlterTopicConfigCmd):
             self._apply_alter(cmd)
@@ -234,8 +253,8 @@ class ControllerStm:
         return topic_config.effective(self.configs.get(name, {}))
 
     def snapshot(self) -> bytes:
-        return SNAPSHOT_V4_MAGIC + codec.encode(
-            ControllerSnapshotV4(
+        return SNAPSHOT_V5_MAGIC + codec.encode(
+            ControllerSnapshotV5(
                 self.next_group_id,
                 sorted(self.topics.values(), key=_name),
                 [
@@ -244,6 +263,8 @@ class ControllerStm:
                 ],
                 [RegisteredNode(n, a) for n, a in sorted(self.nodes.items())],
                 [PendingMove(g, list(r)) for g, r in sorted(self.moves.items())],
+                sorted(self.decommissioning),
+                sorted(self.removed),
             )
         )
 
@@ -252,31 +273,23 @@ class ControllerStm:
         and V2, from before registered nodes, have none)."""
         if not data:
             return
-        nodes: dict[int, str] = {}
-        moves: dict[int, list[int]] = {}
-        if data.startswith(SNAPSHOT_V4_MAGIC):
-            v4 = codec.decode(data[len(SNAPSHOT_V4_MAGIC) :], ControllerSnapshotV4)
-            snap = ControllerSnapshotV2(v4.next_group_id, v4.topics, v4.configs)
-            configs = {o.name: {c.key: c.value for c in o.configs} for o in snap.configs}
-            nodes = {n.node_id: n.address for n in v4.nodes}
-            moves = {m.group_id: list(m.replicas) for m in v4.moves}
-        elif data.startswith(SNAPSHOT_V3_MAGIC):
-            v3 = codec.decode(data[len(SNAPSHOT_V3_MAGIC) :], ControllerSnapshotV3)
-            snap = ControllerSnapshotV2(v3.next_group_id, v3.topics, v3.configs)
-            configs = {o.name: {c.key: c.value for c in o.configs} for o in snap.configs}
-            nodes = {n.node_id: n.address for n in v3.nodes}
-        elif data.startswith(SNAPSHOT_V2_MAGIC):
-            snap = codec.decode(data[len(SNAPSHOT_V2_MAGIC) :], ControllerSnapshotV2)
-            configs = {o.name: {c.key: c.value for c in o.configs} for o in snap.configs}
+        snap: Any = None
+        for magic, form in _SNAPSHOT_FORMS:
+            if data.startswith(magic):
+                snap = codec.decode(data[len(magic) :], form)
+                break
         else:
             old = codec.decode_body(ControllerSnapshot, data)
             snap = ControllerSnapshotV2(old.next_group_id, old.topics, [])
-            configs = {}
+        # what an older form lacks is empty
+        configs = {o.name: {c.key: c.value for c in o.configs} for o in snap.configs}
         self.topics = {t.name: t for t in snap.topics}
         self.configs = {n: c for n, c in configs.items() if c and n in self.topics}
         self.next_group_id = snap.next_group_id
-        self.nodes = nodes
-        self.moves = moves
+        self.nodes = {n.node_id: n.address for n in getattr(snap, "nodes", [])}
+        self.moves = {m.group_id: list(m.replicas) for m in getattr(snap, "moves", [])}
+        self.decommissioning = set(getattr(snap, "decommissioning", []))
+        self.removed = set(getattr(snap, "removed", []))
         self._notify()
 
     def assignments_for(
@@ -322,6 +335,15 @@ class ControllerStm:
         for offset, fut in list(self._waiters):
             if offset <= self.last_applied and not fut.done():
                 fut.set_result(None)
+
+
+# Framed snapshot forms, newest first: (magic, message type).
+_SNAPSHOT_FORMS: tuple[tuple[bytes, type], ...] = (
+    (SNAPSHOT_V5_MAGIC, ControllerSnapshotV5),
+    (SNAPSHOT_V4_MAGIC, ControllerSnapshotV4),
+    (SNAPSHOT_V3_MAGIC, ControllerSnapshotV3),
+    (SNAPSHOT_V2_MAGIC, ControllerSnapshotV2),
+)
 
 
 def _name(t: TopicAssignment) -> str:

@@ -45,7 +45,13 @@ import time
 from typing import Any
 
 from aiohttp import web
-from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_delay, wait_fixed
+from tenacity import (
+    AsyncRetrying,
+    retry_if_exception_type,
+    retry_if_result,
+    stop_after_delay,
+    wait_fixed,
+)
 
 from raftlog.controller import (
     CONTROLLER_GROUP,
@@ -54,11 +60,13 @@ from raftlog.controller import (
     ControllerStm,
     CreatePartitionsCmd,
     CreateTopicCmd,
+    DecommissionNodeCmd,
     DeleteTopicCmd,
     MovePartitionCmd,
     PartitionAssignment,
     PreferReplicaCmd,
     RegisterNodeCmd,
+    RemoveNodeCmd,
     TopicAssignment,
     command_batch,
     config_values,
@@ -85,6 +93,8 @@ from raftlog.rpc.messages import (
     CreatePartitionsResponse,
     CreateTopicRequest,
     CreateTopicResponse,
+    DecommissionNodeRequest,
+    DecommissionNodeResponse,
     DeleteTopicRequest,
     DeleteTopicResponse,
     DescribeConfigsRequest,
@@ -133,6 +143,11 @@ DEFAULT_RETENTION_CHECK_INTERVAL_MS = 10_000
 LEADERSHIP_TRANSFER_WAIT_S = 8.0
 # How often the leader of a moving partition takes the move's next step.
 MOVE_STEP_INTERVAL_S = 0.2
+# How long a decommission waits for the leaving node to learn it was removed, and how
+# many ticks after it matched the log a reply must come (a heartbeat that carried the
+# commit index was answered).
+DECOMMISSION_CATCH_UP_S = 3.0
+HEARD_AFTER_TICKS = 3
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -808,13 +823,14 @@ class Node:
         self._require_controller_leader()
         existing = self.controller_stm.topics.get(req.name)
         if existing is None:
-            rf = min(req.replication_factor, len(self.config.peers))
+            placeable = self._placeable_nodes()
+            rf = min(req.replication_factor, len(placeable))
             await self._replicate_controller(
                 CreateTopicCmd(
                     req.name,
                     partitions,
                     rf,
-                    sorted(self.config.peers),
+                    placeable,
                     req.schema,
                     config_values(overrides),
                 )
@@ -918,7 +934,7 @@ class Node:
             )
         if req.partitions > have:
             await self._replicate_controller(
-                CreatePartitionsCmd(req.name, req.partitions, sorted(self.config.peers))
+                CreatePartitionsCmd(req.name, req.partitions, self._placeable_nodes())
             )
         topic = self.controller_stm.topics.get(req.name)
         if topic is None:
@@ -947,8 +963,8 @@ class Node:
             await self._replicate_controller(RegisterNodeCmd(req.node_id, req.address))
             self._learn_nodes()  # the listener does it too: the learner needs it now
         if req.node_id not in self.controller.configuration.members:
-            await self._add_controller_member(req.node_id)
-        return RegisterNodeResponse([NodeInfo(i, a) for i, a in sorted(self.config.peers.items())])
+            await self._change_controller_members(req.node_id, add=True)
+        return RegisterNodeResponse(self._node_infos())
 
     async def move_partition(self, req: MovePartitionRequest) -> MovePartitionResponse:
         """Start a move of a partition's replicas through the controller (see
@@ -967,12 +983,13 @@ class Node:
                 ErrorCode.INVALID_REQUEST,
                 f"replicas: node(s) {','.join(map(str, repeated))} listed twice",
             )
-        unknown = [n for n in target if n not in self.config.peers]
+        placeable = self._placeable_nodes()
+        unknown = [n for n in target if n not in placeable]
         if unknown:
             raise RequestError(
                 ErrorCode.INVALID_REQUEST,
                 f"replicas: node(s) {','.join(map(str, unknown))} are not in the cluster "
-                f"(nodes: {','.join(map(str, sorted(self.config.peers)))})",
+                f"(nodes: {','.join(map(str, placeable))})",
             )
         self._require_controller_leader()
         pending = self.controller_stm.moves.get(part.group_id)
@@ -1025,6 +1042,106 @@ class Node:
             request_timeout_s=30.0,
         )
 
+    def _node_infos(self) -> list[NodeInfo]:
+        """The nodes of the cluster as clients are told them (removed ones left out)."""
+        gone = self.controller_stm.removed
+        return [NodeInfo(i, a) for i, a in sorted(self.config.peers.items()) if i not in gone]
+
+    def _placeable_nodes(self) -> list[int]:
+        """The nodes new replicas may go to: neither removed nor being drained."""
+        out = set(self.config.peers) - self.controller_stm.removed
+        return sorted(out - self.controller_stm.decommissioning)
+
+    async def decommission_node(self, req: DecommissionNodeRequest) -> DecommissionNodeResponse:
+        """Drain a node through the controller, then remove it; repeated, it answers how
+        far that has got (the CLI polls it). Its partitions are moved (``_move_loop``)
+        to the node with the fewest replicas that does not hold them, which takes the
+        leaving node's place in the replica list (its preference included). When none
+        is left, the node leaves the controller group and is recorded as removed."""
+        node = req.node_id
+        if node not in self.config.peers:
+            raise RequestError(
+                ErrorCode.INVALID_REQUEST,
+                f"node_id: node {node} is not in the cluster "
+                f"(nodes: {','.join(str(n.node_id) for n in self._node_infos())})",
+            )
+        # only the controller's leader answers, also for a removed node: it alone knows
+        # whether the node has left the controller group yet
+        self._require_controller_leader()
+        if node == self.node_id:
+            # the controller's leader leaves last: hand the leadership over, and let the
+            # client ask the new leader (NOT_LEADER is retried)
+            others = [v for v in self.controller.configuration.voters if v != node]
+            if others:
+                with contextlib.suppress(Exception):
+                    await asyncio.wait_for(self.controller.transfer_leadership(others[0]), 5.0)
+            raise self._controller_moved(self.controller.not_leader_error())
+        if node not in self.controller_stm.removed:
+            if node not in self.controller_stm.decommissioning:
+                await self._replicate_controller(DecommissionNodeCmd(node))
+            remaining = await self._drain(node)
+            if remaining:
+                return DecommissionNodeResponse(remaining, False)
+            # Recorded first, while the node still gets the controller's log: it learns
+            # it was removed (its own metadata leaves it out, so a client that still asks
+            # it is not told of it); then it leaves the controller group.
+            await self._replicate_controller(RemoveNodeCmd(node))
+            await self._until_caught_up(node, DECOMMISSION_CATCH_UP_S)
+        if node in self.controller.configuration.members:
+            await self._change_controller_members(node, add=False)
+        return DecommissionNodeResponse(0, True)
+
+    async def _until_caught_up(self, node: int, timeout_s: float) -> None:
+        """Wait (bounded; a node that is down is not waited for longer) until ``node``
+        has applied the controller's log up to its commit index: it matched it, then
+        answered heartbeats sent after that (which carry the commit index)."""
+        matched_at: list[int] = []
+
+        async def behind() -> bool:
+            core = self.controller.core
+            p = core.progress.get(node)
+            if p is None:
+                return False
+            if not matched_at:
+                if p.match_offset < self.controller.commit_index:
+                    return True
+                matched_at.append(core.ticks)
+            return p.last_heard_tick < matched_at[0] + HEARD_AFTER_TICKS
+
+        await AsyncRetrying(
+            stop=stop_after_delay(timeout_s),
+            wait=wait_fixed(0.05),
+            retry=retry_if_result(bool),
+            retry_error_callback=lambda _state: True,  # not caught up in time: go on
+        )(behind)
+
+    async def _drain(self, node: int) -> int:
+        """Start a move away from ``node`` of each partition on it that is not moving
+        yet; the number of partitions with a replica on it."""
+        load: dict[int, int] = dict.fromkeys(self._placeable_nodes(), 0)
+        on_node: list[tuple[TopicAssignment, PartitionAssignment]] = []
+        for t in self.controller_stm.topics.values():
+            for p in t.partitions:
+                for r in p.replicas:
+                    if r in load:
+                        load[r] += 1
+                if node in p.replicas:
+                    on_node.append((t, p))
+        for t, p in on_node:
+            if p.group_id in self.controller_stm.moves:
+                continue  # moving already (this drain's, or an operator's)
+            spare = sorted((n for n in load if n not in p.replicas), key=lambda n: (load[n], n))
+            if not spare:
+                raise RequestError(
+                    ErrorCode.INVALID_REQUEST,
+                    f"node_id: node {node} cannot leave: {t.name}/{p.partition} already has a "
+                    f"replica on every other node ({','.join(map(str, p.replicas))})",
+                )
+            target = [spare[0] if r == node else r for r in p.replicas]
+            load[spare[0]] += 1
+            await self.move_partition(MovePartitionRequest(t.name, p.partition, target))
+        return len(on_node)
+
     async def _move_loop(self) -> None:
         """Carry out the moves of the partitions this node leads, a step each round
         (``PartitionReplica.move_step``: learners first, promoted once caught up, then
@@ -1056,9 +1173,10 @@ class Node:
             if client is not None:
                 await client.close()
 
-    async def _add_controller_member(self, node: int) -> None:
-        """Add ``node`` to the controller group as a learner (one configuration change at
-        a time: retried while another, e.g. a promotion, is in flight)."""
+    async def _change_controller_members(self, node: int, *, add: bool) -> None:
+        """Add ``node`` to the controller group as a learner, or remove it (one
+        configuration change at a time: retried while another, e.g. a promotion, is in
+        flight)."""
         from raftlog.raft.errors import ConfigurationChangeError, NotLeaderError
 
         try:
@@ -1069,16 +1187,23 @@ class Node:
                 reraise=True,
             ):
                 with attempt:
-                    if node in self.controller.configuration.members:
+                    if (node in self.controller.configuration.members) == add:
                         return
-                    await asyncio.wait_for(self.controller.add_member(node), 10.0)
+                    change = (
+                        self.controller.add_member(node)
+                        if add
+                        else self.controller.remove_member(node)
+                    )
+                    await asyncio.wait_for(change, 10.0)
         except NotLeaderError as exc:
             raise self._controller_moved(exc) from exc
         except ConfigurationChangeError as exc:
-            raise RequestError(ErrorCode.TIMEOUT, f"adding node {node}: {exc}") from exc
+            raise RequestError(ErrorCode.TIMEOUT, f"controller member {node}: {exc}") from exc
         except TimeoutError as exc:
             raise RequestError(
-                ErrorCode.TIMEOUT, f"adding node {node} to the controller did not commit in 10s"
+                ErrorCode.TIMEOUT,
+                f"{'adding' if add else 'removing'} node {node} (controller group) did not "
+                "commit in 10s",
             ) from exc
 
     def _assignment(
@@ -1113,7 +1238,7 @@ class Node:
         return MetadataResponse(
             self.node_id,
             self._controller_leader(),
-            [NodeInfo(i, a) for i, a in sorted(self.config.peers.items())],
+            self._node_infos(),
             [self._topic_info(t, remote) for t in topics],
         )
 
@@ -1278,6 +1403,7 @@ _CLIENT_HANDLERS: dict[type, Any] = {
     RegisterNodeRequest: Node.register_node,
     MovePartitionRequest: Node.move_partition,
     CompleteMoveRequest: Node.complete_move,
+    DecommissionNodeRequest: Node.decommission_node,
 }
 
 

@@ -439,6 +439,22 @@ class CompleteMoveRequest:
     replicas: list[int] = dataclasses.field(default_factory=list)
 
 
+@register(73)
+@dataclasses.dataclass(frozen=True, slots=True)
+class DecommissionNodeRequest:
+    """Drain a node (its partitions moved away), then remove it from the cluster. Sent
+    again, it answers how far that has got."""
+
+    node_id: int = dataclasses.field(metadata={"range": (0, I32_MAX)})
+
+
+@register(74)
+@dataclasses.dataclass(frozen=True, slots=True)
+class DecommissionNodeResponse:
+    remaining: int  # partitions that still have a replica on the node
+    removed: bool  # the node is no longer a node of the cluster
+
+
 CLIENT_ROUTES: dict[type, str] = {
     MetadataRequest: "metadata",
     CreateTopicRequest: "create_topic",
@@ -459,5 +475,6 @@ CLIENT_ROUTES: dict[type, str] = {
     RegisterNodeRequest: "register_node",
     MovePartitionRequest: "move_partition",
     CompleteMoveRequest: "complete_move",
+    DecommissionNodeRequest: "decommission_node",
 }
 """Client request type -> route name under ``/v1/`` (client and server share it)."""

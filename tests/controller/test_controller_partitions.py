@@ -13,15 +13,17 @@ from raftlog.controller import (
     ControllerStm,
     CreatePartitionsCmd,
     CreateTopicCmd,
+    DecommissionNodeCmd,
     DeleteTopicCmd,
     MovePartitionCmd,
     PreferReplicaCmd,
     RegisterNodeCmd,
+    RemoveNodeCmd,
     command_batch,
 )
 from raftlog.controller.commands import (
     SNAPSHOT_V2_MAGIC,
-    SNAPSHOT_V4_MAGIC,
+    SNAPSHOT_V5_MAGIC,
     ControllerSnapshotV2,
     decode_command,
 )
@@ -123,7 +125,7 @@ def test_registered_nodes_are_kept_in_order_and_in_snapshots() -> None:
     _apply(stm, RegisterNodeCmd(4, "127.0.0.1:9444"))  # re-registered: its new address
     assert stm.nodes == {4: "127.0.0.1:9444", 5: "127.0.0.1:9005"}
     snap = stm.snapshot()
-    assert snap.startswith(SNAPSHOT_V4_MAGIC)
+    assert snap.startswith(SNAPSHOT_V5_MAGIC)
     copy = ControllerStm()
     copy.restore(snap)
     assert copy.nodes == stm.nodes
@@ -166,3 +168,17 @@ def test_a_bad_move_changes_nothing_and_a_deleted_topic_ends_its_move() -> None:
     _apply(stm, MovePartitionCmd("t", 0, [1, 2, 4]))
     _apply(stm, DeleteTopicCmd("t"))
     assert stm.moves == {} and "t" not in stm.topics
+
+
+def test_decommissioning_then_removed_nodes_are_kept_in_snapshots() -> None:
+    stm = ControllerStm()
+    _apply(stm, DecommissionNodeCmd(2))
+    assert stm.decommissioning == {2} and stm.removed == set()
+    copy = ControllerStm()
+    copy.restore(stm.snapshot())
+    assert copy.decommissioning == {2}
+    _apply(stm, RemoveNodeCmd(2), DecommissionNodeCmd(2))  # a late repeat: stays removed
+    assert stm.decommissioning == set() and stm.removed == {2}
+    copy = ControllerStm()
+    copy.restore(stm.snapshot())
+    assert copy.removed == {2} and copy.decommissioning == set()
