@@ -12,6 +12,7 @@ import json
 import struct
 import threading
 
+import pytest
 from ops_helpers import node_health, ops_cluster, read_partition, run_cli, wait_until
 
 from benchmarks.workloads.cluster_handle import ClusterHandle
@@ -149,8 +150,9 @@ def test_partition_move_refuses_bad_targets_by_name(raftlog_cluster: ClusterHand
     assert "Traceback" not in r.stderr
 
 
+@pytest.mark.parametrize("which", ["a follower of the controller", "the controller's leader"])
 def test_decommission_drains_a_node_under_writes_then_removes_it(
-    ops_cluster: ClusterHandle,
+    ops_cluster: ClusterHandle, which: str
 ) -> None:
     cluster = ops_cluster
     servers = list(cluster.servers)
@@ -158,9 +160,11 @@ def test_decommission_drains_a_node_under_writes_then_removes_it(
     with BlockingRaftlogClient(servers, request_timeout_s=30.0) as client:
         client.create_topic(TOPIC, partitions=4, replication_factor=3)
         controller = client.call(lambda c: c.metadata()).controller_leader
-        # a node that is not the controller's leader, and that holds partition 0
         meta = client.describe_topic(TOPIC)
-        victim = next(n for n in meta.partitions[0].replicas if n != controller)
+        if which == "the controller's leader":
+            victim = controller  # hands the controller's leadership over, then leaves
+        else:  # a node that is not the controller's leader
+            victim = next(n for n in (1, 2, 3, 4) if n != controller)
         held = [p.partition for p in meta.partitions if victim in p.replicas]
         writer = _Writer(servers)
         writer.start()
@@ -210,6 +214,8 @@ def test_decommission_drains_a_node_under_writes_then_removes_it(
         got = [struct.unpack("<Q", r)[0] for r in read_partition(client, TOPIC, 0)]
         assert len(got) == len(set(got)) and got == sorted(got)
         assert not set(writer.acked) - set(got), "acknowledged records lost"
+        if which == "the controller's leader":
+            assert report["controller_leader"] != victim
     bad = run_cli(servers, "cluster", "decommission", "9")
     assert bad.returncode == 1 and "NODE: node 9 is not in the cluster (nodes: " in bad.stderr
 
