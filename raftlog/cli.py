@@ -209,8 +209,9 @@ def build_parser() -> argparse.ArgumentParser:
         description="No new replica goes to the node; each of its partitions moves to the "
         "node with the fewest replicas (as `partition move`, writes going on); then the "
         "node leaves the controller group and the cluster's node list. Waits until it is "
-        "removed (--timeout-s); an interrupted wait leaves the draining going on. The "
-        "node's process keeps running until you stop it.",
+        "removed (--timeout-s); an interrupted wait leaves the draining going on. A node "
+        "of the local cluster ($RAFTLOG_HOME) is then stopped and dropped from its "
+        "cluster.json; any other node's process keeps running until you stop it.",
     )
     decommission.add_argument("node", type=_non_negative_int("NODE"), metavar="NODE")
     decommission.add_argument(
@@ -849,6 +850,7 @@ def _cmd_cluster_decommission(args: argparse.Namespace) -> int:
     from raftlog.client.errors import InvalidRequestError
 
     async def go(client: Any) -> int:
+        known = {n.node_id: n.address for n in (await client.metadata()).nodes}
         # The first call starts the draining; the same call again says how far it got.
         try:
             remaining, removed = await _until_done(args.timeout_s)(
@@ -856,10 +858,19 @@ def _cmd_cluster_decommission(args: argparse.Namespace) -> int:
             )
         except InvalidRequestError as exc:
             raise _flag_error(exc, "node_id", "NODE") from None
+        stopped = _forget_local_node(args.node, known.get(args.node)) if removed else None
         if args.format == "json":
-            print(json.dumps({"node": args.node, "removed": removed, "remaining": remaining}))
+            doc = {"node": args.node, "removed": removed, "remaining": remaining}
+            if stopped is not None:
+                doc["stopped_pid"] = stopped
+            print(json.dumps(doc))
         elif removed:
             print(f"node {args.node} decommissioned: it holds no replica and left the cluster")
+            if stopped is not None:
+                print(
+                    f"stopped its process (pid {stopped}) and dropped it from the local "
+                    "cluster's cluster.json"
+                )
         if not removed:
             print(
                 f"raftlog: error: node {args.node} still holds replicas of {remaining} "
@@ -870,6 +881,20 @@ def _cmd_cluster_decommission(args: argparse.Namespace) -> int:
         return 0
 
     return _run(args, go)
+
+
+def _forget_local_node(node_id: int, address: str | None) -> int | None:
+    """When the decommissioned node is one of the recorded local cluster's (same id and
+    address), stop it and drop it from cluster.json, so that ``local start`` does not
+    start it again; its PID, else None."""
+    from raftlog.cluster import forget_node, load_cluster
+
+    recorded = load_cluster()
+    if recorded is None or address is None:
+        return None
+    if not any(n.node_id == node_id and n.address == address for n in recorded.nodes):
+        return None
+    return forget_node(recorded.data_dir, node_id).pid
 
 
 def _cmd_partition_move(args: argparse.Namespace) -> int:

@@ -620,6 +620,29 @@ def add_node(
         time.sleep(0.1)
 
 
+def forget_node(
+    data_dir: str | os.PathLike[str], node_id: int, timeout_s: float = 10.0
+) -> NodeProcess:
+    """Stop node ``node_id`` of the local cluster in ``data_dir`` by its PID and drop it
+    from cluster.json (its data directory stays): for a node decommissioned from the
+    cluster, which ``local start`` must not start again. ClusterError when the cluster
+    or the node is not recorded there."""
+    root = pathlib.Path(data_dir).resolve()
+    with _locked(root):
+        cluster = load_cluster(root)
+        if cluster is None:
+            raise ClusterError(f"no local cluster in {root}")
+        try:
+            node = cluster.node(node_id)
+        except KeyError as exc:
+            raise ClusterError(str(exc.args[0])) from None
+        if _is_our_node(node):
+            _stop_nodes([node], timeout_s)
+        cluster.nodes = [n for n in cluster.nodes if n.node_id != node_id]
+        _write_state(root, cluster)
+        return node
+
+
 def restart_node(cluster: LocalCluster, node_id: int) -> NodeProcess:
     """Start a stopped node again with its recorded argv; updates cluster.json."""
     root = pathlib.Path(cluster.data_dir)

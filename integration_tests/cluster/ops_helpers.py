@@ -29,11 +29,14 @@ CLI_TIMEOUT_S = 60
 
 
 def run_cli(
-    servers: list[str], *args: str, timeout_s: float = CLI_TIMEOUT_S
+    servers: list[str], *args: str, timeout_s: float = CLI_TIMEOUT_S, home: str | None = None
 ) -> subprocess.CompletedProcess[str]:
-    """``python -m raftlog ARGS`` with ``RAFTLOG_SERVERS`` set to ``servers``; never raises
-    on a nonzero exit (tests assert on it), bounded by ``timeout_s``."""
+    """``python -m raftlog ARGS`` with ``RAFTLOG_SERVERS`` set to ``servers`` (and
+    ``RAFTLOG_HOME``, the local cluster's directory, to ``home`` when given); never
+    raises on a nonzero exit (tests assert on it), bounded by ``timeout_s``."""
     env = dict(os.environ, RAFTLOG_SERVERS=",".join(servers))
+    if home is not None:
+        env["RAFTLOG_HOME"] = home
     env.pop("RAFTLOG_AUTH_TOKEN", None)
     return subprocess.run(
         [sys.executable, "-m", "raftlog", *args],

@@ -17,7 +17,7 @@ from ops_helpers import node_health, ops_cluster, read_partition, run_cli, wait_
 
 from benchmarks.workloads.cluster_handle import ClusterHandle
 from raftlog.client import BlockingRaftlogClient, RaftlogError, frame_records
-from raftlog.cluster import add_node, load_cluster
+from raftlog.cluster import add_node, load_cluster, pid_alive, start_cluster
 
 __all__ = ["ops_cluster"]  # the fixture, imported for pytest
 
@@ -171,11 +171,23 @@ def test_decommission_drains_a_node_under_writes_then_removes_it(
         try:
             wait_until(lambda: len(writer.acked) >= 200, 30.0, "writes before the draining")
             before = len(writer.acked)
+            victim_node = load_cluster(cluster.data_dir).node(victim)  # type: ignore[union-attr]
+            # told the local cluster's directory (the follower case), the command also
+            # stops the node and drops it from cluster.json; else the node runs on
+            local = which == "a follower of the controller"
             r = run_cli(
                 servers, "cluster", "decommission", str(victim), "--format", "json",
+                home=str(cluster.data_dir) if local else str(cluster.data_dir / "elsewhere"),
             )  # fmt: skip
             assert r.returncode == 0, r.stdout + r.stderr
-            assert json.loads(r.stdout) == {"node": victim, "removed": True, "remaining": 0}
+            expected = {"node": victim, "removed": True, "remaining": 0}
+            if local:
+                expected["stopped_pid"] = victim_node.pid
+            assert json.loads(r.stdout) == expected
+            assert pid_alive(victim_node.pid) != local
+            recorded = load_cluster(cluster.data_dir)
+            assert recorded is not None
+            assert (victim in [n.node_id for n in recorded.nodes]) != local
             assert len(writer.acked) > before  # writes went on while it drained
             after = len(writer.acked)
             wait_until(lambda: len(writer.acked) >= after + 100, 30.0, "writes after it")
@@ -197,19 +209,24 @@ def test_decommission_drains_a_node_under_writes_then_removes_it(
             "a healthy cluster without the node",
         )
         assert sorted(n["node_id"] for n in report["nodes"]) == sorted({1, 2, 3, 4} - {victim})
-        # the node itself learnt it: asked alone, it leaves itself out
-        alone = run_cli(
-            [recorded_address(cluster, victim)], "cluster", "health", "--format", "json"
-        )
-        assert victim not in [n["node_id"] for n in json.loads(alone.stdout)["nodes"]]
+        if not local:
+            # the node learnt it was removed: asked alone, it leaves itself out
+            alone = run_cli([victim_node.address], "cluster", "health", "--format", "json")
+            assert victim not in [n["node_id"] for n in json.loads(alone.stdout)["nodes"]]
         # the controller's leader no longer tracks it: it left the controller group
-        leader_seen = node_health(recorded_address(cluster, report["controller_leader"]))
+        leader_seen = node_health(
+            load_cluster(cluster.data_dir).node(report["controller_leader"]).address
+        )  # type: ignore[union-attr]
         assert str(victim) not in leader_seen["last_heard_ms"]
         # new placements leave it out; asking again answers at once
         client.create_topic("after", partitions=4, replication_factor=3)
         assert all(victim not in p.replicas for p in client.describe_topic("after").partitions)
         again = run_cli(servers, "cluster", "decommission", str(victim))
         assert again.returncode == 0 and "decommissioned" in again.stdout
+        if local:
+            # `local start` finds every recorded node serving: nothing to start, none down
+            restarted = start_cluster(cluster.data_dir, timeout_s=30.0)
+            assert restarted.started == [] and restarted.down == []
 
         got = [struct.unpack("<Q", r)[0] for r in read_partition(client, TOPIC, 0)]
         assert len(got) == len(set(got)) and got == sorted(got)
@@ -218,9 +235,3 @@ def test_decommission_drains_a_node_under_writes_then_removes_it(
             assert report["controller_leader"] != victim
     bad = run_cli(servers, "cluster", "decommission", "9")
     assert bad.returncode == 1 and "NODE: node 9 is not in the cluster (nodes: " in bad.stderr
-
-
-def recorded_address(cluster: ClusterHandle, node_id: int) -> str:
-    recorded = load_cluster(cluster.data_dir)
-    assert recorded is not None
-    return recorded.node(node_id).address
