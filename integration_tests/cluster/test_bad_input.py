@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import struct
+
 import aiohttp
 import pytest
 
@@ -14,13 +16,27 @@ from raftlog.client import (
 )
 from raftlog.raft.messages import APPEND_FAILURE, AppendEntriesReply, AppendEntriesRequest
 from raftlog.rpc import codec
-from raftlog.rpc.messages import ErrorResponse, ProduceBatch, ProduceRequest
+from raftlog.rpc.messages import ErrorCode, ErrorResponse, ProduceBatch, ProduceRequest
+from raftlog.rpc.peer import STREAM_PATH, split_frame
 from raftlog.storage.batch import RecordBatch
 
 
 async def _post(address: str, path: str, body: bytes) -> tuple[int, bytes]:
     async with aiohttp.ClientSession() as s, s.post(f"http://{address}{path}", data=body) as r:
         return r.status, await r.read()
+
+
+async def _peer_call(address: str, message: bytes) -> object:
+    """One request on a raw replication stream (id 1); the decoded reply."""
+    async with (
+        aiohttp.ClientSession() as s,
+        s.ws_connect(f"ws://{address}{STREAM_PATH}") as ws,
+    ):
+        await ws.send_bytes(struct.pack("<Q", 1) + message)
+        frame = await ws.receive(timeout=10.0)
+        request_id, reply = split_frame(frame.data)
+        assert request_id == 1
+        return codec.decode(reply)
 
 
 async def test_bad_input_is_rejected_and_the_node_keeps_serving(raftlog_cluster) -> None:
@@ -38,9 +54,9 @@ async def test_bad_input_is_rejected_and_the_node_keeps_serving(raftlog_cluster)
         err = codec.decode(body)
         assert isinstance(err, ErrorResponse)
         assert "malformed produce body" in err.message and "truncated" in err.message
-        status, body = await _post(addr, "/raft/append_entries", b"\x64\x00garbage")
-        assert status == 400
-        assert "AppendEntriesRequest" in codec.decode(body).message
+        err = await _peer_call(addr, b"\x64\x00garbage")
+        assert isinstance(err, ErrorResponse) and err.code == ErrorCode.INVALID_REQUEST
+        assert "AppendEntriesRequest" in err.message
         status, _ = await _post(addr, "/v1/produce", b"")
         assert status == 400
 
@@ -66,11 +82,8 @@ async def test_bad_input_is_rejected_and_the_node_keeps_serving(raftlog_cluster)
             gid, leader, follower, 0, first.base_offset, 0, 0, True,
             [RecordBatch.create(b"stale", 1).stamped(first.base_offset + 1, 0)],
         )  # fmt: skip
-        status, body = await _post(
-            raftlog_cluster.address(follower), "/raft/append_entries", codec.encode(stale)
-        )
-        assert status == 200
-        reply = codec.decode(body, AppendEntriesReply)
+        reply = await _peer_call(raftlog_cluster.address(follower), codec.encode(stale))
+        assert isinstance(reply, AppendEntriesReply)
         assert reply.result == APPEND_FAILURE and reply.term >= 1
 
         # still serving, nothing lost

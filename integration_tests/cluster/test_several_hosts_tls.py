@@ -43,9 +43,9 @@ from raftlog.client import (
     frame_records,
     unframe_records,
 )
-from raftlog.raft import messages as m
 from raftlog.rpc import codec
 from raftlog.rpc.messages import ErrorResponse, MetadataRequest, MetadataResponse
+from raftlog.rpc.peer import STREAM_PATH
 
 TIMEOUT_S = 10.0
 
@@ -151,27 +151,19 @@ def test_the_peer_token_is_refused_on_client_routes(secure: SecureCluster) -> No
     assert "refuses the peer token" in str(info.value), info.value
 
 
-def test_the_client_token_is_refused_on_a_peer_route(secure: SecureCluster) -> None:
-    # a valid prevote, so that only the token can refuse it
-    body = codec.encode(
-        m.VoteRequest(
-            group=0,
-            source_node=2,
-            target_node=1,
-            term=1,
-            prevote=True,
-            last_log_offset=0,
-            last_log_term=0,
-            leadership_transfer=False,
-        )
-    )
-    status, reply = _request(secure, "POST", "/raft/vote", body, token=CLIENT_TOKEN)
+def test_the_client_token_is_refused_on_the_replication_stream(secure: SecureCluster) -> None:
+    # the auth check runs before the WebSocket handshake is looked at: a plain GET is
+    # refused for its token alone, and the peer token gets past it (to the 400 of a
+    # request that is no WebSocket upgrade)
+    status, reply = _request(secure, "GET", STREAM_PATH, token=CLIENT_TOKEN)
     assert status == 403
     message = codec.decode(reply, ErrorResponse).message
     assert "refuses the client token" in message and "--peer-token" in message
-    status, reply = _request(secure, "POST", "/raft/vote", body)
+    status, reply = _request(secure, "GET", STREAM_PATH)
     assert status == 401
     assert "none was sent" in codec.decode(reply, ErrorResponse).message
+    status, _ = _request(secure, "GET", STREAM_PATH, token=PEER_TOKEN)
+    assert status == 400
 
 
 @pytest.mark.parametrize("path", ["/health", "/metrics"])

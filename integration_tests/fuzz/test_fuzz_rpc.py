@@ -2,10 +2,12 @@
 
 Bodies start as valid codec encodings of every client and peer request, then
 are truncated, bit-flipped, spliced with random bytes, cut and extended, or
-replaced by random bytes, and POSTed to every ``/v1/*`` and ``/raft/*`` route
-(any body to any route). Only bodies the codec rejects for that route are
-sent (a mutation that still decodes is a valid request, not bad input). Each
-must get a 4xx with a framed ErrorResponse whose message names the problem;
+replaced by random bytes, and POSTed to every ``/v1/*`` route (any body to
+any route) or sent as one frame on the replication stream (``/raft/stream``).
+Only bodies the codec rejects for that route are sent (a mutation that still
+decodes is a valid request, not bad input; on the stream, any peer request is
+valid). Each must get a 4xx (on the stream: an INVALID_REQUEST reply under its
+request id) with a framed ErrorResponse whose message names the problem;
 the node stays up and answers in time (every request has a client timeout);
 and the log is unchanged: the topics and every partition's high watermark
 are what they were before. A node started with ``--auth-token`` (and a peer
@@ -15,11 +17,14 @@ requests without it, and changes nothing.
 
 from __future__ import annotations
 
+import asyncio
 import http.client
 import pathlib
 import signal
+import struct
 from collections.abc import Iterator
 
+import aiohttp
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -41,6 +46,7 @@ from raftlog.rpc.messages import (
     DeleteTopicRequest,
     DescribeConfigsRequest,
     EndTxnRequest,
+    ErrorCode,
     ErrorResponse,
     FetchRequest,
     InitProducerRequest,
@@ -55,15 +61,16 @@ from raftlog.rpc.messages import (
     RegisterNodeRequest,
     TransferLeadershipRequest,
 )
-from raftlog.rpc.peer import PEER_ROUTES
+from raftlog.rpc.peer import REPLY_TYPES, STREAM_PATH, split_frame
 from raftlog.storage.batch import RecordBatch
 
 TIMEOUT_S = 10.0
 GUARD = "fuzzguard"
 TOKEN = "fuzz-secret-token"
 
-ROUTES: list[tuple[str, type]] = [(f"/v1/{r}", c) for c, r in CLIENT_ROUTES.items()] + [
-    (f"/raft/{r}", c) for c, r in PEER_ROUTES.items()
+# the stream takes any peer request: its "class" is None
+ROUTES: list[tuple[str, type | None]] = [(f"/v1/{r}", c) for c, r in CLIENT_ROUTES.items()] + [
+    (STREAM_PATH, None)
 ]
 
 
@@ -123,12 +130,31 @@ def _mutated(draw: st.DrawFn, samples: list[bytes]) -> bytes:
     return bytes(body)
 
 
-def _rejected(body: bytes, cls: type) -> bool:
+def _rejected(body: bytes, cls: type | None) -> bool:
+    """The codec refuses ``body`` for ``cls`` (None: for any peer request)."""
     try:
-        codec.decode(body, cls)
+        msg = codec.decode(body, cls)
     except CodecError:
         return True
-    return False
+    return cls is None and type(msg) not in REPLY_TYPES
+
+
+def _stream_call(address: str, body: bytes) -> ErrorResponse:
+    """``body`` as one frame (id 7) on a new replication stream; the reply to it."""
+
+    async def call() -> ErrorResponse:
+        async with (
+            aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=TIMEOUT_S)) as s,
+            s.ws_connect(f"ws://{address}{STREAM_PATH}") as ws,
+        ):
+            await ws.send_bytes(struct.pack("<Q", 7) + body)
+            frame = await ws.receive(timeout=TIMEOUT_S)
+            assert frame.type is aiohttp.WSMsgType.BINARY, frame
+            request_id, reply = split_frame(frame.data)
+            assert request_id == 7
+            return codec.decode(reply, ErrorResponse)
+
+    return asyncio.run(call())
 
 
 def _post(address: str, path: str, body: bytes, headers: dict[str, str] | None = None):
@@ -182,11 +208,16 @@ def _fuzz(guarded, bodies_and_routes_strategy, label: str) -> None:
         if not _rejected(body, cls):
             return  # still a valid request for this route: not bad input
         address = data.draw(st.sampled_from(cluster.servers))
-        status, reply = _post(address, path, body)
-        sent.append(status)
-        assert 400 <= status < 500, (path, body[:80], status, reply[:300])
-        err = codec.decode(reply, ErrorResponse)
-        assert err.message, (path, status)
+        if path == STREAM_PATH:
+            err = _stream_call(address, body)
+            assert err.code == ErrorCode.INVALID_REQUEST, (body[:80], err)
+            sent.append(int(err.code))
+        else:
+            status, reply = _post(address, path, body)
+            sent.append(status)
+            assert 400 <= status < 500, (path, body[:80], status, reply[:300])
+            err = codec.decode(reply, ErrorResponse)
+        assert err.message, path
         assert "malformed" in err.message and path.rsplit("/", 1)[1] in err.message, err.message
 
     run()
@@ -203,10 +234,9 @@ def test_fuzz_client_routes_mutated_bodies(guarded) -> None:
     _fuzz(guarded, (routes, _mutated(samples)), "/v1 fuzz")
 
 
-def test_fuzz_peer_routes_mutated_bodies(guarded) -> None:
+def test_fuzz_the_replication_stream_mutated_frames(guarded) -> None:
     samples = _samples(guarded[2])
-    routes = st.sampled_from([r for r in ROUTES if r[0].startswith("/raft/")])
-    _fuzz(guarded, (routes, _mutated(samples)), "/raft fuzz")
+    _fuzz(guarded, (st.just((STREAM_PATH, None)), _mutated(samples)), "/raft/stream fuzz")
 
 
 def test_fuzz_unknown_routes_get_404_with_message(guarded) -> None:

@@ -59,7 +59,7 @@ from raftlog.rpc.messages import (
     ProduceResponse,
 )
 from raftlog.rpc.server import RequestError
-from raftlog.rpc.transport import HttpTransport
+from raftlog.rpc.transport import StreamTransport
 from raftlog.storage.batch import RecordBatch
 from raftlog.storage.log import SegmentedLog
 
@@ -79,7 +79,7 @@ class GroupHost:
     def __init__(
         self,
         node_id: int,
-        transport: HttpTransport,
+        transport: StreamTransport,
         heartbeat_interval_s: float,
         rm_config: RmStmConfig | None = None,
     ) -> None:

@@ -126,7 +126,7 @@ from raftlog.rpc.messages import (
 )
 from raftlog.rpc.server import AuthPolicy, RequestError, make_app
 from raftlog.rpc.tls import TlsConfigError, TlsFiles, client_context, server_context
-from raftlog.rpc.transport import HttpTransport
+from raftlog.rpc.transport import StreamTransport
 from raftlog.storage import fs as storage_fs
 from raftlog.storage import identity
 from raftlog.storage.api import StorageCorruption
@@ -426,7 +426,7 @@ class Node:
         self.node_id = config.node_id
         # The CA that verifies peers also verifies the nodes this one calls as a client.
         peer_ssl = client_context(config.tls.ca_file) if config.tls else None
-        self.transport = HttpTransport(
+        self.transport = StreamTransport(
             config.node_id,
             config.peers,
             routes=config.peer_routes,

@@ -1,14 +1,25 @@
-"""Raft peer messages on the wire: fixed type ids and the ``/raft/...`` routes.
+"""Raft peer messages on the wire: fixed type ids, the replication stream's frames.
 
 The messages themselves are raft's (:mod:`raftlog.raft.messages`); this module
-only assigns their wire ids (100-199; never reuse or renumber one) and the
-route each request is POSTed to.
+assigns their wire ids (100-199; never reuse or renumber one), the reply type of
+each request, and the frame that carries them on the replication stream (one
+WebSocket per pair of nodes at :data:`STREAM_PATH`, see
+:mod:`raftlog.rpc.transport`)::
+
+    request_id  uint64   chosen by the sender, unique among its requests in flight
+    message     ...      one codec frame (:func:`raftlog.rpc.codec.encode`)
+
+A reply echoes its request's id; replies may come in any order.
 """
 
 from __future__ import annotations
 
+import struct
+from typing import Any
+
 from raftlog.raft import messages as m
 from raftlog.rpc import codec
+from raftlog.rpc.codec import CodecError
 
 _IDS: dict[type, int] = {
     m.AppendEntriesRequest: 100,
@@ -25,13 +36,12 @@ _IDS: dict[type, int] = {
 for _cls, _id in _IDS.items():
     codec.register(_id, _cls)
 
-PEER_ROUTES: dict[type, str] = {
-    m.AppendEntriesRequest: "append_entries",
-    m.VoteRequest: "vote",
-    m.TimeoutNowRequest: "timeout_now",
-    m.HeartbeatBatchRequest: "heartbeat",
-}
-"""Peer request type -> route name under ``/raft/``."""
+STREAM_PATH = "/raft/stream"
+"""The replication stream's WebSocket route (under ``/raft/``: the peer token only)."""
+
+_REQUEST_ID = struct.Struct("<Q")
+REQUEST_ID_SIZE = _REQUEST_ID.size
+MAX_REQUEST_ID = (1 << 64) - 1
 
 REPLY_TYPES: dict[type, type] = {
     m.AppendEntriesRequest: m.AppendEntriesReply,
@@ -39,3 +49,27 @@ REPLY_TYPES: dict[type, type] = {
     m.TimeoutNowRequest: m.TimeoutNowReply,
     m.HeartbeatBatchRequest: m.HeartbeatBatchReply,
 }
+
+
+def stream_frame(request_id: int, message: Any) -> bytes:
+    """One stream frame: ``request_id`` then ``message`` codec-encoded.
+
+    Raises CodecError when ``message`` is not a registered type (or cannot be
+    encoded); ``struct.error`` never escapes: an id outside uint64 is a CodecError.
+    """
+    if not 0 <= request_id <= MAX_REQUEST_ID:
+        raise CodecError(f"stream request id {request_id} is out of range 0..{MAX_REQUEST_ID}")
+    return _REQUEST_ID.pack(request_id) + codec.encode(message)
+
+
+def split_frame(frame: bytes) -> tuple[int, memoryview]:
+    """(request id, the codec frame after it) of a stream frame; the message is not
+    decoded here, so a bad one can still be answered under its id. A frame too short
+    to hold an id raises CodecError: nothing can be matched to it."""
+    if len(frame) < REQUEST_ID_SIZE:
+        raise CodecError(
+            f"stream frame truncated: {len(frame)} bytes, expected a {REQUEST_ID_SIZE}-byte "
+            "request id and a message"
+        )
+    (request_id,) = _REQUEST_ID.unpack_from(frame, 0)
+    return request_id, memoryview(frame)[REQUEST_ID_SIZE:]

@@ -2,7 +2,11 @@
 
 Routes (all bodies are codec frames, see :mod:`raftlog.rpc.codec`):
 
-- ``POST /raft/{append_entries,vote,timeout_now,heartbeat}`` — peer RPC;
+- ``GET /raft/stream`` — the replication stream: a WebSocket from one peer
+  carrying its raft requests as binary frames ``(request id, codec frame)``
+  (:mod:`raftlog.rpc.peer`); each is answered on the same stream with the same
+  id as soon as it is handled, so replies come in any order; any other
+  ``/raft/*`` path is a framed 404 naming the stream;
 - ``POST /v1/<call>`` — client calls (see ``messages.CLIENT_ROUTES``);
   errors are a framed ErrorResponse with a matching HTTP status;
 - ``GET /metrics`` — Prometheus text; ``GET /health`` — JSON status.
@@ -18,22 +22,34 @@ token gets 403 (the caller is known, but may not call that route). Each
 message names the token that is missing and the flag that sets it.
 
 A malformed body gets 400 with the codec's message (which field, what was
-expected) and never reaches the node.
+expected) and never reaches the node. On the stream, a malformed message is
+answered under its id with an ErrorResponse (INVALID_REQUEST, the codec's
+message) and never reaches the node; a frame too short to carry an id, or a
+text frame, closes that stream (the peer fails what it had in flight and
+reconnects). Neither affects other streams or the node.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import dataclasses
 import hmac
 import logging
 from typing import Any, Protocol
 
-from aiohttp import web
+from aiohttp import WSCloseCode, WSMsgType, web
 
 from raftlog.rpc import codec
 from raftlog.rpc.codec import CodecError
 from raftlog.rpc.messages import CLIENT_ROUTES, ErrorCode, ErrorResponse
-from raftlog.rpc.peer import PEER_ROUTES
+from raftlog.rpc.peer import (
+    REPLY_TYPES,
+    REQUEST_ID_SIZE,
+    STREAM_PATH,
+    split_frame,
+    stream_frame,
+)
 
 log = logging.getLogger(__name__)
 
@@ -157,7 +173,6 @@ def make_app(
     body is read; a refusal is a framed ErrorResponse with code UNAUTHORIZED and
     HTTP 401 or 403.
     """
-    peer_types = {route: cls for cls, route in PEER_ROUTES.items()}
     client_types = {route: cls for cls, route in CLIENT_ROUTES.items()}
     policy = auth or AuthPolicy()
 
@@ -183,20 +198,72 @@ def make_app(
         except CodecError as exc:
             raise RequestError(ErrorCode.INVALID_REQUEST, f"malformed {route} body: {exc}") from exc
 
-    async def peer(request: web.Request) -> web.Response:
-        route = request.match_info["route"]
-        cls = peer_types.get(route)
-        if cls is None:
-            return _error(ErrorCode.INVALID_REQUEST, f"unknown peer route /raft/{route}", 404)
+    async def unknown_peer_route(request: web.Request) -> web.Response:
+        return _error(
+            ErrorCode.INVALID_REQUEST,
+            f"unknown peer route {request.method} {request.path}: peers send raft requests "
+            f"over the replication stream, a WebSocket at GET {STREAM_PATH}",
+            404,
+        )
+
+    streams: set[web.WebSocketResponse] = set()
+    # strong references to the handlers of stream requests (the loop keeps weak ones)
+    answering: set[asyncio.Task[None]] = set()
+
+    async def peer_stream(request: web.Request) -> web.WebSocketResponse:
+        # the middleware already admitted the peer token: no second check here
+        ws = web.WebSocketResponse(max_msg_size=max_request_bytes + REQUEST_ID_SIZE, compress=False)
+        await ws.prepare(request)
+        streams.add(ws)
         try:
-            msg = await read_body(request, route, cls)
-            reply = await node.handle_peer(msg)
-            return _ok(codec.encode(reply))
-        except RequestError as exc:
-            return _from_error(exc)
-        except Exception as exc:
-            log.exception("peer %s failed", route)
-            return _error(ErrorCode.INTERNAL, f"{route} failed: {type(exc).__name__}: {exc}")
+            async for msg in ws:
+                if msg.type is not WSMsgType.BINARY:
+                    await ws.close(
+                        code=WSCloseCode.UNSUPPORTED_DATA,
+                        message=f"raft stream frames are binary, got {msg.type.name}".encode(),
+                    )
+                    break
+                try:
+                    request_id, body = split_frame(msg.data)
+                except CodecError as exc:
+                    await ws.close(code=WSCloseCode.PROTOCOL_ERROR, message=str(exc).encode())
+                    break
+                # each request is handled on its own: a slow append does not hold back
+                # the heartbeats and votes behind it on the stream
+                task = asyncio.get_running_loop().create_task(answer(ws, request_id, body))
+                answering.add(task)
+                task.add_done_callback(answering.discard)
+        finally:
+            streams.discard(ws)
+        return ws
+
+    async def answer(ws: web.WebSocketResponse, request_id: int, body: memoryview) -> None:
+        try:
+            msg = codec.decode(body)
+            if type(msg) not in REPLY_TYPES:
+                raise CodecError(f"{type(msg).__name__} is not a peer request")
+        except CodecError as exc:
+            reply: Any = ErrorResponse(
+                ErrorCode.INVALID_REQUEST, f"malformed peer request on the raft stream: {exc}"
+            )
+        else:
+            try:
+                reply = await node.handle_peer(msg)
+            except RequestError as exc:
+                reply = ErrorResponse(exc.code, str(exc), exc.leader_id, exc.leader_address)
+            except Exception as exc:
+                log.exception("peer %s failed", type(msg).__name__)
+                reply = ErrorResponse(
+                    ErrorCode.INTERNAL, f"{type(msg).__name__} failed: {type(exc).__name__}: {exc}"
+                )
+        # the stream may have closed meanwhile: the sender already failed this request
+        with contextlib.suppress(ConnectionError):
+            await ws.send_bytes(stream_frame(request_id, reply))
+
+    async def close_streams(app: web.Application) -> None:
+        # a stream never ends by itself: close them, or shutdown waits for its timeout
+        for ws in list(streams):
+            await ws.close(code=WSCloseCode.GOING_AWAY, message=b"node shutting down")
 
     async def client(request: web.Request) -> web.Response:
         route = request.match_info["route"]
@@ -229,7 +296,9 @@ def make_app(
         return web.json_response(node.health())
 
     app = web.Application(middlewares=[authenticate], client_max_size=max_request_bytes)
-    app.router.add_post("/raft/{route}", peer)
+    app.router.add_get(STREAM_PATH, peer_stream)
+    app.on_shutdown.append(close_streams)
+    app.router.add_route("*", "/raft/{route}", unknown_peer_route)
     app.router.add_post("/v1/{route}", client)
     app.router.add_get("/metrics", metrics)
     app.router.add_get("/health", health)

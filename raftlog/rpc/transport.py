@@ -1,22 +1,43 @@
 """The aiohttp peer transport: raft's ``Transport`` between node processes.
 
-One long-lived ``ClientSession`` per peer keeps a small pool of keep-alive
-connections, so several requests (append_entries pipelining, recovery,
-heartbeats, votes) are in flight to one follower at once. Every failure —
-refused connection, reset, timeout, non-200 reply, undecodable body — becomes
-a :class:`raftlog.raft.errors.TransportError`; raft treats it as a lost
-message. No retries here: raft's own timers resend.
+One long-lived replication stream per pair of nodes (this node -> a peer): an
+aiohttp WebSocket, opened lazily by the first send to that peer, carries every
+group's appends, heartbeats, votes, recovery chunks and timeout_now requests.
+Frames are binary, ``(request id, codec frame)`` (:func:`raftlog.rpc.peer.
+stream_frame`); the peer answers each with the same id, in any order, so many
+requests are in flight on the one stream at once.
+
+Contract of :meth:`StreamTransport.send`: it returns the peer's reply, or raises
+:class:`raftlog.raft.errors.TransportError` within ``timeout_s`` (connecting
+included) — refused or reset connection, a handshake the peer refused (a wrong
+or missing peer token), a timeout, an error reply, an undecodable reply. Raft
+treats that as a lost message; no retries here: raft's own timers resend.
+
+Invariants of a stream:
+
+- every request in flight on a stream that ends (closed by either side, reset,
+  an undecodable frame, a protocol violation) fails at once with TransportError,
+  and the next send to that peer opens a new stream: a cut link never leaves a
+  caller hanging and never poisons later sends;
+- a request that times out on a stream from which nothing at all arrived while
+  it waited closes that stream (the link is presumed dead, e.g. a blackholed
+  proxy), so the next send reconnects; a timeout while other replies still
+  arrive leaves the stream up (a slow handler, not a dead link);
+- a reply is matched to its request by id only; a reply to a request that
+  already failed (timed out) is dropped.
 
 With a TLS context (:func:`raftlog.rpc.tls.client_context` of the cluster's
-CA) every peer is reached over HTTPS and its certificate is verified against
-the CA for the peer's advertised host, also when its traffic is routed
-elsewhere (a proxy per link): the name checked is the node's, not the route's.
-Requests carry the peer token, never the client token.
+CA) the stream is ``wss`` and the peer's certificate is verified against the CA
+for the peer's advertised host, also when its traffic is routed elsewhere (a
+proxy per link): the name checked is the node's, not the route's. The
+handshake carries the peer token, never the client token; the server's one
+auth check (:class:`raftlog.rpc.server.AuthPolicy`) admits it before upgrading.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ssl
 from typing import Any
 
@@ -25,20 +46,113 @@ import aiohttp
 from raftlog.raft.errors import TransportError
 from raftlog.rpc import codec
 from raftlog.rpc.codec import CodecError
-from raftlog.rpc.peer import PEER_ROUTES, REPLY_TYPES
-from raftlog.rpc.tls import scheme
+from raftlog.rpc.messages import ErrorResponse
+from raftlog.rpc.peer import REPLY_TYPES, STREAM_PATH, split_frame, stream_frame
 
 AUTH_HEADER = "Authorization"
-CONTENT_TYPE = "application/x-raftlog"
-CONNECTIONS_PER_PEER = 8
+#: bounds one reply frame (a heartbeat batch reply grows with the groups a peer leads)
+MAX_REPLY_BYTES = 16 << 20
+#: how long closing a stream may wait for the peer's close frame (a cut link sends none)
+CLOSE_TIMEOUT_S = 1.0
 
 
-class HttpTransport:
-    """Sends raft requests to peers by node id and returns their replies.
+class _Stream:
+    """One open WebSocket to one peer and the requests in flight on it."""
+
+    def __init__(self, ws: aiohttp.ClientWebSocketResponse, peer: str) -> None:
+        self.ws = ws
+        self.peer = peer  # "node N (ADDRESS)", for messages
+        self.closed = False
+        self.last_received = asyncio.get_running_loop().time()
+        self._next_id = 0
+        self._pending: dict[int, tuple[asyncio.Future[Any], type]] = {}
+        self.reader = asyncio.get_running_loop().create_task(self._read())
+
+    async def request(self, message: Any, reply_type: type) -> Any:
+        """Send ``message`` and wait for the reply with its id (no timeout here: the
+        caller bounds it). Raises TransportError; CodecError when it cannot be encoded."""
+        if self.closed:
+            raise TransportError(f"the stream to {self.peer} closed")
+        self._next_id += 1
+        request_id = self._next_id
+        frame = stream_frame(request_id, message)
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._pending[request_id] = (future, reply_type)
+        try:
+            await self.ws.send_bytes(frame)
+            return await future
+        except ConnectionError as exc:  # aiohttp: "Cannot write to closing transport"
+            raise TransportError(f"the stream to {self.peer} closed: {exc}") from exc
+        finally:
+            self._pending.pop(request_id, None)
+
+    async def _read(self) -> None:
+        reason = "the peer closed it"
+        try:
+            async for msg in self.ws:
+                self.last_received = asyncio.get_running_loop().time()
+                if msg.type is not aiohttp.WSMsgType.BINARY:
+                    detail = self.ws.exception() or msg.data
+                    reason = f"unexpected {msg.type.name} frame ({detail!r})"
+                    break
+                try:
+                    request_id, body = split_frame(msg.data)
+                except CodecError as exc:  # no id: nothing can be matched, the stream is bad
+                    reason = str(exc)
+                    break
+                entry = self._pending.pop(request_id, None)
+                if entry is None or entry[0].done():
+                    continue  # the request already failed (timed out): its reply is late
+                future, reply_type = entry
+                outcome = _reply(body, reply_type, self.peer)
+                if isinstance(outcome, TransportError):
+                    future.set_exception(outcome)
+                else:
+                    future.set_result(outcome)
+            else:
+                if self.ws.exception() is not None:
+                    reason = str(self.ws.exception())
+        except Exception as exc:  # a reset mid-read, a bug: end this stream, not the node
+            reason = f"{type(exc).__name__}: {exc}"
+        finally:
+            self.abort(reason)
+            with contextlib.suppress(Exception):
+                await self.ws.close()
+
+    def abort(self, reason: str) -> None:
+        """Close the stream for new requests and fail every request in flight."""
+        self.closed = True
+        pending, self._pending = self._pending, {}
+        for future, _ in pending.values():
+            if not future.done():
+                future.set_exception(TransportError(f"the stream to {self.peer} closed: {reason}"))
+        if asyncio.current_task() is not self.reader:
+            self.reader.cancel()  # its finally closes the socket
+
+
+def _reply(body: memoryview, reply_type: type, peer: str) -> Any:
+    """The reply in ``body``, or a TransportError (the request's outcome) when
+    it is an error reply, another type, or undecodable: only that request fails."""
+    try:
+        reply = codec.decode(body)
+    except CodecError as exc:
+        return TransportError(f"bad reply from {peer}: {exc}")
+    if isinstance(reply, ErrorResponse):
+        return TransportError(f"{peer} answered with an error: {reply.message}")
+    if type(reply) is not reply_type:
+        return TransportError(
+            f"bad reply from {peer}: expected a {reply_type.__name__}, got {type(reply).__name__}"
+        )
+    return reply
+
+
+class StreamTransport:
+    """Sends raft requests to peers by node id over one stream per peer; returns replies.
 
     ``peers`` maps a node id to its advertised address; ``routes`` (optional) to
-    where its traffic goes instead. ``peer_token`` is sent with every request;
-    ``ssl_context`` (None: plain HTTP) verifies each peer for its advertised host.
+    where its traffic goes instead. ``peer_token`` is sent in every handshake;
+    ``ssl_context`` (None: plain ``ws``) verifies each peer for its advertised
+    host. ``timeout_s`` bounds each send, connecting included.
     """
 
     def __init__(
@@ -55,75 +169,124 @@ class HttpTransport:
         self._peers = dict(peers)
         self._routes = dict(routes or {})
         self._ssl: ssl.SSLContext | bool = ssl_context if ssl_context is not None else False
-        self._scheme = scheme(ssl_context)
+        self._scheme = "wss" if ssl_context is not None else "ws"
         self._auth = {AUTH_HEADER: f"Bearer {peer_token}"} if peer_token else {}
-        self._timeout = aiohttp.ClientTimeout(total=timeout_s, connect=min(1.0, timeout_s))
-        self._sessions: dict[int, aiohttp.ClientSession] = {}
+        self._timeout_s = timeout_s
+        self._session: aiohttp.ClientSession | None = None
+        self._streams: dict[int, _Stream] = {}
+        self._connecting: dict[int, asyncio.Task[_Stream]] = {}
         self._closed = False
-
-    def _session(self, target: int) -> aiohttp.ClientSession:
-        s = self._sessions.get(target)
-        if s is None or s.closed:
-            s = aiohttp.ClientSession(
-                connector=aiohttp.TCPConnector(
-                    limit=CONNECTIONS_PER_PEER, keepalive_timeout=60, enable_cleanup_closed=True
-                ),
-                timeout=self._timeout,
-                headers={"Content-Type": CONTENT_TYPE, **self._auth},
-            )
-            self._sessions[target] = s
-        return s
 
     def add_peer(self, node_id: int, address: str) -> None:
         """Reach ``node_id`` at ``address`` from now on (a node that joined the running
-        cluster, learnt from the controller); a new address drops the old connections."""
+        cluster, learnt from the controller); a new address closes the old stream."""
         if self._peers.get(node_id) == address:
             return
         self._peers[node_id] = address
-        stale = self._sessions.pop(node_id, None)
-        if stale is not None and not stale.closed:
-            # closed in the background: the caller is the controller's listener (sync)
-            asyncio.get_running_loop().create_task(stale.close())
+        stale = self._streams.pop(node_id, None)
+        if stale is not None:
+            stale.abort(f"node {node_id} moved to {address}")
 
     async def send(self, target_node: int, message: Any) -> Any:
-        """POST ``message`` to ``target_node``; return its reply or raise TransportError."""
+        """Send ``message`` to ``target_node``; return its reply or raise TransportError."""
         if self._closed:
             raise TransportError("transport is closed")
-        advertised = self._peers.get(target_node)
-        if advertised is None:
-            raise TransportError(f"unknown peer node {target_node}")
-        address = self._routes.get(target_node, advertised)
-        route = PEER_ROUTES.get(type(message))
-        if route is None:
+        reply_type = REPLY_TYPES.get(type(message))
+        if reply_type is None:
             raise TransportError(f"{type(message).__name__} is not a peer request")
-        url = f"{self._scheme}://{address}/raft/{route}"
+        what = f"{type(message).__name__} to {self._describe(target_node)}"
+        stream: _Stream | None = None
+        sent_at = 0.0
+        try:
+            async with asyncio.timeout(self._timeout_s):
+                stream = await self._stream(target_node)
+                sent_at = asyncio.get_running_loop().time()
+                return await stream.request(message, reply_type)
+        except TimeoutError as exc:
+            if stream is not None and stream.last_received < sent_at:
+                # nothing at all came back while this request waited: the link is dead
+                stream.abort(f"nothing received for {self._timeout_s:g} s")
+            raise TransportError(f"{what} timed out after {self._timeout_s:g} s") from exc
+        except CodecError as exc:
+            raise TransportError(f"{what}: cannot encode it: {exc}") from exc
+
+    def _describe(self, target: int) -> str:
+        advertised = self._peers.get(target)
+        address = self._routes.get(target, advertised)
+        via = f" via {address}" if address != advertised else ""
+        return f"node {target} ({advertised}{via})"
+
+    async def _stream(self, target: int) -> _Stream:
+        """The open stream to ``target``, opening it (once, shared by concurrent sends)."""
+        stream = self._streams.get(target)
+        if stream is not None and not stream.closed:
+            return stream
+        task = self._connecting.get(target)
+        if task is None:
+            task = asyncio.get_running_loop().create_task(self._open(target))
+            self._connecting[target] = task
+            task.add_done_callback(lambda t: self._connected(target, t))
+        # shielded: one sender's timeout must not cancel the connect the others wait for
+        return await asyncio.shield(task)
+
+    def _connected(self, target: int, task: asyncio.Task[_Stream]) -> None:
+        if self._connecting.get(target) is task:
+            del self._connecting[target]
+        if task.cancelled():
+            return
+        if task.exception() is None and self._closed:
+            task.result().abort("transport is closed")
+
+    async def _open(self, target: int) -> _Stream:
+        advertised = self._peers.get(target)
+        if advertised is None:
+            raise TransportError(f"unknown peer node {target}")
+        address = self._routes.get(target, advertised)
         tls: dict[str, Any] = {"ssl": self._ssl}
         if self._ssl is not False and address != advertised:
             tls["server_hostname"] = _host(advertised)
+        if self._session is None:
+            self._session = aiohttp.ClientSession(
+                # bounds the handshake; the open stream has no receive timeout (sends do)
+                timeout=aiohttp.ClientTimeout(
+                    total=self._timeout_s, connect=min(1.0, self._timeout_s)
+                ),
+            )
+        peer = self._describe(target)
         try:
-            body = codec.encode(message)
-            async with self._session(target_node).post(url, data=body, **tls) as resp:
-                data = await resp.read()
-                if resp.status != 200:
-                    raise TransportError(
-                        f"node {target_node} ({address}) answered HTTP {resp.status} to {route}: "
-                        f"{data[:300].decode('utf-8', 'replace')}"
-                    )
-            return codec.decode(data, REPLY_TYPES[type(message)])
-        except TransportError:
-            raise
-        except TimeoutError as exc:
-            raise TransportError(f"{route} to node {target_node} ({address}) timed out") from exc
-        except aiohttp.ClientError as exc:
-            raise TransportError(f"{route} to node {target_node} ({address}): {exc}") from exc
-        except CodecError as exc:
-            raise TransportError(f"bad reply from node {target_node} to {route}: {exc}") from exc
+            ws = await self._session.ws_connect(
+                f"{self._scheme}://{address}{STREAM_PATH}",
+                headers=self._auth,
+                max_msg_size=MAX_REPLY_BYTES,
+                timeout=aiohttp.ClientWSTimeout(ws_receive=None, ws_close=CLOSE_TIMEOUT_S),
+                compress=0,
+                **tls,
+            )
+        except aiohttp.WSServerHandshakeError as exc:
+            raise TransportError(
+                f"{peer} refused the raft stream: HTTP {exc.status} {exc.message} "
+                "(is this node's --peer-token the peer's?)"
+            ) from exc
+        except (aiohttp.ClientError, OSError, TimeoutError) as exc:
+            raise TransportError(f"cannot open the raft stream to {peer}: {exc!r}") from exc
+        stream = _Stream(ws, peer)
+        if self._peers.get(target) != advertised:  # add_peer moved it while connecting
+            stream.abort(f"node {target} moved to {self._peers.get(target)}")
+            raise TransportError(f"{peer} moved while the raft stream was opening")
+        self._streams[target] = stream
+        return stream
 
     async def close(self) -> None:
+        """Fail every request in flight, close every stream; later sends raise."""
         self._closed = True
-        sessions, self._sessions = list(self._sessions.values()), {}
-        for s in sessions:
-            await s.close()
+        for task in list(self._connecting.values()):
+            task.cancel()
+        streams, self._streams = list(self._streams.values()), {}
+        for s in streams:
+            s.abort("transport is closed")
+        await asyncio.gather(*(s.reader for s in streams), return_exceptions=True)
+        if self._session is not None:
+            await self._session.close()
 
 
 def _host(address: str) -> str:
