@@ -23,7 +23,7 @@ _EXPORTS = {
     "RaftError": "raftlog.raft.errors",
     "ReplicateResult": "raftlog.raft.replicate_batcher",
     "ReplicateStages": "raftlog.raft.replicate_batcher",
-    "StateMachine": "raftlog.raft.consensus",
+    "StateMachine": "raftlog.raft.state_machines",
     "TermMismatchError": "raftlog.raft.errors",
     "Transport": "raftlog.raft.transport",
     "TransportError": "raftlog.raft.errors",
@@ -50,7 +50,7 @@ __all__ = [
 
 if TYPE_CHECKING:
     from raftlog.raft.configuration import Configuration
-    from raftlog.raft.consensus import Consensus, StateMachine
+    from raftlog.raft.consensus import Consensus
     from raftlog.raft.dispatch import PeerDispatcher
     from raftlog.raft.errors import (
         ConfigurationChangeError,
@@ -63,6 +63,7 @@ if TYPE_CHECKING:
     from raftlog.raft.heartbeat_manager import HeartbeatManager
     from raftlog.raft.options import ConsensusOptions
     from raftlog.raft.replicate_batcher import Consistency, ReplicateResult, ReplicateStages
+    from raftlog.raft.state_machines import StateMachine
     from raftlog.raft.transport import Transport
 
 

@@ -57,40 +57,34 @@ the simulator drives time by running them on a virtual-time loop.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
-import inspect
-import json
 import logging
 import random
-import struct
 from collections.abc import Callable, Coroutine
-from typing import Any, Protocol
+from typing import Any
 
 from raftlog.faults.failpoints import (
     RAFT_BEFORE_VOTE_SAVE,
-    RAFT_FOLLOWER_BEFORE_REPLY,
     FailpointError,
     failpoint,
 )
-from raftlog.raft.configuration import Configuration, ConfigurationHistory
+from raftlog.raft import group_snapshot
+from raftlog.raft.commit_waiters import CommitWaiters
+from raftlog.raft.configuration import Configuration
 from raftlog.raft.core import CoreOptions, RaftCore, Role
 from raftlog.raft.errors import (
-    ConfigurationChangeError,
-    LeadershipLostError,
     NotLeaderError,
     RaftError,
     TransportError,
 )
 from raftlog.raft.flush import FlushCoalescer
+from raftlog.raft.follower_append import FollowerAppend
 from raftlog.raft.heartbeat_manager import HeartbeatManager
+from raftlog.raft.membership import Membership
 from raftlog.raft.messages import (
     APPEND_GROUP_UNAVAILABLE,
-    APPEND_SUCCESS,
-    AppendEntriesReply,
     AppendEntriesRequest,
     Heartbeat,
     HeartbeatReply,
-    TimeoutNowReply,
     TimeoutNowRequest,
     VoteReply,
     VoteRequest,
@@ -104,8 +98,9 @@ from raftlog.raft.replicate_batcher import (
     ReplicateStages,
 )
 from raftlog.raft.replicate_entries import ReplicateEntries
+from raftlog.raft.state_machines import Applier, StateMachine
 from raftlog.raft.transport import Transport
-from raftlog.storage.api import CommitContext, LogStorage, VoteState
+from raftlog.storage.api import LogStorage, VoteState
 from raftlog.storage.batch import BatchKind, RecordBatch
 
 __all__ = [
@@ -119,25 +114,6 @@ __all__ = [
 ]
 
 log_ = logging.getLogger(__name__)
-
-_SCAN_CHUNK = 1 << 20
-_SNAPSHOT_LEN = struct.Struct("<I")
-
-
-class StateMachine(Protocol):
-    def apply(self, batch: RecordBatch) -> object:
-        """Apply one committed batch (may return an awaitable)."""
-        ...
-
-    def snapshot(self) -> bytes: ...
-
-    def restore(self, data: bytes) -> None: ...
-
-
-@dataclasses.dataclass(slots=True)
-class _CommitWaiter:
-    result: ReplicateResult
-    future: asyncio.Future[ReplicateResult]
 
 
 class Consensus:
@@ -180,7 +156,7 @@ class Consensus:
             promised = ctx.committed_offset
             ctx = None
         self._restored_ctx = ctx
-        self.configs = self._load_configurations(configuration, ctx)
+        self.configs = group_snapshot.load_configurations(configuration, ctx, log)
         commit = log.start_offset - 1
         if ctx is not None:
             commit = max(commit, min(ctx.committed_offset, log.dirty_offset))
@@ -219,53 +195,21 @@ class Consensus:
         self._services: dict[asyncio.Task[Any], str] = {}
         # A dict, not a set: iteration (cancellation) order must not depend on ids (replay).
         self._tasks: dict[asyncio.Task[Any], None] = {}
-        self._stms: list[StateMachine] = []
-        self.last_applied = commit
         # While behind its promise the stored context (at the promise) is the only durable
         # record of it: no context below it is saved, so a crash while catching up keeps
         # the promise. The first context saved past it clears it durably.
-        self._saved_commit = ctx.committed_offset if ctx else promised
-        self._waiters: list[_CommitWaiter] = []
+        self._applier = Applier(self, commit, ctx.committed_offset if ctx else promised)
+        self._waiters = CommitWaiters(group)
         # A vote the core decided on that could not be saved yet: retried before anything
         # else is sent, so no message ever leaves carrying an unpersisted term or vote.
         self._unsaved_vote: VoteState | None = None
         self._commit_changed: asyncio.Event | None = None
-        # Set (and replaced) on every local append: a follower request that arrived
-        # before its predecessor waits on it (see _await_predecessor).
-        self._appended: asyncio.Event | None = None
         self.flusher: FlushCoalescer
         self.batcher: ReplicateBatcher
         self.recovery = Recovery(self)
         self._entries = ReplicateEntries(self)
-
-    def _load_configurations(
-        self, initial: Configuration, ctx: CommitContext | None
-    ) -> ConfigurationHistory:
-        """The configuration history: from the commit context, then the log above it.
-
-        Only the uncommitted tail is scanned when a commit context exists (it
-        carries the configuration effective at its offset), so opening a long
-        log does not read it all.
-        """
-        configs = ConfigurationHistory(initial)
-        offset = self.log.start_offset
-        saved = _snapshot_config(ctx.snapshot) if ctx is not None else None
-        if ctx is not None and saved is not None:
-            cfg_offset, cfg = saved
-            if cfg_offset < 0:
-                configs = ConfigurationHistory(cfg)
-            else:
-                configs.add(cfg_offset, cfg)
-            offset = max(offset, ctx.committed_offset + 1)
-        for _ in range(1_000_000):
-            if offset > self.log.dirty_offset:
-                break
-            batches = self.log.read(offset, _SCAN_CHUNK)
-            if not batches:
-                break
-            configs.observe(batches)
-            offset = batches[-1].last_offset + 1
-        return configs
+        self._follower = FollowerAppend(self)
+        self._membership = Membership(self)
 
     # ------------------------------------------------------------- lifecycle
 
@@ -273,13 +217,13 @@ class Consensus:
         """Register a state machine; call before ``start()``."""
         if self.running:
             raise RaftError("add_state_machine must be called before start()")
-        self._stms.append(stm)
+        self._applier.stms.append(stm)
 
     async def start(self) -> None:
         if self.running:
             return
         self._commit_changed = asyncio.Event()
-        self._appended = asyncio.Event()
+        self._follower.start()
         self.flusher = FlushCoalescer(
             self.log,
             self.options.flush_bytes,
@@ -289,11 +233,11 @@ class Consensus:
             self.options.flush_latency_s,
         )
         self.batcher = ReplicateBatcher(self._entries, self.options.batcher_memory_bytes)
-        self._restore_state_machines()
+        self._applier.restore(self._restored_ctx)
         self.running = True
         for service in ("ticker", "flusher", "batcher"):
             self._start_service(service)
-        if self._stms:
+        if self._applier.stms:
             self._start_service("applier")
         if self._heartbeats is not None:
             self._heartbeats.register(self)
@@ -326,7 +270,7 @@ class Consensus:
         err = NotLeaderError(self.group, -1, f"group {self.group} on node {self.node_id} stopped")
         self.batcher.close(err)
         self.flusher.fail_waiters(err)
-        self._fail_waiters(err)
+        self._waiters.fail_all(err)
         self.recovery.cancel_all()
 
     def spawn(self, coro: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
@@ -344,7 +288,7 @@ class Consensus:
         if service == "batcher":
             return self.batcher.run()
         if service == "applier":
-            return self._applier()
+            return self._applier.run()
         raise ValueError(f"unknown service {service!r}")
 
     def _start_service(self, service: str, delay_s: float = 0.0) -> None:
@@ -475,11 +419,10 @@ class Consensus:
         self.log.append(batches)
         if self.configs.observe(batches):
             self.core.on_configuration_changed()
-        if self._appended is not None:
-            self._appended.set()
-            self._appended = asyncio.Event()
+        self._follower.appended()
 
-    def _truncate_local(self, offset: int) -> None:
+    def truncate_local(self, offset: int) -> None:
+        """Drop the log from ``offset`` on (a follower's conflicting suffix)."""
         self.truncations += 1
         self.log.truncate(offset)
         if self.configs.truncate(offset):
@@ -488,13 +431,7 @@ class Consensus:
     def register_commit_waiter(
         self, result: ReplicateResult, future: asyncio.Future[ReplicateResult]
     ) -> None:
-        self._waiters.append(_CommitWaiter(result, future))
-
-    def _fail_waiters(self, exc: BaseException) -> None:
-        waiters, self._waiters = self._waiters, []
-        for w in waiters:
-            if not w.future.done():
-                w.future.set_exception(exc)
+        self._waiters.register(result, future)
 
     def _on_flushed(self, flushed: int) -> None:
         if self.running:
@@ -539,7 +476,7 @@ class Consensus:
             for node in ready.recover:
                 self.recovery.ensure(node)
             for node in ready.promote:
-                self.spawn(self._promote(node))
+                self.spawn(self._membership.promote(node))
 
     async def _send_message(self, target: int, message: object) -> None:
         try:
@@ -560,35 +497,12 @@ class Consensus:
     def _on_stepped_down(self) -> None:
         self.recovery.cancel_all()
         self.batcher.fail_queued(self.not_leader_error())
-        waiters = self._waiters
-        self._waiters = []
-        for w in waiters:
-            if not w.future.done():
-                w.future.set_exception(
-                    LeadershipLostError(
-                        self.group,
-                        self.core.leader_id,
-                        f"group {self.group}: leadership lost before offset "
-                        f"{w.result.last_offset} was known committed (outcome uncertain)",
-                    )
-                )
+        self._waiters.leadership_lost(self.core.leader_id)
 
     def _on_commit(self) -> None:
         for listener in self.commit_listeners:
             listener()
-        commit = self.core.commit_index
-        done = 0
-        for w in self._waiters:
-            if w.result.last_offset > commit:
-                break
-            done += 1
-            if w.future.done():
-                continue
-            if self.core.term_at(w.result.last_offset) == w.result.term:
-                w.future.set_result(w.result)
-            else:
-                w.future.set_exception(LeadershipLostError(self.group, self.core.leader_id))
-        del self._waiters[:done]
+        self._waiters.on_commit(self.core.commit_index, self.core.term_at, self.core.leader_id)
         if self._commit_changed is not None:
             self._commit_changed.set()
             self._commit_changed = asyncio.Event()
@@ -600,7 +514,7 @@ class Consensus:
         if not self.running:
             raise RaftError(f"group {self.group} on node {self.node_id} is not running")
         if isinstance(message, AppendEntriesRequest):
-            return await self._handle_append(message)
+            return await self._follower.handle(message)
         if isinstance(message, VoteRequest):
             vote_reply = self.core.handle_vote(message)
             self.process_ready()
@@ -610,60 +524,6 @@ class Consensus:
             self.process_ready()
             return tn_reply
         raise TypeError(f"group {self.group}: unexpected message {type(message).__name__}")
-
-    async def _await_predecessor(self, req: AppendEntriesRequest) -> None:
-        """Wait (at most a tick) for the appends before ``req`` when it overtook them.
-
-        The leader pipelines appends over several connections, so one can arrive
-        before its predecessor. Rejecting it would hand the follower to recovery
-        (one request per round trip) for no reason: the predecessor is on its way.
-        """
-        core = self.core
-        deadline = asyncio.get_running_loop().time() + self.options.tick_interval_s
-        for _ in range(self.options.max_in_flight_appends + 1):
-            if not (
-                self.running
-                and self._appended is not None
-                and req.term == core.term
-                and req.source_node == core.leader_id
-                and req.prev_log_offset > self.log.dirty_offset
-            ):
-                return
-            remaining = deadline - asyncio.get_running_loop().time()
-            if remaining <= 0:
-                return
-            try:
-                await asyncio.wait_for(self._appended.wait(), remaining)
-            except TimeoutError:
-                return
-
-    async def _handle_append(self, req: AppendEntriesRequest) -> AppendEntriesReply:
-        if req.prev_log_offset > self.log.dirty_offset:
-            await self._await_predecessor(req)
-        async with self.flusher.mutation_lock:
-            if not self.running:
-                raise RaftError(f"group {self.group} on node {self.node_id} stopped")
-            plan = self.core.check_append(req)
-            if isinstance(plan, AppendEntriesReply):
-                self.process_ready()
-                return plan
-            # Check and mutation happen with no await in between: appends never interleave.
-            if plan.truncate_at != -1:
-                self._truncate_local(plan.truncate_at)
-            if plan.batches:
-                self.append_local(plan.batches)
-            self.process_ready()
-        if req.flush and self.log.flushed_offset < self.log.dirty_offset:
-            await self.flusher.flush_now()
-        elif plan.batches:
-            self.flusher.note_append(sum(b.size_bytes for b in plan.batches))
-        if not self.running:
-            raise RaftError(f"group {self.group} on node {self.node_id} stopped")
-        reply = self.core.finish_append(req)
-        self.process_ready()
-        if reply.result == APPEND_SUCCESS:
-            failpoint(RAFT_FOLLOWER_BEFORE_REPLY)
-        return reply
 
     def handle_heartbeat(self, source: int, hb: Heartbeat) -> HeartbeatReply:
         reply = self.core.handle_heartbeat(source, hb)
@@ -691,6 +551,12 @@ class Consensus:
             return []
         return [b for b in self.log.read(start, max_bytes, last) if b.last_offset <= last]
 
+    async def commit_changed(self) -> None:
+        """Wait until the commit index next advances (the applier's wake-up)."""
+        if self._commit_changed is None:
+            raise RaftError(f"group {self.group} on node {self.node_id} is not running")
+        await self._commit_changed.wait()
+
     async def wait_for_commit(self, offset: int, timeout: float) -> int:
         """Wait until ``commit_index >= offset``; the commit index, or TimeoutError."""
         async with asyncio.timeout(timeout):
@@ -702,58 +568,14 @@ class Consensus:
 
     # -------------------------------------------------------- state machines
 
-    def _restore_state_machines(self) -> None:
-        ctx = self._restored_ctx
-        if not self._stms:
-            return
-        if ctx is None or not ctx.snapshot or ctx.committed_offset > self.log.dirty_offset:
-            self.last_applied = self.log.start_offset - 1
-            return
-        blobs = _split_snapshots(ctx.snapshot)[1:]  # [0] is the configuration
-        if len(blobs) != len(self._stms):
-            self.last_applied = self.log.start_offset - 1
-            return
-        for stm, blob in zip(self._stms, blobs, strict=True):
-            stm.restore(blob)
-        self.last_applied = ctx.committed_offset
-
-    async def _applier(self) -> None:
-        while True:
-            if self.last_applied >= self.core.commit_index:
-                assert self._commit_changed is not None
-                await self._commit_changed.wait()
-                continue
-            batches = self.read(self.last_applied + 1, _SCAN_CHUNK)
-            if not batches:
-                await asyncio.sleep(self.options.tick_interval_s)
-                continue
-            for b in batches:
-                if b.last_offset <= self.last_applied:
-                    continue
-                for stm in self._stms:
-                    res = stm.apply(b)
-                    if inspect.isawaitable(res):
-                        await res
-                self.last_applied = b.last_offset
+    @property
+    def last_applied(self) -> int:
+        """The last offset applied to the state machines (the commit index without any)."""
+        return self._applier.last_applied
 
     def save_commit_context(self) -> None:
         """Save the latest commit context (only offsets this replica has flushed)."""
-        if self._stms:
-            committed = self.last_applied
-            if committed > self.log.flushed_offset:
-                return
-            blobs = [stm.snapshot() for stm in self._stms]
-        else:
-            committed = min(self.core.commit_index, self.log.flushed_offset)
-            blobs = []
-        if committed <= self._saved_commit:
-            return
-        cfg_offset, cfg = self.configs.at(committed)
-        config_blob = json.dumps({"offset": cfg_offset, "config": cfg.encode().decode()}).encode()
-        snapshot = _join_snapshots([config_blob, *blobs])
-        term = self.core.term_at(committed)
-        self.log.save_commit_context(CommitContext(committed, term or 0, snapshot))
-        self._saved_commit = committed
+        self._applier.save_commit_context()
 
     # ------------------------------------------------------------ membership
 
@@ -761,51 +583,18 @@ class Consensus:
         self.core.step_down()
         self.process_ready()
 
-    def _require_leader(self) -> None:
+    def require_leader(self) -> None:
+        """Raise NotLeaderError unless this replica accepts writes now."""
         if not (self.running and self.core.accepting_writes):
             raise self.not_leader_error()
 
-    async def _replicate_config(self, config: Configuration) -> ReplicateResult:
-        stages = self.replicate([config.to_batch()], Consistency.QUORUM_ACK, self.core.term)
-        return await stages.finished
-
     async def add_member(self, node: int, learner_first: bool = True) -> None:
         """Add ``node`` (as a learner first, promoted once caught up); waits for the commit."""
-        self._require_leader()
-        config = self.configs.latest
-        if node in config.members:
-            raise ConfigurationChangeError(f"group {self.group}: node {node} is already a member")
-        if self.core.config_change_in_flight:
-            raise ConfigurationChangeError(
-                f"group {self.group}: a configuration change is already in flight"
-            )
-        await self._replicate_config(
-            config.with_learner(node) if learner_first else config.with_voter(node)
-        )
+        await self._membership.add_member(node, learner_first)
 
     async def remove_member(self, node: int) -> None:
         """Remove ``node`` from the group; waits for the commit."""
-        self._require_leader()
-        config = self.configs.latest
-        if node not in config.members:
-            raise ConfigurationChangeError(f"group {self.group}: node {node} is not a member")
-        if self.core.config_change_in_flight:
-            raise ConfigurationChangeError(
-                f"group {self.group}: a configuration change is already in flight"
-            )
-        if node in config.voters and len(config.voters) == 1:
-            raise ConfigurationChangeError(f"group {self.group}: cannot remove the last voter")
-        await self._replicate_config(config.without(node))
-
-    async def _promote(self, node: int) -> None:
-        try:
-            config = self.configs.latest
-            if node in config.learners and not self.core.config_change_in_flight:
-                await self._replicate_config(config.with_voter(node))
-        except RaftError:
-            pass
-        finally:
-            self.core.promotion_done(node)
+        await self._membership.remove_member(node)
 
     async def transfer_leadership(self, target: int) -> None:
         """Hand leadership to ``target``: stop writes, catch it up, send timeout-now.
@@ -814,63 +603,4 @@ class Consensus:
         ``target`` is not a voter, RaftError when the transfer times out (the
         old leader then accepts writes again).
         """
-        self._require_leader()
-        if target == self.node_id:
-            return
-        if target not in self.configs.latest.voters:
-            raise ConfigurationChangeError(f"group {self.group}: node {target} is not a voter")
-        core = self.core
-        core.begin_transfer(target)
-        term = core.term
-        tick = self.options.tick_interval_s
-        sent = False
-        for _ in range(self.options.transfer_timeout_ticks * 2):
-            if not (self.running and core.is_leader and core.term == term):
-                return  # someone (hopefully the target) took over
-            if core.transfer_target != target:
-                break
-            p = core.progress.get(target)
-            if p is None:
-                break
-            if not sent and p.match_offset >= self.log.dirty_offset:
-                sent = True
-                try:
-                    reply = await self.transport.send(target, core.timeout_now_for(target))
-                except TransportError:
-                    reply = None
-                if not (isinstance(reply, TimeoutNowReply) and reply.accepted):
-                    sent = False
-            elif not sent:
-                core.catch_up(target)
-                self.process_ready()
-            await asyncio.sleep(tick)
-        if self.running and core.is_leader and core.term == term:
-            core.abort_transfer()
-            raise RaftError(f"group {self.group}: leadership transfer to node {target} timed out")
-
-
-def _join_snapshots(blobs: list[bytes]) -> bytes:
-    return b"".join(_SNAPSHOT_LEN.pack(len(b)) + b for b in blobs)
-
-
-def _snapshot_config(snapshot: bytes) -> tuple[int, Configuration] | None:
-    """The configuration saved in a commit context snapshot; None when absent or invalid."""
-    blobs = _split_snapshots(snapshot)
-    if not blobs:
-        return None
-    try:
-        doc = json.loads(blobs[0])
-        return int(doc["offset"]), Configuration.decode(doc["config"].encode())
-    except (ValueError, KeyError, TypeError, AttributeError):
-        return None
-
-
-def _split_snapshots(data: bytes) -> list[bytes]:
-    out = []
-    pos = 0
-    while pos + _SNAPSHOT_LEN.size <= len(data):
-        (n,) = _SNAPSHOT_LEN.unpack_from(data, pos)
-        pos += _SNAPSHOT_LEN.size
-        out.append(data[pos : pos + n])
-        pos += n
-    return out
+        await self._membership.transfer_leadership(target)

@@ -1,11 +1,13 @@
 """What the async stages need from their group: a protocol, so they never import ``Consensus``.
 
-``replicate_entries``, ``recovery`` and the node's ``HeartbeatManager`` carry out what
-the core decides; :class:`~raftlog.raft.consensus.Consensus` owns them and passes
-itself as their :class:`GroupContext` (or :class:`HeartbeatGroup`). Typing the
-stages against these protocols instead of ``Consensus`` keeps the import graph a
-tree: ``consensus`` imports the stages, the stages import only this module, the
-core, storage and messages.
+``replicate_entries``, ``recovery``, the follower's append path
+(``follower_append``), membership changes (``membership``), the applier
+(``state_machines``) and the node's ``HeartbeatManager`` carry out what the core
+decides; :class:`~raftlog.raft.consensus.Consensus` owns them and passes itself
+as their :class:`GroupContext` (or :class:`HeartbeatGroup`). Typing the stages
+against these protocols instead of ``Consensus`` keeps the import graph a tree:
+``consensus`` imports the stages, the stages import only this module, the core,
+storage and messages.
 """
 
 from __future__ import annotations
@@ -14,12 +16,18 @@ import asyncio
 from collections.abc import Coroutine
 from typing import Any, Protocol
 
+from raftlog.raft.configuration import ConfigurationHistory
 from raftlog.raft.core import RaftCore
 from raftlog.raft.errors import NotLeaderError
 from raftlog.raft.flush import FlushCoalescer
 from raftlog.raft.messages import Heartbeat, HeartbeatReply
 from raftlog.raft.options import ConsensusOptions
-from raftlog.raft.replicate_batcher import ReplicateBatcher, ReplicateResult
+from raftlog.raft.replicate_batcher import (
+    Consistency,
+    ReplicateBatcher,
+    ReplicateResult,
+    ReplicateStages,
+)
 from raftlog.raft.transport import Transport
 from raftlog.storage.api import LogStorage
 from raftlog.storage.batch import RecordBatch
@@ -38,6 +46,7 @@ class GroupContext(Protocol):
     node_id: int
     options: ConsensusOptions
     core: RaftCore
+    configs: ConfigurationHistory
     log: LogStorage
     transport: Transport
     flusher: FlushCoalescer
@@ -54,6 +63,21 @@ class GroupContext(Protocol):
     def not_leader_error(self) -> NotLeaderError: ...
 
     def append_local(self, batches: list[RecordBatch]) -> None: ...
+
+    def truncate_local(self, offset: int) -> None: ...
+
+    def read(self, start: int, max_bytes: int, end: int | None = None) -> list[RecordBatch]: ...
+
+    def replicate(
+        self,
+        batches: list[RecordBatch],
+        consistency: Consistency = ...,
+        expected_term: int | None = None,
+    ) -> ReplicateStages: ...
+
+    def require_leader(self) -> None: ...
+
+    async def commit_changed(self) -> None: ...
 
     def register_commit_waiter(
         self, result: ReplicateResult, future: asyncio.Future[ReplicateResult]

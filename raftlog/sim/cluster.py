@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import random
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 from raftlog.raft.configuration import Configuration
 from raftlog.raft.consensus import ConsensusOptions
@@ -48,6 +49,24 @@ class SimCluster:
     @property
     def ids(self) -> list[int]:
         return sorted(self.nodes)
+
+    def rebuild_nodes(self, make: Callable[..., SimNode], **kw: Any) -> None:
+        """Replace every node (before ``start``) by ``make(node_id, network, configuration,
+        options, heartbeat_interval_s, seed, **kw)``: a SimNode subclass with its own
+        state machines (the producer and coordinator models)."""
+        some = next(iter(self.nodes.values()))
+        self.nodes = {
+            i: make(
+                i,
+                self.network,
+                some.configuration,
+                self.options,
+                some.heartbeat_interval_s,
+                some.seed,
+                **kw,
+            )
+            for i in self.nodes
+        }
 
     def add_node(self, node_id: int, voters: list[int]) -> SimNode:
         """A node not yet in the group; it learns the configuration from the log."""

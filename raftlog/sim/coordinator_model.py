@@ -69,7 +69,6 @@ import contextlib
 import dataclasses
 import json
 import random
-import traceback
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, TypeVar
 
@@ -92,10 +91,11 @@ from raftlog.raft.errors import RaftError
 from raftlog.raft.replicate_batcher import Consistency
 from raftlog.sim.checks import InvariantViolation
 from raftlog.sim.cluster import SimCluster, sim_options
-from raftlog.sim.loop import run_many, run_virtual
+from raftlog.sim.loop import raise_failed, retrieve, run_guarded, run_many
 from raftlog.sim.network import NetworkOptions
 from raftlog.sim.node import SimNode
-from raftlog.sim.producers import ProducerSimCluster, ProducerSimNode
+from raftlog.sim.producer_nodes import ProducerSimCluster, ProducerSimNode
+from raftlog.sim.requests import Caller
 from raftlog.storage.batch import RecordBatch
 
 __all__ = [
@@ -171,10 +171,6 @@ class CoordinatorSummary:
         return not self.failed
 
 
-class _Lost(Exception):
-    """A request or its reply was lost, its node crashed, or it timed out: outcome unknown."""
-
-
 # -- the coordinator's group ---------------------------------------------------------------
 
 
@@ -233,83 +229,10 @@ class _TmNode(SimNode):
 class _TmCluster(SimCluster):
     def __init__(self, n: int, seed: int, mutation: str, **kw: Any) -> None:
         super().__init__(n, seed, **kw)
-        some = next(iter(self.nodes.values()))
-        self.nodes = {
-            i: _TmNode(
-                i,
-                self.network,
-                some.configuration,
-                self.options,
-                some.heartbeat_interval_s,
-                seed,
-                mutation=mutation,
-            )
-            for i in self.nodes
-        }
+        self.rebuild_nodes(_TmNode, mutation=mutation)
 
 
 # -- clients ---------------------------------------------------------------------------------
-
-
-def _retrieve(task: asyncio.Task[Any]) -> None:
-    if not task.cancelled():
-        task.exception()
-
-
-class _Caller:
-    """Requests from outside the cluster to one group's node, through its lossy network."""
-
-    def __init__(self, sim: _Sim, rng: random.Random) -> None:
-        self.sim = sim
-        self.rng = rng
-        self.failures = 0
-
-    async def call(self, cluster: SimCluster, fn: Callable[[Any], Awaitable[T]]) -> T:
-        """Run ``fn(node)`` on the node believed to lead; raises _Lost or what ``fn`` raises."""
-        net = cluster.network
-        node = cluster.leader()
-        if node is None or self.rng.random() < 0.1:  # stale metadata: any live node
-            live = cluster.live()
-            node = self.rng.choice(live) if live else None
-        if node is None:
-            await asyncio.sleep(0.05)
-            raise _Lost("no live node")
-        await asyncio.sleep(net._delay())
-        if not node.alive or (net.options.drop_rate and self.rng.random() < net.options.drop_rate):
-            await asyncio.sleep(self.sim.config.request_timeout_s)
-            raise _Lost(f"request to node {node.node_id} lost")
-        task = node.spawn(fn(node))
-        task.add_done_callback(_retrieve)
-        try:
-            result = await asyncio.wait_for(asyncio.shield(task), self.sim.config.request_timeout_s)
-        except TimeoutError:
-            raise _Lost(f"node {node.node_id} did not answer in time") from None
-        except asyncio.CancelledError:
-            me = asyncio.current_task()
-            if task.cancelled() and (me is None or me.cancelling() == 0):
-                raise _Lost(f"node {node.node_id} crashed while handling the request") from None
-            raise
-        await asyncio.sleep(net._delay())
-        if net.options.drop_rate and self.rng.random() < net.options.drop_rate:
-            raise _Lost(f"reply from node {node.node_id} lost")
-        return result
-
-    async def retrying(
-        self, cluster: SimCluster, fn: Callable[[Any], Awaitable[T]], what: str
-    ) -> T:
-        """``call`` until it succeeds or raises a non-retriable error (bounded, as the
-        client's request timeout bounds its retries)."""
-        for _ in range(1000):
-            try:
-                return await self.call(cluster, fn)
-            except outcomes.ProducerError as exc:
-                if not exc.retriable:
-                    raise
-            except (_Lost, RaftError, TimeoutError):
-                pass
-            self.failures += 1
-            await asyncio.sleep(self.rng.uniform(0.01, 0.05))
-        raise InvariantViolation(f"{what}: no success after 1000 attempts")
 
 
 Hook = Callable[[str, str], Awaitable[None]]
@@ -326,7 +249,7 @@ class _SimCoordinator:
     are retried through faults; every command is idempotent.
     """
 
-    def __init__(self, sim: _Sim, caller: _Caller, hook: Hook = _no_hook) -> None:
+    def __init__(self, sim: _Sim, caller: Caller, hook: Hook = _no_hook) -> None:
         self.sim = sim
         self.caller = caller
         self.hook = hook
@@ -355,7 +278,7 @@ class _SimClient:
     """The part of RaftlogClient that the transaction protocol's driver side uses:
     ``end_transaction`` on a partition's rm_stm, with the client's error types."""
 
-    def __init__(self, sim: _Sim, caller: _Caller, hook: Hook = _no_hook) -> None:
+    def __init__(self, sim: _Sim, caller: Caller, hook: Hook = _no_hook) -> None:
         self.sim = sim
         self.caller = caller
         self.hook = hook
@@ -422,7 +345,9 @@ class _Writer:
         self.sim = sim
         self.writer_id = f"q{index}"
         self.rng = random.Random(sim.seed * 1_000_003 + index)
-        self.caller = _Caller(sim, random.Random(sim.seed * 1_000_033 + index))
+        self.caller = Caller(
+            random.Random(sim.seed * 1_000_033 + index), sim.config.request_timeout_s
+        )
         self.checkpoint = -1  # the last version whose commit() returned (Spark's commit log)
         self.runs = 0
         self.crashes = 0
@@ -533,7 +458,7 @@ class _Writer:
         done = asyncio.get_running_loop().create_future()
         task = asyncio.create_task(self._attempt(run, version, attempt, done))
         self.executors.append(task)
-        task.add_done_callback(_retrieve)
+        task.add_done_callback(retrieve)
         if wait:
             await done  # the driver hears of the attempt's end (or its failure)
         return attempt
@@ -543,7 +468,9 @@ class _Writer:
     ) -> None:
         """One task attempt's ``write()``: prepare each partition; never commit."""
         rng = random.Random(f"{self.sim.seed}/{attempt.attempt}")
-        caller = _Caller(self.sim, random.Random(f"{self.sim.seed}/{attempt.attempt}/c"))
+        caller = Caller(
+            random.Random(f"{self.sim.seed}/{attempt.attempt}/c"), self.sim.config.request_timeout_s
+        )
         coordinator = _SimCoordinator(self.sim, caller)
         by_partition: dict[int, list[int]] = {}
         for r in attempt.rows:
@@ -613,7 +540,7 @@ class _Writer:
         attempt: _Attempt,
         partition: int,
         coordinator: _SimCoordinator,
-        caller: _Caller,
+        caller: Caller,
     ) -> Participant | None:
         """init_producer, then register (as ``transactions.prepare``); None: write nothing."""
         pid = producer_id_for(self.writer_id, run, attempt.attempt, TOPIC, partition)
@@ -638,7 +565,7 @@ class _Writer:
         return part
 
     async def _produce(
-        self, caller: _Caller, partition: int, part: Participant, seq: int, payload: bytes, n: int
+        self, caller: Caller, partition: int, part: Participant, seq: int, payload: bytes, n: int
     ) -> Any:
         """One transactional batch, retried until written; None when fenced."""
 
@@ -696,7 +623,7 @@ class _Killer:
 # -- readers ---------------------------------------------------------------------------------
 
 
-async def _take_cut(sim: _Sim, caller: _Caller, process: str, *, final: bool = False) -> None:
+async def _take_cut(sim: _Sim, caller: Caller, process: str, *, final: bool = False) -> None:
     """Ends (each partition's LSO), then the coordinator's cut, then the rows below it."""
     ends: dict[int, int] = {}
     for p, cluster in enumerate(sim.partitions):
@@ -818,7 +745,7 @@ class _Sim:
 
     async def _coordinator_timer(self) -> None:
         """The coordinator's own roll-forward, on a timer."""
-        caller = _Caller(self, random.Random(self.seed * 17 + 1))
+        caller = Caller(random.Random(self.seed * 17 + 1), self.config.request_timeout_s)
         coordinator = _SimCoordinator(self, caller)
         client = _SimClient(self, caller)
         seen: set[tuple[str, int, str]] = set()
@@ -828,7 +755,7 @@ class _Sim:
                 seen, _ = await roll_forward_stale(client, coordinator, seen)  # type: ignore[arg-type]
 
     async def _reader(self, i: int) -> None:
-        caller = _Caller(self, random.Random(self.seed * 19 + i))
+        caller = Caller(random.Random(self.seed * 19 + i), self.config.request_timeout_s)
         rng = random.Random(self.seed * 23 + i)
         for _ in range(100_000):
             await asyncio.sleep(rng.uniform(0.05, 0.2))
@@ -845,7 +772,7 @@ class _Sim:
             *(asyncio.create_task(self._reader(i)) for i in range(self.config.readers)),
         ]
         await asyncio.wait(writers, timeout=self.config.chaos_s)
-        _raise_failed(writers)
+        raise_failed(writers)
         # heal: no new faults or kills, every node up; drivers finish their version
         self.winding_down = True
         nemesis = background[0]
@@ -857,7 +784,7 @@ class _Sim:
             for node in c.nodes.values():
                 await node.restart()
         _, pending = await asyncio.wait(writers, timeout=self.config.final_s)
-        _raise_failed(writers)
+        raise_failed(writers)
         if pending:
             raise InvariantViolation(
                 f"drivers did not finish after healing: {self.driver_errors[-3:]}"
@@ -870,7 +797,7 @@ class _Sim:
             t.cancel()
         await asyncio.gather(*background, return_exceptions=True)
         await self._settle()
-        caller = _Caller(self, random.Random(self.seed * 29))
+        caller = Caller(random.Random(self.seed * 29), self.config.request_timeout_s)
         await _take_cut(self, caller, "final", final=True)
         committed = await self._committed(caller)
         report = check_batches(self.history, committed)
@@ -881,7 +808,7 @@ class _Sim:
     async def _settle(self) -> None:
         """Wait (bounded) until no transaction is open on any partition and no decision is
         pending: the transaction timeout aborts what zombies and dead runs left open."""
-        caller = _Caller(self, random.Random(self.seed * 31))
+        caller = Caller(random.Random(self.seed * 31), self.config.request_timeout_s)
         client = _SimClient(self, caller)
         coordinator = _SimCoordinator(self, caller)
         step = 0.1
@@ -897,7 +824,7 @@ class _Sim:
             await asyncio.sleep(step)
         raise InvariantViolation(f"transactions still open {self.config.final_s}s after healing")
 
-    async def _committed(self, caller: _Caller) -> set[tuple[str, int]]:
+    async def _committed(self, caller: Caller) -> set[tuple[str, int]]:
         """Every (writer, version) the coordinator's final state holds committed."""
         coordinator = _SimCoordinator(self, caller)
         out = set()
@@ -927,34 +854,22 @@ class _Sim:
         )
 
 
-def _raise_failed(tasks: list[asyncio.Task[Any]]) -> None:
-    for t in tasks:
-        if t.done() and not t.cancelled() and t.exception() is not None:
-            raise t.exception()  # type: ignore[misc]
-
-
 def run_seed(seed: int, config: CoordinatorSimConfig | None = None) -> CoordinatorSeedResult:
     """Run one seeded history; never raises: a failure is in ``error`` or ``report``."""
     sim = _Sim(seed, config or CoordinatorSimConfig())
-    try:
-        return run_virtual(sim.run())
-    except BaseException as exc:
-        if isinstance(exc, KeyboardInterrupt):
-            raise
-        return CoordinatorSeedResult(
-            seed,
-            False,
-            sim.n,
-            error=f"seed {seed} failed (replay: raftlog.sim.coordinator_model.run_seed({seed})): "
-            + "".join(traceback.format_exception(exc)),
-        )
+    return run_guarded(
+        seed,
+        sim.run(),
+        "raftlog.sim.coordinator_model.run_seed",
+        lambda error: CoordinatorSeedResult(seed, False, sim.n, error=error),
+    )
 
 
 def run_seeds(
     seeds: Iterable[int], config: CoordinatorSimConfig | None = None, processes: int = 1
 ) -> CoordinatorSummary:
     """Run many seeds (in ``processes`` worker processes when > 1)."""
-    results = run_many(_run_quiet, seeds, config, processes, chunksize=8)
+    results = run_many(run_seed, seeds, config, processes, chunksize=8)
     failed = [r for r in results if not r.ok]
     anomalies: dict[str, int] = {}
     for r in results:
@@ -968,10 +883,6 @@ def run_seeds(
         sum(r.cuts for r in results),
         anomalies,
     )
-
-
-def _run_quiet(seed: int, config: CoordinatorSimConfig | None) -> CoordinatorSeedResult:
-    return run_seed(seed, config)
 
 
 __all__ += ["TRANSACTIONS_TOPIC"]

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import selectors
+import traceback
 from collections.abc import Callable, Coroutine, Iterable
 from typing import Any, TypeVar
 
@@ -90,6 +91,40 @@ def _cancel_all(loop: VirtualTimeLoop) -> None:
         t.cancel()
     if tasks:
         loop.run_until_complete(asyncio.gather(*tasks, return_exceptions=True))
+
+
+def run_guarded(
+    seed: int, coro: Coroutine[Any, Any, T], replay: str, failed: Callable[[str], T]
+) -> T:
+    """Run one seed's history (``coro``) on a fresh virtual-time loop; never raises.
+
+    Any failure (an exception anywhere, an invariant) becomes ``failed(error)``,
+    where ``error`` names the seed, the call that replays it (``replay``, a
+    dotted function name called with the seed) and the traceback. Only a
+    KeyboardInterrupt propagates.
+    """
+    try:
+        return run_virtual(coro)
+    except BaseException as exc:
+        if isinstance(exc, KeyboardInterrupt):
+            raise
+        return failed(
+            f"seed {seed} failed (replay: {replay}({seed})): "
+            + "".join(traceback.format_exception(exc))
+        )
+
+
+def retrieve(task: asyncio.Task[Any]) -> None:
+    """A done-callback that marks a task's exception as retrieved (it is handled elsewhere)."""
+    if not task.cancelled():
+        task.exception()
+
+
+def raise_failed(tasks: list[asyncio.Task[Any]]) -> None:
+    """Raise the exception of the first of ``tasks`` that failed (none: return)."""
+    for t in tasks:
+        if t.done() and not t.cancelled() and t.exception() is not None:
+            raise t.exception()  # type: ignore[misc]
 
 
 def run_many(

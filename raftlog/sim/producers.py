@@ -46,32 +46,27 @@ import asyncio
 import contextlib
 import dataclasses
 import random
-import traceback
-from collections.abc import Awaitable, Callable, Iterable
-from typing import Any, TypeVar
+from collections.abc import Iterable
+from typing import TypeVar
 
 from raftlog.producers.outcomes import (
-    DuplicateSequenceError,
-    OutOfOrderSequenceError,
     ProducerError,
-    ProducerFencedError,
 )
-from raftlog.producers.rm_stm import RmStm, RmStmConfig
-from raftlog.producers.sequencer import MAX_IN_FLIGHT, Sequencer, SequencerError
+from raftlog.producers.rm_stm import RmStmConfig
 from raftlog.raft.errors import RaftError
-from raftlog.raft.replicate_batcher import Consistency
 from raftlog.sim.checks import InvariantChecker, InvariantViolation
-from raftlog.sim.cluster import SimCluster, sim_options
-from raftlog.sim.loop import run_many, run_virtual
+from raftlog.sim.cluster import sim_options
+from raftlog.sim.loop import raise_failed, run_guarded, run_many
 from raftlog.sim.network import NetworkOptions
-from raftlog.sim.node import SimNode
+from raftlog.sim.producer_clients import Client, ProducerModel
+from raftlog.sim.producer_nodes import ProducerSimCluster, ProducerSimNode
+from raftlog.sim.requests import Lost
 from raftlog.sim.txn_model import LogModel, Status
 from raftlog.storage.batch import BatchKind, RecordBatch
 
 T = TypeVar("T")
 
 _ALL = 1 << 40  # read everything at once
-_EXPIRE_EVERY_S = 0.1
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -116,384 +111,12 @@ class ProducerSummary:
         return not self.failed
 
 
-class _Lost(Exception):
-    """A request or its reply was lost, its node crashed, or it timed out: outcome unknown."""
-
-
-def _now_ms() -> int:
-    return int(asyncio.get_running_loop().time() * 1000)
-
-
-def _retrieve(task: asyncio.Task[Any]) -> None:
-    if not task.cancelled():
-        task.exception()
-
-
-# -- nodes -------------------------------------------------------------------------------
-
-
-class ProducerSimNode(SimNode):
-    """A :class:`SimNode` whose group runs rm_stm, and a leader task expiring transactions."""
-
-    def __init__(self, *args: Any, rm_config: RmStmConfig, **kw: Any) -> None:
-        super().__init__(*args, **kw)
-        self.rm_config = rm_config
-        self.rm: RmStm
-        self.errors: list[str] = []  # unexpected exceptions of this node's rm_stm tasks
-
-    def _build(self) -> None:
-        super()._build()
-        self.rm = RmStm(self.consensus, self.rm_config, clock_ms=_now_ms)
-
-    async def start(self) -> None:
-        await super().start()
-        self.spawn(self._expirer(self.rm))
-
-    async def _expirer(self, rm: RmStm) -> None:
-        for _ in range(10_000_000):
-            await asyncio.sleep(_EXPIRE_EVERY_S)
-            if not (self.consensus.running and self.consensus.is_leader):
-                continue
-            try:
-                await rm.abort_expired(_now_ms())
-            except (ProducerError, RaftError, TimeoutError):
-                continue
-            except Exception:
-                self.errors.append("abort_expired failed:\n" + traceback.format_exc())
-
-
-class ProducerSimCluster(SimCluster):
-    def __init__(self, n: int, seed: int, rm_config: RmStmConfig, **kw: Any) -> None:
-        super().__init__(n, seed, **kw)
-        some = next(iter(self.nodes.values()))
-        self.nodes = {
-            i: ProducerSimNode(
-                i,
-                self.network,
-                some.configuration,
-                self.options,
-                some.heartbeat_interval_s,
-                seed,
-                rm_config=rm_config,
-            )
-            for i in self.nodes
-        }
-
-    def live(self) -> list[ProducerSimNode]:
-        return super().live()  # type: ignore[return-value]
-
-
-# -- the client side ---------------------------------------------------------------------
-
-
-class _Client:
-    """Requests from outside the cluster to a node's rm_stm, through a lossy network."""
-
-    def __init__(self, sim: _Sim, rng: random.Random) -> None:
-        self.sim = sim
-        self.rng = rng
-        self.failures = 0
-
-    async def call(self, fn: Callable[[RmStm], Awaitable[T]]) -> T:
-        """Run ``fn(rm)`` on the node believed to lead; raises _Lost or what ``fn`` raises."""
-        cluster = self.sim.cluster
-        net = cluster.network
-        node = cluster.leader()
-        if node is None or self.rng.random() < 0.1:  # stale metadata: any live node
-            live = cluster.live()
-            node = self.rng.choice(live) if live else None
-        if node is None:
-            await asyncio.sleep(0.05)
-            raise _Lost("no live node")
-        await asyncio.sleep(net._delay())
-        if not node.alive or (net.options.drop_rate and self.rng.random() < net.options.drop_rate):
-            await asyncio.sleep(self.sim.config.request_timeout_s)
-            raise _Lost(f"request to node {node.node_id} lost")
-        assert isinstance(node, ProducerSimNode)
-        task = node.spawn(fn(node.rm))
-        task.add_done_callback(_retrieve)
-        try:
-            result = await asyncio.wait_for(asyncio.shield(task), self.sim.config.request_timeout_s)
-        except TimeoutError:
-            raise _Lost(f"node {node.node_id} did not answer in time") from None
-        except asyncio.CancelledError:
-            task_me = asyncio.current_task()
-            if task.cancelled() and (task_me is None or task_me.cancelling() == 0):
-                raise _Lost(f"node {node.node_id} crashed while handling the request") from None
-            raise
-        await asyncio.sleep(net._delay())
-        if net.options.drop_rate and self.rng.random() < net.options.drop_rate:
-            raise _Lost(f"reply from node {node.node_id} lost")
-        return result
-
-    async def retrying(self, fn: Callable[[RmStm], Awaitable[T]], what: str) -> T:
-        """``call`` until it succeeds or raises a non-retriable ProducerError (bounded)."""
-        for _ in range(1000):
-            try:
-                return await self.call(fn)
-            except ProducerError as exc:
-                if not exc.retriable:
-                    raise
-            except (_Lost, RaftError, TimeoutError):
-                pass
-            self.failures += 1
-            await asyncio.sleep(self.rng.uniform(0.01, 0.05))
-        raise InvariantViolation(f"{what}: no success after 1000 attempts")
-
-
-@dataclasses.dataclass(slots=True)
-class _Txn:
-    version: int
-    fate: str  # "commit", "abort" or "die"
-    tags: list[bytes] = dataclasses.field(default_factory=list)
-    outcome: str = "open"  # "committed", "aborted", "died", "unknown" (commit not confirmed)
-
-
-class _Fenced(Exception):
-    pass
-
-
-class _Producer:
-    """One producer id: sessions of batches driven by a Sequencer (see the module doc)."""
-
-    def __init__(self, sim: _Sim, pid: int, transactional: bool) -> None:
-        self.sim = sim
-        self.pid = pid
-        self.transactional = transactional
-        self.rng = random.Random(sim.seed * 101 + pid)
-        self.client = _Client(sim, random.Random(sim.seed * 103 + pid))
-        self.tags: list[bytes] = []  # idempotent: every batch, in sequence order
-        self.acked = 0  # idempotent: acknowledged batches (a prefix of tags at the end)
-        self.txns: list[_Txn] = []
-        self.last_committed = -1
-        self.sends = 0
-        self.retries = 0
-        self.sessions = 0
-
-    # -- one session ---------------------------------------------------------
-
-    async def _init(self) -> tuple[int, int]:
-        result = await self.client.retrying(lambda rm: rm.init_producer(self.pid), "init_producer")
-        self.sessions += 1
-        version = result.last_committed_version
-        # the only commit whose outcome may be unknown is the last transaction's
-        pending = self.txns[-1] if self.txns and self.txns[-1].outcome == "unknown" else None
-        allowed = {self.last_committed} | ({pending.version} if pending else set())
-        if version not in allowed:
-            raise InvariantViolation(
-                f"producer {self.pid}: init_producer returned last committed version {version}, "
-                f"expected one of {sorted(allowed)}"
-            )
-        if pending is not None:
-            pending.outcome = "committed" if version == pending.version else "aborted"
-        self.last_committed = version
-        return result.epoch, version
-
-    async def _send_all(
-        self, seq: Sequencer, payloads: dict[int, bytes], die_after: int | None = None
-    ) -> None:
-        """Send until every batch added to ``seq`` is acknowledged; raises _Fenced.
-
-        ``die_after``: abandon the session (cancel every send) after that many sends.
-        """
-        running: set[asyncio.Task[None]] = set()
-        wake = asyncio.Event()
-        fenced: list[BaseException] = []
-        state = {"not_before": 0.0, "backoff": 0.0}
-        loop = asyncio.get_running_loop()
-
-        def retry_later() -> None:
-            self.retries += 1
-            seq.max_in_flight = 1
-            state["backoff"] = min(0.5, max(0.02, state["backoff"] * 2))
-            state["not_before"] = loop.time() + state["backoff"]
-
-        async def attempt(first: int, count: int, send_attempt: int) -> None:
-            payload = payloads[first]
-            epoch, tx = seq.epoch, self.transactional
-
-            async def produce(rm: RmStm) -> Any:
-                batch = RecordBatch.create(
-                    payload,
-                    count,
-                    transactional=tx,
-                    producer_id=self.pid,
-                    producer_epoch=epoch,
-                    first_sequence=first,
-                    timestamp_ms=_now_ms(),
-                )
-                return await rm.replicate(batch, Consistency.QUORUM_ACK)
-
-            try:
-                await self.client.call(produce)
-            except DuplicateSequenceError:
-                seq.on_success(first, send_attempt, None)
-            except OutOfOrderSequenceError:
-                try:
-                    seq.on_out_of_order(first, send_attempt)
-                except SequencerError as exc:
-                    raise InvariantViolation(f"producer {self.pid}: {exc}") from exc
-                retry_later()
-            except ProducerFencedError as exc:
-                fenced.append(exc)
-            except ProducerError as exc:
-                if not exc.retriable:
-                    raise InvariantViolation(
-                        f"producer {self.pid}: produce of sequence {first} failed: {exc!r}"
-                    ) from exc
-                seq.on_retriable(first, send_attempt)
-                retry_later()
-            except (_Lost, RaftError, TimeoutError):
-                seq.on_retriable(first, send_attempt)
-                retry_later()
-            else:
-                seq.on_success(first, send_attempt, 0)
-                seq.max_in_flight = MAX_IN_FLIGHT
-                state["backoff"] = state["not_before"] = 0.0
-            finally:
-                wake.set()
-
-        errors: list[BaseException] = []
-
-        def done(t: asyncio.Task[None]) -> None:
-            running.discard(t)
-            if not t.cancelled() and t.exception() is not None:
-                errors.append(t.exception())  # type: ignore[arg-type]
-
-        try:
-            for _ in range(100_000):
-                if errors:
-                    raise errors[0]
-                if fenced:
-                    raise _Fenced(str(fenced[0]))
-                if seq.idle:
-                    return
-                if die_after is not None and self.sends >= die_after:
-                    return  # the caller abandons the session; the finally cancels the sends
-                send = seq.next_to_send() if loop.time() >= state["not_before"] else None
-                if send is not None:
-                    self.sends += 1
-                    t = asyncio.create_task(
-                        attempt(send.first_sequence, send.record_count, send.attempt)
-                    )
-                    running.add(t)
-                    t.add_done_callback(done)
-                    await asyncio.sleep(0)
-                    continue
-                wake.clear()
-                wait = max(0.001, state["not_before"] - loop.time()) if not running else 0.5
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(wake.wait(), wait)
-            raise InvariantViolation(f"producer {self.pid}: sender did not finish")
-        finally:
-            for t in list(running):
-                t.cancel()
-            await asyncio.gather(*running, return_exceptions=True)
-
-    # -- idempotent ------------------------------------------------------------
-
-    async def run_idempotent(self) -> None:
-        epoch, _ = await self._init()
-        seq = Sequencer(self.pid, epoch)
-        payloads: dict[int, bytes] = {}
-        for k in range(10_000):
-            if self.sim.winding_down:
-                break
-            for _ in range(self.rng.randint(1, 8)):
-                tag = f"i{self.pid}/{len(self.tags)}".encode()
-                first = seq.add(self.rng.randint(1, 3))
-                payloads[first] = tag
-                self.tags.append(tag)
-            try:
-                await self._send_all(seq, payloads)
-            except _Fenced as exc:
-                raise InvariantViolation(
-                    f"idempotent producer {self.pid} (one session) was fenced: {exc}"
-                ) from exc
-            self.acked = len(self.tags)
-            await asyncio.sleep(self.rng.uniform(0.0, 0.05) if k % 3 else 0.0)
-        await self._send_all(seq, payloads)
-        self.acked = len(self.tags)
-
-    # -- transactional -------------------------------------------------------
-
-    async def run_transactional(self) -> None:
-        for _ in range(1000):
-            if self.sim.winding_down:
-                return
-            epoch, _ = await self._init()
-            seq = Sequencer(self.pid, epoch)
-            with contextlib.suppress(_Fenced):
-                await self._session(seq)
-
-    async def _session(self, seq: Sequencer) -> None:
-        """Transactions until the session dies, is fenced, or the run winds down."""
-        for _ in range(1000):
-            if self.sim.winding_down:
-                return
-            roll = self.rng.random()
-            fate = "commit" if roll < 0.55 else "abort" if roll < 0.8 else "die"
-            txn = _Txn(len(self.txns), fate)
-            self.txns.append(txn)
-            payloads: dict[int, bytes] = {}
-            for i in range(self.rng.randint(1, 6)):
-                tag = f"t{self.pid}/{txn.version}/{i}".encode()
-                payloads[seq.add(self.rng.randint(1, 3))] = tag
-                txn.tags.append(tag)
-            if fate == "die":
-                try:
-                    await self._send_all(
-                        seq, payloads, die_after=self.sends + self.rng.randint(0, 6)
-                    )
-                except _Fenced:
-                    txn.outcome = "aborted"  # fenced before it died: the fencing aborted it
-                    raise
-                txn.outcome = "died"
-                # the dead session's transaction stays open until the next init_producer or
-                # the transaction timeout aborts it
-                await asyncio.sleep(self.rng.uniform(0.0, 1.5))
-                return
-            try:
-                await self._send_all(seq, payloads)
-            except _Fenced:
-                txn.outcome = "aborted"  # no commit was sent: the fencing aborted it
-                raise
-            if fate == "abort":
-                txn.outcome = "aborted"  # fenced or not, it never commits: no commit is sent
-                try:
-                    res = await self.client.retrying(
-                        lambda rm: rm.end_transaction(self.pid, seq.epoch, False), "abort"
-                    )
-                except ProducerFencedError as exc:
-                    raise _Fenced(str(exc)) from exc
-                seq.reset(res.producer_epoch)  # an abort bumps the epoch: go on at the new one
-            else:
-                txn.outcome = "unknown"
-                try:
-                    await self.client.retrying(
-                        lambda rm, v=txn.version: rm.end_transaction(self.pid, seq.epoch, True, v),
-                        "commit",
-                    )
-                except ProducerFencedError as exc:
-                    raise _Fenced(str(exc)) from exc  # the next init_producer resolves it
-                txn.outcome = "committed"
-                self.last_committed = txn.version
-            await asyncio.sleep(self.rng.uniform(0.0, 0.05))
-
-    async def run(self) -> None:
-        if self.transactional:
-            await self.run_transactional()
-            # resolve a commit left unknown by a fence at the very end
-            if self.txns and self.txns[-1].outcome == "unknown":
-                await self._init()
-        else:
-            await self.run_idempotent()
-
-
 # -- the simulation ----------------------------------------------------------------------
 
 
 class _Sim:
+    """One seeded history (see the module doc); the clients see it as a ProducerSim."""
+
     def __init__(self, seed: int, config: ProducerSimConfig) -> None:
         self.seed = seed
         self.config = config
@@ -522,9 +145,13 @@ class _Sim:
         self.winding_down = False
         pids = 100
         self.producers = [
-            _Producer(self, pids + i, transactional=i >= config.idempotent_producers)
+            ProducerModel(self, pids + i, transactional=i >= config.idempotent_producers)
             for i in range(config.idempotent_producers + config.transactional_producers)
         ]
+
+    @property
+    def request_timeout_s(self) -> float:
+        return self.config.request_timeout_s
 
     # -- checks --------------------------------------------------------------
 
@@ -612,7 +239,7 @@ class _Sim:
         await asyncio.wait(
             watched, timeout=self.config.chaos_s, return_when=asyncio.FIRST_EXCEPTION
         )
-        _raise_failed(watched)
+        raise_failed(watched)
         # heal: no new faults, every node up; producers finish what they started
         self.winding_down = True
         nemesis.cancel()
@@ -626,7 +253,7 @@ class _Sim:
         if late:
             raise InvariantViolation(f"producers {late} did not finish after healing")
         await self._settle()
-        _raise_failed([checker])
+        raise_failed([checker])
         checker.cancel()
         await asyncio.gather(checker, return_exceptions=True)
         self._final_checks()
@@ -648,12 +275,12 @@ class _Sim:
     async def _settle(self) -> None:
         """Wait (bounded, virtual time) for no open transaction and every replica caught up."""
         step = 0.05
-        client = _Client(self, random.Random(self.seed * 7 + 3))
+        client = Client(self, random.Random(self.seed * 7 + 3))
         for _ in range(int(self.config.final_s / step)):
             leader = self.cluster.leader()
             if leader is not None and not leader.rm.table.open_transactions():
                 # a barrier in the leader's term: everything before it is applied there
-                with contextlib.suppress(_Lost, RaftError, ProducerError, TimeoutError):
+                with contextlib.suppress(Lost, RaftError, ProducerError, TimeoutError):
                     await client.call(lambda rm: rm.sync())
                     break
             await asyncio.sleep(step)
@@ -753,7 +380,7 @@ async def _wait_producers(
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout_s
     for _ in range(10_000):
-        _raise_failed([checker, *producers])
+        raise_failed([checker, *producers])
         pending = [t for t in producers if not t.done()]
         left = deadline - loop.time()
         if not pending or left <= 0 or checker.done():
@@ -761,28 +388,17 @@ async def _wait_producers(
         await asyncio.wait([checker, *pending], timeout=left, return_when=asyncio.FIRST_COMPLETED)
 
 
-def _raise_failed(tasks: list[asyncio.Task[Any]]) -> None:
-    for t in tasks:
-        if t.done() and not t.cancelled() and t.exception() is not None:
-            raise t.exception()  # type: ignore[misc]
-
-
 def run_seed(seed: int, config: ProducerSimConfig | None = None) -> ProducerSeedResult:
     """Run one seeded history; never raises: a failure is in ``error``."""
     sim = _Sim(seed, config or ProducerSimConfig())
-    try:
-        return run_virtual(sim.run())
-    except BaseException as exc:
-        if isinstance(exc, KeyboardInterrupt):
-            raise
-        return ProducerSeedResult(
-            seed,
-            False,
-            sim.n,
-            checks=sim.raft_checker.checks,
-            error=f"seed {seed} failed (replay: raftlog.sim.producers.run_seed({seed})): "
-            + "".join(traceback.format_exception(exc)),
-        )
+    return run_guarded(
+        seed,
+        sim.run(),
+        "raftlog.sim.producers.run_seed",
+        lambda error: ProducerSeedResult(
+            seed, False, sim.n, checks=sim.raft_checker.checks, error=error
+        ),
+    )
 
 
 def run_seeds(

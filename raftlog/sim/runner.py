@@ -23,14 +23,13 @@ import asyncio
 import collections
 import dataclasses
 import random
-import traceback
 from collections.abc import Iterable
 
 from raftlog.raft.errors import RaftError
 from raftlog.raft.replicate_batcher import Consistency
 from raftlog.sim.checks import InvariantChecker
 from raftlog.sim.cluster import SimCluster, quietly, sim_options
-from raftlog.sim.loop import run_many, run_virtual
+from raftlog.sim.loop import run_guarded, run_many
 from raftlog.sim.network import NetworkOptions
 from raftlog.sim.node import SimNode
 from raftlog.storage.batch import RecordBatch
@@ -336,23 +335,22 @@ class _Sim:
 def run_seed(seed: int, config: SimConfig | None = None) -> SeedResult:
     """Run one seeded history; never raises: a failure is in ``SeedResult.error``."""
     sim = _Sim(seed, config or SimConfig())
-    try:
-        return run_virtual(sim.run())
-    except BaseException as exc:  # report any failure with the seed that replays it
-        if isinstance(exc, KeyboardInterrupt):
-            raise
-        return SeedResult(
+    return run_guarded(
+        seed,
+        sim.run(),
+        "raftlog.sim.run_seed",
+        lambda error: SeedResult(
             seed,
             False,
             sim.n,
             len(sim.checker.acked),
             sim.checker.history_end,
             sim.checker.checks,
-            f"seed {seed} failed (replay: raftlog.sim.run_seed({seed})): "
-            + "".join(traceback.format_exception(exc))
+            error
             + "trace (last faults and leader changes, virtual seconds):\n  "
             + "\n  ".join(sim.trace),
-        )
+        ),
+    )
 
 
 def run_seeds(seeds: Iterable[int], config: SimConfig | None = None, processes: int = 1) -> Summary:
