@@ -57,6 +57,7 @@ from pyspark.sql.datasource import (
     DataSourceStreamArrowWriter,
     WriterCommitMessage,
 )
+from pyspark_raftlog import worker_loop
 from pyspark_raftlog.arrow_payload import Chunk, chunk_record_batch, conform_batch
 from pyspark_raftlog.commit_summary import summarize
 from pyspark_raftlog.connection import open_async_client
@@ -132,7 +133,8 @@ class _WriterBase:
         opts = self.opts
 
         async def run() -> RaftlogCommitMessage:
-            client = open_async_client(self.servers, opts.request_timeout_s)
+            # The worker process's client: connections and learned leaders outlive the task.
+            client = await worker_loop.shared_client(self.servers, opts.request_timeout_s)
             router = _Router(self, client, spark_partition)
             queues: dict[tuple[str, int], asyncio.Queue] = {}
             writers: dict[tuple[str, int], asyncio.Task] = {}
@@ -166,8 +168,6 @@ class _WriterBase:
                     task.cancel()
                 await asyncio.gather(*writers.values(), *codecs.values(), return_exceptions=True)
                 raise
-            finally:
-                await client.close()
             writes = tuple(w for w, _ in done) or (
                 PartitionWrite(
                     spark_partition % max(1, self.num_partitions), topic=opts.topic or ""
@@ -178,7 +178,7 @@ class _WriterBase:
                 spark_partition, writes[0], key if key is not None else None, parts, writes
             )
 
-        return asyncio.run(run())
+        return worker_loop.run(run())
 
     async def _write_partition(
         self,
