@@ -213,7 +213,12 @@ def make_app(
     async def peer_stream(request: web.Request) -> web.WebSocketResponse:
         # the middleware already admitted the peer token: no second check here
         ws = web.WebSocketResponse(max_msg_size=max_request_bytes + REQUEST_ID_SIZE, compress=False)
-        await ws.prepare(request)
+        try:
+            await ws.prepare(request)
+        except ConnectionError:
+            # the peer gave up on the handshake before it was answered (its connect
+            # timed out, e.g. while this node was stopped): nothing to serve
+            return ws
         streams.add(ws)
         try:
             async for msg in ws:

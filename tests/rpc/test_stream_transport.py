@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import random
 import struct
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -459,3 +460,38 @@ def test_mutated_frames_are_refused_under_their_id_and_never_reach_the_node() ->
                 assert (await t.send(1, vote(2))).term == 2
 
     run(body)
+
+
+def test_a_handshake_the_peer_abandoned_is_dropped_quietly(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A peer whose connect timed out (this node was stopped) has closed its socket by
+    the time the upgrade is answered: no error is logged, the node serves on."""
+
+    async def body() -> None:
+        server = Server(ScriptedNode())
+
+        @web.middleware
+        async def late(request: web.Request, handler: Any) -> web.StreamResponse:
+            await asyncio.sleep(0.3)  # the answer comes after the peer has gone
+            return await handler(request)
+
+        server.app.middlewares.insert(0, late)
+        async with server:
+            host, _, port = server.address.rpartition(":")
+            _, writer = await asyncio.open_connection(host, int(port))
+            writer.write(
+                f"GET {STREAM_PATH} HTTP/1.1\r\nHost: {host}\r\nUpgrade: websocket\r\n"
+                "Connection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
+                "Sec-WebSocket-Version: 13\r\n\r\n".encode()
+            )
+            await writer.drain()
+            writer.close()
+            await settle(lambda: server.handshakes == 1, "the handshake to arrive")
+            await asyncio.sleep(0.5)  # past the late answer
+            async with transport_to(server.address) as t:
+                assert (await t.send(1, vote(2))).term == 2
+
+    with caplog.at_level(logging.ERROR):
+        run(body)
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == []
