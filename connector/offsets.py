@@ -23,7 +23,10 @@ __all__ = [
     "OffsetDocumentError",
     "PartitionBounds",
     "format_offsets",
+    "format_topic_offsets",
     "parse_offsets",
+    "parse_topic_ids",
+    "parse_topic_offsets",
     "resolve_spec",
 ]
 
@@ -106,15 +109,43 @@ def resolve_spec(
 TopicPartition = tuple[str, int]
 
 
-def format_topic_offsets(offsets: Mapping[TopicPartition, int]) -> dict[str, dict[str, int]]:
-    """The offset document of several topics: ``{"<topic>": {"<partition>": next}}``.
+TOPIC_IDS_KEY = "__topic_ids"
+"""The offset document's entry of topic ids: ``{"__topic_ids": {"<topic>": id}}``. No
+topic name can take it (names start with a letter or digit)."""
 
-    Topics and partitions are ordered so equal offsets serialize to equal JSON.
+
+def format_topic_offsets(
+    offsets: Mapping[TopicPartition, int], topic_ids: Mapping[str, int] | None = None
+) -> dict[str, dict[str, int]]:
+    """The offset document of several topics: ``{"<topic>": {"<partition>": next}}``,
+    plus, under ``__topic_ids``, the id of each topic read (``topic_ids``; unknown ids,
+    -1, are left out).
+
+    The ids let a later micro-batch, or a restart from the checkpoint, tell that a topic
+    was deleted and created again: its offsets then name records of a topic that is
+    gone. Topics and partitions are ordered so equal offsets serialize to equal JSON.
     """
     doc: dict[str, dict[str, int]] = {}
     for topic, p in sorted(offsets):
         doc.setdefault(topic, {})[str(p)] = int(offsets[(topic, p)])
+    ids = {t: int(i) for t, i in sorted((topic_ids or {}).items()) if i >= 0 and t in doc}
+    if ids:
+        doc[TOPIC_IDS_KEY] = ids
     return doc
+
+
+def parse_topic_ids(doc: object) -> dict[str, int]:
+    """Topic -> id recorded in an offset document (empty for documents written before ids
+    were recorded, and for topics whose id was not known)."""
+    ids = doc.get(TOPIC_IDS_KEY, {}) if isinstance(doc, Mapping) else {}
+    if not isinstance(ids, Mapping) or not all(
+        isinstance(t, str) and isinstance(i, int) and not isinstance(i, bool) and i >= 0
+        for t, i in ids.items()
+    ):
+        raise OffsetDocumentError(
+            f'"{TOPIC_IDS_KEY}" of an offset document must map topics to ids >= 0; got {ids!r}'
+        )
+    return dict(ids)
 
 
 def parse_topic_offsets(doc: object, reads: Callable[[str], bool]) -> dict[TopicPartition, int]:
@@ -128,7 +159,10 @@ def parse_topic_offsets(doc: object, reads: Callable[[str], bool]) -> dict[Topic
             f'offset document must be {{"<topic>": {{"<partition>": <offset>}}}}; got {doc!r}'
         )
     out: dict[TopicPartition, int] = {}
+    parse_topic_ids(doc)  # checked here too: a checkpoint's document is parsed strictly
     for name in doc:
+        if name == TOPIC_IDS_KEY:
+            continue
         if not isinstance(name, str) or not reads(name):
             raise OffsetDocumentError(
                 f"offset document names topic {name!r}, which this query does not read; "

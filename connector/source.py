@@ -59,6 +59,7 @@ from pyspark_raftlog.offsets import (
     OffsetDocumentError,
     TopicPartition,
     format_topic_offsets,
+    parse_topic_ids,
     parse_topic_offsets,
     resolve_topic_spec,
 )
@@ -98,6 +99,7 @@ class _ReaderBase:
         self.servers = servers
         self.schema = schema
         self._client: Any = None
+        self._topic_ids: dict[str, int] = {}  # topic -> id, as the last _bounds() saw it
 
     def __getstate__(self) -> dict:
         state = self.__dict__.copy()
@@ -138,11 +140,13 @@ class _ReaderBase:
                 if len(self.opts.topics) == 1 and self.opts.pattern is None:
                     raise
                 continue
+            self._topic_ids[topic] = getattr(meta, "topic_id", -1)
             starts, ends = {}, {}
             for part in meta.partitions:
                 start, _hw, lso = client.list_offsets(topic, part.partition)
                 starts[part.partition], ends[part.partition] = start, lso
-            cut = client.call(lambda c, t=topic, e=ends: committed_cut(c, t, e))
+            topic_id = self._topic_ids[topic]
+            cut = client.call(lambda c, t=topic, e=ends, i=topic_id: committed_cut(c, t, e, i))
             for p in starts:
                 out[(topic, p)] = (starts[p], max(starts[p], cut[p]))
         return out
@@ -194,6 +198,15 @@ class _ReaderBase:
     def _parse(self, doc: dict) -> dict[TopicPartition, int]:
         return parse_topic_offsets(doc, self.opts.matches)
 
+    def _recreated(self, doc: dict, ids: Mapping[str, int]) -> dict[str, tuple[int, int]]:
+        """Topics of offset document ``doc`` that were deleted and created again since
+        (their id in ``doc`` differs from the one in ``ids``): topic -> (old id, new id).
+        """
+        then = parse_topic_ids(doc)
+        return {
+            t: (old, ids[t]) for t, old in then.items() if ids.get(t, -1) >= 0 and ids[t] != old
+        }
+
     def read(self, partition: RaftlogInputPartition) -> Iterator[pa.RecordBatch]:  # type: ignore[override]
         if not isinstance(partition, RaftlogInputPartition):
             # partitions() planned nothing (every range empty): Spark then runs one task
@@ -224,7 +237,7 @@ class RaftlogStreamReader(_ReaderBase, DataSourceStreamReader, SupportsTriggerAv
 
     def initialOffset(self) -> dict:
         # "latest": Kafka's default for streams
-        return format_topic_offsets(self._start(self._bounds(), "latest"))
+        return format_topic_offsets(self._start(self._bounds(), "latest"), self._topic_ids)
 
     def prepareForTriggerAvailableNow(self) -> None:
         self._target = {p: lso for p, (_, lso) in self._bounds().items()}
@@ -239,6 +252,23 @@ class RaftlogStreamReader(_ReaderBase, DataSourceStreamReader, SupportsTriggerAv
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
         bounds = self._bounds()
         begin = self._parse(start)
+        for topic, (old, new) in self._recreated(start, self._topic_ids).items():
+            # Its offsets name records of a topic that is gone: Kafka's data loss.
+            mine = {tp: off for tp, off in begin.items() if tp[0] == topic}
+            message = (
+                f"raftlog source: topic {topic!r} was deleted and created again (topic id "
+                f"{old}, now {new}); the records after offsets "
+                f"{ {p: off for (_, p), off in sorted(mine.items())} } of the old topic were "
+                "never read"
+            )
+            if self.opts.fail_on_data_loss:
+                raise DataLossError(
+                    message + "; set option 'failOnDataLoss' to false to read the new topic "
+                    "from its beginning and continue"
+                )
+            get_logger().warning("%s; reading the new topic from its beginning", message)
+            for tp in mine:
+                del begin[tp]
         for p, (log_start, _) in bounds.items():
             begin.setdefault(p, log_start)  # a partition new since `start`: from its beginning
         latest = {p: lso for p, (_, lso) in bounds.items()}
@@ -270,7 +300,7 @@ class RaftlogStreamReader(_ReaderBase, DataSourceStreamReader, SupportsTriggerAv
                 end = self._limit_bytes(begin, end, self.opts.max_bytes_per_trigger, rotation)
         elif isinstance(limit, ReadMaxBytes):
             end = self._limit_bytes(begin, latest, limit.max_bytes, rotation)
-        return format_topic_offsets(end)
+        return format_topic_offsets(end, self._topic_ids)
 
     def reportLatestOffset(self) -> dict | None:
         if not self._latest:
@@ -280,6 +310,10 @@ class RaftlogStreamReader(_ReaderBase, DataSourceStreamReader, SupportsTriggerAv
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
         begin = self._parse(start)
         stop = self._parse(end)
+        for topic in self._recreated(start, parse_topic_ids(end)):
+            # latestOffset let the new topic in (failOnDataLoss=false): read it from 0,
+            # which the read moves up to its log start
+            begin = {tp: off for tp, off in begin.items() if tp[0] != topic}
         planned = self._plan(begin, stop)
         if self._latest:
             behind = sum(max(0, lso - stop.get(p, 0)) for p, lso in self._latest.items())

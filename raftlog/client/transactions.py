@@ -146,7 +146,10 @@ async def prepare(
     session = await client.init_producer(
         topic, partition, pid, transaction_timeout_ms=transaction_timeout_ms
     )
-    participant = Participant(attempt, key.run, topic, partition, pid, session.epoch)
+    topic_id = (await client.describe_topic(topic)).topic_id
+    participant = Participant(
+        attempt, key.run, topic, partition, pid, session.epoch, topic_id=topic_id
+    )
     reply = await coordinator.call(
         "register", writer=key.writer, version=key.version, participant=participant.to_json()
     )
@@ -287,11 +290,16 @@ async def roll_forward_stale(
     return now - seen, done
 
 
-async def committed_cut(client: RaftlogClient, topic: str, ends: dict[int, int]) -> dict[int, int]:
+async def committed_cut(
+    client: RaftlogClient, topic: str, ends: dict[int, int], topic_id: int = -1
+) -> dict[int, int]:
     """Lower ``ends`` (partition -> last stable offset, read *before* this call) to a
-    consistent cut of ``topic``: see :func:`consistent_cut`."""
+    consistent cut of ``topic``: see :func:`consistent_cut`. ``topic_id`` (the topic's
+    id from its metadata) leaves out the transactions of an earlier topic of that name."""
     try:
-        reply = await CoordinatorClient(client).call("cut", create=False, topic=topic)
+        reply = await CoordinatorClient(client).call(
+            "cut", create=False, topic=topic, topic_id=topic_id
+        )
     except UnknownTopicError:
         return dict(ends)  # no coordinator yet: no coordinated transaction exists
     return consistent_cut(ends, reply["transactions"])

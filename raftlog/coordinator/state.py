@@ -66,6 +66,9 @@ class Participant:
     the session's epoch, which the partition fences once an abort bumps it.
     ``records``, ``last_sequence``, ``first_offset`` and ``last_offset`` are
     what the attempt saw acknowledged (-1 until the decision names it).
+    ``topic_id`` is the id of the topic the data went to (-1: not known): a topic
+    deleted and created again under its name is another topic, whose offsets this
+    participant's say nothing about.
     """
 
     attempt: str
@@ -78,6 +81,7 @@ class Participant:
     last_sequence: int = -1
     first_offset: int = -1
     last_offset: int = -1
+    topic_id: int = -1
 
     def to_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -322,15 +326,24 @@ class CoordinatorState:
         return {"status": "ok", "pending": out}
 
     def _cut(self, cmd: dict[str, Any], offset: int) -> dict[str, Any]:
-        """Every kept commit decision with a participant on ``topic`` (for a consistent cut)."""
+        """Every kept commit decision with a participant on ``topic`` (for a consistent cut).
+
+        With ``topic_id`` (>= 0), only participants on that incarnation of the topic (or
+        of unknown id) count: a deleted topic's transactions never cut its successor.
+        """
         topic = _text(cmd, "topic")
+        topic_id = _int(cmd, "topic_id", -1, _I63) if "topic_id" in cmd else -1
         out = []
         for writer_id, writer in sorted(self.writers.items()):
             for version, v in sorted(writer.versions.items()):
                 d = v.committed()
                 if d is None:
                     continue
-                parts = [p for p in d.named if p.topic == topic]
+                parts = [
+                    p
+                    for p in d.named
+                    if p.topic == topic and (topic_id < 0 or p.topic_id in (-1, topic_id))
+                ]
                 if not parts:
                     continue
                 out.append(
@@ -448,4 +461,5 @@ def _participant(raw: Any, field: str) -> Participant:
         else -1,
         first_offset=_int(raw, "first_offset", -1, _I63) if "first_offset" in raw else -1,
         last_offset=_int(raw, "last_offset", -1, _I63) if "last_offset" in raw else -1,
+        topic_id=_int(raw, "topic_id", -1, _I63) if "topic_id" in raw else -1,
     )

@@ -220,3 +220,27 @@ def test_abort_run_aborts_only_that_runs_undecided_registrations() -> None:
     assert [p["producer_id"] for p in reply["aborted"][0]["decision"]["aborts"]] == [1]
     assert log("abort_run", run="r1", version=4)["aborted"] == []  # decided: nothing more
     assert log("register", writer="q", version=4, participant=mine)["status"] == "refused"
+
+
+def test_cut_leaves_out_the_transactions_of_an_earlier_topic_of_the_same_name() -> None:
+    log = Log()
+    old = {**part("1", pid=1), "topic_id": 1}  # written before the topic was deleted
+    new = {**part("2", pid=2), "topic_id": 4}  # written to the topic created again
+    for version, p in enumerate((old, new)):
+        assert log("register", writer="q", version=version, participant=p)["status"] == (
+            "registered"
+        )
+        log("decide", writer="q", version=version, run="r1", commit=True, named=[named(p)])
+
+    def versions(**cut: object) -> list[int]:
+        return [t["version"] for t in log("cut", topic="t", **cut)["transactions"]]
+
+    assert versions(topic_id=4) == [1]
+    assert versions(topic_id=1) == [0]
+    assert versions() == [0, 1]  # a reader that does not know the id: every one
+    # a participant from before ids were recorded (-1) counts for every incarnation
+    legacy = part("3", pid=3)
+    log("register", writer="q", version=2, participant=legacy)
+    log("decide", writer="q", version=2, run="r1", commit=True, named=[named(legacy)])
+    assert versions(topic_id=4) == [1, 2]
+    assert log("cut", topic="t", topic_id="4")["error"].startswith("topic_id: expected")
