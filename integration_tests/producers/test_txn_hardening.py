@@ -153,7 +153,8 @@ async def test_a_session_transaction_timeout_is_honoured_and_capped(
 def test_the_cap_flag_is_validated_and_reaches_rm_stm(tmp_path: pathlib.Path) -> None:
     import argparse
 
-    from raftlog.node.process import Node, add_server_arguments, config_from_args
+    from raftlog.node.config import add_server_arguments, config_from_args
+    from raftlog.node.process import Node
 
     parser = argparse.ArgumentParser()
     add_server_arguments(parser)

@@ -7,7 +7,7 @@ import pathlib
 
 import pytest
 
-from raftlog.node.process import add_server_arguments, config_from_args
+from raftlog.node.config import add_server_arguments, config_from_args
 from raftlog.rpc.tls import TlsConfigError
 
 

@@ -1,0 +1,531 @@
+"""A node's answers to the admin calls that go through the controller, mixed into
+:class:`raftlog.node.process.Node`: topics, configs, partitions, leadership transfer,
+node registration, partition moves and decommissioning."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import logging
+import time
+from typing import Any
+
+from tenacity import (
+    AsyncRetrying,
+    retry_if_exception_type,
+    retry_if_result,
+    stop_after_delay,
+    wait_fixed,
+)
+
+from raftlog.controller import (
+    AlterTopicConfigCmd,
+    CompleteMoveCmd,
+    CreatePartitionsCmd,
+    CreateTopicCmd,
+    DecommissionNodeCmd,
+    DeleteTopicCmd,
+    MovePartitionCmd,
+    PartitionAssignment,
+    PreferReplicaCmd,
+    RegisterNodeCmd,
+    RemoveNodeCmd,
+    TopicAssignment,
+    command_batch,
+    config_values,
+    topic_config,
+    validate_topic_name,
+)
+from raftlog.controller.commands import Command
+from raftlog.coordinator.tm_stm import TRANSACTIONS_TOPIC
+from raftlog.node.config import (
+    DECOMMISSION_CATCH_UP_S,
+    HEARD_AFTER_TICKS,
+    LEADERSHIP_TRANSFER_WAIT_S,
+    MAX_PARTITIONS,
+    MOVE_STEP_INTERVAL_S,
+    host_port,
+)
+from raftlog.rpc.messages import (
+    AlterConfigRequest,
+    AlterConfigResponse,
+    CompleteMoveRequest,
+    ConfigEntry,
+    CreatePartitionsRequest,
+    CreatePartitionsResponse,
+    CreateTopicRequest,
+    CreateTopicResponse,
+    DecommissionNodeRequest,
+    DecommissionNodeResponse,
+    DeleteTopicRequest,
+    DeleteTopicResponse,
+    DescribeConfigsRequest,
+    DescribeConfigsResponse,
+    ErrorCode,
+    MovePartitionRequest,
+    MovePartitionResponse,
+    NodeInfo,
+    RegisterNodeRequest,
+    RegisterNodeResponse,
+    TransferLeadershipRequest,
+    TransferLeadershipResponse,
+)
+from raftlog.rpc.server import RequestError
+
+log = logging.getLogger("raftlog.node")
+
+
+class AdminApi:
+    """Controller calls: each replicates one controller command (on the controller's
+    leader) and waits until it is applied."""
+
+    # ------------------------------------------------------------ controller calls
+
+    def _require_controller_leader(self) -> None:
+        if not self.controller.is_leader:
+            leader = self.controller.leader_id
+            raise RequestError(
+                ErrorCode.NOT_LEADER,
+                f"node {self.node_id} is not the controller leader (leader: {leader})",
+                leader,
+                self.config.peers.get(leader, ""),
+            )
+
+    def _controller_moved(self, exc: Any) -> RequestError:
+        """NOT_LEADER naming the controller's leader (a NotLeaderError's) for the client."""
+        return RequestError(
+            ErrorCode.NOT_LEADER, str(exc), exc.leader_id, self.config.peers.get(exc.leader_id, "")
+        )
+
+    async def _replicate_controller(self, cmd: Command) -> None:
+        from raftlog.raft.errors import NotLeaderError
+        from raftlog.raft.replicate_batcher import Consistency
+
+        try:
+            stages = self.controller.replicate([command_batch(cmd)], Consistency.QUORUM_ACK)
+            res = await asyncio.wait_for(stages.finished, 10.0)
+        except NotLeaderError as exc:
+            raise self._controller_moved(exc) from exc
+        except TimeoutError as exc:
+            raise RequestError(ErrorCode.TIMEOUT, "the controller did not commit in 10s") from exc
+        if not await self.controller_stm.wait_applied(res.last_offset, 10.0):
+            raise RequestError(ErrorCode.TIMEOUT, "the controller did not apply the command in 10s")
+
+    async def create_topic(self, req: CreateTopicRequest) -> CreateTopicResponse:
+        try:
+            if req.name != TRANSACTIONS_TOPIC:  # internal names start with "__"
+                validate_topic_name(req.name)
+        except ValueError as exc:
+            raise RequestError(ErrorCode.INVALID_REQUEST, str(exc)) from exc
+        partitions = self.config.default_partitions if req.partitions == -1 else req.partitions
+        if not 1 <= partitions <= MAX_PARTITIONS:
+            raise RequestError(
+                ErrorCode.INVALID_REQUEST,
+                f"partitions: expected 1..{MAX_PARTITIONS} (or -1 for the default), "
+                f"got {req.partitions}",
+            )
+        if req.replication_factor < 1:
+            raise RequestError(
+                ErrorCode.INVALID_REQUEST,
+                f"replication_factor: expected >= 1, got {req.replication_factor}",
+            )
+        overrides = _config_changes(req.configs)
+        self._require_controller_leader()
+        existing = self.controller_stm.topics.get(req.name)
+        if existing is None:
+            placeable = self._placeable_nodes()
+            rf = min(req.replication_factor, len(placeable))
+            await self._replicate_controller(
+                CreateTopicCmd(
+                    req.name,
+                    partitions,
+                    rf,
+                    placeable,
+                    req.schema,
+                    config_values(overrides),
+                )
+            )
+        elif not req.exist_ok:
+            raise RequestError(ErrorCode.TOPIC_EXISTS, f"topic {req.name!r} already exists")
+        topic = self.controller_stm.topics.get(req.name)
+        if topic is None:
+            raise RequestError(ErrorCode.INTERNAL, f"topic {req.name!r} was not created")
+        return CreateTopicResponse(self._topic_info(topic))
+
+    async def delete_topic(self, req: DeleteTopicRequest) -> DeleteTopicResponse:
+        self._require_controller_leader()
+        if req.name not in self.controller_stm.topics:
+            raise RequestError(ErrorCode.UNKNOWN_TOPIC, f"unknown topic {req.name!r}")
+        await self._replicate_controller(DeleteTopicCmd(req.name))
+        return DeleteTopicResponse(req.name)
+
+    async def alter_config(self, req: AlterConfigRequest) -> AlterConfigResponse:
+        """Set and delete config overrides of a topic through the controller's log.
+
+        Unknown keys and bad values are refused by name before anything is
+        replicated; the response carries every key's value after the change.
+        """
+        changes = _config_changes(req.set)
+        try:
+            topic_config.apply_changes(
+                self.controller_stm.topic_overrides(req.name), changes, req.delete
+            )
+        except ValueError as exc:
+            raise RequestError(ErrorCode.INVALID_REQUEST, str(exc)) from exc
+        self._require_controller_leader()
+        if req.name not in self.controller_stm.topics:
+            raise RequestError(ErrorCode.UNKNOWN_TOPIC, f"unknown topic {req.name!r}")
+        await self._replicate_controller(
+            AlterTopicConfigCmd(req.name, config_values(changes), sorted(set(req.delete)))
+        )
+        return AlterConfigResponse(self._topic_configs(req.name))
+
+    async def describe_configs(self, req: DescribeConfigsRequest) -> DescribeConfigsResponse:
+        names = req.names or sorted(self.controller_stm.topics)
+        unknown = [n for n in names if n not in self.controller_stm.topics]
+        if unknown:
+            raise RequestError(ErrorCode.UNKNOWN_TOPIC, f"unknown topic {unknown[0]!r}")
+        return DescribeConfigsResponse([self._topic_configs(n) for n in names])
+
+    async def transfer_leadership(
+        self, req: TransferLeadershipRequest
+    ) -> TransferLeadershipResponse:
+        """Make ``target_node`` the partition's preferred replica through the controller,
+        then wait (bounded) until it leads: the node leading the partition hands the
+        leadership over (see ``_balance_loop``), and the balancer keeps it there."""
+        self._require_controller_leader()
+        topic, part = self._assignment(req.topic, req.partition)
+        where = f"{req.topic}/{req.partition}"
+        if req.target_node not in part.replicas:
+            raise RequestError(
+                ErrorCode.INVALID_REQUEST,
+                f"target_node: node {req.target_node} is not a replica of {where} "
+                f"(replicas: {','.join(map(str, part.replicas))})",
+            )
+        if part.replicas[0] != req.target_node:
+            await self._replicate_controller(
+                PreferReplicaCmd(req.topic, req.partition, req.target_node)
+            )
+        deadline = time.monotonic() + LEADERSHIP_TRANSFER_WAIT_S
+        leader = -1
+        while time.monotonic() < deadline:
+            topic, part = self._assignment(req.topic, req.partition)
+            one = dataclasses.replace(topic, partitions=[part])
+            leader = self._topic_info(one, await self._remote_statuses([one])).partitions[0].leader
+            if leader == req.target_node:
+                return TransferLeadershipResponse(leader)
+            await asyncio.sleep(0.1)
+        raise RequestError(
+            ErrorCode.TIMEOUT,
+            f"{where}: node {req.target_node} did not take the leadership within "
+            f"{LEADERSHIP_TRANSFER_WAIT_S:g}s (leader: {leader}); it is the preferred replica, "
+            "so the leader moves to it as soon as it has caught up",
+        )
+
+    async def create_partitions(self, req: CreatePartitionsRequest) -> CreatePartitionsResponse:
+        """Grow a topic to ``partitions`` partitions in all through the controller; the
+        nodes open the new groups when they apply it. A smaller count is refused (Kafka's
+        rule: partitions are never removed); the current count changes nothing."""
+        self._require_controller_leader()
+        topic = self.controller_stm.topics.get(req.name)
+        if topic is None:
+            raise RequestError(ErrorCode.UNKNOWN_TOPIC, f"unknown topic {req.name!r}")
+        have = len(topic.partitions)
+        if req.partitions < have:
+            raise RequestError(
+                ErrorCode.INVALID_REQUEST,
+                f"partitions: topic {req.name!r} has {have} partitions and a count can only "
+                f"grow; {req.partitions} would remove some (give the new total, >= {have})",
+            )
+        if req.partitions > MAX_PARTITIONS:
+            raise RequestError(
+                ErrorCode.INVALID_REQUEST,
+                f"partitions: expected {have}..{MAX_PARTITIONS}, got {req.partitions}",
+            )
+        if req.partitions > have:
+            await self._replicate_controller(
+                CreatePartitionsCmd(req.name, req.partitions, self._placeable_nodes())
+            )
+        topic = self.controller_stm.topics.get(req.name)
+        if topic is None:
+            raise RequestError(ErrorCode.UNKNOWN_TOPIC, f"topic {req.name!r} was deleted")
+        return CreatePartitionsResponse(self._topic_info(topic))
+
+    async def register_node(self, req: RegisterNodeRequest) -> RegisterNodeResponse:
+        """A new node joins: its address goes into the controller state (every node
+        adds it to its peers), then it joins the controller group as a learner, which
+        the controller's leader promotes to a voter once it has caught up. Repeating
+        the call for a registered node changes nothing."""
+        try:
+            host_port(req.address, "address")
+        except ValueError as exc:
+            raise RequestError(ErrorCode.INVALID_REQUEST, str(exc)) from exc
+        self._require_controller_leader()
+        members = self.controller.configuration.members
+        known = self.config.peers.get(req.node_id)
+        if known is not None and known != req.address and req.node_id in members:
+            raise RequestError(
+                ErrorCode.INVALID_REQUEST,
+                f"node_id: node {req.node_id} is already in the cluster at {known}, "
+                f"not {req.address}",
+            )
+        if known != req.address:
+            await self._replicate_controller(RegisterNodeCmd(req.node_id, req.address))
+            self._learn_nodes()  # the listener does it too: the learner needs it now
+        if req.node_id not in self.controller.configuration.members:
+            await self._change_controller_members(req.node_id, add=True)
+        return RegisterNodeResponse(self._node_infos())
+
+    async def move_partition(self, req: MovePartitionRequest) -> MovePartitionResponse:
+        """Start a move of a partition's replicas through the controller (see
+        ``_move_loop``), or answer whether the same move is done. Refused by name: an
+        empty, repeated or unknown target, another move of the partition in progress,
+        and a partition whose log no longer starts at 0 (a new replica would need a
+        snapshot install, not built yet)."""
+        topic, part = self._assignment(req.topic, req.partition)
+        where = f"{req.topic}/{req.partition}"
+        target = list(req.replicas)
+        if not target:
+            raise RequestError(ErrorCode.INVALID_REQUEST, "replicas: expected at least one node id")
+        repeated = sorted({n for n in target if target.count(n) > 1})
+        if repeated:
+            raise RequestError(
+                ErrorCode.INVALID_REQUEST,
+                f"replicas: node(s) {','.join(map(str, repeated))} listed twice",
+            )
+        placeable = self._placeable_nodes()
+        unknown = [n for n in target if n not in placeable]
+        if unknown:
+            raise RequestError(
+                ErrorCode.INVALID_REQUEST,
+                f"replicas: node(s) {','.join(map(str, unknown))} are not in the cluster "
+                f"(nodes: {','.join(map(str, placeable))})",
+            )
+        self._require_controller_leader()
+        pending = self.controller_stm.moves.get(part.group_id)
+        if pending is None and part.replicas == target:
+            return MovePartitionResponse(target, True)
+        if pending is not None and pending != target:
+            raise RequestError(
+                ErrorCode.INVALID_REQUEST,
+                f"replicas: {where} is already moving to {','.join(map(str, pending))}; "
+                "wait until that move is done",
+            )
+        if pending is None:
+            one = dataclasses.replace(topic, partitions=[part])
+            start = self._topic_info(one, await self._remote_statuses([one])).partitions[0]
+            if start.start_offset < 0:
+                raise RequestError(
+                    ErrorCode.LEADER_NOT_AVAILABLE, f"{where} has no leader to carry out a move"
+                )
+            if start.start_offset > 0 and any(n not in part.replicas for n in target):
+                raise RequestError(
+                    ErrorCode.NOT_SUPPORTED,
+                    f"{where}: its log starts at offset {start.start_offset} (retention "
+                    "deleted below it), so a new replica could only be caught up by a "
+                    "snapshot install, which is not built yet",
+                )
+            await self._replicate_controller(MovePartitionCmd(req.topic, req.partition, target))
+        return MovePartitionResponse(target, False)
+
+    async def complete_move(self, req: CompleteMoveRequest) -> MovePartitionResponse:
+        """A partition's leader reports its group runs with a move's target: end it."""
+        self._require_controller_leader()
+        _topic, part = self._assignment(req.topic, req.partition)
+        target = list(req.replicas)
+        if self.controller_stm.moves.get(part.group_id) == target:
+            await self._replicate_controller(CompleteMoveCmd(req.topic, req.partition, target))
+        _topic, part = self._assignment(req.topic, req.partition)
+        done = part.group_id not in self.controller_stm.moves and part.replicas == target
+        return MovePartitionResponse(target, done)
+
+    def _cluster_client(self) -> Any:
+        """A client of this cluster, as the node's own jobs use it (the roll-forward, the
+        moves): every node's address, the client token and CA, 30 s per request. The
+        caller closes it."""
+        from raftlog.client.async_client import RaftlogClient
+
+        return RaftlogClient(
+            sorted(self.config.peers.values()),
+            auth_token=self.config.auth_token,
+            tls_ca_file=self._ca_file,
+            request_timeout_s=30.0,
+        )
+
+    def _node_infos(self) -> list[NodeInfo]:
+        """The nodes of the cluster as clients are told them (removed ones left out)."""
+        gone = self.controller_stm.removed
+        return [NodeInfo(i, a) for i, a in sorted(self.config.peers.items()) if i not in gone]
+
+    def _placeable_nodes(self) -> list[int]:
+        """The nodes new replicas may go to: neither removed nor being drained."""
+        out = set(self.config.peers) - self.controller_stm.removed
+        return sorted(out - self.controller_stm.decommissioning)
+
+    async def decommission_node(self, req: DecommissionNodeRequest) -> DecommissionNodeResponse:
+        """Drain a node through the controller, then remove it; repeated, it answers how
+        far that has got (the CLI polls it). Its partitions are moved (``_move_loop``)
+        to the node with the fewest replicas that does not hold them, which takes the
+        leaving node's place in the replica list (its preference included). When none
+        is left, the node leaves the controller group and is recorded as removed."""
+        node = req.node_id
+        if node not in self.config.peers:
+            raise RequestError(
+                ErrorCode.INVALID_REQUEST,
+                f"node_id: node {node} is not in the cluster "
+                f"(nodes: {','.join(str(n.node_id) for n in self._node_infos())})",
+            )
+        # only the controller's leader answers, also for a removed node: it alone knows
+        # whether the node has left the controller group yet
+        self._require_controller_leader()
+        if node == self.node_id:
+            # the controller's leader leaves last: hand the leadership over, and let the
+            # client ask the new leader (NOT_LEADER is retried)
+            others = [v for v in self.controller.configuration.voters if v != node]
+            if others:
+                with contextlib.suppress(Exception):
+                    await asyncio.wait_for(self.controller.transfer_leadership(others[0]), 5.0)
+            raise self._controller_moved(self.controller.not_leader_error())
+        if node not in self.controller_stm.removed:
+            if node not in self.controller_stm.decommissioning:
+                await self._replicate_controller(DecommissionNodeCmd(node))
+            remaining = await self._drain(node)
+            if remaining:
+                return DecommissionNodeResponse(remaining, False)
+            # Recorded first, while the node still gets the controller's log: it learns
+            # it was removed (its own metadata leaves it out, so a client that still asks
+            # it is not told of it); then it leaves the controller group.
+            await self._replicate_controller(RemoveNodeCmd(node))
+            await self._until_caught_up(node, DECOMMISSION_CATCH_UP_S)
+        if node in self.controller.configuration.members:
+            await self._change_controller_members(node, add=False)
+        return DecommissionNodeResponse(0, True)
+
+    async def _until_caught_up(self, node: int, timeout_s: float) -> None:
+        """Wait (bounded; a node that is down is not waited for longer) until ``node``
+        has applied the controller's log up to its commit index: it matched it, then
+        answered heartbeats sent after that (which carry the commit index)."""
+        matched_at: list[int] = []
+
+        async def behind() -> bool:
+            core = self.controller.core
+            p = core.progress.get(node)
+            if p is None:
+                return False
+            if not matched_at:
+                if p.match_offset < self.controller.commit_index:
+                    return True
+                matched_at.append(core.ticks)
+            return p.last_heard_tick < matched_at[0] + HEARD_AFTER_TICKS
+
+        await AsyncRetrying(
+            stop=stop_after_delay(timeout_s),
+            wait=wait_fixed(0.05),
+            retry=retry_if_result(bool),
+            retry_error_callback=lambda _state: True,  # not caught up in time: go on
+        )(behind)
+
+    async def _drain(self, node: int) -> int:
+        """Start a move away from ``node`` of each partition on it that is not moving
+        yet; the number of partitions with a replica on it."""
+        load: dict[int, int] = dict.fromkeys(self._placeable_nodes(), 0)
+        on_node: list[tuple[TopicAssignment, PartitionAssignment]] = []
+        for t in self.controller_stm.topics.values():
+            for p in t.partitions:
+                for r in p.replicas:
+                    if r in load:
+                        load[r] += 1
+                if node in p.replicas:
+                    on_node.append((t, p))
+        for t, p in on_node:
+            if p.group_id in self.controller_stm.moves:
+                continue  # moving already (this drain's, or an operator's)
+            spare = sorted((n for n in load if n not in p.replicas), key=lambda n: (load[n], n))
+            if not spare:
+                raise RequestError(
+                    ErrorCode.INVALID_REQUEST,
+                    f"node_id: node {node} cannot leave: {t.name}/{p.partition} already has a "
+                    f"replica on every other node ({','.join(map(str, p.replicas))})",
+                )
+            target = [spare[0] if r == node else r for r in p.replicas]
+            load[spare[0]] += 1
+            await self.move_partition(MovePartitionRequest(t.name, p.partition, target))
+        return len(on_node)
+
+    async def _move_loop(self) -> None:
+        """Carry out the moves of the partitions this node leads, a step each round
+        (``PartitionReplica.move_step``: learners first, promoted once caught up, then
+        the old members removed, the leader last). A new leader picks a move up where
+        the group's configuration stands. Once the group runs with the target, the
+        controller ends the move and the dropped nodes close their replicas."""
+        from raftlog.client.async_client import RaftlogClient
+
+        client: RaftlogClient | None = None
+        try:
+            while True:
+                await asyncio.sleep(MOVE_STEP_INTERVAL_S)
+                for gid, target in list(self.controller_stm.moves.items()):
+                    rep = self.partitions.get(gid)
+                    if rep is None or not rep.consensus.is_leader:
+                        continue
+                    try:
+                        if not await asyncio.wait_for(rep.move_step(list(target)), 30.0):
+                            continue
+                        if client is None:
+                            client = self._cluster_client()
+                        await client.complete_move(rep.topic, rep.partition, list(target))
+                        log.info("%s/%d: moved to %s", rep.topic, rep.partition, target)
+                    except Exception as exc:  # leadership moved, a timeout: next round
+                        log.warning(
+                            "%s/%d: moving to %s: %r", rep.topic, rep.partition, target, exc
+                        )
+        finally:
+            if client is not None:
+                await client.close()
+
+    async def _change_controller_members(self, node: int, *, add: bool) -> None:
+        """Add ``node`` to the controller group as a learner, or remove it (one
+        configuration change at a time: retried while another, e.g. a promotion, is in
+        flight)."""
+        from raftlog.raft.errors import ConfigurationChangeError, NotLeaderError
+
+        try:
+            async for attempt in AsyncRetrying(
+                stop=stop_after_delay(10.0),
+                wait=wait_fixed(0.2),
+                retry=retry_if_exception_type(ConfigurationChangeError),
+                reraise=True,
+            ):
+                with attempt:
+                    if (node in self.controller.configuration.members) == add:
+                        return
+                    change = (
+                        self.controller.add_member(node)
+                        if add
+                        else self.controller.remove_member(node)
+                    )
+                    await asyncio.wait_for(change, 10.0)
+        except NotLeaderError as exc:
+            raise self._controller_moved(exc) from exc
+        except ConfigurationChangeError as exc:
+            raise RequestError(ErrorCode.TIMEOUT, f"controller member {node}: {exc}") from exc
+        except TimeoutError as exc:
+            raise RequestError(
+                ErrorCode.TIMEOUT,
+                f"{'adding' if add else 'removing'} node {node} (controller group) did not "
+                "commit in 10s",
+            ) from exc
+
+
+def _config_changes(entries: list[ConfigEntry]) -> dict[str, str]:
+    """Config entries of a request as validated overrides; INVALID_REQUEST names a bad one."""
+    out: dict[str, str] = {}
+    try:
+        for e in entries:
+            if e.key in out:
+                raise ValueError(f"configs: {e.key} is given twice")
+            out[e.key] = topic_config.validate_value(e.key, e.value)
+    except ValueError as exc:
+        raise RequestError(ErrorCode.INVALID_REQUEST, str(exc)) from exc
+    return out

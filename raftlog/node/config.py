@@ -1,0 +1,304 @@
+"""A node's configuration: the ``raftlog server`` flags, :class:`NodeConfig`, and the
+node's fixed tunables."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import ipaddress
+import logging
+import os
+import pathlib
+
+from raftlog.producers.rm_stm import (
+    DEFAULT_MAX_TRANSACTION_TIMEOUT_MS,
+    DEFAULT_TRANSACTION_TIMEOUT_MS,
+)
+from raftlog.rpc.tls import TlsConfigError, TlsFiles, client_context, server_context
+
+log = logging.getLogger("raftlog.node")
+
+
+DEFAULT_PARTITIONS = 6
+DEFAULT_MAX_BATCH_BYTES = 16 * 1024 * 1024
+MAX_PARTITIONS = 10_000
+COORDINATOR_ROLL_FORWARD_S = 5.0
+DEFAULT_RETENTION_CHECK_INTERVAL_MS = 10_000
+# How long transfer-leadership waits for the new leader: under the client's attempt
+# timeout (10 s); a retriable TIMEOUT after it, and the client asks again (idempotent).
+LEADERSHIP_TRANSFER_WAIT_S = 8.0
+# How often the leader of a moving partition takes the move's next step.
+MOVE_STEP_INTERVAL_S = 0.2
+# How long a decommission waits for the leaving node to learn it was removed, and how
+# many ticks after it matched the log a reply must come (a heartbeat that carried the
+# commit index was answered).
+DECOMMISSION_CATCH_UP_S = 3.0
+HEARD_AFTER_TICKS = 3
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class NodeConfig:
+    node_id: int
+    host: str
+    port: int
+    data_dir: pathlib.Path
+    peers: dict[int, str]  # every node's advertised address, this one included
+    auth_token: str | None = None  # the client token
+    # the nodes' own secret for /raft/*; never accepted from clients, nor theirs here
+    peer_token: str | None = None
+    tls: TlsFiles | None = None
+    default_partitions: int = DEFAULT_PARTITIONS
+    max_batch_bytes: int = DEFAULT_MAX_BATCH_BYTES
+    heartbeat_interval_s: float = 0.05
+    # Open transactions older than this are aborted by the partition leader, so
+    # that a dead writer cannot hold back the last stable offset (and readers).
+    transaction_timeout_ms: int = DEFAULT_TRANSACTION_TIMEOUT_MS
+    # The largest per-session transaction timeout a client may ask for (init_producer).
+    max_transaction_timeout_ms: int = DEFAULT_MAX_TRANSACTION_TIMEOUT_MS
+    # Where to send peer (raft) traffic for a node when not its address: e.g. a
+    # fault-injecting proxy per link. Clients are still told ``peers``.
+    peer_routes: dict[int, str] = dataclasses.field(default_factory=dict)
+    # How often partition leaders apply retention and every replica deletes below the
+    # log start (Kafka's log.retention.check.interval.ms).
+    retention_check_interval_ms: int = DEFAULT_RETENTION_CHECK_INTERVAL_MS
+
+    @property
+    def address(self) -> str:
+        """The advertised address: what peers and clients are told."""
+        return self.peers[self.node_id]
+
+    @property
+    def listen(self) -> str:
+        """The address the node binds."""
+        return f"{self.host}:{self.port}"
+
+
+def parse_peers(text: str, option: str = "--peers") -> dict[int, str]:
+    """``"1=127.0.0.1:9001,2=..."`` -> ``{1: "127.0.0.1:9001", ...}``.
+
+    Raises ValueError naming the option and the expected form."""
+    out: dict[int, str] = {}
+    for item in filter(None, (s.strip() for s in text.split(","))):
+        node, sep, addr = item.partition("=")
+        host, colon, port = addr.rpartition(":")
+        if (
+            not sep
+            or not node.strip().isdigit()
+            or not colon
+            or not host
+            or not port.isdigit()
+            or not 0 < int(port) < 65536
+        ):
+            raise ValueError(f"{option}: expected ID=HOST:PORT[,ID=HOST:PORT...], got {item!r}")
+        out[int(node)] = addr
+    if not out:
+        raise ValueError(f"{option}: expected at least one ID=HOST:PORT")
+    return out
+
+
+def is_loopback(host: str) -> bool:
+    """This host's own loopback: ``localhost``, ``127.0.0.1`` or ``::1``.
+
+    The rest of 127.0.0.0/8 counts as a network: one machine uses those addresses
+    to stand in for separate hosts (the several-hosts test does), so a node there
+    is held to a networked node's rules (tokens, a guarded /health). Stricter, never
+    looser, than treating it as loopback.
+    """
+    if host.strip("[]") == "localhost":
+        return True
+    try:
+        ip = ipaddress.ip_address(host.strip("[]"))
+    except ValueError:
+        return False
+    return ip in (ipaddress.ip_address("127.0.0.1"), ipaddress.ip_address("::1"))
+
+
+def host_port(value: str, flag: str) -> tuple[str, int]:
+    """``HOST:PORT`` -> (host, port); ValueError naming ``flag`` and the expected form."""
+    host, colon, port = value.rpartition(":")
+    if not colon or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(f"{flag}: expected HOST:PORT (port 1-65535), got {value!r}")
+    return host, int(port)
+
+
+def add_server_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--node-id", type=int, required=True, help="this node's id (an integer >= 0)")
+    p.add_argument("--listen", required=True, help="HOST:PORT to serve on, e.g. 127.0.0.1:9092")
+    p.add_argument(
+        "--advertise",
+        default=None,
+        help="HOST:PORT peers and clients reach this node at (default: --listen)",
+    )
+    p.add_argument("--data-dir", required=True, help="where this node keeps its logs")
+    p.add_argument(
+        "--peers",
+        default="",
+        help="every node of the cluster as ID=HOST:PORT,... (this node may be omitted)",
+    )
+    p.add_argument(
+        "--peer-routes",
+        default="",
+        help="send raft traffic for these nodes elsewhere (e.g. through a proxy): ID=HOST:PORT,...",
+    )
+    p.add_argument(
+        "--auth-token", default=None, help="the clients' token (else $RAFTLOG_AUTH_TOKEN)"
+    )
+    p.add_argument(
+        "--peer-token",
+        default=None,
+        help="the nodes' own token for raft traffic, unlike --auth-token "
+        "(else $RAFTLOG_PEER_TOKEN)",
+    )
+    p.add_argument("--tls-cert", default=None, help="this node's PEM certificate (chain)")
+    p.add_argument("--tls-key", default=None, help="the PEM private key of --tls-cert")
+    p.add_argument("--tls-ca", default=None, help="the cluster's PEM CA: peers are verified by it")
+    p.add_argument(
+        "--default-partitions",
+        type=int,
+        default=DEFAULT_PARTITIONS,
+        help="partitions of topics created without a count (default 6)",
+    )
+    p.add_argument(
+        "--max-batch-bytes",
+        type=int,
+        default=DEFAULT_MAX_BATCH_BYTES,
+        help="largest batch payload accepted by produce (default 16 MiB)",
+    )
+    p.add_argument(
+        "--transaction-timeout-ms",
+        type=int,
+        default=DEFAULT_TRANSACTION_TIMEOUT_MS,
+        help="abort transactions left open this long (default 60000)",
+    )
+    p.add_argument(
+        "--max-transaction-timeout-ms",
+        type=int,
+        default=DEFAULT_MAX_TRANSACTION_TIMEOUT_MS,
+        help="largest transaction timeout a producer session may ask for (default 900000)",
+    )
+    p.add_argument(
+        "--retention-check-interval-ms",
+        type=int,
+        default=DEFAULT_RETENTION_CHECK_INTERVAL_MS,
+        help="how often partitions apply retention.bytes/retention.ms (default 10000)",
+    )
+    p.add_argument("--log-level", default="INFO")
+
+
+def config_from_args(args: argparse.Namespace) -> NodeConfig:
+    """Validate the server flags; ValueError names the flag and the expected form."""
+    if args.node_id < 0:
+        raise ValueError(f"--node-id: expected an integer >= 0, got {args.node_id}")
+    host, port = host_port(args.listen, "--listen")
+    advertise = getattr(args, "advertise", None) or args.listen
+    advertised_host, _ = host_port(advertise, "--advertise")
+    if advertised_host in ("0.0.0.0", "::", "[::]"):
+        raise ValueError(
+            f"--advertise: expected an address peers and clients can reach, got {advertise!r} "
+            "(a wildcard --listen needs --advertise HOST:PORT)"
+        )
+    peers = parse_peers(args.peers) if args.peers else {}
+    if peers.get(args.node_id, advertise) != advertise:
+        raise ValueError(
+            f"--peers: node {args.node_id} is listed as {peers[args.node_id]} "
+            f"but it advertises {advertise} (--advertise, default --listen)"
+        )
+    peers[args.node_id] = advertise
+    routes_arg = getattr(args, "peer_routes", "")
+    peer_routes = parse_peers(routes_arg, "--peer-routes") if routes_arg else {}
+    unknown = sorted(set(peer_routes) - set(peers))
+    if unknown:
+        raise ValueError(
+            f"--peer-routes: node(s) {', '.join(map(str, unknown))} are not in --peers"
+        )
+    token = args.auth_token or os.environ.get("RAFTLOG_AUTH_TOKEN") or None
+    peer_token = getattr(args, "peer_token", None) or os.environ.get("RAFTLOG_PEER_TOKEN") or None
+    non_loopback = [
+        a for a in [args.listen, *peers.values()] if not is_loopback(a.rpartition(":")[0])
+    ]
+    if non_loopback and not (token and peer_token):
+        raise ValueError(
+            f"binding or peering beyond loopback ({', '.join(sorted(set(non_loopback)))}) "
+            "requires a client token and a peer token: pass --auth-token (or set "
+            "RAFTLOG_AUTH_TOKEN) and --peer-token (or set RAFTLOG_PEER_TOKEN)"
+        )
+    if token and not peer_token:
+        raise ValueError(
+            "--auth-token needs --peer-token too (or RAFTLOG_PEER_TOKEN): the nodes' own "
+            "secret for raft traffic, which clients never get"
+        )
+    if token and token == peer_token:
+        raise ValueError(
+            "--peer-token must differ from --auth-token: a client token must not open the "
+            "raft routes"
+        )
+    tls = tls_files(args)
+    if not 1 <= args.default_partitions <= MAX_PARTITIONS:
+        raise ValueError(
+            f"--default-partitions: expected 1..{MAX_PARTITIONS}, got {args.default_partitions}"
+        )
+    if not 1 <= args.max_batch_bytes <= 64 * 1024 * 1024:
+        raise ValueError(
+            f"--max-batch-bytes: expected 1..67108864 bytes, got {args.max_batch_bytes}"
+        )
+    txn_timeout = getattr(args, "transaction_timeout_ms", DEFAULT_TRANSACTION_TIMEOUT_MS)
+    if not 1 <= txn_timeout <= 24 * 3600 * 1000:
+        raise ValueError(
+            f"--transaction-timeout-ms: expected 1..86400000 milliseconds, got {txn_timeout}"
+        )
+    max_txn_timeout = getattr(
+        args, "max_transaction_timeout_ms", DEFAULT_MAX_TRANSACTION_TIMEOUT_MS
+    )
+    if not 1 <= max_txn_timeout <= 24 * 3600 * 1000:
+        raise ValueError(
+            f"--max-transaction-timeout-ms: expected 1..86400000 milliseconds, "
+            f"got {max_txn_timeout}"
+        )
+    retention_interval = getattr(
+        args, "retention_check_interval_ms", DEFAULT_RETENTION_CHECK_INTERVAL_MS
+    )
+    if not 10 <= retention_interval <= 24 * 3600 * 1000:
+        raise ValueError(
+            f"--retention-check-interval-ms: expected 10..86400000 milliseconds, "
+            f"got {retention_interval}"
+        )
+    return NodeConfig(
+        node_id=args.node_id,
+        host=host,
+        port=int(port),
+        data_dir=pathlib.Path(args.data_dir),
+        peers=peers,
+        auth_token=token,
+        peer_token=peer_token,
+        tls=tls,
+        default_partitions=args.default_partitions,
+        max_batch_bytes=args.max_batch_bytes,
+        peer_routes=peer_routes,
+        transaction_timeout_ms=txn_timeout,
+        max_transaction_timeout_ms=max_txn_timeout,
+        retention_check_interval_ms=retention_interval,
+    )
+
+
+def tls_files(args: argparse.Namespace) -> TlsFiles | None:
+    """The three TLS flags, all or none, each file checked now (TlsConfigError names it)."""
+    given = {
+        flag: getattr(args, attr, None)
+        for flag, attr in (
+            ("--tls-cert", "tls_cert"),
+            ("--tls-key", "tls_key"),
+            ("--tls-ca", "tls_ca"),
+        )
+    }
+    if not any(given.values()):
+        return None
+    missing = [flag for flag, value in given.items() if not value]
+    if missing:
+        raise TlsConfigError(
+            f"--tls-cert, --tls-key and --tls-ca go together (PEM files); missing: "
+            f"{', '.join(missing)}"
+        )
+    files = TlsFiles(given["--tls-cert"], given["--tls-key"], given["--tls-ca"])
+    server_context(files)
+    client_context(files.ca_file)
+    return files

@@ -1,0 +1,153 @@
+"""A node's metadata answers, mixed into :class:`raftlog.node.process.Node`: topics,
+partitions with their leaders and offsets (the leaders' own, asked over the cluster),
+and per-partition status."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from raftlog.controller import (
+    PartitionAssignment,
+    TopicAssignment,
+    topic_config,
+)
+from raftlog.rpc.messages import (
+    ConfigEntry,
+    ErrorCode,
+    ListTopicsRequest,
+    ListTopicsResponse,
+    MetadataRequest,
+    MetadataResponse,
+    PartitionInfo,
+    PartitionStatus,
+    PartitionStatusRequest,
+    PartitionStatusResponse,
+    TopicConfigs,
+    TopicInfo,
+)
+from raftlog.rpc.server import RequestError
+
+log = logging.getLogger("raftlog.node")
+
+
+class MetadataApi:
+    """Metadata calls (uses the node's controller state and partitions)."""
+
+    def _assignment(
+        self, topic: str, partition: int
+    ) -> tuple[TopicAssignment, PartitionAssignment]:
+        """The controller's assignment of ``topic/partition``; UNKNOWN_* errors name it."""
+        t = self.controller_stm.topics.get(topic)
+        if t is None:
+            raise RequestError(ErrorCode.UNKNOWN_TOPIC, f"unknown topic {topic!r}")
+        if not 0 <= partition < len(t.partitions):
+            raise RequestError(
+                ErrorCode.UNKNOWN_PARTITION,
+                f"topic {topic!r} has no partition {partition} "
+                f"(it has partitions 0..{len(t.partitions) - 1})",
+            )
+        return t, t.partitions[partition]
+
+    def _topic_configs(self, name: str) -> TopicConfigs:
+        overrides = self.controller_stm.topic_overrides(name)
+        described = topic_config.described(overrides)
+        return TopicConfigs(name, [ConfigEntry(k, v, default) for k, v, default in described])
+
+    async def list_topics(self, req: ListTopicsRequest) -> ListTopicsResponse:
+        return ListTopicsResponse(sorted(self.controller_stm.topics))
+
+    async def metadata(self, req: MetadataRequest) -> MetadataResponse:
+        names = req.topics or sorted(self.controller_stm.topics)
+        topics = [self.controller_stm.topics[n] for n in names if n in self.controller_stm.topics]
+        remote: dict[int, PartitionStatus] = {}
+        if req.with_offsets:
+            remote = await self._remote_statuses(topics)
+        return MetadataResponse(
+            self.node_id,
+            self._controller_leader(),
+            self._node_infos(),
+            [self._topic_info(t, remote) for t in topics],
+        )
+
+    def _topic_info(
+        self, t: TopicAssignment, remote: dict[int, PartitionStatus] | None = None
+    ) -> TopicInfo:
+        parts = []
+        for p in t.partitions:
+            local = self._local_status(p.group_id)
+            # Offsets are the leader's: a follower's high watermark lags.
+            if local is not None and local.leader == self.node_id:
+                st: PartitionStatus | None = local
+            else:
+                st = (remote or {}).get(p.group_id) or local
+            if st is None:
+                parts.append(PartitionInfo(p.partition, p.group_id, -1, list(p.replicas)))
+            else:
+                parts.append(
+                    PartitionInfo(
+                        p.partition,
+                        p.group_id,
+                        st.leader,
+                        list(p.replicas),
+                        st.start_offset,
+                        st.high_watermark,
+                        st.last_stable_offset,
+                    )
+                )
+        topic_id = t.partitions[0].group_id if t.partitions else -1
+        return TopicInfo(t.name, t.replication_factor, parts, t.schema, topic_id)
+
+    def _local_status(self, gid: int) -> PartitionStatus | None:
+        rep = self.partitions.get(gid)
+        if rep is None:
+            return None
+        return rep.status()
+
+    async def _remote_statuses(self, topics: list[TopicAssignment]) -> dict[int, PartitionStatus]:
+        """Ask one replica of each partition not hosted here (bounded, best effort)."""
+        wanted: dict[int, list[int]] = {}
+        for t in topics:
+            for p in t.partitions:
+                rep = self.partitions.get(p.group_id)
+                if rep is None:
+                    target = p.replicas[0]
+                else:
+                    target = rep.consensus.leader_id
+                    if rep.consensus.is_leader or target < 0:
+                        continue
+                wanted.setdefault(target, []).append(p.group_id)
+        if not wanted:
+            return {}
+        from raftlog.client.async_client import RaftlogClient
+
+        out: dict[int, PartitionStatus] = {}
+
+        async def ask(node: int, gids: list[int]) -> None:
+            addr = self.config.peers.get(node)
+            if addr is None:
+                return
+            client = RaftlogClient(
+                [addr],
+                auth_token=self.config.auth_token,
+                tls_ca_file=self._ca_file,
+                request_timeout_s=1.0,
+            )
+            try:
+                resp = await client._send(
+                    addr, PartitionStatusRequest(gids), PartitionStatusResponse
+                )
+                for st in resp.statuses:
+                    out[st.group_id] = st
+            except Exception:
+                return
+            finally:
+                await client.close()
+
+        await asyncio.gather(*(ask(n, g) for n, g in wanted.items()))
+        return out
+
+    async def partition_status(self, req: PartitionStatusRequest) -> PartitionStatusResponse:
+        return PartitionStatusResponse(
+            [st for st in (self._local_status(g) for g in req.group_ids) if st is not None]
+        )

@@ -1,0 +1,226 @@
+"""A node's background upkeep, mixed into :class:`raftlog.node.process.Node`: opening and
+closing its partition replicas as the controller state changes, leadership balancing
+towards preferred replicas, the coordinator's roll-forward, retention and transaction
+timeouts. Each loop runs until the node stops it."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import pathlib
+import time
+
+from raftlog.controller import (
+    PartitionAssignment,
+    TopicAssignment,
+)
+from raftlog.coordinator.tm_stm import TRANSACTIONS_TOPIC
+from raftlog.node.config import (
+    COORDINATOR_ROLL_FORWARD_S,
+)
+from raftlog.node.groups import PartitionReplica
+from raftlog.storage import identity
+from raftlog.storage.api import StorageCorruption
+
+log = logging.getLogger("raftlog.node")
+
+
+class Upkeep:
+    """The node's background loops (uses the node's config, host, controller, partitions)."""
+
+    # ------------------------------------------------------------ reconcile
+
+    async def _reconcile_loop(self) -> None:
+        while True:
+            await self._reconcile_needed.wait()
+            self._reconcile_needed.clear()
+            try:
+                await self._reconcile()
+            except Exception:
+                log.exception("reconciling local groups failed; retrying")
+                await asyncio.sleep(0.5)
+                self._reconcile_needed.set()
+
+    def _learn_nodes(self) -> None:
+        """Add the nodes registered through the controller to this node's peers (also
+        when it was started with an older ``--peers``): raft traffic and clients
+        (metadata) reach them from now on."""
+        for node, address in sorted(self.controller_stm.nodes.items()):
+            if node != self.node_id and self.config.peers.get(node) != address:
+                log.info("node %d joined the cluster at %s", node, address)
+                self.config.peers[node] = address
+                self.transport.add_peer(node, address)
+
+    async def _reconcile(self) -> None:
+        self._learn_nodes()
+        desired = self.controller_stm.assignments_for(self.node_id)
+        for gid in [g for g in self.partitions if g not in desired]:
+            await self._close_partition(gid, delete=True)
+        for gid, (topic, part) in sorted(desired.items()):
+            if gid not in self.partitions:
+                await self._open_partition(topic, part)
+            rep = self.partitions.get(gid)
+            if rep is not None:  # configs changed, or a partition just opened
+                rep.configure(self.controller_stm.topic_config(topic.name))
+                if rep.replicas != part.replicas:
+                    # a new preferred replica: the balancer moves the leadership at once
+                    rep.replicas = list(part.replicas)
+                    self._transfer_attempts.pop(gid, None)
+
+    def _partition_dir(self, topic: str, partition: int) -> pathlib.Path:
+        return self.config.data_dir / topic / str(partition)
+
+    async def _open_partition(self, topic: TopicAssignment, part: PartitionAssignment) -> None:
+        directory = self._partition_dir(topic.name, part.partition)
+        await asyncio.to_thread(self._claim_partition_dir, directory, part.group_id)
+        try:
+            replica = await self.host.open_partition(
+                topic.name, part.partition, part.group_id, directory, part.replicas
+            )
+        except StorageCorruption as exc:
+            # Damage in data this replica had flushed: never truncated silently. The log
+            # is set aside (kept, vote carried over) and the group fetched again.
+            log.error("group %d: %s; setting the log aside to refetch it", part.group_id, exc)
+            await asyncio.to_thread(identity.set_aside_damaged_log, directory, part.group_id)
+            replica = await self.host.open_partition(
+                topic.name, part.partition, part.group_id, directory, part.replicas
+            )
+        self.partitions[part.group_id] = replica
+
+    def _claim_partition_dir(self, directory: pathlib.Path, group_id: int) -> None:
+        """Make ``directory`` group ``group_id``'s (durable marker); never delete a log.
+
+        A log of a group the controller no longer has (a deleted topic of the same
+        name, dropped while this node was down), or an unmarked one, is moved aside
+        under a name that says so; the log of a group that still exists is refused.
+        """
+        try:
+            identity.claim_directory(directory, identity.GROUP_MARKER, str(group_id), "group")
+        except identity.ForeignDataDirectory as exc:
+            old = exc.found
+            dropped = old == "unmarked" or (
+                old.isdigit()
+                and int(old) < group_id
+                and self.controller_stm.find_group(int(old)) is None
+            )
+            if not dropped:
+                raise
+            identity.move_aside(directory, f"dropped-group-{old}")
+            identity.claim_directory(directory, identity.GROUP_MARKER, str(group_id), "group")
+
+    async def _close_partition(self, gid: int, *, delete: bool) -> None:
+        replica = self.partitions.pop(gid, None)
+        if replica is None:
+            return
+        await self.host.close_group(gid)
+        if delete:
+            # Moved aside, not deleted: only an explicit purge removes a group's data.
+            await asyncio.to_thread(identity.move_aside, replica.directory, f"dropped-group-{gid}")
+
+    async def _balance_loop(self) -> None:
+        """Move each partition's leadership to its preferred replica when possible."""
+        while True:
+            await asyncio.sleep(1.0)
+            now = time.monotonic()
+            for gid, rep in list(self.partitions.items()):
+                preferred = rep.replicas[0]
+                if preferred == self.node_id or not rep.consensus.is_leader:
+                    continue
+                if now - self._transfer_attempts.get(gid, 0.0) < 10.0:
+                    continue
+                self._transfer_attempts[gid] = now
+                with contextlib.suppress(Exception):
+                    await asyncio.wait_for(self.host.transfer(rep.consensus, preferred), 3.0)
+
+    async def _coordinator_roll_forward_loop(self) -> None:
+        """On the coordinator partition this node leads, complete stale decisions.
+
+        A decision whose markers are not all written after two rounds (a writer's
+        driver died between its decision and its markers, and nobody has touched
+        that writer since) is rolled forward here, through the public client, as
+        a restarted writer would do it: markers before each partition's
+        transaction timeout can abort a committed participant. Idempotent, so a
+        race with the writer itself is harmless.
+        """
+        from raftlog.client.async_client import RaftlogClient
+        from raftlog.client.coordinator import CoordinatorClient
+        from raftlog.client.transactions import roll_forward_stale
+
+        seen: set[tuple[str, int, str]] = set()
+        client: RaftlogClient | None = None
+        try:
+            while True:
+                await asyncio.sleep(COORDINATOR_ROLL_FORWARD_S)
+                leads = any(
+                    rep.topic == TRANSACTIONS_TOPIC and rep.consensus.is_leader
+                    for rep in self.partitions.values()
+                )
+                if not leads:
+                    seen.clear()
+                    continue
+                if client is None:
+                    client = self._cluster_client()
+                try:
+                    seen, done = await roll_forward_stale(client, CoordinatorClient(client), seen)
+                except Exception as exc:  # unreachable partitions, leadership moved: retry
+                    log.warning("transaction coordinator: roll-forward failed: %s", exc)
+                    continue
+                if done:
+                    log.info("transaction coordinator: rolled forward %d stale decisions", done)
+        finally:
+            if client is not None:
+                await client.close()
+
+    async def _retention_loop(self) -> None:
+        """Every interval, each partition applies retention (see raftlog.node.retention).
+
+        Partitions run concurrently, each bounded in time; a failure (leadership
+        lost, a timeout) is logged and retried on the next round.
+        """
+        interval = self.config.retention_check_interval_ms / 1000
+        while True:
+            await asyncio.sleep(interval)
+            now_ms = int(time.time() * 1000)
+            reps = [r for r in self.partitions.values() if r.retention is not None]
+
+            async def run(rep: PartitionReplica, now_ms: int) -> None:
+                assert rep.retention is not None
+                try:
+                    await asyncio.wait_for(rep.retention.run(now_ms), 30.0)
+                except Exception as exc:  # leadership moved, a timeout: the next round retries
+                    log.warning("%s/%d: retention: %r", rep.topic, rep.partition, exc)
+
+            await asyncio.gather(*(run(r, now_ms) for r in reps))
+
+    async def _transaction_timeout_loop(self) -> None:
+        """On the partitions this node leads, abort transactions open past the timeout.
+
+        Checked several times per timeout so an expired transaction is aborted
+        within about a quarter of the timeout after it expires; the shortest
+        timeout is the server's or that of any open transaction's session.
+        """
+        interval = min(1.0, self.config.transaction_timeout_ms / 4000)
+        while True:
+            await asyncio.sleep(interval)
+            now_ms = int(time.time() * 1000)
+            shortest = min(
+                (t for rep in self.partitions.values() if (t := rep.rm.min_open_timeout_ms())),
+                default=self.config.transaction_timeout_ms,
+            )
+            interval = max(0.01, min(1.0, min(self.config.transaction_timeout_ms, shortest) / 4000))
+            for rep in list(self.partitions.values()):
+                if not rep.consensus.is_leader:
+                    continue
+                try:
+                    aborted = await rep.rm.abort_expired(now_ms)
+                except Exception as exc:  # leadership moved, stopping: next round retries
+                    log.debug("%s/%d: expiring transactions: %s", rep.topic, rep.partition, exc)
+                    continue
+                if aborted:
+                    log.info(
+                        "%s/%d: aborted expired transactions of producers %s",
+                        rep.topic,
+                        rep.partition,
+                        aborted,
+                    )
