@@ -186,7 +186,8 @@ class Consensus:
         # quorum durability at that very moment, not only at its next step.
         self.commit_listeners: list[Callable[[], None]] = []
         # How fast this node's clock runs (ticks every tick_interval_s / clock_rate): the
-        # simulator's clock drift. Always 1.0 in production.
+        # simulator's clock drift; 0 stops the clock (a pause: the missed ticks run at once
+        # when it is set back). Always 1.0 in production.
         self.clock_rate = 1.0
         # How many times this replica truncated its log (the only way its flushed offset
         # goes back): the simulator's check that leaders never regress their view of it.
@@ -330,19 +331,31 @@ class Consensus:
             log_.error("%s on node %s: stepping down: %r", self.name, self.node_id, again)
 
     async def _ticker(self) -> None:
+        missed = 0
         while True:
+            if self.clock_rate <= 0:
+                # The simulator's clock pause: no tick runs while it lasts; the ticks it
+                # missed all run at once when the clock resumes (the clock jumps).
+                await asyncio.sleep(self.options.tick_interval_s)
+                missed += 1
+                continue
             await asyncio.sleep(self.options.tick_interval_s / self.clock_rate)
-            self.core.tick()
-            try:
-                self.process_ready()
-            except (OSError, FailpointError) as exc:
-                # The vote could not be saved (a disk error): nothing was sent; the save
-                # is retried on the next tick, before anything else goes out.
-                log_.error(
-                    "group %s node %s: saving the vote failed: %s", self.group, self.node_id, exc
-                )
-            if self.core.ticks % self.options.commit_context_interval_ticks == 0:
-                self.save_commit_context()
+            for _ in range(missed + 1):
+                self._tick()
+            missed = 0
+
+    def _tick(self) -> None:
+        self.core.tick()
+        try:
+            self.process_ready()
+        except (OSError, FailpointError) as exc:
+            # The vote could not be saved (a disk error): nothing was sent; the save
+            # is retried on the next tick, before anything else goes out.
+            log_.error(
+                "group %s node %s: saving the vote failed: %s", self.group, self.node_id, exc
+            )
+        if self.core.ticks % self.options.commit_context_interval_ticks == 0:
+            self.save_commit_context()
 
     # ------------------------------------------------------------ properties
 

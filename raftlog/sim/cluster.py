@@ -125,6 +125,7 @@ class SimCluster:
         *,
         keep_majority: bool = False,
         reconfigure: Callable[[random.Random], None] | None = None,
+        clock_pauses: bool = False,
     ) -> str:
         """One fault drawn from ``rng``: crash a node (tearing its unflushed tail), restart a
         crashed one, partition (two-way, or one-way 1 time in 3), heal, transfer leadership
@@ -132,6 +133,8 @@ class SimCluster:
         ``reconfigure``, 1 time in 20) ``reconfigure(rng)``. Returns what it did (the trace).
 
         ``keep_majority``: crash a node only when a majority stays up, or 1 time in 5.
+        ``clock_pauses``: 1 heal in 3 becomes a clock pause instead: a node's clock stops
+        for up to a second, then jumps (a task added to ``background``).
         """
         ids = self.ids
         action = rng.random()
@@ -157,6 +160,10 @@ class SimCluster:
             self.network.partition(side, ids)
             return f"partition {sorted(side)} from the rest"
         elif action < 0.8:
+            if clock_pauses and rng.random() < 1 / 3:
+                seconds = rng.uniform(0.1, 1.0)
+                background.append(asyncio.create_task(node.pause_clock(seconds)))
+                return f"pause the clock of {node.node_id} for {seconds:.2f}s"
             self.network.heal()
             return "heal"
         elif action < 0.9:

@@ -101,6 +101,18 @@ class SimNode:
         if not self.alive:
             await self.start()
 
+    async def pause_clock(self, seconds: float) -> None:
+        """Stop this node's clock for ``seconds`` (virtual), then let it jump: the ticks it
+        missed run at once (a stalled timer thread, a VM pause as the node sees it).
+        Messages are still handled meanwhile. A restart gives the node a fresh clock."""
+        consensus = self.consensus
+        rate, consensus.clock_rate = consensus.clock_rate, 0.0
+        try:
+            await asyncio.sleep(seconds)
+        finally:
+            if consensus.clock_rate == 0.0:
+                consensus.clock_rate = rate or 1.0
+
     async def stop(self) -> None:
         if self.alive:
             self.alive = False

@@ -3,9 +3,10 @@
 ``run_seed(seed)`` runs one short history (3 or 5 nodes, chosen by the seed)
 on a fresh virtual-time loop: a client writes with random consistency levels
 to whoever leads; a nemesis crashes nodes (tearing their unflushed tail),
-restarts them, partitions the network, drops messages and transfers
-leadership; the network also duplicates requests, delivers replies late
-(stale), reorders and cuts links one way. A checker runs
+restarts them, partitions the network, drops messages, transfers
+leadership and pauses a node's clock (it stops, then jumps); the network
+also duplicates requests, delivers replies late (stale), reorders and cuts
+links one way. A checker runs
 :class:`InvariantChecker` every ``step_s`` of virtual time. At the end the
 network is healed and every node restarted; a leader must emerge, commit a
 final write, and every ``quorum_ack`` entry must be in the committed log.
@@ -223,7 +224,8 @@ class _Sim:
         # Every seed first plays the directed scenarios (the lag one twice: a fresh node
         # whose timeout is the minimum wins that race one time in five) and a calm spell
         # (only the network's own faults: loss, duplicates, late replies, under steady
-        # writes), so that each completes inside the chaos window; then random faults.
+        # writes; and one follower's clock pauses, then jumps), so that each completes
+        # inside the chaos window; then random faults.
         first = ["isolate", "lag", "calm", "lag"]
         for i in range(10_000):
             await asyncio.sleep(rng.uniform(0.05, 0.3))
@@ -233,17 +235,31 @@ class _Sim:
             scenario = first[i] if i < len(first) else None
             if scenario == "calm":
                 leader = await self._settled_leader()
+                paused = self._pause_a_follower_clock(leader)
                 await asyncio.sleep(rng.uniform(0.3, 0.5))
-                done = f"calm under leader {leader.node_id if leader else None}"
+                done = f"calm under leader {leader.node_id if leader else None}{paused}"
             elif scenario == "isolate" or (scenario is None and action < 0.2):
                 done = await self._isolate_leader(rng)
             elif scenario == "lag" or (scenario is None and action < 0.4):
                 done = await self._lag_then_crash(rng)
             else:
                 done = await self.cluster.random_fault(
-                    rng, self.background, reconfigure=self._reconfigure
+                    rng, self.background, reconfigure=self._reconfigure, clock_pauses=True
                 )
             self.trace.append(f"{self._now():.3f} {done}")
+
+    def _pause_a_follower_clock(self, leader: SimNode | None) -> str:
+        """During the calm spell, stop one follower's clock for a while, then let it jump
+        (its election timer runs the missed ticks at once; the voters' leases must stop
+        its campaign). Drawn from its own RNG: the other scenarios' draws do not move."""
+        rng = random.Random(self.seed * 17 + 11)
+        followers = [n for n in self.cluster.live() if leader is None or n is not leader]
+        if not followers:
+            return ""
+        node = rng.choice(followers)
+        seconds = rng.uniform(0.1, 0.6)
+        self.background.append(asyncio.create_task(node.pause_clock(seconds)))
+        return f", the clock of {node.node_id} paused for {seconds:.2f}s"
 
     async def _settled_leader(self, timeout_s: float = 1.0) -> SimNode | None:
         """Start a scenario from a whole cluster: every node up, the network healed."""

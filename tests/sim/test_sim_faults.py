@@ -146,3 +146,36 @@ def test_a_failing_seed_reports_seed_replay_traceback_and_trace() -> None:
     assert result.error.startswith("seed 3 failed (replay: raftlog.sim.run_seed(3))")
     assert "InvariantViolation" in result.error and "Traceback" in result.error
     assert "trace (last faults and leader changes" in result.error and "leads term" in result.error
+
+
+def test_a_paused_clock_stops_then_jumps_and_its_leader_steps_down() -> None:
+    """A leader whose clock stops ticks no more (its ticks stay put) while the others
+    elect a new leader; when its clock resumes, the missed ticks run at once and its
+    check-quorum finds that no majority answered it within the election timeout."""
+
+    async def run() -> tuple[int, int, int, bool, bool]:
+        cluster = SimCluster(3, seed=5)
+        await cluster.start()
+        leader = await cluster.wait_for_leader()
+        others = [i for i in cluster.ids if i != leader.node_id]
+        tick_s = cluster.options.tick_interval_s
+        pause = asyncio.create_task(leader.pause_clock(40 * tick_s))
+        cluster.network.partition({leader.node_id}, cluster.ids)
+        await asyncio.sleep(tick_s)
+        frozen = leader.consensus.core.ticks
+        await asyncio.sleep(30 * tick_s)
+        still_frozen = leader.consensus.core.ticks
+        led_while_paused = leader.consensus.is_leader
+        new = await cluster.wait_for_leader(exclude=leader.node_id)
+        await pause
+        await asyncio.sleep(2 * tick_s)
+        jumped = leader.consensus.core.ticks
+        stepped_down = not leader.consensus.is_leader and new.node_id in others
+        await cluster.stop()
+        return frozen, still_frozen, jumped, led_while_paused, stepped_down
+
+    frozen, still_frozen, jumped, led_while_paused, stepped_down = run_virtual(run())
+    assert still_frozen == frozen  # no tick while paused
+    assert led_while_paused  # a frozen clock never runs its check-quorum
+    assert jumped >= frozen + 35  # the missed ticks ran at once
+    assert stepped_down
