@@ -65,7 +65,7 @@ def cluster_under_test(ctx: Any, data_dir: Path) -> Iterator[Any]:
     """
     servers = getattr(ctx.args, "servers", None)
     if servers:
-        parse_servers = require("raftlog.client.async_client", "parse_servers")
+        parse_servers = require("raftlog.client.calls", "parse_servers")
         ctx.note(f"measured on the existing cluster --servers {servers}")
         yield ExistingCluster(parse_servers(servers))
         return

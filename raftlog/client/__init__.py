@@ -1,19 +1,12 @@
 """The raftlog client: admin, produce and fetch, async and blocking.
 
-See :mod:`raftlog.client.async_client` for routing and retry behaviour and
+See :mod:`raftlog.client.calls` for routing and retry behaviour and
 :mod:`raftlog.client.framing` for the multi-record payload framing the CLI uses.
 """
 
-from raftlog.client.async_client import (
-    FetchResult,
-    PartitionMetadata,
-    ProduceResult,
-    ProducerSession,
-    RaftlogClient,
-    TopicMetadata,
-    parse_servers,
-)
+from raftlog.client.async_client import RaftlogClient
 from raftlog.client.blocking import BlockingRaftlogClient
+from raftlog.client.calls import parse_servers
 from raftlog.client.errors import (
     ClusterUnavailableError,
     DuplicateSequenceError,
@@ -37,6 +30,13 @@ from raftlog.client.errors import (
 )
 from raftlog.client.framing import frame_records, unframe_records
 from raftlog.client.producer import IdempotentProducer, ProducerClosedError
+from raftlog.client.results import (
+    FetchResult,
+    PartitionMetadata,
+    ProduceResult,
+    ProducerSession,
+    TopicMetadata,
+)
 
 __all__ = [
     "BlockingRaftlogClient",

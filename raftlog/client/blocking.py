@@ -11,14 +11,9 @@ import threading
 from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
-from raftlog.client.async_client import (
-    FetchResult,
-    ProduceResult,
-    ProducerSession,
-    RaftlogClient,
-    TopicMetadata,
-)
+from raftlog.client.async_client import RaftlogClient
 from raftlog.client.producer import IdempotentProducer
+from raftlog.client.results import FetchResult, ProduceResult, ProducerSession, TopicMetadata
 
 T = TypeVar("T")
 

@@ -50,13 +50,8 @@ import contextlib
 import dataclasses
 import time
 
-from raftlog.client.async_client import (
-    ProduceResult,
-    ProducerSession,
-    RaftlogClient,
-    _CallState,
-    _StaleMetadata,
-)
+from raftlog.client.async_client import RaftlogClient
+from raftlog.client.calls import _CallState, _StaleMetadata
 from raftlog.client.compression import Compression, codec_named, produce_batch
 from raftlog.client.errors import (
     ClusterUnavailableError,
@@ -70,6 +65,7 @@ from raftlog.client.errors import (
     StaleTermError,
 )
 from raftlog.client.framing import frame_records
+from raftlog.client.results import ProduceResult, ProducerSession
 from raftlog.producers.sequencer import MAX_IN_FLIGHT, Send, Sequencer, SequencerError
 from raftlog.producers.serial import NO_SEQUENCE, last_sequence_of
 from raftlog.rpc.messages import ProduceBatch, ProduceRequest, ProduceResponse

@@ -1,6 +1,6 @@
 """Refused connections: fail at once while nothing has ever answered, retry once something has.
 
-See the module doc of ``raftlog.client.async_client`` for the rule.
+See the module doc of ``raftlog.client.calls`` for the rule.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import pytest
 from aiohttp import web
 
 from raftlog.client import ClusterUnavailableError, RaftlogClient
-from raftlog.client.async_client import _is_refused
+from raftlog.client.calls import _is_refused
 from raftlog.cluster import free_ports
 from tests.client.fake_node import FakeNodeServer
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from tenacity import RetryCallState
 
-from raftlog.client.async_client import FREE_REDIRECTS, _CallState
+from raftlog.client.calls import FREE_REDIRECTS, _CallState
 
 
 def _retry_state(attempt: int) -> RetryCallState:

@@ -1,0 +1,447 @@
+"""The async client: admin, produce, fetch, with leader discovery and retries.
+
+Every call is one HTTP POST of a codec-framed request to ``/v1/<call>`` on a
+node; the reply is the framed response (200) or a framed ErrorResponse.
+
+Routing: partition calls go to the partition's leader as last seen in
+metadata; controller calls (create/delete topic) go to the controller leader.
+A NOT_LEADER reply carries the leader when the node knows it, and the client
+follows it. Retriable failures (not leader, no leader yet, timeouts, refused
+connections) are retried with exponential backoff (tenacity) until
+``request_timeout_s`` has passed in total; every other error surfaces at once
+as a :class:`RaftlogError` subclass with the server's message.
+
+Refused connections fail fast. When every server the client knows refuses the
+connection (nothing listens: a wrong address, a cluster not started) and no
+server has ever answered this client, the call fails at once with a
+:class:`ClusterUnavailableError` naming the addresses: nothing suggests that
+anything will come up there, and waiting the whole request timeout only hides
+the mistake. Once any server has answered this client, a refusal means a node
+that is restarting (or a leader that just died while others live), so it is
+retried as above until the request timeout.
+
+Each HTTP attempt has its own, shorter bound (``attempt_timeout_s``, by
+default ``min(request_timeout_s / 3, 10 s)``) and never outlives the call's
+overall deadline, so one hung connection costs an attempt, not the whole
+budget: the call is retried (on a fresh leader lookup) within the deadline.
+
+Security: ``auth_token`` is sent as ``Authorization: Bearer`` on every call
+(the cluster's client token, never its peer token); with ``tls_ca_file`` every
+node is reached over HTTPS and verified against that CA. A refusal (401 or 403)
+surfaces at once as :class:`UnauthorizedError` with the node's message, which
+names the token that is missing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import contextvars
+import dataclasses
+import errno
+import random
+import time
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import aiohttp
+from tenacity import (
+    AsyncRetrying,
+    retry_if_exception,
+    wait_random_exponential,
+)
+
+from raftlog.client.errors import (
+    ClusterUnavailableError,
+    LeaderNotAvailableError,
+    NotLeaderError,
+    RaftlogError,
+    RequestTimeoutError,
+    UnauthorizedError,
+    UnknownPartitionError,
+    UnknownTopicError,
+    error_for,
+)
+from raftlog.rpc import codec
+from raftlog.rpc.codec import CodecError
+from raftlog.rpc.messages import (
+    CLIENT_ROUTES,
+    ErrorResponse,
+    MetadataRequest,
+    MetadataResponse,
+)
+
+if TYPE_CHECKING:
+    pass
+
+
+R = TypeVar("R")
+
+AUTH_HEADER = "Authorization"
+CONTENT_TYPE = "application/x-raftlog"
+
+ROUTES = CLIENT_ROUTES
+
+#: Upper bound of the default per-attempt timeout (see the module doc).
+MAX_ATTEMPT_TIMEOUT_S = 10.0
+#: The least time an attempt is given even when the call's deadline is (nearly) spent.
+MIN_ATTEMPT_TIMEOUT_S = 0.05
+
+#: Redirects per call that retry at once (see ``_CallState.backoff``).
+FREE_REDIRECTS = 3
+# A partition call backs off at most 0.25 s between attempts: while its leader is
+# being elected it must notice the new one within a fraction of the election
+# timeout, not sleep through it (the failover benchmark's first ack).
+_PARTITION_BACKOFF = wait_random_exponential(multiplier=0.05, max=0.25)
+
+# The deadline (time.monotonic()) of the outermost client call running in this task;
+# nested retry loops (a metadata refresh inside a produce) share it.
+_DEADLINE: contextvars.ContextVar[float | None] = contextvars.ContextVar(
+    "raftlog_client_deadline", default=None
+)
+
+
+def parse_servers(servers: str | list[str]) -> list[str]:
+    """``"h:p,h:p"`` or a list -> ``["h:p", ...]``; raises ValueError naming ``servers``.
+
+    A leading ``http://`` or ``https://`` is dropped: TLS is chosen by the CA file.
+    """
+    items = servers.split(",") if isinstance(servers, str) else list(servers)
+    out = []
+    for raw in items:
+        s = raw.strip()
+        for prefix in ("http://", "https://"):
+            if s.startswith(prefix):
+                s = s[len(prefix) :]
+        host, sep, port = s.rpartition(":")
+        if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise ValueError(f"servers: expected a comma-separated list of HOST:PORT, got {raw!r}")
+        out.append(s)
+    if not out:
+        raise ValueError("servers: expected at least one HOST:PORT, got none")
+    return out
+
+
+def _retriable(exc: BaseException) -> bool:
+    if isinstance(exc, _NothingListening):
+        return False
+    return isinstance(
+        exc,
+        NotLeaderError
+        | LeaderNotAvailableError
+        | RequestTimeoutError
+        | ClusterUnavailableError
+        | _StaleMetadata,
+    )
+
+
+class _StaleMetadata(RaftlogError):
+    """Internal: the cached metadata lacks what the call needs; refresh and retry."""
+
+
+class _ConnectionRefused(ClusterUnavailableError):
+    """Internal: nothing listens at the address (ECONNREFUSED); retriable like any
+    unreachable node."""
+
+
+class _NothingListening(ClusterUnavailableError):
+    """Every known server refused the connection and none ever answered this client:
+    not retried (see the module doc). Callers see a ClusterUnavailableError."""
+
+
+def _is_refused(exc: aiohttp.ClientError) -> bool:
+    """True when the connection was refused (not a reset, timeout or DNS failure)."""
+    err = getattr(exc, "os_error", None)
+    if not isinstance(err, OSError):
+        return False
+    if isinstance(err, ConnectionRefusedError) or err.errno == errno.ECONNREFUSED:
+        return True
+    # asyncio joins the failures of a name resolving to several addresses (localhost:
+    # ::1 and 127.0.0.1) into one OSError without an errno: refused only if all were.
+    text = str(err)
+    return (
+        err.errno is None
+        and text.count("[Errno") == text.count(f"[Errno {errno.ECONNREFUSED}]") > 0
+    )
+
+
+@dataclasses.dataclass(slots=True)
+class _CallState:
+    """What the attempts of one partition call share."""
+
+    refreshed: bool = False  # the topic's metadata was fetched during this call
+    redirected: bool = False  # the last attempt's error named a new leader
+    free_redirects: int = FREE_REDIRECTS  # redirects left that skip the backoff
+
+    def backoff(self, retry_state: Any) -> float:
+        """The pause before the next attempt: none right after an error named a new
+        leader (the hint is fresh: go there at once), else the random exponential
+        backoff. Free redirects are few, so two stale nodes naming each other cannot
+        make a busy loop."""
+        if self.redirected and self.free_redirects > 0:
+            self.redirected = False
+            self.free_redirects -= 1
+            return 0.0
+        self.redirected = False
+        return _PARTITION_BACKOFF(retry_state)
+
+
+class CallRouting:
+    """How every call reaches a node (mixed into :class:`raftlog.client.RaftlogClient`):
+    deadlines, retries, leader hints, metadata refresh, the HTTP send."""
+
+    # ------------------------------------------------------------ routing
+
+    @property
+    def request_timeout_s(self) -> float:
+        return self._timeout_s
+
+    @property
+    def attempt_timeout_s(self) -> float:
+        return self._attempt_timeout_s
+
+    @contextlib.contextmanager
+    def _deadline(self) -> Iterator[float]:
+        """The call's overall deadline: ``request_timeout_s`` from now, or the enclosing
+        call's when this one is nested in it (whichever is sooner)."""
+        outer = _DEADLINE.get()
+        mine = time.monotonic() + self._timeout_s
+        deadline = mine if outer is None else min(outer, mine)
+        token = _DEADLINE.set(deadline)
+        try:
+            yield deadline
+        finally:
+            _DEADLINE.reset(token)
+
+    def _retrying(self, deadline: float, wait: Any = None) -> AsyncRetrying:
+        return AsyncRetrying(
+            stop=lambda _state: time.monotonic() >= deadline,
+            wait=wait or wait_random_exponential(multiplier=0.05, max=1.0),
+            retry=retry_if_exception(_retriable),
+            reraise=True,
+        )
+
+    def _attempt_timeout(self) -> float:
+        """This attempt's bound: the per-attempt timeout, cut to what is left of the
+        call's deadline (at least MIN_ATTEMPT_TIMEOUT_S)."""
+        deadline = _DEADLINE.get()
+        if deadline is None:
+            return self._attempt_timeout_s
+        left = deadline - time.monotonic()
+        return max(MIN_ATTEMPT_TIMEOUT_S, min(self._attempt_timeout_s, left))
+
+    async def _metadata(self, topics: list[str], with_offsets: bool) -> MetadataResponse:
+        resp = await self._prefer_controller(
+            MetadataRequest(topics, with_offsets), MetadataResponse
+        )
+        self._absorb(resp)
+        return resp
+
+    def _absorb(self, meta: MetadataResponse) -> None:
+        if meta.nodes:
+            self._nodes = {n.node_id: n.address for n in meta.nodes}
+        self._controller_leader = meta.controller_leader
+        for t in meta.topics:
+            self._topics[t.name] = t
+            for p in t.partitions:
+                if p.leader >= 0:
+                    self._leader_hints[(t.name, p.partition)] = p.leader
+
+    async def _prefer_controller(self, req: Any, resp_type: type[R]) -> R:
+        """Ask the controller leader when known (it has applied every acknowledged
+        topic change, so reads follow writes), else any node."""
+        with self._deadline():
+            addr = self._nodes.get(self._controller_leader)
+            if addr is not None:
+                try:
+                    return await self._send(addr, req, resp_type)
+                except (ClusterUnavailableError, RequestTimeoutError):
+                    self._controller_leader = -1
+            return await self._any_call(req, resp_type)
+
+    def _candidates(self) -> list[str]:
+        known = list(self._nodes.values())
+        seeds = [s for s in self._seeds if s not in known]
+        out = known + seeds
+        random.shuffle(out)
+        return out
+
+    async def _any_call(self, req: Any, resp_type: type[R]) -> R:
+        """Send to any reachable node, trying each before backing off."""
+        with self._deadline() as deadline:
+            async for attempt in self._retrying(deadline):
+                with attempt:
+                    last: RaftlogError | None = None
+                    candidates = self._candidates()
+                    refused = []
+                    for addr in candidates:
+                        try:
+                            return await self._send(addr, req, resp_type)
+                        except ClusterUnavailableError as exc:
+                            last = exc
+                            if isinstance(exc, _ConnectionRefused):
+                                refused.append(addr)
+                    if refused and len(refused) == len(candidates) and not self._answered:
+                        raise _NothingListening(
+                            f"cannot reach {', '.join(sorted(refused))}: connection refused "
+                            "(nothing listens there); check the server addresses (--servers, "
+                            "RAFTLOG_SERVERS or the connector's 'servers' option) and that the "
+                            "cluster runs (`raftlog local start` starts a local one)"
+                        )
+                    raise last or ClusterUnavailableError("no servers configured")
+        raise AssertionError("unreachable")
+
+    async def _controller_call(self, req: Any, resp_type: type[R]) -> R:
+        with self._deadline() as deadline:
+            async for attempt in self._retrying(deadline):
+                with attempt:
+                    addr = self._nodes.get(self._controller_leader)
+                    if addr is None:
+                        await self._metadata([], with_offsets=False)
+                        addr = self._nodes.get(self._controller_leader)
+                        if addr is None:
+                            raise LeaderNotAvailableError("the controller has no leader yet")
+                    try:
+                        return await self._send(addr, req, resp_type)
+                    except (NotLeaderError, ClusterUnavailableError, RequestTimeoutError) as exc:
+                        self._controller_leader = getattr(exc, "leader_id", -1)
+                        raise
+        raise AssertionError("unreachable")
+
+    async def _partition_call(self, topic: str, partition: int, req: Any, resp_type: type[R]) -> R:
+        state = _CallState()
+        with self._deadline() as deadline:
+            async for attempt in self._retrying(deadline, state.backoff):
+                with attempt:
+                    return await self._partition_attempt(topic, partition, req, resp_type, state)
+        raise AssertionError("unreachable")
+
+    async def _partition_attempt(
+        self, topic: str, partition: int, req: Any, resp_type: type[R], state: _CallState
+    ) -> R:
+        """One attempt of a partition call at the leader as last seen (looked up first when
+        unknown). Retriable errors (see ``_retriable``) are raised for the caller to retry,
+        after the leader hint was updated from them."""
+        key = (topic, partition)
+        leader = self._leader_hints.get(key, -1)
+        if leader < 0 or leader not in self._nodes:
+            await self._refresh_topic(topic)
+            state.refreshed = True
+            info = self._topics.get(topic)
+            if info is None:
+                raise UnknownTopicError(f"unknown topic {topic!r}")
+            if not 0 <= partition < len(info.partitions):
+                raise UnknownPartitionError(
+                    f"topic {topic!r} has no partition {partition} "
+                    f"(it has partitions 0..{len(info.partitions) - 1})"
+                )
+            leader = self._leader_hints.get(key, -1)
+            if leader < 0 or leader not in self._nodes:
+                raise LeaderNotAvailableError(f"partition {topic}/{partition} has no leader yet")
+        try:
+            return await self._send(self._nodes[leader], req, resp_type)
+        except (NotLeaderError, LeaderNotAvailableError) as exc:
+            if exc.leader_id >= 0 and exc.leader_id != leader:
+                self._leader_hints[key] = exc.leader_id
+                state.redirected = True
+                if exc.leader_address:
+                    self._nodes.setdefault(exc.leader_id, exc.leader_address)
+            elif self._leader_hints.get(key) == leader:
+                self._leader_hints.pop(key, None)
+            raise
+        except (ClusterUnavailableError, RequestTimeoutError):
+            if self._leader_hints.get(key) == leader:
+                self._leader_hints.pop(key, None)
+            raise
+        except UnknownTopicError:
+            # The cache may predate a delete and recreate; check once.
+            if state.refreshed:
+                raise
+            self._topics.pop(topic, None)
+            self._leader_hints.pop(key, None)
+            state.refreshed = True
+            raise _StaleMetadata(f"unknown topic {topic!r}") from None
+
+    async def _refresh_topic(self, topic: str) -> None:
+        """Refresh ``topic``'s metadata; concurrent callers share one request."""
+        fut = self._refreshing.get(topic)
+        if fut is None or fut.done():
+            fut = asyncio.ensure_future(self._metadata([topic], with_offsets=True))
+            self._refreshing[topic] = fut
+
+            def _forget(f: asyncio.Future[Any], t: str = topic) -> None:
+                if self._refreshing.get(t) is f:
+                    del self._refreshing[t]
+
+            fut.add_done_callback(_forget)
+        await asyncio.shield(fut)
+
+    async def _send(self, address: str, req: Any, resp_type: type[R]) -> R:
+        if self._session is None:
+            self._session = aiohttp.ClientSession(
+                connector=aiohttp.TCPConnector(
+                    limit=64, limit_per_host=16, ssl=self._ssl if self._ssl else False
+                ),
+            )
+        headers = {"Content-Type": CONTENT_TYPE}
+        if self._auth_token:
+            headers[AUTH_HEADER] = f"Bearer {self._auth_token}"
+        url = self.url(address, f"/v1/{ROUTES[type(req)]}")
+        bound = self._attempt_timeout()
+        timeout = aiohttp.ClientTimeout(total=bound, connect=min(5.0, bound))
+        try:
+            async with self._session.post(
+                url, data=codec.encode(req), headers=headers, timeout=timeout
+            ) as resp:
+                body = await resp.read()
+                status = resp.status
+        except TimeoutError as exc:
+            raise RequestTimeoutError(f"request to {address} timed out after {bound:.3g}s") from exc
+        except aiohttp.ClientSSLError as exc:
+            # Not retried: the same handshake fails the same way every time.
+            raise RaftlogError(_tls_failure(address, exc)) from exc
+        except aiohttp.ClientError as exc:
+            if _is_refused(exc):
+                raise _ConnectionRefused(
+                    f"cannot reach {address}: connection refused (nothing listens there)"
+                ) from exc
+            hint = ""
+            if self._ssl is None and isinstance(exc, aiohttp.ServerDisconnectedError):
+                hint = (
+                    " (a node that serves HTTPS drops plain HTTP requests: give the client "
+                    "the cluster's CA, tls_ca_file / --tls-ca / tlsCaFile)"
+                )
+            raise ClusterUnavailableError(f"cannot reach {address}: {exc}{hint}") from exc
+        self._answered = True
+        try:
+            msg = codec.decode(body)
+        except CodecError as exc:
+            if status in (401, 403):
+                raise UnauthorizedError(
+                    f"{address} refused the request (HTTP {status}): missing or wrong auth "
+                    "token (pass auth_token= or set RAFTLOG_AUTH_TOKEN)"
+                ) from exc
+            raise RaftlogError(
+                f"{address} answered HTTP {status} with an undecodable body: {exc}; {body[:200]!r}"
+            ) from exc
+        if isinstance(msg, ErrorResponse):
+            raise error_for(msg.code, msg.message, msg.leader_id, msg.leader_address)
+        if not isinstance(msg, resp_type):
+            raise RaftlogError(
+                f"{address} answered a {type(msg).__name__}, expected a {resp_type.__name__}"
+            )
+        return msg
+
+
+def _tls_failure(address: str, exc: aiohttp.ClientSSLError) -> str:
+    """Why a TLS handshake with ``address`` failed, and what to check."""
+    if isinstance(exc, aiohttp.ClientConnectorCertificateError):
+        return (
+            f"TLS to {address} failed: {exc.certificate_error}; the node's certificate must be "
+            f"signed by the CA given as tls_ca_file (--tls-ca, RAFTLOG_TLS_CA, tlsCaFile) and "
+            f"name the host {address.rpartition(':')[0]}"
+        )
+    return (
+        f"TLS to {address} failed: {exc}; does the node serve TLS (--tls-cert)? "
+        "For a node without it, leave tls_ca_file out"
+    )
