@@ -31,6 +31,7 @@ from raftlog.rpc.messages import (
     MovePartitionResponse,
     RegisterNodeRequest,
     RegisterNodeResponse,
+    TopicInfo,
     TransferLeadershipRequest,
     TransferLeadershipResponse,
 )
@@ -86,10 +87,19 @@ class AdminCalls:
 
     async def describe_topic(self, name: str) -> TopicMetadata:
         """The topic's partitions with leaders and watermarks; UnknownTopicError if absent."""
-        meta = await self._metadata([name], with_offsets=True)
+        return topic_metadata(await self._topic_info(name, with_offsets=True))
+
+    async def topic_id(self, name: str) -> int:
+        """The topic's id (a topic deleted and created again has a new one), fresh from
+        the metadata alone: unlike :meth:`describe_topic`, no replica is asked for its
+        offsets. UnknownTopicError if absent."""
+        return (await self._topic_info(name, with_offsets=False)).topic_id
+
+    async def _topic_info(self, name: str, with_offsets: bool) -> TopicInfo:
+        meta = await self._metadata([name], with_offsets=with_offsets)
         for t in meta.topics:
             if t.name == name:
-                return topic_metadata(t)
+                return t
         raise UnknownTopicError(f"unknown topic {name!r}")
 
     async def list_topics(self) -> list[str]:
