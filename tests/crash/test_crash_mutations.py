@@ -19,11 +19,6 @@ from raftlog.storage.fs import MUTATION_ENV, MUTATIONS
 HERE = pathlib.Path(__file__).parent
 ROOT = HERE.parent.parent
 
-pytestmark = pytest.mark.skipif(
-    bool(os.environ.get(MUTATION_ENV)), reason="runs the suite under a mutation itself"
-)
-
-
 @pytest.mark.parametrize("mutation", MUTATIONS)
 def test_crash_suite_fails_under_mutation(mutation):
     env = {**os.environ, MUTATION_ENV: mutation}
