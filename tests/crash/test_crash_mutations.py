@@ -19,6 +19,7 @@ from raftlog.storage.fs import MUTATION_ENV, MUTATIONS
 HERE = pathlib.Path(__file__).parent
 ROOT = HERE.parent.parent
 
+
 @pytest.mark.parametrize("mutation", MUTATIONS)
 def test_crash_suite_fails_under_mutation(mutation):
     env = {**os.environ, MUTATION_ENV: mutation}
