@@ -248,15 +248,32 @@ class CallRouting:
                     self._leader_hints[(t.name, p.partition)] = p.leader
 
     async def _prefer_controller(self, req: Any, resp_type: type[R]) -> R:
-        """Ask the controller leader when known (it has applied every acknowledged
-        topic change, so reads follow writes), else any node."""
+        """Ask the controller leader: it has applied every acknowledged topic change, so
+        reads follow writes. A follower's copy of the controller can lag behind a delete
+        or create that was just acknowledged (a fresh client asking it would see a
+        deleted topic still there), so an unknown leader is looked up first: any node's
+        metadata names it. Any node answers only while none is known (an election)."""
         with self._deadline():
+            if self._controller_leader not in self._nodes:
+                self._absorb(await self._any_call(MetadataRequest([], False), MetadataResponse))
             addr = self._nodes.get(self._controller_leader)
             if addr is not None:
                 try:
-                    return await self._send(addr, req, resp_type)
+                    resp = await self._send(addr, req, resp_type)
                 except (ClusterUnavailableError, RequestTimeoutError):
                     self._controller_leader = -1
+                else:
+                    if not (
+                        isinstance(resp, MetadataResponse)
+                        and resp.controller_leader != resp.node_id
+                        and resp.controller_leader in self._nodes
+                    ):
+                        return resp
+                    # the node asked no longer leads the controller: ask the one it names
+                    self._controller_leader = resp.controller_leader
+                    addr = self._nodes[resp.controller_leader]
+                    with contextlib.suppress(ClusterUnavailableError, RequestTimeoutError):
+                        return await self._send(addr, req, resp_type)
             return await self._any_call(req, resp_type)
 
     def _candidates(self) -> list[str]:
