@@ -280,9 +280,9 @@ class AdminApi:
     async def move_partition(self, req: MovePartitionRequest) -> MovePartitionResponse:
         """Start a move of a partition's replicas through the controller (see
         ``_move_loop``), or answer whether the same move is done. Refused by name: an
-        empty, repeated or unknown target, another move of the partition in progress,
-        and a partition whose log no longer starts at 0 (a new replica would need a
-        snapshot install, not built yet)."""
+        empty, repeated or unknown target, another move of the partition in progress.
+        A new replica of a partition whose log no longer starts at 0 gets the snapshot
+        as of the log start installed first (``recovery``)."""
         topic, part = self._assignment(req.topic, req.partition)
         where = f"{req.topic}/{req.partition}"
         target = list(req.replicas)
@@ -318,13 +318,6 @@ class AdminApi:
             if start.start_offset < 0:
                 raise RequestError(
                     ErrorCode.LEADER_NOT_AVAILABLE, f"{where} has no leader to carry out a move"
-                )
-            if start.start_offset > 0 and any(n not in part.replicas for n in target):
-                raise RequestError(
-                    ErrorCode.NOT_SUPPORTED,
-                    f"{where}: its log starts at offset {start.start_offset} (retention "
-                    "deleted below it), so a new replica could only be caught up by a "
-                    "snapshot install, which is not built yet",
                 )
             await self._replicate_controller(MovePartitionCmd(req.topic, req.partition, target))
         return MovePartitionResponse(target, False)

@@ -19,11 +19,9 @@ How all replicas agree:
      or commit can still be read and filtered),
    - the leader's latest saved commit context (its state machines restart
      from that snapshot and replay the log after it),
-   - what every other member of the group (voters and learners) has matched
-     and flushed (a crash loses what a follower had not flushed): a follower
-     behind the log start could only be caught up by a snapshot install, which
-     does not exist yet. So a replica that is down holds retention back, and
-     the disk grows, until it returns or is removed.
+   A replica that is down or behind does not hold retention back (Kafka's
+   rule): once it is behind the log start, the leader installs the snapshot
+   as of its log start on it, then sends the log after it (``recovery``).
 2. The leader replicates one LOG_START control entry carrying that offset
    (``quorum_ack``). Readers never see it (control batches are filtered).
 3. Every replica applies it in log order (:class:`LogStartStm`, a state
@@ -32,9 +30,11 @@ How all replicas agree:
    requested offset and the log start, as Kafka's does.
 4. Every replica deletes, on the same timer and through the storage layer's
    prefix truncation, the whole segments below
-   ``min(log start, its own saved commit context + 1)``: physically a replica
-   may keep a little more (segment boundaries and snapshot times differ by
-   replica), never less.
+   ``min(log start, its own saved commit context + 1)``, and only up to a
+   segment whose previous offset it holds a snapshot as of
+   (:mod:`raftlog.node.start_snapshots`: what a follower behind it is sent):
+   physically a replica may keep a little more (segment boundaries and
+   snapshot times differ by replica), never less.
 """
 
 from __future__ import annotations
@@ -47,6 +47,7 @@ import struct
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from raftlog.node.start_snapshots import StartSnapshots
 from raftlog.raft.replicate_batcher import Consistency
 from raftlog.storage.batch import BatchKind, RecordBatch
 from raftlog.storage.log import SegmentedLog, SegmentInfo
@@ -163,6 +164,7 @@ class Retention:
     def __init__(self, consensus: Consensus, rm: RmStm, log_: SegmentedLog, name: str) -> None:
         self.stm = LogStartStm()
         consensus.add_state_machine(self.stm)
+        self.snapshots = StartSnapshots(consensus, log_, name)
         self._c = consensus
         self._rm = rm
         self._log = log_
@@ -185,18 +187,9 @@ class Retention:
     def leader_limit(self) -> int:
         """The highest log start the leader may propose now (see the module doc)."""
         c = self._c
-        limit = min(
+        return min(
             c.high_watermark, self._rm.last_stable_offset, self._log.commit_context_offset + 1
         )
-        for node in c.configuration.members:
-            if node == c.node_id:
-                continue
-            p = c.core.progress.get(node)
-            if p is None:  # not heard of yet: what it has is unknown
-                return self.log_start
-            # matched and flushed: what the follower keeps even if it crashes now
-            limit = min(limit, p.durable_offset + 1)
-        return limit
 
     async def propose(self, now_ms: int) -> int | None:
         """Leader: replicate a new log start when the policy asks for one; return it.
@@ -229,13 +222,16 @@ class Retention:
         segments = lg.segment_infos()
         if len(segments) < 2 or segments[0].last_offset >= target:
             return 0
-        target = min(target, segments[-1].base_offset)
+        target = self.snapshots.usable_start(min(target, segments[-1].base_offset))
+        if target <= lg.start_offset:
+            return 0
         before_start, before_bytes = lg.start_offset, lg.size_bytes
         # appends, truncations and flushes take this lock too: never a concurrent mutation
         async with self._c.flusher.mutation_lock:
             if not self._c.running:  # the group is closing: its log may be closed
                 return 0
             lg.prefix_truncate(target)
+            self.snapshots.drop_below_start()
         self._rm.table.prefix_truncate(lg.start_offset)
         freed = before_bytes - lg.size_bytes
         if lg.start_offset > before_start:

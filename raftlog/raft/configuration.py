@@ -147,3 +147,12 @@ class ConfigurationHistory:
         while len(self._entries) > 1 and self._entries[-1][0] >= offset:
             self._entries.pop()
         return len(self._entries) != before
+
+    def restart(self, offset: int, config: Configuration) -> None:
+        """Forget everything but the initial entry and the configuration ``config``
+        effective from ``offset`` (a snapshot installed; ``offset < 0``: it replaces
+        the initial one)."""
+        if offset < 0:
+            self._entries = [(-1, config)]
+        else:
+            self._entries = [self._entries[0], (offset, config)]

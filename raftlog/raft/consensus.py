@@ -78,6 +78,7 @@ from raftlog.raft.errors import (
 )
 from raftlog.raft.flush import FlushCoalescer
 from raftlog.raft.follower_append import FollowerAppend
+from raftlog.raft.follower_install import FollowerInstall
 from raftlog.raft.heartbeat_manager import HeartbeatManager
 from raftlog.raft.membership import Membership
 from raftlog.raft.messages import (
@@ -85,6 +86,7 @@ from raftlog.raft.messages import (
     AppendEntriesRequest,
     Heartbeat,
     HeartbeatReply,
+    InstallSnapshotRequest,
     TimeoutNowRequest,
     VoteReply,
     VoteRequest,
@@ -100,7 +102,7 @@ from raftlog.raft.replicate_batcher import (
 from raftlog.raft.replicate_entries import ReplicateEntries
 from raftlog.raft.state_machines import Applier, StateMachine
 from raftlog.raft.transport import Transport
-from raftlog.storage.api import LogStorage, VoteState
+from raftlog.storage.api import CommitContext, LogStorage, VoteState
 from raftlog.storage.batch import BatchKind, RecordBatch
 
 __all__ = [
@@ -210,6 +212,10 @@ class Consensus:
         self.recovery = Recovery(self)
         self._entries = ReplicateEntries(self)
         self._follower = FollowerAppend(self)
+        self._installer = FollowerInstall(self)
+        # Set by the node for groups whose log start moves: the snapshot sent to a
+        # follower behind the log start (recovery), and where one installed here goes.
+        self.snapshot_store: group_snapshot.SnapshotStore | None = None
         self._membership = Membership(self)
 
     # ------------------------------------------------------------- lifecycle
@@ -219,6 +225,11 @@ class Consensus:
         if self.running:
             raise RaftError("add_state_machine must be called before start()")
         self._applier.stms.append(stm)
+
+    def add_applied_listener(self, listener: Callable[[int], None]) -> None:
+        """Call ``listener(offset)`` after every committed batch is applied to the state
+        machines (``offset``: its last), before the next one is."""
+        self._applier.applied_listeners.append(listener)
 
     async def start(self) -> None:
         if self.running:
@@ -434,6 +445,37 @@ class Consensus:
             self.core.on_configuration_changed()
         self._follower.appended()
 
+    def install_local(self, offset: int, term: int, data: bytes) -> None:
+        """Replace the whole log by the snapshot ``data`` as of ``offset`` (in ``term``):
+        the commit context is saved first (a crash after it leaves this replica behind
+        its promise until it is installed again), then the log restarts empty after
+        ``offset``, and the configurations and state machines are restored from it."""
+        self.truncations += 1
+        ctx = CommitContext(offset, term, data)
+        self.log.save_commit_context(ctx)
+        self.log.restart_at(offset + 1, term)
+        saved = group_snapshot.saved_config(data)
+        if saved is not None:
+            self.configs.restart(*saved)
+            self.core.on_configuration_changed()
+        self._applier.install(ctx)
+        if self.snapshot_store is not None:
+            self.snapshot_store.installed(offset, data)
+        self._follower.appended()
+
+    def start_snapshot(self) -> tuple[int, bytes] | None:
+        """(offset, data): the snapshot as of the log start minus one, for a follower
+        behind the log start; None when this group keeps none."""
+        offset = self.log.start_offset - 1
+        if offset < 0 or self.snapshot_store is None:
+            return None
+        data = self.snapshot_store.at(offset)
+        return None if data is None else (offset, data)
+
+    def state_snapshot(self) -> tuple[int, bytes]:
+        """(offset, data): the group's state as of the last applied offset."""
+        return self._applier.last_applied, self._applier.snapshot()
+
     def truncate_local(self, offset: int) -> None:
         """Drop the log from ``offset`` on (a follower's conflicting suffix)."""
         self.truncations += 1
@@ -528,6 +570,8 @@ class Consensus:
             raise RaftError(f"group {self.group} on node {self.node_id} is not running")
         if isinstance(message, AppendEntriesRequest):
             return await self._follower.handle(message)
+        if isinstance(message, InstallSnapshotRequest):
+            return await self._installer.handle(message)
         if isinstance(message, VoteRequest):
             vote_reply = self.core.handle_vote(message)
             self.process_ready()

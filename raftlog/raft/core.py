@@ -55,6 +55,8 @@ from raftlog.raft.messages import (
     AppendEntriesRequest,
     Heartbeat,
     HeartbeatReply,
+    InstallSnapshotReply,
+    InstallSnapshotRequest,
     TimeoutNowReply,
     TimeoutNowRequest,
     VoteReply,
@@ -213,6 +215,7 @@ class RaftCore:
         # The last seq drawn per follower; never reset (it outlives terms and progress).
         self._sent_seq: dict[int, int] = {}
         self.stale_replies = 0
+        self.snapshots_installed = 0  # leader: installs that followers confirmed
         # Called with (follower, progress) after a reply updated a follower's progress
         # (the simulator checks that the view never goes back); None in production.
         self.progress_listener: Callable[[int, FollowerProgress], None] | None = None
@@ -689,8 +692,8 @@ class RaftCore:
                     p.inflights.free_le(p.match_offset)
         elif reply.result == APPEND_FAILURE and not is_heartbeat:
             if reply.last_dirty_offset < self.log.start_offset - 1:
-                # It lacks entries below the log start: only a snapshot could bring them.
-                p.become_snapshot()
+                # It lacks entries below the log start: only a snapshot can bring them.
+                self._want_snapshot(p)
             else:
                 self._probe(p, min(reply.last_dirty_offset + 1, req_prev_offset))
         if (
@@ -703,13 +706,12 @@ class RaftCore:
             self._probe(p, min(p.next_offset, p.match_offset + 1))
         elif is_heartbeat and p.state is ProgressState.PROBE:
             self._probe(p, p.next_offset)  # restarts a recovery that gave up on transport errors
-        elif (
-            is_heartbeat
-            and p.state is ProgressState.SNAPSHOT
-            and p.dirty_offset >= self.log.start_offset - 1
-        ):
-            # It got what precedes the log start some other way (refetched): probe again.
-            self._probe(p, p.next_offset)
+        elif is_heartbeat and p.state is ProgressState.SNAPSHOT:
+            if p.dirty_offset >= self.log.start_offset - 1:
+                # It got what precedes the log start some other way (refetched): probe again.
+                self._probe(p, p.next_offset)
+            else:
+                self._want_snapshot(p)  # restarts an install that failed
         self._maybe_promote(p)
         self._maybe_advance_commit()
 
@@ -717,6 +719,12 @@ class RaftCore:
         """Move ``p`` to probe from ``next_offset`` (never below the log start) and ask
         for ``recovery`` to run (the stage starts it unless it is running)."""
         p.become_probe(max(next_offset, self.log.start_offset))
+        if p.node not in self._ready.recover:
+            self._ready.recover.append(p.node)
+
+    def _want_snapshot(self, p: FollowerProgress) -> None:
+        """Move ``p`` to ``SNAPSHOT`` and ask for ``recovery`` to install one."""
+        p.become_snapshot()
         if p.node not in self._ready.recover:
             self._ready.recover.append(p.node)
 
@@ -839,7 +847,7 @@ class RaftCore:
         prev = batches[0].base_offset - 1
         prev_term = self.term_at(prev)
         if prev_term is None:
-            p.become_snapshot()
+            p.become_snapshot()  # the running recovery installs it next
             return None
         return AppendEntriesRequest(
             group=self.group,
@@ -852,6 +860,113 @@ class RaftCore:
             flush=True,
             batches=batches,
             seq=self.next_seq(node),
+        )
+
+    def snapshot_wanted(self, node: int, term: int) -> bool:
+        """Whether ``recovery`` of ``node`` (started in ``term``) must install a snapshot."""
+        p = self.progress.get(node)
+        return (
+            self.role is Role.LEADER
+            and term == self.term
+            and p is not None
+            and p.state is ProgressState.SNAPSHOT
+        )
+
+    def install_request(
+        self, node: int, term: int, snapshot_offset: int, chunk_offset: int, total: int, data: bytes
+    ) -> InstallSnapshotRequest | None:
+        """The request carrying one chunk of the snapshot as of ``snapshot_offset`` (the
+        log start minus one) for ``node``; None when no install is wanted any more, or
+        the snapshot is not at the log's start (retention moved it: read it again)."""
+        snapshot_term = self.term_at(snapshot_offset)
+        if not self.snapshot_wanted(node, term) or snapshot_term is None:
+            return None
+        if snapshot_offset != self.log.start_offset - 1:
+            return None
+        return InstallSnapshotRequest(
+            group=self.group,
+            source_node=self.node_id,
+            target_node=node,
+            term=term,
+            last_included_offset=snapshot_offset,
+            last_included_term=snapshot_term,
+            chunk_offset=chunk_offset,
+            total_bytes=total,
+            data=data,
+            seq=self.next_seq(node),
+        )
+
+    def handle_install_reply(
+        self, node: int, req: InstallSnapshotRequest, reply: InstallSnapshotReply
+    ) -> int | None:
+        """Apply a follower's reply to a snapshot chunk: the byte to send from next, or
+        None to stop. Once the follower has installed the snapshot it probes from
+        the offset after it (the same ``recovery`` goes on sending the log)."""
+        if reply.term > self.term:
+            self._become_follower(reply.term, -1)
+            return None
+        p = self.progress.get(node)
+        if not self.snapshot_wanted(node, req.term) or p is None:
+            return None
+        if reply.seq <= p.last_reply_seq and not mutations.active("accept_stale_replies"):
+            self.stale_replies += 1
+            return None
+        p.last_reply_seq = reply.seq
+        p.last_heard_tick = self.ticks
+        p.dirty_offset = reply.last_dirty_offset
+        p.flushed_offset = reply.last_flushed_offset
+        if reply.result != APPEND_SUCCESS:
+            return None
+        if reply.bytes_received < req.total_bytes:
+            return reply.bytes_received
+        # Installed: the follower's log is empty after the snapshot's offset.
+        p.match_offset = max(p.match_offset, min(req.last_included_offset, reply.last_dirty_offset))
+        p.become_probe(max(req.last_included_offset + 1, self.log.start_offset))
+        self.snapshots_installed += 1
+        return None
+
+    def check_install(self, req: InstallSnapshotRequest) -> bool | InstallSnapshotReply:
+        """Follower: a reply refusing the chunk or saying the snapshot is not needed (the
+        log already holds its offset with its term, as of a committed entry); True
+        when the chunk is to be taken (the stage assembles and installs)."""
+        if not self._accept_leader(req.term, req.source_node):
+            return self._install_reply(req, APPEND_FAILURE, 0)
+        if (
+            req.last_included_offset <= self.commit_index
+            and self.term_at(req.last_included_offset) == req.last_included_term
+        ):
+            return self._install_reply(req, APPEND_SUCCESS, req.total_bytes)
+        return True
+
+    def finish_install(self, req: InstallSnapshotRequest) -> InstallSnapshotReply:
+        """Follower, after the stage installed the snapshot (the log restarted empty after
+        its offset, the state machines restored): everything up to its offset is
+        committed (the leader only snapshots committed state)."""
+        if req.term != self.term or self.leader_id != req.source_node:
+            return self._install_reply(req, APPEND_FAILURE, 0)
+        self.matched_upto = max(self.matched_upto, req.last_included_offset)
+        if req.last_included_offset > self.commit_index:
+            self.commit_index = req.last_included_offset
+            self._ready.commit_advanced = True
+        return self._install_reply(req, APPEND_SUCCESS, req.total_bytes)
+
+    def install_reply(self, req: InstallSnapshotRequest, received: int) -> InstallSnapshotReply:
+        """Follower: the reply to a chunk taken, ``received`` bytes held so far."""
+        return self._install_reply(req, APPEND_SUCCESS, received)
+
+    def _install_reply(
+        self, req: InstallSnapshotRequest, result: int, received: int
+    ) -> InstallSnapshotReply:
+        return InstallSnapshotReply(
+            group=self.group,
+            source_node=self.node_id,
+            target_node=req.source_node,
+            term=self.term,
+            result=result,
+            bytes_received=received,
+            last_flushed_offset=self._reported_flushed(),
+            last_dirty_offset=self.log.dirty_offset,
+            seq=self._reply_seq(req.source_node, req.term, req.seq),
         )
 
     def catch_up(self, node: int) -> None:

@@ -16,6 +16,8 @@ from raftlog.raft.messages import (
     AppendEntriesReply,
     AppendEntriesRequest,
     HeartbeatBatchRequest,
+    InstallSnapshotReply,
+    InstallSnapshotRequest,
     TimeoutNowReply,
     TimeoutNowRequest,
     VoteReply,
@@ -35,7 +37,10 @@ class PeerDispatcher:
         """The reply to one peer request; TypeError for anything else."""
         if isinstance(message, HeartbeatBatchRequest):
             return await self.heartbeats.handle_heartbeats(message)
-        if not isinstance(message, (AppendEntriesRequest, VoteRequest, TimeoutNowRequest)):
+        if not isinstance(
+            message,
+            (AppendEntriesRequest, VoteRequest, TimeoutNowRequest, InstallSnapshotRequest),
+        ):
             raise TypeError(f"not a raft peer request: {type(message).__name__}")
         group = self.heartbeats.group(message.group)
         if group is not None and group.running:
@@ -44,6 +49,11 @@ class PeerDispatcher:
             return AppendEntriesReply(
                 message.group, self.node_id, message.source_node, -1,
                 APPEND_GROUP_UNAVAILABLE, -1, -1, -1, message.seq,
+            )  # fmt: skip
+        if isinstance(message, InstallSnapshotRequest):
+            return InstallSnapshotReply(
+                message.group, self.node_id, message.source_node, -1,
+                APPEND_GROUP_UNAVAILABLE, 0, -1, -1, message.seq,
             )  # fmt: skip
         if isinstance(message, VoteRequest):
             return VoteReply(

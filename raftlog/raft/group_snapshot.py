@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import struct
+from typing import Protocol
 
 from raftlog.raft.configuration import Configuration, ConfigurationHistory
 from raftlog.storage.api import CommitContext, LogStorage
@@ -83,3 +84,19 @@ def load_configurations(
         configs.observe(batches)
         offset = batches[-1].last_offset + 1
     return configs
+
+
+class SnapshotStore(Protocol):
+    """Where a group keeps the snapshot as of its log start, for followers behind it.
+
+    Kept by the node for groups whose log start moves (retention); a group
+    without one never installs snapshots on others (its log always starts at 0).
+    """
+
+    def at(self, offset: int) -> bytes | None:
+        """The group's snapshot as of ``offset`` (the log start minus one), if kept."""
+        ...
+
+    def installed(self, offset: int, data: bytes) -> None:
+        """A snapshot as of ``offset`` was installed here: keep it as the one at the start."""
+        ...

@@ -71,6 +71,48 @@ class AppendEntriesReply:
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
+class InstallSnapshotRequest:
+    """One chunk of the leader's snapshot, for a follower behind the leader's log start.
+
+    The snapshot is the state as of ``last_included_offset`` (the leader's log
+    start minus one): the group's configuration and its state machines, in the
+    commit context's format (:mod:`raftlog.raft.group_snapshot`). Chunks go one
+    at a time, each after the previous one's reply (backpressure), at byte
+    ``chunk_offset`` of ``total_bytes``. Once the follower has it all it drops
+    its whole log, starts it empty after ``last_included_offset`` and restores
+    its state machines; recovery then sends the log from there.
+    """
+
+    group: int
+    source_node: int
+    target_node: int
+    term: int
+    last_included_offset: int
+    last_included_term: int
+    chunk_offset: int
+    total_bytes: int
+    data: bytes
+    seq: int = -1
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class InstallSnapshotReply:
+    """``bytes_received``: how much of the snapshot the follower holds (the next chunk's
+    ``chunk_offset``); it equals ``total_bytes`` once the snapshot is installed (or the
+    follower already had the log up to ``last_included_offset``)."""
+
+    group: int
+    source_node: int
+    target_node: int
+    term: int
+    result: int
+    bytes_received: int
+    last_flushed_offset: int
+    last_dirty_offset: int
+    seq: int = -1  # the request's, echoed
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
 class VoteRequest:
     group: int
     source_node: int
@@ -161,7 +203,13 @@ class HeartbeatBatchReply:
     replies: list[HeartbeatReply]
 
 
-PEER_REQUESTS = (AppendEntriesRequest, VoteRequest, TimeoutNowRequest, HeartbeatBatchRequest)
+PEER_REQUESTS = (
+    AppendEntriesRequest,
+    VoteRequest,
+    TimeoutNowRequest,
+    HeartbeatBatchRequest,
+    InstallSnapshotRequest,
+)
 """Every request a node receives from a peer (the RPC layer routes these)."""
 ALL_MESSAGES = (
     AppendEntriesRequest,
@@ -174,4 +222,6 @@ ALL_MESSAGES = (
     HeartbeatReply,
     HeartbeatBatchRequest,
     HeartbeatBatchReply,
+    InstallSnapshotRequest,
+    InstallSnapshotReply,
 )

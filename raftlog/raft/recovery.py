@@ -8,18 +8,30 @@ the leader log, has the core build the append (:meth:`RaftCore.recovery_request`
 which asks the follower to flush) and sends it; the reply goes back to the
 core, which moves ``next_offset`` (back on a mismatch). When the core finds the
 follower caught up it puts it back in ``REPLICATE`` and answers "stop". The
-stage also stops when leadership or the term changes or the follower needs a
-snapshot, and gives up after a few consecutive transport failures (the next
-heartbeat reply restarts it).
+stage also stops when leadership or the term changes, and gives up after a few
+consecutive transport failures (the next heartbeat reply restarts it).
+
+A follower behind the leader's log start (``SNAPSHOT``: retention deleted
+what it lacks) is first sent the snapshot as of the log start (Redpanda's
+recovery installs it the same way), in chunks of ``recovery_chunk_bytes``, one
+round trip each; once installed, the follower probes from the log start and
+this stage goes on sending the log.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 
 from raftlog.raft.errors import TransportError
-from raftlog.raft.messages import APPEND_GROUP_UNAVAILABLE, AppendEntriesReply
+from raftlog.raft.messages import (
+    APPEND_GROUP_UNAVAILABLE,
+    AppendEntriesReply,
+    InstallSnapshotReply,
+)
 from raftlog.raft.stage_context import GroupContext
+
+log = logging.getLogger(__name__)
 
 MAX_ROUNDS = 100_000
 MAX_CONSECUTIVE_FAILURES = 3
@@ -48,6 +60,10 @@ class Recovery:
         for _ in range(MAX_ROUNDS):
             if not c.running:
                 return
+            if c.core.snapshot_wanted(node, term):
+                if not await self._install(node, term):
+                    return
+                continue
             chunk = c.core.recovery_chunk(node, term)
             if chunk is None:
                 return
@@ -73,3 +89,47 @@ class Recovery:
                 return
             c.core.handle_append_reply(node, term, req.prev_log_offset, reply)
             c.process_ready()
+
+    async def _install(self, node: int, term: int) -> bool:
+        """Send ``node`` the snapshot as of the log start, one chunk per round trip (the
+        follower's reply is the backpressure); True once it is installed (recovery
+        goes on from the log), False to stop (the next heartbeat reply restarts it)."""
+        c = self._c
+        snapshot = c.start_snapshot()
+        if snapshot is None:
+            log.warning(
+                "group %s: node %s is behind the log start %d but no snapshot is kept "
+                "for it", c.group, node, c.log.start_offset,
+            )  # fmt: skip
+            return False
+        offset, data = snapshot
+        position, failures = 0, 0
+        for _ in range(MAX_ROUNDS):
+            if not c.running:
+                return False
+            chunk = data[position : position + c.options.recovery_chunk_bytes]
+            req = c.core.install_request(node, term, offset, position, len(data), chunk)
+            if req is None:  # not wanted any more, or the log start moved: read it again
+                return not c.core.snapshot_wanted(node, term) or c.log.start_offset - 1 != offset
+            self.requests_sent += 1
+            try:
+                reply = await c.transport.send(node, req)
+            except TransportError:
+                reply = None
+            if not isinstance(reply, InstallSnapshotReply) or (
+                reply.result == APPEND_GROUP_UNAVAILABLE
+            ):
+                failures += 1
+                if failures >= MAX_CONSECUTIVE_FAILURES:
+                    return False
+                await asyncio.sleep(c.options.tick_interval_s)
+                continue
+            failures = 0
+            if not c.running:
+                return False
+            following = c.core.handle_install_reply(node, req, reply)
+            c.process_ready()
+            if following is None:
+                return not c.core.snapshot_wanted(node, term)
+            position = following
+        return False

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+from collections.abc import Callable
 from typing import Protocol
 
 from raftlog.raft import group_snapshot
@@ -37,6 +38,11 @@ class Applier:
         self.stms: list[StateMachine] = []
         self.last_applied = last_applied
         self._saved_commit = saved_commit
+        # Bumped by install(): an apply in progress when a snapshot replaced the state
+        # machines must not move last_applied afterwards.
+        self._generation = 0
+        # Called with each applied batch's last offset, once every state machine applied it.
+        self.applied_listeners: list[Callable[[int], None]] = []
 
     def restore(self, ctx: CommitContext | None) -> None:
         """Restore every state machine from ``ctx``'s snapshot, or replay from the log start."""
@@ -54,6 +60,15 @@ class Applier:
             stm.restore(blob)
         self.last_applied = ctx.committed_offset
 
+    def install(self, ctx: CommitContext) -> None:
+        """A snapshot replaced the log up to ``ctx.committed_offset``: restore every state
+        machine from it (the log holds nothing before it any more)."""
+        self._generation += 1
+        self.restore(ctx)
+        if not self.stms:
+            self.last_applied = ctx.committed_offset
+        self._saved_commit = max(self._saved_commit, ctx.committed_offset)
+
     async def run(self) -> None:
         """The applier service: apply committed batches in log order, forever."""
         c = self._c
@@ -65,6 +80,7 @@ class Applier:
             if not batches:
                 await asyncio.sleep(c.options.tick_interval_s)
                 continue
+            generation = self._generation
             for b in batches:
                 if b.last_offset <= self.last_applied:
                     continue
@@ -72,23 +88,33 @@ class Applier:
                     res = stm.apply(b)
                     if inspect.isawaitable(res):
                         await res
+                if generation != self._generation:
+                    break  # a snapshot was installed meanwhile: its state stands
                 self.last_applied = b.last_offset
+                for listener in self.applied_listeners:
+                    listener(b.last_offset)
+
+    def snapshot(self) -> bytes:
+        """The group's state as of ``last_applied`` (the configuration effective there and
+        every state machine's snapshot), in the commit context's format."""
+        cfg_offset, cfg = self._c.configs.at(self.last_applied)
+        blobs = [stm.snapshot() for stm in self.stms]
+        return group_snapshot.join([group_snapshot.config_blob(cfg_offset, cfg), *blobs])
 
     def save_commit_context(self) -> None:
         """Save the latest commit context (only offsets this replica has flushed)."""
         c = self._c
         if self.stms:
             committed = self.last_applied
-            if committed > c.log.flushed_offset:
+            if committed > c.log.flushed_offset or committed <= self._saved_commit:
                 return
-            blobs = [stm.snapshot() for stm in self.stms]
+            snapshot = self.snapshot()
         else:
             committed = min(c.core.commit_index, c.log.flushed_offset)
-            blobs = []
-        if committed <= self._saved_commit:
-            return
-        cfg_offset, cfg = c.configs.at(committed)
-        snapshot = group_snapshot.join([group_snapshot.config_blob(cfg_offset, cfg), *blobs])
+            if committed <= self._saved_commit:
+                return
+            cfg_offset, cfg = c.configs.at(committed)
+            snapshot = group_snapshot.join([group_snapshot.config_blob(cfg_offset, cfg)])
         term = c.core.term_at(committed)
         c.log.save_commit_context(CommitContext(committed, term or 0, snapshot))
         self._saved_commit = committed

@@ -32,6 +32,8 @@ _IDS: dict[type, int] = {
     m.HeartbeatReply: 107,
     m.HeartbeatBatchRequest: 108,
     m.HeartbeatBatchReply: 109,
+    m.InstallSnapshotRequest: 110,
+    m.InstallSnapshotReply: 111,
 }
 for _cls, _id in _IDS.items():
     codec.register(_id, _cls)
@@ -48,6 +50,7 @@ REPLY_TYPES: dict[type, type] = {
     m.VoteRequest: m.VoteReply,
     m.TimeoutNowRequest: m.TimeoutNowReply,
     m.HeartbeatBatchRequest: m.HeartbeatBatchReply,
+    m.InstallSnapshotRequest: m.InstallSnapshotReply,
 }
 
 

@@ -139,6 +139,13 @@ class LogStorage(Protocol):
         """Drop whole segments that lie entirely below ``offset`` (retention)."""
         ...
 
+    def restart_at(self, offset: int, prev_term: int) -> None:
+        """Durably drop the whole log and start it empty at ``offset`` (a snapshot
+        install: the snapshot holds what precedes it), ``term_at(offset - 1)`` being
+        ``prev_term``. ``offset`` is at least ``start_offset``. Batches go before the
+        start record is saved: a crash mid-way leaves an empty log at the old start."""
+        ...
+
     def save_commit_context(self, ctx: CommitContext) -> None: ...
 
     def load_commit_context(self) -> CommitContext | None: ...

@@ -127,6 +127,9 @@ class SegmentedLog:
         # seal, durable truncations, and vote and commit context saves (each counts one,
         # whatever directory fsyncs go with it). Read by the node's metrics.
         self.fsyncs = 0
+        # Called with the base offset of every segment created by an append (after the
+        # roll, before the batch is written): retention's snapshots at segment ends.
+        self.roll_listeners: list[Callable[[int], None]] = []
 
     # -- open / close ---------------------------------------------------------------------
 
@@ -297,6 +300,11 @@ class SegmentedLog:
         return self._dir
 
     @property
+    def fs(self) -> FileSystem:
+        """The file system this log writes through (the crash tests' model, or the real one)."""
+        return self._fs
+
+    @property
     def start_offset(self) -> int:
         return self._start
 
@@ -426,6 +434,8 @@ class SegmentedLog:
         self._dir_dirty = True
         self._segments.append(seg)
         self._bases.append(base_offset)
+        for listener in self.roll_listeners:
+            listener(base_offset)
         return seg
 
     @_stops_on_failed_fsync
@@ -503,6 +513,25 @@ class SegmentedLog:
         self._bases = [s.base_offset for s in remaining]
         self._start, self._prev_term = new_start, prev_term
         self._flushed = max(self._flushed, new_start - 1)
+
+    @_stops_on_failed_fsync
+    def restart_at(self, offset: int, prev_term: int) -> None:
+        """Durably drop every segment and start the log empty at ``offset`` (see
+        :meth:`raftlog.storage.api.LogStorage.restart_at`). The newest segment goes
+        first and the directory is fsynced before the start record is saved, so a
+        crash mid-way leaves a contiguous log, then an empty one at the old start."""
+        if offset < self._start:
+            raise ValueError(f"restart offset {offset} is below the log start {self._start}")
+        for seg in reversed(self._segments):
+            seg.delete()
+        self._segments, self._bases = [], []
+        self._fs.fsync_dir(self._dir)
+        self._dir_dirty = False
+        self._dirty = self._flushed = self._start - 1
+        self._start_records.save(StartRecord(offset, prev_term))
+        self.fsyncs += 1
+        self._start, self._prev_term = offset, prev_term
+        self._dirty = self._flushed = offset - 1
 
     # -- reading --------------------------------------------------------------------------
 

@@ -127,6 +127,14 @@ class MemoryLog:
         del self._bases[:dropped]
         self._flushed = max(self._flushed, self._start - 1)
 
+    def restart_at(self, offset: int, prev_term: int) -> None:
+        """Drop every batch and start empty at ``offset`` (see ``LogStorage.restart_at``)."""
+        if offset < self._start:
+            raise ValueError(f"restart offset {offset} is below the log start {self._start}")
+        self._batches, self._bases = [], []
+        self._start, self._prev_term = offset, prev_term
+        self._dirty = self._flushed = offset - 1
+
     # -- crashes --------------------------------------------------------------------------
 
     def crash(self) -> int:

@@ -167,8 +167,8 @@ async def _wait_for(predicate, what: str, limit: int = 500) -> None:  # type: ig
 
 
 class _Replica:
-    def __init__(self, c: Consensus, hb: HeartbeatManager, retention: Retention) -> None:
-        self.c, self.hb, self.retention = c, hb, retention
+    def __init__(self, c: Consensus, hb: HeartbeatManager, retention: Retention, rm: RmStm) -> None:
+        self.c, self.hb, self.retention, self.rm = c, hb, retention, rm
 
 
 async def _group(tmp_path: pathlib.Path, network: LocalNetwork) -> dict[int, _Replica]:
@@ -185,7 +185,7 @@ async def _group(tmp_path: pathlib.Path, network: LocalNetwork) -> dict[int, _Re
         network.register(node, PeerDispatcher(node, hb).handle)
         await c.start()
         await hb.start()
-        out[node] = _Replica(c, hb, retention)
+        out[node] = _Replica(c, hb, retention, rm)
     return out
 
 
@@ -240,7 +240,18 @@ async def test_log_start_moves_through_the_log_and_every_replica_deletes(
         await _stop(replicas)
 
 
-async def test_a_follower_behind_holds_the_log_start_back(tmp_path: pathlib.Path) -> None:
+def _data(c: Consensus, start: int) -> list[tuple[int, int, bytes]]:
+    """(offset, term, payload) of every batch from ``start`` (control batches included)."""
+    return [(b.base_offset, b.term, b.payload) for b in c.log.read(start, 1 << 30)]
+
+
+async def test_a_follower_behind_the_log_start_gets_the_snapshot_installed(
+    tmp_path: pathlib.Path,
+) -> None:
+    """A follower cut off while retention deletes what it lacks does not hold the log
+    start back (Kafka's rule): on its return the leader installs the snapshot as of its
+    log start, then sends the log; the follower ends with the leader's retained tail,
+    byte for byte, the same state machines, and can lead."""
     network = LocalNetwork()
     replicas = await _group(tmp_path, network)
     try:
@@ -253,19 +264,46 @@ async def test_a_follower_behind_holds_the_log_start_back(tmp_path: pathlib.Path
         )
         network.isolate(lagger)
         await asyncio.sleep(0.05)  # replies in flight land (or are lost) first
-        held = leader.c.core.progress[lagger].durable_offset
+        held = replicas[lagger].c.log.dirty_offset
         last = await _write(leader.c, 40)
-        assert leader.c.core.progress[lagger].durable_offset == held
         await _wait_for(lambda: leader.c.log.commit_context_offset >= last, "a commit context")
-        assert leader.retention.leader_limit() <= held + 1
         new_start = await leader.retention.propose(NOW)
-        # only segments wholly below what the lagging follower has flushed may go
-        assert new_start is None or new_start <= held + 1
+        assert new_start is not None and new_start > held + 1  # the lagger holds nothing back
+        await _wait_for(lambda: leader.retention.stm.log_start == new_start, "the log start")
+        leader.c.save_commit_context()
+        await leader.retention.delete_below_log_start()
+        start = leader.c.log.start_offset
+        assert held + 1 < start <= new_start
+        assert leader.retention.snapshots.kept[0] == start - 1
+
         network.heal()
+        follower = replicas[lagger]
         await _wait_for(
-            lambda: leader.c.core.progress[lagger].durable_offset >= last, "the follower's return"
+            lambda: (
+                follower.c.log.dirty_offset >= leader.c.log.dirty_offset
+                and follower.c.core.commit_index >= last
+            ),
+            "the lagger to get the snapshot and the log after it",
+            limit=1000,
         )
-        await _wait_for(lambda: leader.c.log.commit_context_offset >= last, "a commit context")
-        assert (await leader.retention.propose(NOW) or 0) > held + 1
+        assert leader.c.core.snapshots_installed >= 1
+        assert follower.c.log.start_offset == start
+        assert _data(follower.c, start) == _data(leader.c, start)
+        assert follower.retention.snapshots.kept[0] == start - 1
+        assert follower.retention.snapshots.at(start - 1) == leader.retention.snapshots.at(
+            start - 1
+        )
+        await _wait_for(lambda: follower.c.last_applied >= last, "the lagger to apply")
+        assert follower.retention.stm.log_start == new_start
+        assert follower.rm.snapshot() == leader.rm.snapshot()  # the same producer table
+
+        # it can lead: its log, configuration and state machines are whole
+        await leader.c.transfer_leadership(lagger)
+        await _wait_for(lambda: follower.c.is_leader, "the lagger to lead")
+        after = await _write(follower.c, 3)
+        assert after > last + 3
+        kept = [b.payload[:6] for b in follower.c.read(start, 1 << 20) if not b.is_control]
+        assert kept[-3:] == [b"%06d" % i for i in range(3)]
+        assert kept[-43:-3] == [b"%06d" % i for i in range(40)][-len(kept[-43:-3]) :]
     finally:
         await _stop(replicas)

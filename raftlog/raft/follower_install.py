@@ -1,0 +1,81 @@
+"""The follower's side of a snapshot install: assemble the chunks, install, reply.
+
+The core decides whether a chunk is wanted (``check_install``: the leader's
+term, and whether the log already holds the snapshot's offset); this stage
+assembles the chunks of one snapshot in order (a chunk out of order is answered
+with how much is held, and the leader resends from there), and, once whole,
+installs it under the flusher's mutation lock: the commit context is saved
+first, then the log restarts empty after the snapshot's offset, the
+configuration history and the state machines are restored from it
+(``Consensus.install_local``). The core then counts it as committed
+(``finish_install``).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Protocol
+
+from raftlog.raft import group_snapshot
+from raftlog.raft.errors import RaftError
+from raftlog.raft.messages import InstallSnapshotReply, InstallSnapshotRequest
+from raftlog.raft.stage_context import GroupContext
+
+log = logging.getLogger(__name__)
+
+
+class Installer(GroupContext, Protocol):
+    def install_local(self, offset: int, term: int, data: bytes) -> None: ...
+
+
+class FollowerInstall:
+    def __init__(self, consensus: Installer) -> None:
+        self._c = consensus
+        # (leader, term, offset, offset's term, total bytes) of the snapshot being assembled
+        self._key: tuple[int, int, int, int, int] | None = None
+        self._buf = bytearray()
+
+    async def handle(self, req: InstallSnapshotRequest) -> InstallSnapshotReply:
+        """Take one chunk; the reply says how many bytes are held (all: installed)."""
+        c = self._c
+        verdict = c.core.check_install(req)
+        c.process_ready()
+        if not isinstance(verdict, bool):
+            return verdict
+        key = (
+            req.source_node,
+            req.term,
+            req.last_included_offset,
+            req.last_included_term,
+            req.total_bytes,
+        )
+        if key != self._key or req.chunk_offset == 0:
+            self._key, self._buf = key, bytearray()
+        if req.chunk_offset != len(self._buf) or len(self._buf) + len(req.data) > req.total_bytes:
+            return c.core.install_reply(req, len(self._buf))
+        self._buf += req.data
+        if len(self._buf) < req.total_bytes:
+            return c.core.install_reply(req, len(self._buf))
+        data = bytes(self._buf)
+        self._key, self._buf = None, bytearray()
+        if group_snapshot.saved_config(data) is None:
+            log.error(
+                "group %s node %s: the snapshot at offset %d from node %d has no valid "
+                "configuration; not installed",
+                c.group, c.node_id, req.last_included_offset, req.source_node,
+            )  # fmt: skip
+            return c.core.install_reply(req, 0)
+        async with c.flusher.mutation_lock:
+            if not c.running:
+                raise RaftError(f"group {c.group} on node {c.node_id} stopped")
+            if req.term == c.core.term and req.source_node == c.core.leader_id:
+                c.install_local(req.last_included_offset, req.last_included_term, data)
+                log.info(
+                    "group %s node %s: installed the snapshot at offset %d (%d bytes) from "
+                    "node %d; the log restarts at %d",
+                    c.group, c.node_id, req.last_included_offset, len(data), req.source_node,
+                    req.last_included_offset + 1,
+                )  # fmt: skip
+        reply = c.core.finish_install(req)
+        c.process_ready()
+        return reply
