@@ -171,8 +171,14 @@ class _Replica:
         self.c, self.hb, self.retention, self.rm = c, hb, retention, rm
 
 
-async def _group(tmp_path: pathlib.Path, network: LocalNetwork) -> dict[int, _Replica]:
-    options = ConsensusOptions(tick_interval_s=0.01, commit_context_interval_ticks=5)
+async def _group(
+    tmp_path: pathlib.Path, network: LocalNetwork, recovery_chunk_bytes: int = 512 * 1024
+) -> dict[int, _Replica]:
+    options = ConsensusOptions(
+        tick_interval_s=0.01,
+        commit_context_interval_ticks=5,
+        recovery_chunk_bytes=recovery_chunk_bytes,
+    )
     config = Configuration.of([1, 2, 3])
     out = {}
     for node in (1, 2, 3):
@@ -245,15 +251,17 @@ def _data(c: Consensus, start: int) -> list[tuple[int, int, bytes]]:
     return [(b.base_offset, b.term, b.payload) for b in c.log.read(start, 1 << 30)]
 
 
+@pytest.mark.parametrize("chunk_bytes", [512 * 1024, 7])
 async def test_a_follower_behind_the_log_start_gets_the_snapshot_installed(
-    tmp_path: pathlib.Path,
+    tmp_path: pathlib.Path, chunk_bytes: int
 ) -> None:
     """A follower cut off while retention deletes what it lacks does not hold the log
     start back (Kafka's rule): on its return the leader installs the snapshot as of its
-    log start, then sends the log; the follower ends with the leader's retained tail,
-    byte for byte, the same state machines, and can lead."""
+    log start (in one chunk, or in 7-byte chunks), then sends the log; the follower ends
+    with the leader's retained tail, byte for byte, the same state machines, and can
+    lead."""
     network = LocalNetwork()
-    replicas = await _group(tmp_path, network)
+    replicas = await _group(tmp_path, network, recovery_chunk_bytes=chunk_bytes)
     try:
         await _wait_for(lambda: any(r.c.is_leader for r in replicas.values()), "a leader")
         leader = next(r for r in replicas.values() if r.c.is_leader)
@@ -287,6 +295,9 @@ async def test_a_follower_behind_the_log_start_gets_the_snapshot_installed(
             limit=1000,
         )
         assert leader.c.core.snapshots_installed >= 1
+        snapshot_bytes = len(leader.retention.snapshots.at(start - 1) or b"")
+        # one request per chunk (the log's recovery requests come on top)
+        assert leader.c.recovery.requests_sent >= -(-snapshot_bytes // chunk_bytes)
         assert follower.c.log.start_offset == start
         assert _data(follower.c, start) == _data(leader.c, start)
         assert follower.retention.snapshots.kept[0] == start - 1

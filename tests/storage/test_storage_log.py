@@ -102,6 +102,22 @@ def test_prefix_truncate_keeps_term_of_dropped_prefix(log):
     assert log.append(make_batches(24, 5, [1])) == 25
 
 
+def test_restart_at_drops_everything_and_starts_after_the_snapshot(log):
+    log.append(make_batches(0, 1, [200] * 6) + make_batches(12, 2, [200] * 4))
+    with pytest.raises(ValueError, match="restart offset -1 is below the log start 0"):
+        log.restart_at(-1, 1)
+    log.restart_at(40, 5)  # past the end: a snapshot as of 39 replaces the whole log
+    assert (log.start_offset, log.dirty_offset, log.flushed_offset) == (40, 39, 39)
+    assert (log.term_at(39), log.term_at(9), log.last_term) == (5, None, 5)
+    assert log.read(40, 10**6) == []
+    with pytest.raises(ValueError):
+        log.read(9, 10**6)
+    with pytest.raises(ValueError, match="expected base offset 40, got 10"):
+        log.append(make_batches(10, 5, [1]))
+    assert log.append(make_batches(40, 5, [1, 1])) == 43
+    assert [b.base_offset for b in log.read(40, 10**6)] == [40, 42]
+
+
 def test_vote_and_commit_context_roundtrip(log):
     assert log.load_vote() == VoteState()
     assert log.load_commit_context() is None
@@ -187,6 +203,19 @@ def test_prefix_truncate_and_truncate_persist_across_reopen(tmp_path):
         assert log.term_at(start - 1) == 1
         assert log.dirty_offset == 19
         assert log.read(start, 10**6) == [b for b in batches if start <= b.base_offset < 20]
+
+
+def test_restart_at_persists_across_reopen(tmp_path):
+    with open_log(tmp_path, segment_bytes=400) as log:
+        log.append(make_batches(0, 1, [100] * 8))
+        log.flush()
+        log.restart_at(100, 3)
+        log.append(make_batches(100, 4, [50]))
+        log.flush()
+    with open_log(tmp_path, segment_bytes=400) as log:
+        assert (log.start_offset, log.dirty_offset, log.term_at(99)) == (100, 101, 3)
+        assert [(b.base_offset, b.term) for b in log.read(100, 10**6)] == [(100, 4)]
+        assert sorted(int(p.name.split("-")[0]) for p in tmp_path.glob("*.log")) == [100]
 
 
 def test_open_rejects_bad_options(tmp_path):
