@@ -67,6 +67,8 @@ class Acked:
     vote_pending: VoteState | None = None
     ctx: CommitContext | None = None
     ctx_pending: CommitContext | None = None
+    # a snapshot install in progress: its commit context may be ahead of the log
+    install_pending: bool = False
 
     def durable_batches(self) -> list[RecordBatch]:
         cut = self.truncate_pending
@@ -124,6 +126,23 @@ class Driver:
         self.acked.start_pending = None
         self._note_offsets()
 
+    def install(self, offset: int, term: int, snapshot: bytes) -> None:
+        """As a snapshot install does (``Consensus.install_local``): the commit context as
+        of ``offset`` first, then the log restarts empty after it. A crash between the two
+        leaves the context ahead of the log (the replica is behind its promise until the
+        leader installs the snapshot again); the log may lose any of its batches."""
+        a = self.acked
+        ctx = CommitContext(offset, term, snapshot)
+        a.install_pending, a.ctx_pending = True, ctx
+        a.truncate_pending, a.start_pending = self.log.start_offset, offset + 1
+        self.log.save_commit_context(ctx)
+        a.ctx, a.ctx_pending = ctx, None
+        self.log.restart_at(offset + 1, term)
+        a.truncate_pending, a.start_pending, a.install_pending = None, None, False
+        a.allowed.clear()
+        a.current, a.start = [], offset + 1
+        self._note_offsets()
+
     def save_vote(self, vote: VoteState) -> None:
         self.acked.vote_pending = vote
         self.log.save_vote(vote)
@@ -163,7 +182,7 @@ def check_recovered(fs: ModelFileSystem, acked: Acked, where: str) -> SegmentedL
     except Exception as exc:
         raise fail(f"restart needs a human: open raised {type(exc).__name__}: {exc}") from exc
     try:
-        if log.recovery_report.lost_committed_suffix:
+        if log.recovery_report.lost_committed_suffix and not acked.install_pending:
             raise fail(f"recovery lost a committed suffix: {log.recovery_report.warnings}")
         found = log.read(log.start_offset, 10**9) if log.dirty_offset >= log.start_offset else []
         by_base = {b.base_offset: b for b in found}

@@ -104,7 +104,21 @@ def retention(d: Driver) -> None:
     d.flush()
 
 
+def snapshot_install(d: Driver) -> None:
+    """A follower behind its leader's log start gets a snapshot installed: its log
+    (two segments, a commit context) is replaced by an empty one starting after the
+    snapshot's offset, which then takes appends."""
+    new = batches(0, 1, [300, 300, 300, 300])
+    d.append(new)
+    d.flush()
+    d.save_commit_context(new[-1].last_offset)
+    d.install(50, 3, b"snapshot as of 50")
+    d.append(batches(51, 4, [60, 60]))
+    d.flush()
+
+
 SCENARIOS = [
+    snapshot_install,
     append_flush,
     term_roll,
     truncate_after_conflict,
