@@ -87,6 +87,7 @@ from raftlog.raft.messages import (
     Heartbeat,
     HeartbeatReply,
     InstallSnapshotRequest,
+    TimeoutNowReply,
     TimeoutNowRequest,
     VoteReply,
     VoteRequest,
@@ -542,6 +543,8 @@ class Consensus:
             return
         if isinstance(reply, VoteReply):
             self.core.handle_vote_reply(reply)
+        elif isinstance(reply, TimeoutNowReply):
+            self.core.handle_timeout_now_reply(reply)
         self.process_ready()
 
     def _on_became_leader(self) -> None:

@@ -66,6 +66,9 @@ from raftlog.raft.progress import FollowerProgress, Inflights, ProgressState
 from raftlog.storage.api import VoteState
 from raftlog.storage.batch import RecordBatch
 
+TIMEOUT_NOW_RESEND_TICKS = 3
+"""Ticks after a timeout-now before it is sent again (it or its reply may be lost)."""
+
 
 class LogView(Protocol):
     """The read-only, in-memory part of a log the core may consult."""
@@ -208,6 +211,7 @@ class RaftCore:
         self._answered: tuple[int, int, int] = (-1, -1, -1)
         self.transfer_target = -1
         self._transfer_elapsed = 0
+        self._timeout_now_sent_tick = -1  # the tick timeout-now last went to the target
         self._quorum_check_elapsed = 0
         self._votes: dict[int, bool] = {}
         self._prevoting = False
@@ -279,6 +283,8 @@ class RaftCore:
             self._transfer_elapsed += 1
             if self._transfer_elapsed > self.options.transfer_timeout_ticks:
                 self.abort_transfer()
+            else:
+                self._advance_transfer()
         if not self.options.check_quorum:
             return
         self._quorum_check_elapsed += 1
@@ -714,6 +720,8 @@ class RaftCore:
                 self._want_snapshot(p)  # restarts an install that failed
         self._maybe_promote(p)
         self._maybe_advance_commit()
+        if peer == self.transfer_target:
+            self._advance_transfer()
 
     def _probe(self, p: FollowerProgress, next_offset: int) -> None:
         """Move ``p`` to probe from ``next_offset`` (never below the log start) and ask
@@ -1032,12 +1040,42 @@ class RaftCore:
     # ---------------------------------------------------- leadership transfer
 
     def begin_transfer(self, target: int) -> None:
-        """Stop accepting writes until ``target`` leads or the transfer times out."""
+        """Stop accepting writes until ``target`` leads or the transfer times out (after
+        ``transfer_timeout_ticks``: writes resume). Meanwhile the core catches ``target``
+        up and, once it matches the leader's log end, sends it timeout-now (a ready's
+        message), again every few ticks until it takes over or the transfer ends."""
         self.transfer_target = target
         self._transfer_elapsed = 0
+        self._timeout_now_sent_tick = -1
+        self._advance_transfer()
 
     def abort_transfer(self) -> None:
         self.transfer_target = -1
+
+    def _advance_transfer(self) -> None:
+        """The transfer's next step: catch the target up, or send it timeout-now."""
+        target = self.transfer_target
+        if target == -1 or self.role is not Role.LEADER:
+            return
+        p = self.progress.get(target)
+        if p is None or target not in self.configs.latest.voters:
+            self.abort_transfer()  # removed meanwhile
+            return
+        sent = self._timeout_now_sent_tick
+        if sent >= 0 and self.ticks - sent < TIMEOUT_NOW_RESEND_TICKS:
+            return  # the target may be campaigning already
+        if p.match_offset >= self.log.dirty_offset:
+            self._timeout_now_sent_tick = self.ticks
+            self._ready.messages.append((target, self.timeout_now_for(target)))
+        else:
+            self.catch_up(target)
+
+    def handle_timeout_now_reply(self, reply: TimeoutNowReply) -> None:
+        """A refusal (the target was not ready) makes the next tick send it again."""
+        if reply.term > self.term:
+            self._become_follower(reply.term, -1)
+        elif not reply.accepted and reply.source_node == self.transfer_target:
+            self._timeout_now_sent_tick = -1
 
     def timeout_now_for(self, target: int) -> TimeoutNowRequest:
         return TimeoutNowRequest(self.group, self.node_id, target, self.term)

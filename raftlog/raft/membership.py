@@ -4,9 +4,9 @@ One configuration change is in flight at a time (the core's
 ``config_change_in_flight``); each is a configuration entry replicated at
 ``quorum_ack``, effective on every replica when appended. A learner is
 promoted to voter when the core asks (it caught up: see ``RaftCore._maybe_promote``).
-A transfer stops writes (``begin_transfer``), has the core catch the target up,
-sends it timeout-now once it matches the leader's log, and gives up after
-``transfer_timeout_ticks``.
+A transfer stops writes (``begin_transfer``); the core catches the target up,
+sends it timeout-now once it matches the leader's log and gives up after
+``transfer_timeout_ticks``; this stage waits for the outcome.
 """
 
 from __future__ import annotations
@@ -14,8 +14,7 @@ from __future__ import annotations
 import asyncio
 
 from raftlog.raft.configuration import Configuration
-from raftlog.raft.errors import ConfigurationChangeError, RaftError, TransportError
-from raftlog.raft.messages import TimeoutNowReply
+from raftlog.raft.errors import ConfigurationChangeError, RaftError
 from raftlog.raft.replicate_batcher import Consistency, ReplicateResult
 from raftlog.raft.stage_context import GroupContext
 
@@ -87,29 +86,16 @@ class Membership:
             raise ConfigurationChangeError(f"group {c.group}: node {target} is not a voter")
         core = c.core
         core.begin_transfer(target)
+        c.process_ready()
         term = core.term
-        tick = c.options.tick_interval_s
-        sent = False
-        for _ in range(c.options.transfer_timeout_ticks * 2):
+        # The core catches the target up and sends it timeout-now (on ticks and replies);
+        # this only waits for the outcome: the target leads, or the core gives up.
+        for _ in range(c.options.transfer_timeout_ticks * 2 + 2):
             if not (c.running and core.is_leader and core.term == term):
                 return  # someone (hopefully the target) took over
             if core.transfer_target != target:
                 break
-            p = core.progress.get(target)
-            if p is None:
-                break
-            if not sent and p.match_offset >= c.log.dirty_offset:
-                sent = True
-                try:
-                    reply = await c.transport.send(target, core.timeout_now_for(target))
-                except TransportError:
-                    reply = None
-                if not (isinstance(reply, TimeoutNowReply) and reply.accepted):
-                    sent = False
-            elif not sent:
-                core.catch_up(target)
-                c.process_ready()
-            await asyncio.sleep(tick)
+            await asyncio.sleep(c.options.tick_interval_s)
         if c.running and core.is_leader and core.term == term:
             core.abort_transfer()
             raise RaftError(f"group {c.group}: leadership transfer to node {target} timed out")

@@ -12,9 +12,11 @@ from raftlog.raft.messages import (
     AppendEntriesReply,
     AppendEntriesRequest,
     Heartbeat,
+    TimeoutNowReply,
     VoteRequest,
 )
 from raftlog.sim.core_net import CoreNet, placed
+from raftlog.storage.batch import RecordBatch
 
 
 def _append(leader: int, target: int, term: int, prev: int, prev_term: int, batches, commit=-1):
@@ -187,10 +189,10 @@ def test_leadership_transfer_timeout_now_starts_an_election() -> None:
     for n in (2, 3):
         net.cores[n].handle_heartbeat(1, Heartbeat(1, 1, -1, 0, -1))
     leader = net.cores[1]
-    leader.begin_transfer(3)
+    leader.begin_transfer(3)  # 3 matches the leader's (empty) log: timeout-now at once
     assert not leader.accepting_writes
-    net.cores[3].handle_timeout_now(leader.timeout_now_for(3))
     assert net.deliver() == [
+        "1->3 timeout-now",
         "3->1 vote term=2: granted",
         "3->2 vote term=2: granted",
     ]
@@ -199,6 +201,32 @@ def test_leadership_transfer_timeout_now_starts_an_election() -> None:
         "n2 follower term=2 vote=3 leader=-1 commit=-1",
         "n3 leader term=2 vote=3 leader=3 commit=-1",
     ]
+
+
+def test_leadership_transfer_waits_for_the_target_to_catch_up_then_resends() -> None:
+    """The core decides the transfer: no timeout-now while the target lags; once a reply
+    shows it matches the log end, timeout-now goes in the ready; a refusal makes the
+    next tick send it again; the transfer ends after ``transfer_timeout_ticks`` without
+    a takeover."""
+    net = CoreNet(3)
+    net.cores[1].campaign(prevote=False, transfer=False)
+    net.deliver()
+    leader = net.cores[1]
+    leader.propose([RecordBatch.create(b"x")], flush=True)
+    net.process(1)
+    leader.begin_transfer(3)
+    sent = [m for _t, m in leader.take_ready().messages]
+    assert sent == []  # 3 has not matched offset 0 yet (the append to it is in flight)
+    reply = AppendEntriesReply(1, 3, 1, leader.term, 0, 0, 0, 0, leader.next_seq(3))
+    leader.handle_append_reply(3, leader.term, -1, reply)
+    messages = leader.take_ready().messages
+    assert [(t, type(m).__name__) for t, m in messages] == [(3, "TimeoutNowRequest")]
+    leader.handle_timeout_now_reply(TimeoutNowReply(1, 3, 1, leader.term, False))
+    leader.tick()
+    assert [type(m).__name__ for _t, m in leader.take_ready().messages] == ["TimeoutNowRequest"]
+    for _ in range(leader.options.transfer_timeout_ticks + 1):
+        leader.tick()
+    assert leader.transfer_target == -1  # given up (writes resume while it leads)
 
 
 def test_leader_without_a_quorum_steps_down() -> None:
