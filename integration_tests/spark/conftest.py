@@ -21,6 +21,21 @@ os.environ.setdefault("PYSPARK_PYTHON", str(Path(sys.executable)))
 os.environ.setdefault("PYSPARK_DRIVER_PYTHON", str(Path(sys.executable)))
 
 
+SPARK_TEST_TIMEOUT_S = 900
+"""pytest-timeout's bound for a Spark test, above every bound the tests set themselves:
+interrupted inside a py4j call, the shared session's gateway connection is left out of
+step (every later test then fails with answers meant for another call), so a test must
+end by its own bounds (``run_until``, ``awaitTermination``) and stop its query."""
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if item.get_closest_marker("timeout") is None and "integration_tests/spark" in str(
+            item.path
+        ):
+            item.add_marker(pytest.mark.timeout(SPARK_TEST_TIMEOUT_S))
+
+
 @pytest.fixture(scope="session")
 def spark() -> Iterator[object]:
     """One SparkSession for every Spark test (starting one costs several seconds)."""

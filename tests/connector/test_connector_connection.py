@@ -17,7 +17,7 @@ from pyspark_raftlog.options import OptionError, parse_sink_options, parse_sourc
 
 from raftlog.cluster import free_ports
 from raftlog.rpc import codec
-from raftlog.rpc.messages import ListTopicsResponse
+from raftlog.rpc.messages import ListTopicsResponse, MetadataResponse, NodeInfo
 
 
 @pytest.fixture(autouse=True)
@@ -86,15 +86,23 @@ async def test_clients_send_the_carried_token() -> None:
     """What a node receives: the token carried by the servers, unless one is passed."""
     seen: list[str | None] = []
 
+    (port,) = free_ports(1)
+
     async def list_topics(request: web.Request) -> web.Response:
         seen.append(request.headers.get("Authorization"))
         return web.Response(body=codec.encode(ListTopicsResponse(["t"])))
 
+    async def metadata(request: web.Request) -> web.Response:
+        """Where the client learns the controller's leader (this node) first."""
+        assert request.headers.get("Authorization") in ("Bearer s3cret", "Bearer other")
+        meta = MetadataResponse(1, 1, [NodeInfo(1, f"127.0.0.1:{port}")], [])
+        return web.Response(body=codec.encode(meta))
+
     app = web.Application()
     app.router.add_post("/v1/list_topics", list_topics)
+    app.router.add_post("/v1/metadata", metadata)
     runner = web.AppRunner(app)
     await runner.setup()
-    (port,) = free_ports(1)
     await web.TCPSite(runner, "127.0.0.1", port).start()
     try:
         servers = ClusterServers([f"127.0.0.1:{port}"], "s3cret")
