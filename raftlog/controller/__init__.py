@@ -8,6 +8,7 @@ applies them in log order, so every node derives the same topic table.
 from raftlog.controller.commands import (
     CONTROLLER_GROUP,
     AlterTopicConfigCmd,
+    BalanceLeaderCmd,
     CompleteMoveCmd,
     CreatePartitionsCmd,
     CreateTopicCmd,
@@ -30,6 +31,7 @@ from raftlog.controller.stm import ControllerStm
 __all__ = [
     "CONTROLLER_GROUP",
     "AlterTopicConfigCmd",
+    "BalanceLeaderCmd",
     "CompleteMoveCmd",
     "ControllerStm",
     "CreatePartitionsCmd",

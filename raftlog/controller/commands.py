@@ -255,6 +255,46 @@ class ControllerSnapshotV5:
     removed: list[int]
 
 
+@codec.register(222)
+@dataclasses.dataclass(frozen=True, slots=True)
+class BalanceLeaderCmd:
+    """The leader balancer's :class:`PreferReplicaCmd`: make ``node``, already a replica
+    of the partition, its preferred leader, the same way, but as no user's choice (it
+    pins nothing; see ``ControllerStm.pinned``)."""
+
+    topic: str
+    partition: int = dataclasses.field(metadata={"range": (0, codec.I32_MAX)})
+    node: int = dataclasses.field(metadata={"range": (0, codec.I32_MAX)})
+
+
+@codec.register(223)
+@dataclasses.dataclass(frozen=True, slots=True)
+class PinnedPartition:
+    """A user chose the partition's preferred replica (``transfer-leadership``) at
+    ``at_ms`` (the command batch's timestamp, ms since the epoch)."""
+
+    group_id: int
+    at_ms: int
+
+
+@codec.register(224)
+@dataclasses.dataclass(frozen=True, slots=True)
+class ControllerSnapshotV6:
+    """V5 and the user's preferred-replica pins (after :data:`SNAPSHOT_V6_MAGIC`)."""
+
+    next_group_id: int
+    topics: list[TopicAssignment]
+    configs: list[TopicOverrides]
+    nodes: list[RegisteredNode]
+    moves: list[PendingMove]
+    decommissioning: list[int]
+    removed: list[int]
+    pins: list[PinnedPartition]
+
+
+SNAPSHOT_V6_MAGIC = b"RLCTLv6\xff"
+"""Starts a V6 snapshot (negative as a V1 snapshot's first int64, as V2's magic)."""
+
 SNAPSHOT_V5_MAGIC = b"RLCTLv5\xff"
 """Starts a V5 snapshot (negative as a V1 snapshot's first int64, as V2's magic)."""
 
@@ -279,6 +319,7 @@ Command = (
     | CompleteMoveCmd
     | DecommissionNodeCmd
     | RemoveNodeCmd
+    | BalanceLeaderCmd
 )
 
 
@@ -309,7 +350,8 @@ def decode_command(batch: RecordBatch) -> Command:
         | MovePartitionCmd
         | CompleteMoveCmd
         | DecommissionNodeCmd
-        | RemoveNodeCmd,
+        | RemoveNodeCmd
+        | BalanceLeaderCmd,
     ):
         raise codec.CodecError(f"not a controller command: {type(msg).__name__}")
     return msg

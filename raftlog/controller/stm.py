@@ -13,7 +13,9 @@ from raftlog.controller.commands import (
     SNAPSHOT_V3_MAGIC,
     SNAPSHOT_V4_MAGIC,
     SNAPSHOT_V5_MAGIC,
+    SNAPSHOT_V6_MAGIC,
     AlterTopicConfigCmd,
+    BalanceLeaderCmd,
     Command,
     CompleteMoveCmd,
     ControllerSnapshot,
@@ -21,12 +23,14 @@ from raftlog.controller.commands import (
     ControllerSnapshotV3,
     ControllerSnapshotV4,
     ControllerSnapshotV5,
+    ControllerSnapshotV6,
     CreatePartitionsCmd,
     DecommissionNodeCmd,
     DeleteTopicCmd,
     MovePartitionCmd,
     PartitionAssignment,
     PendingMove,
+    PinnedPartition,
     PreferReplicaCmd,
     RegisteredNode,
     RegisterNodeCmd,
@@ -67,6 +71,12 @@ class ControllerStm:
     ``decommissioning`` are nodes being drained (never placed on; still nodes of the
     cluster), ``removed`` nodes that left it (drained and out of the controller
     group: no longer listed).
+
+    ``pinned`` holds, per group whose preferred replica a user chose
+    (``transfer-leadership``: a :class:`PreferReplicaCmd`), when it was chosen (the
+    command batch's timestamp, ms since the epoch, the same on every replica): the
+    leader balancer leaves such a partition alone for a while. The balancer's own
+    :class:`BalanceLeaderCmd` pins nothing and leaves a pin as it is.
     """
 
     def __init__(self) -> None:
@@ -76,6 +86,7 @@ class ControllerStm:
         self.moves: dict[int, list[int]] = {}
         self.decommissioning: set[int] = set()
         self.removed: set[int] = set()
+        self.pinned: dict[int, int] = {}
         self.next_group_id = 1
         self.last_applied = -1
         self._listeners: list[Callable[[], None]] = []
@@ -96,16 +107,17 @@ class ControllerStm:
                 # everywhere keeps replicas identical.
                 log.error("skipping malformed controller command at %d: %s", batch.base_offset, exc)
             else:
-                self._apply_command(cmd)
+                self._apply_command(cmd, batch.timestamp_ms)
         self.last_applied = batch.last_offset
         self._notify()
 
-    def _apply_command(self, cmd: Command) -> None:
+    def _apply_command(self, cmd: Command, timestamp_ms: int) -> None:
         if isinstance(cmd, DeleteTopicCmd):
             gone = self.topics.pop(cmd.name, None)
             self.configs.pop(cmd.name, None)
             for p in gone.partitions if gone is not None else []:
                 self.moves.pop(p.group_id, None)
+                self.pinned.pop(p.group_id, None)
             return
         if isinstance(cmd, MovePartitionCmd | CompleteMoveCmd):
             self._apply_move(cmd)
@@ -121,8 +133,10 @@ class ControllerStm:
         if isinstance(cmd, AlterTopicConfigCmd):
             self._apply_alter(cmd)
             return
-        if isinstance(cmd, PreferReplicaCmd):
-            self._apply_prefer(cmd)
+        if isinstance(cmd, PreferReplicaCmd | BalanceLeaderCmd):
+            group = self._apply_prefer(cmd)
+            if group is not None and isinstance(cmd, PreferReplicaCmd):
+                self.pinned[group] = timestamp_ms
             return
         if isinstance(cmd, CreatePartitionsCmd):
             self._apply_create_partitions(cmd)
@@ -170,11 +184,12 @@ class ControllerStm:
         else:
             self.configs.pop(cmd.name, None)
 
-    def _apply_prefer(self, cmd: PreferReplicaCmd) -> None:
+    def _apply_prefer(self, cmd: PreferReplicaCmd | BalanceLeaderCmd) -> int | None:
+        """Put ``cmd.node`` first; the group id, or None when the command is skipped."""
         t = self.topics.get(cmd.topic)
         if t is None or not 0 <= cmd.partition < len(t.partitions):
             log.error("skipping preferred replica of unknown %s/%d", cmd.topic, cmd.partition)
-            return
+            return None
         p = t.partitions[cmd.partition]
         if cmd.node not in p.replicas:
             log.error(
@@ -184,11 +199,12 @@ class ControllerStm:
                 cmd.partition,
                 p.replicas,
             )
-            return
+            return None
         replicas = [cmd.node] + [r for r in p.replicas if r != cmd.node]
         parts = list(t.partitions)
         parts[cmd.partition] = PartitionAssignment(p.partition, p.group_id, replicas)
         self.topics[t.name] = TopicAssignment(t.name, t.replication_factor, parts, t.schema)
+        return p.group_id
 
     def _apply_move(self, cmd: MovePartitionCmd | CompleteMoveCmd) -> None:
         t = self.topics.get(cmd.topic)
@@ -253,8 +269,8 @@ class ControllerStm:
         return topic_config.effective(self.configs.get(name, {}))
 
     def snapshot(self) -> bytes:
-        return SNAPSHOT_V5_MAGIC + codec.encode(
-            ControllerSnapshotV5(
+        return SNAPSHOT_V6_MAGIC + codec.encode(
+            ControllerSnapshotV6(
                 self.next_group_id,
                 sorted(self.topics.values(), key=_name),
                 [
@@ -265,6 +281,7 @@ class ControllerStm:
                 [PendingMove(g, list(r)) for g, r in sorted(self.moves.items())],
                 sorted(self.decommissioning),
                 sorted(self.removed),
+                [PinnedPartition(g, at) for g, at in sorted(self.pinned.items())],
             )
         )
 
@@ -290,6 +307,7 @@ class ControllerStm:
         self.moves = {m.group_id: list(m.replicas) for m in getattr(snap, "moves", [])}
         self.decommissioning = set(getattr(snap, "decommissioning", []))
         self.removed = set(getattr(snap, "removed", []))
+        self.pinned = {p.group_id: p.at_ms for p in getattr(snap, "pins", [])}
         self._notify()
 
     def assignments_for(
@@ -339,6 +357,7 @@ class ControllerStm:
 
 # Framed snapshot forms, newest first: (magic, message type).
 _SNAPSHOT_FORMS: tuple[tuple[bytes, type], ...] = (
+    (SNAPSHOT_V6_MAGIC, ControllerSnapshotV6),
     (SNAPSHOT_V5_MAGIC, ControllerSnapshotV5),
     (SNAPSHOT_V4_MAGIC, ControllerSnapshotV4),
     (SNAPSHOT_V3_MAGIC, ControllerSnapshotV3),

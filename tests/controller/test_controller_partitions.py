@@ -24,7 +24,10 @@ from raftlog.controller import (
 from raftlog.controller.commands import (
     SNAPSHOT_V2_MAGIC,
     SNAPSHOT_V5_MAGIC,
+    SNAPSHOT_V6_MAGIC,
+    BalanceLeaderCmd,
     ControllerSnapshotV2,
+    ControllerSnapshotV5,
     decode_command,
 )
 from raftlog.rpc import codec
@@ -125,7 +128,7 @@ def test_registered_nodes_are_kept_in_order_and_in_snapshots() -> None:
     _apply(stm, RegisterNodeCmd(4, "127.0.0.1:9444"))  # re-registered: its new address
     assert stm.nodes == {4: "127.0.0.1:9444", 5: "127.0.0.1:9005"}
     snap = stm.snapshot()
-    assert snap.startswith(SNAPSHOT_V5_MAGIC)
+    assert snap.startswith(SNAPSHOT_V6_MAGIC)
     copy = ControllerStm()
     copy.restore(snap)
     assert copy.nodes == stm.nodes
@@ -182,3 +185,45 @@ def test_decommissioning_then_removed_nodes_are_kept_in_snapshots() -> None:
     copy = ControllerStm()
     copy.restore(stm.snapshot())
     assert copy.removed == {2} and copy.decommissioning == set()
+
+
+def _apply_at(stm: ControllerStm, cmd: object, at_ms: int) -> None:
+    batch = command_batch(cmd)  # type: ignore[arg-type]
+    batch = type(batch).create(batch.payload, 1, kind=batch.kind, timestamp_ms=at_ms)
+    stm.apply(batch.stamped(stm.last_applied + 1, 1))
+
+
+def test_a_users_preference_pins_the_partition_and_the_balancers_does_not() -> None:
+    stm = ControllerStm()
+    _apply(stm, CreateTopicCmd("t", 3, 3, NODES))
+    before = _replicas(stm, "t")
+    _apply_at(stm, PreferReplicaCmd("t", 0, before[0][1]), 1_000)
+    _apply_at(stm, BalanceLeaderCmd("t", 1, before[1][2]), 2_000)
+    after = _replicas(stm, "t")
+    # both reorder the replicas the same way; only the user's choice is a pin
+    assert after[0] == [before[0][1], before[0][0], before[0][2]]
+    assert after[1] == [before[1][2], before[1][0], before[1][1]]
+    assert stm.pinned == {1: 1_000}
+    # the balancer changing a pinned partition later keeps the pin's time
+    _apply_at(stm, BalanceLeaderCmd("t", 0, before[0][2]), 3_000)
+    assert stm.pinned == {1: 1_000}
+    # a preference that does not fit pins nothing
+    _apply_at(stm, PreferReplicaCmd("t", 2, 99), 4_000)
+    assert stm.pinned == {1: 1_000}
+    _apply_at(stm, PreferReplicaCmd("t", 2, before[2][1]), 5_000)
+    assert stm.pinned == {1: 1_000, 3: 5_000}
+
+    snap = stm.snapshot()
+    assert snap.startswith(SNAPSHOT_V6_MAGIC)
+    copy = ControllerStm()
+    copy.restore(snap)
+    assert copy.pinned == stm.pinned and copy.topics == stm.topics
+    # deleting the topic drops its pins (in snapshots too)
+    _apply(stm, DeleteTopicCmd("t"))
+    assert stm.pinned == {}
+    # a V5 snapshot (from before pins) restores with none
+    v5 = SNAPSHOT_V5_MAGIC + codec.encode(ControllerSnapshotV5(7, [], [], [], [], [], []))
+    old = ControllerStm()
+    old.restore(v5)
+    assert old.pinned == {} and old.next_group_id == 7
+    assert decode_command(command_batch(BalanceLeaderCmd("t", 1, 2))) == BalanceLeaderCmd("t", 1, 2)
