@@ -193,7 +193,13 @@ class AdminApi:
     ) -> TransferLeadershipResponse:
         """Make ``target_node`` the partition's preferred replica through the controller,
         then wait (bounded) until it leads: the node leading the partition hands the
-        leadership over (see ``_balance_loop``), and the balancer keeps it there."""
+        leadership over (see ``_balance_loop``), and the balancer keeps it there.
+
+        The choice pins the partition: the leader balancer leaves it alone for
+        ``--leader-balance-pin-ms`` (see ``ControllerStm.pinned``). Asked again for the
+        node already preferred, the command is replicated again only when that pin has
+        expired or was never made (the balancer's or the placement's choice), so the
+        user's choice is pinned from now on."""
         self._require_controller_leader()
         topic, part = self._assignment(req.topic, req.partition)
         where = f"{req.topic}/{req.partition}"
@@ -203,7 +209,12 @@ class AdminApi:
                 f"target_node: node {req.target_node} is not a replica of {where} "
                 f"(replicas: {','.join(map(str, part.replicas))})",
             )
-        if part.replicas[0] != req.target_node:
+        pinned_at = self.controller_stm.pinned.get(part.group_id)
+        pin_fresh = (
+            pinned_at is not None
+            and time.time() * 1000 - pinned_at < self.config.leader_balance_pin_ms
+        )
+        if part.replicas[0] != req.target_node or not pin_fresh:
             await self._replicate_controller(
                 PreferReplicaCmd(req.topic, req.partition, req.target_node)
             )

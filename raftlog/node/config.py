@@ -34,6 +34,16 @@ MOVE_STEP_INTERVAL_S = 0.2
 # commit index was answered).
 DECOMMISSION_CATCH_UP_S = 3.0
 HEARD_AFTER_TICKS = 3
+# The leader balancer (raftlog.controller.leader_balancer), run by the controller leader:
+# how often it looks (0 turns it off), how long a user's transfer-leadership keeps it
+# off that partition, and how recently the controller leader must have heard from a
+# node for the balancer to count it live (heartbeats go every 50 ms).
+DEFAULT_LEADER_BALANCE_INTERVAL_MS = 3_000
+DEFAULT_LEADER_BALANCE_PIN_MS = 10 * 60 * 1000
+LEADER_BALANCE_LIVE_MS = 2_000
+# How long a follower may go without catching up to its leader's log end before
+# `cluster health` reports it lagging (Kafka's replica.lag.time.max.ms).
+DEFAULT_REPLICA_LAG_TIME_MAX_MS = 30_000
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -61,6 +71,12 @@ class NodeConfig:
     # How often partition leaders apply retention and every replica deletes below the
     # log start (Kafka's log.retention.check.interval.ms).
     retention_check_interval_ms: int = DEFAULT_RETENTION_CHECK_INTERVAL_MS
+    # The leader balancer: how often the controller leader evens out leaderships
+    # (0: never), and how long a user's transfer-leadership pins a partition.
+    leader_balance_interval_ms: int = DEFAULT_LEADER_BALANCE_INTERVAL_MS
+    leader_balance_pin_ms: int = DEFAULT_LEADER_BALANCE_PIN_MS
+    # A follower not caught up to its leader's log end for this long is lagging.
+    replica_lag_time_max_ms: int = DEFAULT_REPLICA_LAG_TIME_MAX_MS
 
     @property
     def address(self) -> str:
@@ -182,6 +198,27 @@ def add_server_arguments(p: argparse.ArgumentParser) -> None:
         default=DEFAULT_RETENTION_CHECK_INTERVAL_MS,
         help="how often partitions apply retention.bytes/retention.ms (default 10000)",
     )
+    p.add_argument(
+        "--leader-balance-interval-ms",
+        type=int,
+        default=DEFAULT_LEADER_BALANCE_INTERVAL_MS,
+        help="how often the controller leader evens out the partitions led per node; "
+        "0 turns the leader balancer off (default 3000)",
+    )
+    p.add_argument(
+        "--leader-balance-pin-ms",
+        type=int,
+        default=DEFAULT_LEADER_BALANCE_PIN_MS,
+        help="how long a partition transfer-leadership keeps the leader balancer off "
+        "that partition (default 600000)",
+    )
+    p.add_argument(
+        "--replica-lag-time-max-ms",
+        type=int,
+        default=DEFAULT_REPLICA_LAG_TIME_MAX_MS,
+        help="a follower not caught up to its leader for this long is reported lagging "
+        "(Kafka's replica.lag.time.max.ms; default 30000)",
+    )
     p.add_argument("--log-level", default="INFO")
 
 
@@ -262,6 +299,25 @@ def config_from_args(args: argparse.Namespace) -> NodeConfig:
             f"--retention-check-interval-ms: expected 10..86400000 milliseconds, "
             f"got {retention_interval}"
         )
+    day_ms = 24 * 3600 * 1000
+    balance_interval = getattr(
+        args, "leader_balance_interval_ms", DEFAULT_LEADER_BALANCE_INTERVAL_MS
+    )
+    if not (balance_interval == 0 or 100 <= balance_interval <= day_ms):
+        raise ValueError(
+            "--leader-balance-interval-ms: expected 0 (off) or 100..86400000 milliseconds, "
+            f"got {balance_interval}"
+        )
+    pin_ms = getattr(args, "leader_balance_pin_ms", DEFAULT_LEADER_BALANCE_PIN_MS)
+    if not 0 <= pin_ms <= 365 * day_ms:
+        raise ValueError(
+            f"--leader-balance-pin-ms: expected 0..31536000000 milliseconds, got {pin_ms}"
+        )
+    lag_max = getattr(args, "replica_lag_time_max_ms", DEFAULT_REPLICA_LAG_TIME_MAX_MS)
+    if not 100 <= lag_max <= day_ms:
+        raise ValueError(
+            f"--replica-lag-time-max-ms: expected 100..86400000 milliseconds, got {lag_max}"
+        )
     return NodeConfig(
         node_id=args.node_id,
         host=host,
@@ -277,6 +333,9 @@ def config_from_args(args: argparse.Namespace) -> NodeConfig:
         transaction_timeout_ms=txn_timeout,
         max_transaction_timeout_ms=max_txn_timeout,
         retention_check_interval_ms=retention_interval,
+        leader_balance_interval_ms=balance_interval,
+        leader_balance_pin_ms=pin_ms,
+        replica_lag_time_max_ms=lag_max,
     )
 
 

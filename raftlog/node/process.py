@@ -168,6 +168,7 @@ class Node(Upkeep, AdminApi, MetadataApi, DataApi):
         self._tasks = [
             loop.create_task(self._reconcile_loop()),
             loop.create_task(self._balance_loop()),
+            loop.create_task(self._leader_balancer_loop()),
             loop.create_task(self._transaction_timeout_loop()),
             loop.create_task(self._coordinator_roll_forward_loop()),
             loop.create_task(self._retention_loop()),

@@ -1,7 +1,9 @@
 """A node's background upkeep, mixed into :class:`raftlog.node.process.Node`: opening and
 closing its partition replicas as the controller state changes, leadership balancing
-towards preferred replicas, the coordinator's roll-forward, retention and transaction
-timeouts. Each loop runs until the node stops it."""
+towards preferred replicas, the leader balancer (on the controller leader: evening out
+the partitions led per node by changing preferred replicas), the coordinator's
+roll-forward, retention and transaction timeouts. Each loop runs until the node stops
+it."""
 
 from __future__ import annotations
 
@@ -12,14 +14,17 @@ import pathlib
 import time
 
 from raftlog.controller import (
+    BalanceLeaderCmd,
     PartitionAssignment,
     TopicAssignment,
 )
+from raftlog.controller.leader_balancer import LeaderMove, plan_leader_moves
 from raftlog.coordinator.tm_stm import TRANSACTIONS_TOPIC
 from raftlog.node.config import (
     COORDINATOR_ROLL_FORWARD_S,
+    LEADER_BALANCE_LIVE_MS,
 )
-from raftlog.node.groups import PartitionReplica
+from raftlog.node.groups import PartitionReplica, last_heard_ms
 from raftlog.storage import identity
 from raftlog.storage.api import StorageCorruption
 
@@ -132,6 +137,78 @@ class Upkeep:
                 self._transfer_attempts[gid] = now
                 with contextlib.suppress(Exception):
                     await asyncio.wait_for(self.host.transfer(rep.consensus, preferred), 3.0)
+
+    async def _leader_balancer_loop(self) -> None:
+        """On the controller leader, every ``--leader-balance-interval-ms`` (0: never),
+        one round of the leader balancer (see ``_balance_leaders``); a failed round
+        (the controller leadership moved, a timeout) is logged and the next retries."""
+        interval = self.config.leader_balance_interval_ms / 1000
+        if interval <= 0:
+            return
+        while True:
+            await asyncio.sleep(interval)
+            if not self.controller.is_leader:
+                continue
+            try:
+                await self._balance_leaders()
+            except Exception as exc:
+                log.warning("leader balancer: round failed: %r", exc)
+
+    def _live_nodes(self) -> set[int]:
+        """The nodes the balancer may lead on: this one and the others the controller
+        leader heard from in the last ``LEADER_BALANCE_LIVE_MS``, neither removed nor
+        being drained."""
+        heard = last_heard_ms(self.controller)
+        live = {self.node_id} | {n for n, ms in heard.items() if ms <= LEADER_BALANCE_LIVE_MS}
+        return live & set(self._placeable_nodes())
+
+    async def _balance_leaders(self) -> list[LeaderMove]:
+        """One round: the leaders as the partitions' leaders report them, and each move
+        the decision (``plan_leader_moves``) makes carried out as a
+        :class:`BalanceLeaderCmd` (each node's ``_balance_loop`` then hands the
+        leadership over). Returns the moves made.
+
+        A partition whose preferred replica is live but does not lead yet counts as led
+        by it and is left alone (its leadership is on its way there); so are partitions
+        a user pinned with ``transfer-leadership`` in the last ``--leader-balance-pin-ms``
+        (by the pin's timestamp against this node's clock) and partitions being moved.
+        """
+        stm = self.controller_stm
+        topics = list(stm.topics.values())
+        statuses = await self._remote_statuses(topics)
+        live = self._live_nodes()
+        now_ms = int(time.time() * 1000)
+        pin_ms = self.config.leader_balance_pin_ms
+        leaders: dict[int, int] = {}
+        replicas: dict[int, list[int]] = {}
+        frozen: set[int] = set()
+        where: dict[int, tuple[str, int]] = {}
+        for t in topics:
+            info = self._topic_info(t, statuses)
+            for part, meta in zip(t.partitions, info.partitions, strict=True):
+                gid = part.group_id
+                replicas[gid] = list(part.replicas)
+                where[gid] = (t.name, part.partition)
+                leaders[gid] = meta.leader
+                preferred = part.replicas[0]
+                if preferred != meta.leader and preferred in live:
+                    leaders[gid] = preferred
+                    frozen.add(gid)
+                pinned_at = stm.pinned.get(gid)
+                if gid in stm.moves or (pinned_at is not None and now_ms - pinned_at < pin_ms):
+                    frozen.add(gid)
+        moves = plan_leader_moves(leaders, replicas, live, frozen)
+        for m in moves:
+            topic, partition = where[m.group_id]
+            log.info(
+                "leader balancer: %s/%d leads on node %d instead of %d",
+                topic,
+                partition,
+                m.to_node,
+                m.from_node,
+            )
+            await self._replicate_controller(BalanceLeaderCmd(topic, partition, m.to_node))
+        return moves
 
     async def _coordinator_roll_forward_loop(self) -> None:
         """On the coordinator partition this node leads, complete stale decisions.

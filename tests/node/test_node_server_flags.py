@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import pathlib
+import re
 
 import pytest
 
@@ -105,3 +106,27 @@ def test_tls_files_all_or_none_and_checked(tmp_path: pathlib.Path) -> None:
                 "--tls-ca", str(paths["ca.pem"]),
             )
         )  # fmt: skip
+
+
+def test_leader_balance_and_lag_flags_default_and_are_checked_by_name() -> None:
+    loopback = ["--listen", "127.0.0.1:9001"]
+    cfg = config_from_args(parse(*loopback))
+    assert (cfg.leader_balance_interval_ms, cfg.leader_balance_pin_ms) == (3000, 600_000)
+    assert cfg.replica_lag_time_max_ms == 30_000
+    cfg = config_from_args(
+        parse(
+            *loopback,
+            "--leader-balance-interval-ms", "0",
+            "--leader-balance-pin-ms", "5000",
+            "--replica-lag-time-max-ms", "1000",
+        )
+    )  # fmt: skip
+    assert (cfg.leader_balance_interval_ms, cfg.leader_balance_pin_ms) == (0, 5000)
+    assert cfg.replica_lag_time_max_ms == 1000
+    for flag, value, message in (
+        ("--leader-balance-interval-ms", "50", "expected 0 (off) or 100..86400000 milliseconds"),
+        ("--leader-balance-pin-ms", "-1", "expected 0..31536000000 milliseconds, got -1"),
+        ("--replica-lag-time-max-ms", "0", "expected 100..86400000 milliseconds, got 0"),
+    ):
+        with pytest.raises(ValueError, match=re.escape(f"{flag}: {message}")):
+            config_from_args(parse(*loopback, flag, value))
