@@ -12,14 +12,19 @@ cluster (local or not):
   when every up node names the same leader and that leader is up;
 - per partition (``describe_topic``, which asks the replicas), *leaderless*
   when no leader is known or the leader is on a down node, and
-  *under-replicated* when any of its replicas is on a down node.
-
-A replica whose node is up but that lags behind its leader is not detected
-yet: that needs the per-partition replication lag of the nodes' metrics.
+  *under-replicated* when any of its replicas is on a down node;
+- *lagging replicas*: replicas on up nodes that their partition's leader reports
+  (its ``/health``, ``lagging_replicas``) as not caught up to its log end for
+  longer than its ``--replica-lag-time-max-ms`` (30 s by default): Kafka's rule
+  for dropping a follower out of the ISR (``replica.lag.time.max.ms``), over the
+  progress the leader tracks (``raftlog.node.replica_lag``). As in Kafka, such a
+  partition is under-replicated (out of ISR): the cluster is not healthy. It is
+  listed under ``lagging_replicas``; ``under_replicated_partitions`` keeps its
+  meaning (replicas on down nodes).
 
 The cluster is healthy when every node is up, a controller leader is agreed,
-and no partition is leaderless or under-replicated; ``problems`` says, one line
-each, what is not.
+no partition is leaderless or under-replicated, and no replica lags; ``problems``
+says, one line each, what is not.
 """
 
 from __future__ import annotations
@@ -32,7 +37,7 @@ import aiohttp
 
 from raftlog.client import RaftlogClient, RaftlogError
 
-__all__ = ["HealthReport", "NodeHealth", "PartitionHealth", "check_health"]
+__all__ = ["HealthReport", "LaggingReplica", "NodeHealth", "PartitionHealth", "check_health"]
 
 #: How long one node's ``/health`` may take before the node counts as down.
 NODE_TIMEOUT_S = 2.0
@@ -59,6 +64,18 @@ class PartitionHealth:
     down_replicas: list[int]
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class LaggingReplica:
+    """A replica on an up node that its partition's leader reports lagging."""
+
+    topic: str
+    partition: int
+    leader: int
+    node: int
+    behind_records: int  # the leader's last offset minus the replica's matched offset
+    not_caught_up_ms: int  # since the replica last caught up to the leader's log end
+
+
 @dataclasses.dataclass(slots=True)
 class HealthReport:
     nodes: list[NodeHealth]
@@ -66,6 +83,7 @@ class HealthReport:
     leaderless: list[PartitionHealth]
     under_replicated: list[PartitionHealth]
     problems: list[str]
+    lagging: list[LaggingReplica] = dataclasses.field(default_factory=list)
 
     @property
     def healthy(self) -> bool:
@@ -79,6 +97,7 @@ class HealthReport:
             "leaderless_partitions": [dataclasses.asdict(p) for p in self.leaderless],
             "under_replicated_partitions": [dataclasses.asdict(p) for p in self.under_replicated],
             "problems": list(self.problems),
+            "lagging_replicas": [dataclasses.asdict(r) for r in self.lagging],
         }
 
     def render(self) -> str:
@@ -106,6 +125,12 @@ class HealthReport:
                     f"  {p.topic}/{p.partition}  leader {p.leader}  replicas "
                     f"{','.join(map(str, p.replicas))}  down {down}"
                 )
+        lines.append(f"lagging replicas: {len(self.lagging)}")
+        for r in self.lagging:
+            lines.append(
+                f"  {r.topic}/{r.partition}  node {r.node}  leader {r.leader}  "
+                f"{r.behind_records} records behind  not caught up for {r.not_caught_up_ms} ms"
+            )
         lines += [f"problem: {p}" for p in self.problems]
         return "\n".join(lines)
 
@@ -201,4 +226,41 @@ async def check_health(
         problems.append(f"{len(leaderless)} partition(s) have no leader")
     if under:
         problems.append(f"{len(under)} partition(s) are under-replicated")
-    return HealthReport(nodes, controller, leaderless, under, problems)
+    leaders = {(t.name, p.partition): p.leader for t in described for p in t.partitions}
+    lagging = _lagging(states, leaders, up)
+    if lagging:
+        behind = sorted({(r.topic, r.partition) for r in lagging})
+        problems.append(
+            f"{len(behind)} partition(s) are under-replicated by lagging replicas "
+            f"(up, but not caught up to the leader in time): "
+            + ", ".join(f"{t}/{p}" for t, p in behind)
+        )
+    return HealthReport(nodes, controller, leaderless, under, problems, lagging)
+
+
+def _lagging(
+    states: dict[int, dict[str, Any] | None],
+    leaders: dict[tuple[str, int], int],
+    up: set[int],
+) -> list[LaggingReplica]:
+    """The lagging replicas the partitions' current leaders report (from their /health),
+    on up nodes only (a down replica is reported as such), sorted."""
+    out = []
+    for node, state in states.items():
+        raw = state.get("lagging_replicas") if state else None
+        for r in raw if isinstance(raw, list) else []:
+            try:
+                where = (str(r["topic"]), int(r["partition"]))
+                lag = LaggingReplica(
+                    where[0],
+                    where[1],
+                    node,
+                    int(r["node"]),
+                    int(r["behind_records"]),
+                    int(r["not_caught_up_ms"]),
+                )
+            except (KeyError, TypeError, ValueError):
+                continue  # a node of another version: nothing to report from it
+            if leaders.get(where) == node and lag.node in up:
+                out.append(lag)
+    return sorted(out, key=lambda r: (r.topic, r.partition, r.node))

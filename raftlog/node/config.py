@@ -44,6 +44,8 @@ LEADER_BALANCE_LIVE_MS = 2_000
 # How long a follower may go without catching up to its leader's log end before
 # `cluster health` reports it lagging (Kafka's replica.lag.time.max.ms).
 DEFAULT_REPLICA_LAG_TIME_MAX_MS = 30_000
+# How often partition leaders sample their followers' progress for that.
+REPLICA_LAG_SAMPLE_S = 0.5
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -21,6 +21,7 @@ from raftlog.controller.topic_config import TopicConfig
 from raftlog.coordinator.tm_stm import TRANSACTIONS_TOPIC, TmStm
 from raftlog.faults import failpoints
 from raftlog.faults.crash import cut_to_flushed
+from raftlog.node.replica_lag import FollowerLag, FollowerLagTracker
 from raftlog.node.retention import NO_RETENTION, Retention, RetentionPolicy
 from raftlog.producers.outcomes import (
     DuplicateSequenceError,
@@ -216,6 +217,8 @@ class PartitionReplica:
         self.rm = rm
         self.tm = tm
         self.retention = retention
+        # when each follower last caught up (on the leader; sampled by the node)
+        self.lag = FollowerLagTracker()
 
     @property
     def log_start(self) -> int:
@@ -320,6 +323,23 @@ class PartitionReplica:
             return {}
         end = c.dirty_offset
         return {node: max(0, end - p.match_offset) for node, p in c.core.progress.items()}
+
+    def sample_lag(self, now_s: float) -> None:
+        """Feed the follower lag tracker one sample of the leader's progress (forgets
+        every follower on a follower)."""
+        c = self.consensus
+        if not c.is_leader:
+            self.lag.reset()
+            return
+        matched = {node: p.match_offset for node, p in c.core.progress.items()}
+        self.lag.observe(now_s, c.term, c.dirty_offset, matched)
+
+    def lagging_followers(self, now_s: float, max_lag_ms: int) -> list[FollowerLag]:
+        """On the leader, the followers (learners included) not caught up to its last
+        offset for more than ``max_lag_ms`` (see ``raftlog.node.replica_lag``)."""
+        if not self.consensus.is_leader:
+            return []
+        return self.lag.lagging(now_s, max_lag_ms)
 
     def status(self) -> PartitionStatus:
         c = self.consensus

@@ -11,7 +11,11 @@
   node -> partition -> rm_stm -> consensus.replicate). The node reconciles
   its local groups with the controller state after every change.
 - Leaders are balanced towards each partition's preferred replica (the first
-  of its replica list) by leadership transfer.
+  of its replica list) by leadership transfer; the controller leader's leader
+  balancer (``--leader-balance-interval-ms``) changes preferred replicas so every
+  live node leads about as many partitions (``raftlog.controller.leader_balancer``).
+- ``/health`` lists the followers of the partitions this node leads that have not
+  caught up for over ``--replica-lag-time-max-ms`` (``raftlog.node.replica_lag``).
 - Retention (``raftlog.node.retention``): every ``--retention-check-interval-ms``
   each partition leader moves its log start forward through the Raft log by the
   topic's ``retention.bytes``/``retention.ms``, and every replica deletes the
@@ -37,6 +41,7 @@ import logging
 import os
 import signal
 import sys
+import time
 from typing import Any
 
 from aiohttp import web
@@ -169,6 +174,7 @@ class Node(Upkeep, AdminApi, MetadataApi, DataApi):
             loop.create_task(self._reconcile_loop()),
             loop.create_task(self._balance_loop()),
             loop.create_task(self._leader_balancer_loop()),
+            loop.create_task(self._replica_lag_loop()),
             loop.create_task(self._transaction_timeout_loop()),
             loop.create_task(self._coordinator_roll_forward_loop()),
             loop.create_task(self._retention_loop()),
@@ -225,7 +231,25 @@ class Node(Upkeep, AdminApi, MetadataApi, DataApi):
                 str(n): ms
                 for n, ms in (last_heard_ms(self.controller) if self.controller else {}).items()
             },
+            # followers of the partitions this node leads that have not caught up for
+            # over --replica-lag-time-max-ms (health reports them as lagging)
+            "lagging_replicas": self._lagging_replicas(),
         }
+
+    def _lagging_replicas(self) -> list[dict[str, Any]]:
+        now = time.monotonic()
+        max_ms = self.config.replica_lag_time_max_ms
+        return [
+            {
+                "topic": rep.topic,
+                "partition": rep.partition,
+                "node": lag.node,
+                "behind_records": lag.behind_records,
+                "not_caught_up_ms": lag.not_caught_up_ms,
+            }
+            for _, rep in sorted(self.partitions.items())
+            for lag in rep.lagging_followers(now, max_ms)
+        ]
 
     def render_metrics(self) -> bytes:
         return self.metrics.render()

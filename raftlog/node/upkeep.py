@@ -2,8 +2,8 @@
 closing its partition replicas as the controller state changes, leadership balancing
 towards preferred replicas, the leader balancer (on the controller leader: evening out
 the partitions led per node by changing preferred replicas), the coordinator's
-roll-forward, retention and transaction timeouts. Each loop runs until the node stops
-it."""
+roll-forward, retention, transaction timeouts and the followers' lag samples. Each
+loop runs until the node stops it."""
 
 from __future__ import annotations
 
@@ -23,6 +23,7 @@ from raftlog.coordinator.tm_stm import TRANSACTIONS_TOPIC
 from raftlog.node.config import (
     COORDINATOR_ROLL_FORWARD_S,
     LEADER_BALANCE_LIVE_MS,
+    REPLICA_LAG_SAMPLE_S,
 )
 from raftlog.node.groups import PartitionReplica, last_heard_ms
 from raftlog.storage import identity
@@ -209,6 +210,15 @@ class Upkeep:
             )
             await self._replicate_controller(BalanceLeaderCmd(topic, partition, m.to_node))
         return moves
+
+    async def _replica_lag_loop(self) -> None:
+        """Every ``REPLICA_LAG_SAMPLE_S``, each partition samples its followers' progress
+        (on its leader), so ``/health`` can name the followers that lag."""
+        while True:
+            await asyncio.sleep(REPLICA_LAG_SAMPLE_S)
+            now = time.monotonic()
+            for rep in list(self.partitions.values()):
+                rep.sample_lag(now)
 
     async def _coordinator_roll_forward_loop(self) -> None:
         """On the coordinator partition this node leads, complete stale decisions.

@@ -1,0 +1,177 @@
+"""``cluster health`` and lagging replicas: the replicas a partition's leader reports in
+its ``/health`` as not caught up in time are listed (``lagging_replicas`` in JSON, a
+section in text), count as under-replicated (the report is not healthy), and every
+existing key and line stays as it was. The nodes' ``/health`` are served by small
+aiohttp apps on 127.0.0.1; the metadata comes from a stub client."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+from aiohttp import web
+
+from raftlog.client.results import PartitionMetadata, TopicMetadata
+from raftlog.health import HealthReport, LaggingReplica, check_health
+from raftlog.rpc.messages import NodeInfo
+
+EXISTING_KEYS = [
+    "healthy",
+    "controller_leader",
+    "nodes",
+    "leaderless_partitions",
+    "under_replicated_partitions",
+    "problems",
+]
+
+
+@dataclasses.dataclass
+class _Meta:
+    nodes: list[NodeInfo]
+
+
+class _StubClient:
+    """What check_health asks of a client: metadata, topics, plain-HTTP URLs."""
+
+    tls_context = None
+
+    def __init__(self, nodes: list[NodeInfo], topics: list[TopicMetadata]) -> None:
+        self._nodes = nodes
+        self._topics = {t.name: t for t in topics}
+
+    async def metadata(self) -> _Meta:
+        return _Meta(self._nodes)
+
+    async def list_topics(self) -> list[str]:
+        return sorted(self._topics)
+
+    async def describe_topic(self, name: str) -> TopicMetadata:
+        return self._topics[name]
+
+    def url(self, address: str, path: str) -> str:
+        return f"http://{address}{path}"
+
+
+@pytest.fixture
+async def nodes() -> AsyncIterator[tuple[list[NodeInfo], dict[int, dict[str, Any]]]]:
+    """Three nodes whose /health answers the document in ``docs[node]`` (set by the
+    test); stopped on exit."""
+    docs: dict[int, dict[str, Any]] = {}
+    runners: list[web.AppRunner] = []
+    infos = []
+    try:
+        for node in (1, 2, 3):
+
+            async def health(_req: web.Request, node: int = node) -> web.Response:
+                return web.json_response(docs[node])
+
+            app = web.Application()
+            app.router.add_get("/health", health)
+            runner = web.AppRunner(app, access_log=None)
+            await runner.setup()
+            runners.append(runner)
+            site = web.TCPSite(runner, "127.0.0.1", 0)
+            await site.start()
+            port = runner.addresses[0][1]
+            infos.append(NodeInfo(node, f"127.0.0.1:{port}"))
+        yield infos, docs
+    finally:
+        for runner in runners:
+            await runner.cleanup()
+
+
+def _doc(node: int, lagging: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    doc: dict[str, Any] = {"node_id": node, "controller_leader": 1}
+    if node == 1:
+        doc["last_heard_ms"] = {"2": 40, "3": 45}
+    if lagging is not None:
+        doc["lagging_replicas"] = lagging
+    return doc
+
+
+def _topic(leaders: list[int]) -> TopicMetadata:
+    parts = [PartitionMetadata(p, n, [1, 2, 3], 0, 10, 10) for p, n in enumerate(leaders)]
+    return TopicMetadata("t", parts, 3, None)
+
+
+def _lag(partition: int, node: int, behind: int = 500, ms: int = 31_000) -> dict[str, Any]:
+    return {
+        "topic": "t",
+        "partition": partition,
+        "node": node,
+        "behind_records": behind,
+        "not_caught_up_ms": ms,
+    }
+
+
+async def test_a_lagging_replica_is_listed_and_makes_the_cluster_unhealthy(
+    nodes: tuple[list[NodeInfo], dict[int, dict[str, Any]]],
+) -> None:
+    infos, docs = nodes
+    # node 2 leads t/1 and reports node 3 lagging; node 1 (which leads t/0) a stale
+    # entry for t/1, which it no longer leads: only the leader's report counts
+    docs.update(
+        {
+            1: _doc(1, [_lag(1, 2, 1, 1)]),
+            2: _doc(2, [_lag(1, 3, 500, 31_000)]),
+            3: _doc(3, []),
+        }
+    )
+    client = _StubClient(infos, [_topic([1, 2])])
+    report = await check_health(client, [i.address for i in infos])  # type: ignore[arg-type]
+    assert report.lagging == [LaggingReplica("t", 1, 2, 3, 500, 31_000)]
+    assert not report.healthy
+    assert report.problems == [
+        "1 partition(s) are under-replicated by lagging replicas (up, but not caught up "
+        "to the leader in time): t/1"
+    ]
+    doc = report.to_dict()
+    assert list(doc) == [*EXISTING_KEYS, "lagging_replicas"]
+    assert doc["under_replicated_partitions"] == [] and doc["leaderless_partitions"] == []
+    assert doc["lagging_replicas"] == [
+        {
+            "topic": "t",
+            "partition": 1,
+            "leader": 2,
+            "node": 3,
+            "behind_records": 500,
+            "not_caught_up_ms": 31_000,
+        }
+    ]
+    text = report.render().splitlines()
+    assert text[0] == "healthy: no"
+    i = text.index("lagging replicas: 1")
+    assert text[i - 1] == "under-replicated partitions: 0"
+    assert text[i + 1] == (
+        "  t/1  node 3  leader 2  500 records behind  not caught up for 31000 ms"
+    )
+    assert text[i + 2].startswith("problem: 1 partition(s) are under-replicated by lagging")
+
+
+async def test_nothing_lagging_is_healthy_and_down_replicas_are_not_lagging(
+    nodes: tuple[list[NodeInfo], dict[int, dict[str, Any]]],
+) -> None:
+    infos, docs = nodes
+    # a node of an older version reports no key at all: nothing lags
+    docs.update({1: _doc(1, []), 2: _doc(2), 3: _doc(3, [])})
+    client = _StubClient(infos, [_topic([1, 2])])
+    report = await check_health(client, [i.address for i in infos])  # type: ignore[arg-type]
+    assert report.healthy and report.lagging == [] and report.problems == []
+    assert report.to_dict()["lagging_replicas"] == []
+    assert "lagging replicas: 0" in report.render().splitlines()
+
+    # node 3 is down (its /health fails): the leader's report of it lagging is not a
+    # lagging replica, it is a down one (under-replicated as before)
+    docs[1] = _doc(1, [_lag(0, 3)])
+    del docs[3]
+    report = await check_health(client, [i.address for i in infos])  # type: ignore[arg-type]
+    assert report.lagging == []
+    assert [p.partition for p in report.under_replicated] == [0, 1]
+    assert "1 partition(s) are under-replicated by lagging" not in " ".join(report.problems)
+
+
+def test_a_report_built_without_lagging_replicas_keeps_its_old_form() -> None:
+    report = HealthReport([], -1, [], [], ["no node answers: x"])
+    assert report.lagging == [] and report.to_dict()["lagging_replicas"] == []
