@@ -55,9 +55,12 @@ class ProxiedCluster(ClusterHandle):
 
 @contextlib.contextmanager
 def proxied_cluster(
-    data_dir: pathlib.Path, timeout_s: float = START_TIMEOUT_S
+    data_dir: pathlib.Path,
+    timeout_s: float = START_TIMEOUT_S,
+    extra_args: list[str] | None = None,
 ) -> Iterator[ProxiedCluster]:
-    """Start the proxy and a 3-node cluster behind it in ``data_dir``; stop both on exit."""
+    """Start the proxy and a 3-node cluster behind it in ``data_dir`` (``extra_args``: the
+    nodes' extra server flags); stop both on exit."""
     holder: dict[str, object] = {}
 
     def routes(peers: dict[int, str]) -> dict[int, dict[int, str]]:
@@ -78,7 +81,7 @@ def proxied_cluster(
     handle: ProxiedCluster | None = None
     try:
         # start_cluster stops the nodes it spawned itself when it fails
-        cluster = start(data_dir, timeout_s, peer_routes=routes)
+        cluster = start(data_dir, timeout_s, peer_routes=routes, extra_args=extra_args)
         handle = ProxiedCluster(cluster, holder["proxy"], holder["peers"])  # type: ignore[arg-type]
         yield handle
     finally:
