@@ -125,7 +125,8 @@ class HealthReport:
                     f"  {p.topic}/{p.partition}  leader {p.leader}  replicas "
                     f"{','.join(map(str, p.replicas))}  down {down}"
                 )
-        lines.append(f"lagging replicas: {len(self.lagging)}")
+        if self.lagging:  # only then: a report without any reads as it always did
+            lines.append(f"lagging replicas: {len(self.lagging)}")
         for r in self.lagging:
             lines.append(
                 f"  {r.topic}/{r.partition}  node {r.node}  leader {r.leader}  "
