@@ -142,13 +142,24 @@ class Upkeep:
     async def _leader_balancer_loop(self) -> None:
         """On the controller leader, every ``--leader-balance-interval-ms`` (0: never),
         one round of the leader balancer (see ``_balance_leaders``); a failed round
-        (the controller leadership moved, a timeout) is logged and the next retries."""
+        (the controller leadership moved, a timeout) is logged and the next retries.
+
+        No round in the first ``LEADER_BALANCE_LIVE_MS`` of a controller leadership: a
+        new leader counts every member as heard from the start of its term, so only
+        after that long does "heard recently" tell the nodes that are down."""
         interval = self.config.leader_balance_interval_ms / 1000
         if interval <= 0:
             return
+        leading: tuple[int, float] | None = None  # (term, since when) of this leadership
         while True:
             await asyncio.sleep(interval)
             if not self.controller.is_leader:
+                leading = None
+                continue
+            term = self.controller.term
+            if leading is None or leading[0] != term:
+                leading = (term, time.monotonic())
+            if time.monotonic() - leading[1] < LEADER_BALANCE_LIVE_MS / 1000:
                 continue
             try:
                 await self._balance_leaders()
