@@ -93,6 +93,14 @@ async def test_metrics_give_offsets_bytes_and_lag_per_partition(
                 lag = got.get(("raftlog_partition_replication_lag", "measured", str(part)))
                 if lag != 0:
                     return None
+            # every replica deletes below the agreed log start on its own timer, once it
+            # holds a snapshot there: settled when each one's scrape shows its disk
+            for n in cluster.nodes:
+                for part in (0, 1):
+                    where = cluster.data_dir / f"node-{n.node_id}" / "measured" / str(part)
+                    size = ("raftlog_partition_size_bytes", "measured", str(part))
+                    if scrapes[n.node_id].get(size) != _segment_bytes(where):
+                        return None
             return before, scrapes
 
         offsets, scrapes = wait_until(settled, 30.0, "metrics that match `raftlog offsets`")
