@@ -45,9 +45,9 @@ from collections.abc import Callable, Mapping
 ENV_VAR = "RAFTLOG_FAILPOINTS"
 
 LOG_BEFORE_FLUSH = "log.before_flush"
-"""In ``SegmentedLog.flush``, before the fsync: written data is not yet durable."""
+"""In ``SegmentedLog.sync_flush``, before the fsync: written data is not yet durable."""
 LOG_AFTER_FLUSH = "log.after_flush"
-"""In ``SegmentedLog.flush``, after the fsync, before the flushed offset is reported."""
+"""In ``SegmentedLog.sync_flush``, after the fsync, before the flushed offset is marked."""
 RAFT_BEFORE_VOTE_SAVE = "raft.before_vote_save"
 """Before a node durably saves a new term/vote (it has decided, not yet persisted)."""
 RAFT_FOLLOWER_BEFORE_REPLY = "raft.follower.before_reply"

@@ -10,6 +10,8 @@ Offsets count records (as Kafka's do). An empty log has
 Invariants every implementation keeps:
 
 - ``start_offset - 1 <= flushed_offset <= dirty_offset``;
+- a flush makes durable only what was written when it was prepared: batches
+  appended while its fsync runs stay dirty until the next flush;
 - batches are contiguous: each appended batch's ``base_offset`` is
   ``dirty_offset + 1`` at the time of the append;
 - terms never decrease along the log.
@@ -76,6 +78,26 @@ class RecoveryReport:
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
+class FlushPlan:
+    """One flush, as :meth:`LogStorage.prepare_flush` recorded it (on the event loop, no IO).
+
+    ``offset`` is the dirty offset when the flush was prepared: what
+    :meth:`LogStorage.finish_flush` marks flushed, never more. ``truncations``
+    counts the log's suffix truncations at that time: a truncation since voids
+    the claim (the offsets above the cut may hold other batches by then).
+    ``files`` are what :meth:`LogStorage.sync_flush` fsyncs (the implementation's
+    own, opaque here; empty: no file data to sync), and ``dir_version`` is set
+    when the log's directory must be fsynced too (a file was created since its
+    last fsync): the implementation's count of creations it covers.
+    """
+
+    offset: int
+    truncations: int
+    files: tuple[object, ...] = ()
+    dir_version: int | None = None
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
 class VoteState:
     """Raft's persistent vote: the current term and whom this node voted for (-1: none)."""
 
@@ -120,7 +142,31 @@ class LogStorage(Protocol):
         ...
 
     def flush(self) -> int:
-        """fsync everything written; return the new flushed offset."""
+        """fsync everything written; return the new flushed offset.
+
+        The three steps below in one call, for callers that run them in one thread.
+        """
+        ...
+
+    def prepare_flush(self) -> FlushPlan:
+        """A flush's first step (on the event loop; no IO): record the dirty offset to
+        make durable and the files whose fsync makes it so."""
+        ...
+
+    def sync_flush(self, plan: FlushPlan) -> None:
+        """A flush's blocking step (in a thread): fsync exactly the files of ``plan``.
+
+        May run while the event loop appends (writes to the active segment, a roll
+        that creates a segment, which is not in ``plan``). Must not run while the log
+        is truncated (suffix, prefix, :meth:`restart_at`) or closed: the caller
+        serializes those.
+        """
+        ...
+
+    def finish_flush(self, plan: FlushPlan) -> int:
+        """A flush's last step (on the event loop): mark ``plan.offset`` flushed (never
+        more, never past the dirty end, nothing after a truncation since ``plan`` was
+        prepared); return the flushed offset."""
         ...
 
     def read(self, start: int, max_bytes: int, end: int | None = None) -> list[RecordBatch]:

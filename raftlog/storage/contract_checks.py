@@ -62,3 +62,26 @@ def check_prefix_truncate_offset(offset: int, dirty_offset: int) -> None:
             f"prefix_truncate offset must be at most dirty_offset + 1 = {dirty_offset + 1}, "
             f"got {offset}"
         )
+
+
+def flushed_after_flush(flushed: int, recorded: int, dirty: int, truncated_since: bool) -> int:
+    """The flushed offset once a flush prepared at dirty offset ``recorded`` has fsynced.
+
+    Only ``recorded`` becomes durable: batches appended while the fsync ran stay
+    dirty until the next flush. A suffix truncation since the flush was prepared
+    voids its claim (the offsets above the cut may hold other batches by now);
+    the offset never goes back (a roll may have sealed more meanwhile) and never
+    passes ``dirty``.
+    """
+    if truncated_since:
+        return flushed
+    return max(flushed, min(recorded, dirty))
+
+
+def check_offsets(start_offset: int, flushed_offset: int, dirty_offset: int) -> None:
+    """The offsets invariant ``start_offset - 1 <= flushed_offset <= dirty_offset``."""
+    if not start_offset - 1 <= flushed_offset <= dirty_offset:
+        raise ValueError(
+            f"log offsets broken: start {start_offset}, flushed {flushed_offset}, dirty "
+            f"{dirty_offset}; want start - 1 <= flushed <= dirty"
+        )

@@ -571,12 +571,13 @@ class ModelFileSystem:
 
     # -- power loss ----------------------------------------------------------------------
 
-    def crash(self, seed: int) -> None:
+    def crash(self, seed: int, *, keep_unsynced: bool = True) -> None:
         """Cut the power: keep what is durable plus a seeded prefix of what is not.
 
         For each directory a prefix of its unsynced name operations survives; for
         each reachable file a prefix of its unsynced writes and truncations, the
-        last of which may be torn (a random subset of its sectors). Every handle
+        last of which may be torn (a random subset of its sectors). Without
+        ``keep_unsynced``, nothing unsynced survives (the worst case). Every handle
         opened before the crash becomes invalid.
         """
         rng = random.Random(seed)
@@ -585,7 +586,7 @@ class ModelFileSystem:
 
             def settle_dir(d: _Dir) -> None:
                 entries = dict(d.durable)
-                for op in d.pending[: rng.randint(0, len(d.pending))]:
+                for op in d.pending[: rng.randint(0, len(d.pending)) if keep_unsynced else 0]:
                     _apply_dir(entries, op)
                 d.entries, d.durable, d.pending = entries, dict(entries), []
                 for child in sorted(entries.items(), key=lambda kv: kv[0]):
@@ -597,7 +598,7 @@ class ModelFileSystem:
 
             def settle_file(f: _Inode) -> bytes:
                 content = bytearray(f.durable)
-                kept = rng.randint(0, len(f.pending))
+                kept = rng.randint(0, len(f.pending)) if keep_unsynced else 0
                 for i, op in enumerate(f.pending[:kept]):
                     if i == kept - 1 and op[0] == "w" and rng.random() < 0.5:
                         op = _torn(op, rng)

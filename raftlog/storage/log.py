@@ -10,7 +10,15 @@ Directory layout::
 
 Durability: ``append`` only writes (page cache) and advances the dirty
 offset; ``flush`` fsyncs the active segment (and the directory when a
-segment was created) and advances the flushed offset. When the log rolls to
+segment was created) and advances the flushed offset. A flush is three
+steps, so that appends go on during its fsync: ``prepare_flush`` (on the
+event loop, no IO) records the dirty offset and the segment to sync,
+``sync_flush`` (in a thread) fsyncs exactly that, ``finish_flush`` (on the
+loop) marks the recorded offset flushed; batches appended meanwhile stay
+dirty until the next flush. Truncations (``restart_at`` too) and ``close``
+must not run during a ``sync_flush`` (the caller serializes them: the
+flusher's truncation lock).
+When the log rolls to
 a new segment (``segment_bytes`` reached, ``segment_ms`` passed since the
 segment's first timestamp, or a new term: a segment holds one term, as in
 Redpanda) the old segment is sealed: fsynced with its index, and the flushed
@@ -32,13 +40,19 @@ from typing import Any, TypeVar
 
 from raftlog.faults.failpoints import LOG_AFTER_FLUSH, LOG_BEFORE_FLUSH, failpoint
 from raftlog.storage import contract_checks
-from raftlog.storage.api import CommitContext, RecoveryReport, StorageCorruption, VoteState
+from raftlog.storage.api import (
+    CommitContext,
+    FlushPlan,
+    RecoveryReport,
+    StorageCorruption,
+    VoteState,
+)
 from raftlog.storage.batch import RecordBatch
 from raftlog.storage.commit_context import CommitContextStore
 from raftlog.storage.durable_record import TMP_SUFFIX
 from raftlog.storage.fs import REAL_FS, FileSystem, FsyncFailed, StorageFailed
 from raftlog.storage.recovery import recover_last_segment, verify_sealed_segment
-from raftlog.storage.segment import INDEX_SUFFIX, Segment, parse_segment_name
+from raftlog.storage.segment import INDEX_SUFFIX, Segment, SyncPoint, parse_segment_name
 from raftlog.storage.start_record import StartRecord, StartRecordStore
 from raftlog.storage.time_index import TIME_INDEX_SUFFIX
 from raftlog.storage.vote_store import VoteStore
@@ -90,7 +104,10 @@ def _stops_on_failed_fsync(method: _F) -> _F:
 
 
 class SegmentedLog:
-    """One Raft group's log on disk. Create with :meth:`open`; not thread-safe.
+    """One Raft group's log on disk. Create with :meth:`open`.
+
+    Not thread-safe, with one exception: :meth:`sync_flush` may run in a thread
+    while the event loop appends and reads (never while it truncates or closes).
 
     Invariants: ``start_offset - 1 <= flushed_offset <= dirty_offset``; segments
     are contiguous, never empty, each of one term, terms non-decreasing.
@@ -115,7 +132,12 @@ class SegmentedLog:
         self._prev_term: int | None = 0  # term of start_offset - 1; None when unknown
         self._dirty = -1
         self._flushed = -1
-        self._dir_dirty = False  # a file was created since the directory was last fsynced
+        # Files created in the directory, and how many of those a directory fsync covers:
+        # a new name is durable only once the directory is fsynced after its creation.
+        self._dir_version = 0
+        self._dir_synced = 0
+        # Suffix truncations so far: one since a flush was prepared voids its claim.
+        self._truncations = 0
         self._votes = VoteStore(directory, fs)
         self._commit_contexts = CommitContextStore(directory, fs)
         self._start_records = StartRecordStore(directory, fs)
@@ -426,33 +448,68 @@ class SegmentedLog:
         if self._segments:
             self._segments[-1].sync(index_fsync=True)
             self.fsyncs += 1
-            if self._dir_dirty:
+            if self._dir_version > self._dir_synced:
                 self._fs.fsync_dir(self._dir)
-                self._dir_dirty = False
+                self._dir_synced = self._dir_version
             self._flushed = max(self._flushed, base_offset - 1)
         seg = Segment.create(self._dir, base_offset, term, self._interval, self._fs)
-        self._dir_dirty = True
+        self._dir_version += 1
         self._segments.append(seg)
         self._bases.append(base_offset)
         for listener in self.roll_listeners:
             listener(base_offset)
         return seg
 
-    @_stops_on_failed_fsync
     def flush(self) -> int:
-        """fsync the active segment (and the directory after a roll); return the flushed offset."""
-        work = self._dirty > self._flushed or self._dir_dirty
+        """fsync the active segment (and the directory after a roll); return the flushed offset.
+
+        The three steps below in one call (nothing can append in between).
+        """
+        plan = self.prepare_flush()
+        self.sync_flush(plan)
+        return self.finish_flush(plan)
+
+    @_stops_on_failed_fsync
+    def prepare_flush(self) -> FlushPlan:
+        """Record what a flush makes durable: the dirty offset now and the active segment
+        (only it can hold unflushed data: a roll seals the one before); no IO."""
+        files: tuple[SyncPoint, ...] = ()
+        if self._dirty > self._flushed and self._segments:
+            files = (self._segments[-1].sync_point(),)
+        dir_version = self._dir_version if self._dir_version > self._dir_synced else None
+        return FlushPlan(self._dirty, self._truncations, files, dir_version)
+
+    @_stops_on_failed_fsync
+    def sync_flush(self, plan: FlushPlan) -> None:
+        """fsync the segment of ``plan`` (and the directory when it asks); blocking.
+
+        Runs in a thread while the event loop may append: a write racing the fsync
+        may or may not be covered, which is why only ``plan.offset`` is claimed. A
+        segment created meanwhile is not in ``plan``; its name is synced by the next
+        flush (or by the roll after it, which seals it).
+        """
+        work = bool(plan.files) or plan.dir_version is not None
         if work:
             failpoint(LOG_BEFORE_FLUSH)
-        if self._dirty > self._flushed and self._segments:
-            self._segments[-1].sync()
-            self.fsyncs += 1
-        if self._dir_dirty:
+        for point in plan.files:
+            assert isinstance(point, SyncPoint)
+            point.segment.sync(point=point)
+        if plan.dir_version is not None:
             self._fs.fsync_dir(self._dir)
-            self._dir_dirty = False
         if work:
             failpoint(LOG_AFTER_FLUSH)
-        self._flushed = self._dirty
+
+    @_stops_on_failed_fsync
+    def finish_flush(self, plan: FlushPlan) -> int:
+        """Mark ``plan.offset`` flushed (see :func:`contract_checks.flushed_after_flush`)."""
+        if plan.files:
+            self.fsyncs += 1
+        if plan.dir_version is not None:
+            self._dir_synced = max(self._dir_synced, plan.dir_version)
+        self._flushed = contract_checks.flushed_after_flush(
+            self._flushed, plan.offset, self._dirty, plan.truncations != self._truncations
+        )
+        contract_checks.check_offsets(self._start, self._flushed, self._dirty)
         return self._flushed
 
     @_stops_on_failed_fsync
@@ -470,19 +527,21 @@ class SegmentedLog:
         seg = self._segments[i]
         position, batch = next(seg.iter_from(offset))
         contract_checks.check_batch_boundary(offset, batch)
+        self._truncations += 1  # before any change: a flush prepared before claims nothing
         for later in reversed(self._segments[i + 1 :]):
             later.delete()
         del self._segments[i + 1 :]
         if position == 0:
             self._segments.pop().delete()
         self._fs.fsync_dir(self._dir)
-        self._dir_dirty = False
+        self._dir_synced = self._dir_version
         if position > 0:
             seg.truncate_at(position, offset - 1)
         self.fsyncs += 1
         self._bases = [s.base_offset for s in self._segments]
         self._dirty = offset - 1
         self._flushed = min(self._flushed, self._dirty)
+        contract_checks.check_offsets(self._start, self._flushed, self._dirty)
 
     @_stops_on_failed_fsync
     def prefix_truncate(self, offset: int) -> None:
@@ -508,7 +567,7 @@ class SegmentedLog:
         for seg in self._segments[:dropped]:
             seg.delete()
         self._fs.fsync_dir(self._dir)
-        self._dir_dirty = False
+        self._dir_synced = self._dir_version
         self._segments = remaining
         self._bases = [s.base_offset for s in remaining]
         self._start, self._prev_term = new_start, prev_term
@@ -522,11 +581,12 @@ class SegmentedLog:
         crash mid-way leaves a contiguous log, then an empty one at the old start."""
         if offset < self._start:
             raise ValueError(f"restart offset {offset} is below the log start {self._start}")
+        self._truncations += 1  # a whole-log cut: a flush prepared before claims nothing
         for seg in reversed(self._segments):
             seg.delete()
         self._segments, self._bases = [], []
         self._fs.fsync_dir(self._dir)
-        self._dir_dirty = False
+        self._dir_synced = self._dir_version
         self._dirty = self._flushed = self._start - 1
         self._start_records.save(StartRecord(offset, prev_term))
         self.fsyncs += 1

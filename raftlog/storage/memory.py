@@ -15,7 +15,7 @@ import bisect
 from collections.abc import Sequence
 
 from raftlog.storage import contract_checks
-from raftlog.storage.api import CommitContext, RecoveryReport, VoteState
+from raftlog.storage.api import CommitContext, FlushPlan, RecoveryReport, VoteState
 from raftlog.storage.batch import RecordBatch
 
 
@@ -33,6 +33,7 @@ class MemoryLog:
         self._vote = VoteState()
         self.recovery_report = RecoveryReport(dirty_offset=-1, start_offset=0, segments=0)
         self.fsyncs = 0  # flushes that had something to make durable (as SegmentedLog counts)
+        self._truncations = 0  # suffix cuts (truncations, crashes): void a flush prepared before
 
     @property
     def start_offset(self) -> int:
@@ -70,9 +71,27 @@ class MemoryLog:
         return self._dirty
 
     def flush(self) -> int:
-        if self._dirty > self._flushed:
+        """As :meth:`SegmentedLog.flush`: the three steps below in one call."""
+        plan = self.prepare_flush()
+        self.sync_flush(plan)
+        return self.finish_flush(plan)
+
+    def prepare_flush(self) -> FlushPlan:
+        """Record the dirty offset a flush makes durable (``files``: one marker when any)."""
+        files: tuple[object, ...] = ("log",) if self._dirty > self._flushed else ()
+        return FlushPlan(self._dirty, self._truncations, files)
+
+    def sync_flush(self, plan: FlushPlan) -> None:
+        """Nothing to do in memory: durability is the flushed offset (a crash keeps up to it)."""
+
+    def finish_flush(self, plan: FlushPlan) -> int:
+        """Mark ``plan.offset`` flushed, never what was appended since it was prepared."""
+        if plan.files:
             self.fsyncs += 1
-        self._flushed = self._dirty
+        self._flushed = contract_checks.flushed_after_flush(
+            self._flushed, plan.offset, self._dirty, plan.truncations != self._truncations
+        )
+        contract_checks.check_offsets(self._start, self._flushed, self._dirty)
         return self._flushed
 
     def read(self, start: int, max_bytes: int, end: int | None = None) -> list[RecordBatch]:
@@ -102,6 +121,8 @@ class MemoryLog:
         self._drop_from(i)
 
     def _drop_from(self, i: int) -> None:
+        if i < len(self._batches):
+            self._truncations += 1
         del self._batches[i:]
         del self._bases[i:]
         self._dirty = self._batches[-1].last_offset if self._batches else self._start - 1
@@ -131,6 +152,7 @@ class MemoryLog:
         """Drop every batch and start empty at ``offset`` (see ``LogStorage.restart_at``)."""
         if offset < self._start:
             raise ValueError(f"restart offset {offset} is below the log start {self._start}")
+        self._truncations += 1
         self._batches, self._bases = [], []
         self._start, self._prev_term = offset, prev_term
         self._dirty = self._flushed = offset - 1

@@ -105,15 +105,21 @@ class OffsetIndex:
             if self._persisted is not None and self._persisted > i:
                 self._persisted = None
 
-    def persist(self, *, fsync: bool) -> None:
-        """Bring the file up to date: append new entries, or rewrite it after a truncation."""
+    def persist(self, *, fsync: bool, upto: int | None = None) -> None:
+        """Bring the file up to date: append new entries, or rewrite it after a truncation.
+
+        ``upto``: persist only the first ``upto`` entries (those of the data a flush
+        made durable; later ones are for data written while it ran). The count
+        persisted never goes back: entries already in the file stay.
+        """
+        end = len(self._offsets) if upto is None else min(upto, len(self._offsets))
         rewrite = self._persisted is None
-        if not rewrite and self._persisted == len(self._offsets) and not fsync:
-            return
         start = 0 if rewrite else self._persisted
+        if not rewrite and start >= end and not fsync:
+            return
         data = b"".join(
             ENTRY.pack(o, p)
-            for o, p in zip(self._offsets[start:], self._positions[start:], strict=True)
+            for o, p in zip(self._offsets[start:end], self._positions[start:end], strict=True)
         )
         f = self._fs.open(self.path, create=True)
         try:
@@ -131,4 +137,4 @@ class OffsetIndex:
                 f.fsync()
         finally:
             f.close()
-        self._persisted = len(self._offsets)
+        self._persisted = max(start, end)

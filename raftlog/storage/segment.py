@@ -21,9 +21,11 @@ Batches with timestamp 0 (a new leader's no-op) never count.
 
 from __future__ import annotations
 
+import dataclasses
 import pathlib
 import re
 import struct
+import threading
 from collections.abc import Iterator, Sequence
 
 from raftlog.storage.api import StorageCorruption
@@ -69,8 +71,23 @@ class SegmentDecodeError(Exception):
         return StorageCorruption(str(self), str(self.path), self.position)
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class SyncPoint:
+    """What a flush of one segment covers, taken on the event loop before its fsync:
+    the index entries of the data written by then (entries added later may point at
+    data that fsync does not cover, so that flush does not persist them)."""
+
+    segment: Segment
+    index_entries: int
+    time_index_entries: int | None  # None: the time index was not loaded
+
+
 class Segment:
-    """One segment file; reads and writes go through a lazily opened descriptor."""
+    """One segment file; reads and writes go through a lazily opened descriptor.
+
+    Not thread-safe, except :meth:`sync`: one thread may fsync (and persist the
+    indexes) while another appends; the index files are written under a lock.
+    """
 
     def __init__(
         self,
@@ -99,6 +116,9 @@ class Segment:
         self._fd: FileHandle | None = None
         self.first_timestamp_ms = -1
         self.max_timestamp_ms = -1
+        # Held while the index files are written: a flush's sync (in a thread) and a
+        # roll's seal (on the event loop) may persist them at the same time.
+        self._persist_lock = threading.Lock()
 
     @classmethod
     def create(
@@ -263,27 +283,47 @@ class Segment:
         if timestamp_ms > self.max_timestamp_ms:
             self.max_timestamp_ms = timestamp_ms
 
-    def sync(self, *, index_fsync: bool = False) -> None:
-        """fsync the data, then bring the index file up to date (it only covers durable data)."""
+    def sync_point(self) -> SyncPoint:
+        """What a flush of this segment covers: the data written so far (no IO).
+
+        Opens the descriptor if needed, so that the sync in another thread never does.
+        """
+        self.fd  # noqa: B018 (opened here, on the event loop)
+        times = self._time_index
+        return SyncPoint(self, len(self.index), None if times is None else len(times))
+
+    def sync(self, *, index_fsync: bool = False, point: SyncPoint | None = None) -> None:
+        """fsync the data, then bring the index files up to date (they only cover durable data).
+
+        With ``point`` (taken before the fsync, while appends may go on during it) only
+        the index entries of the data written by then are persisted; without it, all.
+        Safe in a thread while the event loop appends: a write and an fsync of one
+        file may run at once, and the index files are written under a lock.
+        """
         self.fd.fsync()
-        self.index.persist(fsync=index_fsync)
-        if self._time_index is not None:
-            self._time_index.persist(fsync=index_fsync)
+        upto = None if point is None else point.index_entries
+        times_upto = None if point is None else point.time_index_entries
+        with self._persist_lock:
+            self.index.persist(fsync=index_fsync, upto=upto)
+            times = self._time_index
+            if times is not None and (point is None or point.time_index_entries is not None):
+                times.persist(fsync=index_fsync, upto=times_upto)
 
     def truncate_at(self, position: int, last_offset: int) -> None:
         """Durably cut the file at ``position`` (a batch boundary); ``last_offset`` is what remains.
 
         The index file is rewritten and fsynced first, so it never points past the data.
         """
-        self.index.truncate(last_offset + 1)
-        self.index.persist(fsync=True)
-        if self._time_index is not None:
-            self._time_index.truncate(last_offset + 1)
-            self._time_index.persist(fsync=True)
-        elif self.fs.exists(self.time_index_path):
-            # not loaded: its entries past the cut would outlive the data; the next load
-            # finds the file inconsistent only if it points past the end, so drop it
-            self.fs.unlink(self.time_index_path, missing_ok=True)
+        with self._persist_lock:
+            self.index.truncate(last_offset + 1)
+            self.index.persist(fsync=True)
+            if self._time_index is not None:
+                self._time_index.truncate(last_offset + 1)
+                self._time_index.persist(fsync=True)
+            elif self.fs.exists(self.time_index_path):
+                # not loaded: its entries past the cut would outlive the data; the next load
+                # finds the file inconsistent only if it points past the end, so drop it
+                self.fs.unlink(self.time_index_path, missing_ok=True)
         self.fd.truncate(position)
         self.fd.fsync()
         self.size = position

@@ -126,15 +126,21 @@ class TimeIndex:
                 self._persisted = None
         # The running maximum stays: an upper bound keeps the entry rule true.
 
-    def persist(self, *, fsync: bool) -> None:
-        """Bring the file up to date: append new entries, or rewrite it after a truncation."""
+    def persist(self, *, fsync: bool, upto: int | None = None) -> None:
+        """Bring the file up to date: append new entries, or rewrite it after a truncation.
+
+        ``upto``: persist only the first ``upto`` entries (those of the data a flush
+        made durable; later ones are for data written while it ran). The count
+        persisted never goes back: entries already in the file stay.
+        """
+        end = len(self._stamps) if upto is None else min(upto, len(self._stamps))
         rewrite = self._persisted is None
-        if not rewrite and self._persisted == len(self._stamps) and not fsync:
-            return
         start = 0 if rewrite else self._persisted
+        if not rewrite and start >= end and not fsync:
+            return
         data = b"".join(
             ENTRY.pack(t, o)
-            for t, o in zip(self._stamps[start:], self._offsets[start:], strict=True)
+            for t, o in zip(self._stamps[start:end], self._offsets[start:end], strict=True)
         )
         f = self._fs.open(self.path, create=True)
         try:
@@ -149,4 +155,4 @@ class TimeIndex:
                 f.fsync()
         finally:
             f.close()
-        self._persisted = len(self._stamps)
+        self._persisted = max(start, end)

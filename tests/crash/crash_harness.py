@@ -109,6 +109,23 @@ class Driver:
         self.log.flush()
         self._note_offsets()
 
+    def flush_around(
+        self,
+        before_sync: list[RecordBatch] | None = None,
+        after_sync: list[RecordBatch] | None = None,
+    ) -> None:
+        """A flush in its three steps with appends landing while it runs (as the leader's
+        appends do during the fsync): ``before_sync`` between prepare and the fsync,
+        ``after_sync`` between the fsync and finish. Neither is acknowledged by it."""
+        plan = self.log.prepare_flush()
+        if before_sync:
+            self.append(before_sync)
+        self.log.sync_flush(plan)
+        if after_sync:
+            self.append(after_sync)
+        self.log.finish_flush(plan)
+        self._note_offsets()
+
     def truncate(self, offset: int) -> None:
         self.acked.truncate_pending = offset
         self.log.truncate(offset)

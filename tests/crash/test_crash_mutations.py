@@ -56,7 +56,7 @@ def test_a_flush_that_forgets_the_directory_fsync_is_caught(monkeypatch):
     def flush_without_dir_fsync(self: SegmentedLog) -> int:
         if self._dirty > self._flushed and self._segments:
             self._segments[-1].sync()
-        self._dir_dirty = False  # the bug: the new segment's name is never made durable
+        self._dir_synced = self._dir_version  # the bug: the new segment's name is never durable
         self._flushed = self._dirty
         return self._flushed
 

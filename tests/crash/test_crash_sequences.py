@@ -117,9 +117,21 @@ def snapshot_install(d: Driver) -> None:
     d.flush()
 
 
+def append_during_flush(d: Driver) -> None:
+    """Appends land while a flush runs (before and after its fsync), one rolling a new
+    segment (a new term) under it: each flush acknowledges only what it recorded."""
+    d.append(batches(0, 1, [90, 90]))  # 0..3
+    d.flush_around(before_sync=batches(4, 1, [80]), after_sync=batches(6, 1, [80]))  # 0..3
+    d.flush_around(after_sync=batches(8, 2, [70]))  # 4..7; 8..9 roll a segment meanwhile
+    d.flush()
+    d.flush_around(after_sync=batches(10, 2, [60]))  # nothing recorded: 10..11 stay dirty
+    d.append(batches(12, 2, [60]))  # unflushed tail
+
+
 SCENARIOS = [
     snapshot_install,
     append_flush,
+    append_during_flush,
     term_roll,
     truncate_after_conflict,
     truncate_across_segments,
