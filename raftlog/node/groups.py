@@ -163,7 +163,8 @@ class GroupHost:
         if c is None:
             return
         await c.stop()
-        c.log.close()
+        async with c.flusher.truncation_lock:  # never close the files under an fsync
+            c.log.close()
 
     async def transfer(self, c: Consensus, target: int) -> None:
         """Move leadership to ``target`` when it is caught up (never stalls writes for

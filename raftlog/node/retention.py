@@ -226,8 +226,8 @@ class Retention:
         if target <= lg.start_offset:
             return 0
         before_start, before_bytes = lg.start_offset, lg.size_bytes
-        # appends, truncations and flushes take this lock too: never a concurrent mutation
-        async with self._c.flusher.mutation_lock:
+        # a flush holds this lock around its fsync: no segment is deleted under it
+        async with self._c.flusher.truncation_lock:
             if not self._c.running:  # the group is closing: its log may be closed
                 return 0
             lg.prefix_truncate(target)

@@ -3,17 +3,29 @@
 Appends are written without fsync. ``note_append`` schedules a background
 flush when the pending bytes pass ``flush_bytes`` or after ``flush_delay_s``;
 ``flush_now`` asks for a flush that *starts after the call* and waits for it
-(concurrent callers share it). A flush runs ``log.flush()`` in a thread
-executor when ``in_executor`` (the on-disk log: fsync must not stall the event
-loop) or inline (the simulator's disk, so runs stay deterministic).
+(concurrent callers share it).
+
+A flush is the log's three steps (see :class:`~raftlog.storage.api.LogStorage`):
+``prepare_flush`` records the dirty offset on the event loop, ``sync_flush``
+fsyncs in a thread executor when ``in_executor`` (the on-disk log: fsync must
+not stall the event loop) or inline (the simulator's disk, so runs stay
+deterministic), and ``finish_flush`` marks the recorded offset flushed.
+Appends (the leader's, a follower's) do not wait for a flush: they run while
+its fsync does, and what they add is flushed by the next one. Only what cuts,
+deletes or closes the log's files (a follower's suffix truncation, a snapshot
+install's ``restart_at``, retention's prefix truncation, closing the log) takes
+:attr:`FlushCoalescer.truncation_lock`, which a flush holds from prepare to finish.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
+from typing import TypeVar
 
 from raftlog.storage.api import LogStorage
+
+_T = TypeVar("_T")
 
 
 class FlushCoalescer:
@@ -38,10 +50,12 @@ class FlushCoalescer:
         self._waiters: list[asyncio.Future[int]] = []
         self._wake = asyncio.Event()
         self.flushes = 0
-        # Held while log.flush() runs in a thread: appends and truncations take it too,
-        # so the log is never mutated concurrently with an fsync (the storage need not
-        # be thread-safe). Uncontended in inline mode, where acquiring never yields.
-        self.mutation_lock = asyncio.Lock()
+        # Held by a flush from prepare to finish (around its fsync). Truncations (suffix,
+        # prefix, a snapshot install's restart) and closing the log take it: no file is
+        # cut, deleted or closed under an fsync, and no plan outlives the files it names.
+        # Appends never take it. Uncontended in inline mode without a modelled latency
+        # (acquiring never yields).
+        self.truncation_lock = asyncio.Lock()
 
     def note_append(self, nbytes: int) -> None:
         """Record unflushed bytes; a flush follows by size or by delay."""
@@ -77,14 +91,7 @@ class FlushCoalescer:
             self._pending_bytes = 0
             try:
                 if self._log.flushed_offset < self._log.dirty_offset:
-                    if self._latency_s > 0:
-                        await asyncio.sleep(self._latency_s)
-                    if self._in_executor:
-                        loop = asyncio.get_running_loop()
-                        async with self.mutation_lock:
-                            await loop.run_in_executor(None, self._log.flush)
-                    else:
-                        self._log.flush()
+                    await self._flush()
                     self.flushes += 1
             except Exception as exc:  # surface a disk error to every waiter, keep running
                 for w in waiters:
@@ -96,3 +103,39 @@ class FlushCoalescer:
             for w in waiters:
                 if not w.done():
                     w.set_result(flushed)
+
+    async def _flush(self) -> None:
+        """One flush: record, fsync (appends go on meanwhile), mark the recorded offset."""
+        log = self._log
+        async with self.truncation_lock:
+            plan = log.prepare_flush()
+            if self._latency_s > 0:  # the modelled fsync takes this long
+                await asyncio.sleep(self._latency_s)
+            if self._in_executor:
+                await _in_thread(log.sync_flush, plan)
+            else:
+                log.sync_flush(plan)
+            log.finish_flush(plan)
+
+
+async def _in_thread(fn: Callable[..., _T], *args: object) -> _T:
+    """``fn(*args)`` in the default executor, awaited to its end even when cancelled.
+
+    A thread cannot be stopped: returning early on cancellation would release the
+    truncation lock while the fsync still runs, letting a truncation or ``close``
+    cut its files. The cancellation is re-raised once the thread is done.
+    """
+    fut = asyncio.get_running_loop().run_in_executor(None, fn, *args)
+    cancelled = False
+    while not fut.done():
+        try:
+            await asyncio.shield(fut)
+        except asyncio.CancelledError:
+            cancelled = True
+        except BaseException:
+            break  # fn raised: fut is done
+    if cancelled:
+        if not fut.cancelled():
+            fut.exception()  # retrieved (a failed fsync has already poisoned the log)
+        raise asyncio.CancelledError
+    return fut.result()

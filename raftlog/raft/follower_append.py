@@ -1,12 +1,14 @@
 """The follower's side of append entries: check with the core, apply, flush, reply.
 
 The core checks a request and plans it (``check_append``: truncate here,
-append these); this stage applies the plan under the flusher's mutation lock
-with no await between check and mutation, so appends never interleave;
-flushes when the request asks (``quorum_ack``), otherwise notes the bytes for
-the coalesced flush; and asks the core for the reply (``finish_append``). A
-request that overtook its predecessor on the network waits for it (at most a
-tick) instead of being refused.
+append these); this stage applies the plan with no await between check and
+mutation, so appends never interleave; flushes when the request asks
+(``quorum_ack``), otherwise notes the bytes for the coalesced flush; and asks
+the core for the reply (``finish_append``). An append runs while a flush's
+fsync does; a request that may truncate (one of its batches starts at or below
+the dirty offset) first takes the flusher's truncation lock, so no suffix is
+cut under an fsync. A request that overtook its predecessor on the network
+waits for it (at most a tick) instead of being refused.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from __future__ import annotations
 import asyncio
 
 from raftlog.faults.failpoints import RAFT_FOLLOWER_BEFORE_REPLY, failpoint
+from raftlog.raft.core import AppendPlan
 from raftlog.raft.errors import RaftError
 from raftlog.raft.messages import APPEND_SUCCESS, AppendEntriesReply, AppendEntriesRequest
 from raftlog.raft.stage_context import GroupContext
@@ -67,19 +70,14 @@ class FollowerAppend:
         c = self._c
         if req.prev_log_offset > c.log.dirty_offset:
             await self._await_predecessor(req)
-        async with c.flusher.mutation_lock:
-            if not c.running:
-                raise RaftError(f"group {c.group} on node {c.node_id} stopped")
-            plan = c.core.check_append(req)
-            if isinstance(plan, AppendEntriesReply):
-                c.process_ready()
-                return plan
-            # Check and mutation happen with no await in between: appends never interleave.
-            if plan.truncate_at != -1:
-                c.truncate_local(plan.truncate_at)
-            if plan.batches:
-                c.append_local(plan.batches)
-            c.process_ready()
+        if req.batches and req.batches[0].base_offset <= c.log.dirty_offset:
+            # Overlaps the log: a conflicting suffix may be cut, never under an fsync.
+            async with c.flusher.truncation_lock:
+                plan = self._apply(req, may_truncate=True)
+        else:
+            plan = self._apply(req, may_truncate=False)
+        if isinstance(plan, AppendEntriesReply):
+            return plan
         if req.flush and c.log.flushed_offset < c.log.dirty_offset:
             await c.flusher.flush_now()
         elif plan.batches:
@@ -91,3 +89,32 @@ class FollowerAppend:
         if reply.result == APPEND_SUCCESS:
             failpoint(RAFT_FOLLOWER_BEFORE_REPLY)
         return reply
+
+    def _apply(
+        self, req: AppendEntriesRequest, may_truncate: bool
+    ) -> AppendPlan | AppendEntriesReply:
+        """Check ``req`` and apply its plan (truncate, append), with no await in between.
+
+        ``may_truncate`` says whether the caller holds the truncation lock; without it
+        the plan cannot truncate (no batch of ``req`` starts at or below the dirty
+        offset, checked with no await before this call), which is asserted.
+        """
+        c = self._c
+        if not c.running:
+            raise RaftError(f"group {c.group} on node {c.node_id} stopped")
+        plan = c.core.check_append(req)
+        if isinstance(plan, AppendEntriesReply):
+            c.process_ready()
+            return plan
+        if plan.truncate_at != -1:
+            if not may_truncate:
+                raise RaftError(
+                    f"group {c.group} on node {c.node_id}: a truncation at {plan.truncate_at} "
+                    "was planned without the truncation lock (dirty offset "
+                    f"{c.log.dirty_offset}, first batch {req.batches[0].base_offset})"
+                )
+            c.truncate_local(plan.truncate_at)
+        if plan.batches:
+            c.append_local(plan.batches)
+        c.process_ready()
+        return plan

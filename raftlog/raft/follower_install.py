@@ -4,9 +4,10 @@ The core decides whether a chunk is wanted (``check_install``: the leader's
 term, and whether the log already holds the snapshot's offset); this stage
 assembles the chunks of one snapshot in order (a chunk out of order is answered
 with how much is held, and the leader resends from there), and, once whole,
-installs it under the flusher's mutation lock: the commit context is saved
-first, then the log restarts empty after the snapshot's offset, the
-configuration history and the state machines are restored from it
+installs it under the flusher's truncation lock (the log's files are deleted,
+never under an fsync): the commit context is saved first, then the log
+restarts empty after the snapshot's offset, the configuration history and
+the state machines are restored from it
 (``Consensus.install_local``). The core then counts it as committed
 (``finish_install``).
 """
@@ -65,7 +66,7 @@ class FollowerInstall:
                 c.group, c.node_id, req.last_included_offset, req.source_node,
             )  # fmt: skip
             return c.core.install_reply(req, 0)
-        async with c.flusher.mutation_lock:
+        async with c.flusher.truncation_lock:
             if not c.running:
                 raise RaftError(f"group {c.group} on node {c.node_id} stopped")
             if req.term == c.core.term and req.source_node == c.core.leader_id:

@@ -18,7 +18,8 @@ class ConsensusOptions:
     # ... or after this delay. Redpanda uses 100 ms; ours is shorter because
     # quorum_ack appends flush at once anyway and this only bounds leader_ack lag.
     flush_delay_s: float = 0.005
-    # Run log.flush() in a thread (on-disk logs); False runs it inline (simulator).
+    # Run a flush's fsync step (log.sync_flush) in a thread (on-disk logs); False runs
+    # it inline (simulator).
     flush_in_executor: bool = True
     # Simulated fsync duration (the simulator's slow disk); keep 0 in production.
     flush_latency_s: float = 0.0

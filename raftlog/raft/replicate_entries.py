@@ -70,8 +70,9 @@ class ReplicateEntries:
 
     async def _replicate(self, reqs: list[ReplicateRequest]) -> None:
         await self._await_follower_slots()
-        async with self._c.flusher.mutation_lock:
-            appended = self._append(reqs)
+        # No lock: the append runs while a flush's fsync does (that flush covers only
+        # what was written before it started; the next one covers this append).
+        appended = self._append(reqs)
         if appended:
             # Let the send tasks reach the transport before the memory units go back.
             await asyncio.sleep(0)
@@ -91,7 +92,7 @@ class ReplicateEntries:
         for r in reqs:
             if r.stages.finished.done():
                 # The caller gave up (cancelled ``finished``) while the request waited
-                # for a follower slot or the flush lock: it is not appended.
+                # for a follower slot: it is not appended.
                 continue
             if r.expected_term not in (-1, term):
                 r.stages.finished.set_exception(TermMismatchError(c.group, r.expected_term, term))
