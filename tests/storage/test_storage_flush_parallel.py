@@ -163,3 +163,42 @@ def test_flushed_is_the_recorded_offset_on_both_logs(kind):
     if kind == "memory":
         assert log.crash() == 3
     assert log.flush() == log.dirty_offset
+
+
+def test_appends_and_rolls_racing_flush_threads_keep_every_claim():
+    """Many rounds of a real race: the fsync step runs in a thread while this thread
+    appends, rolling segments by size and by term (a seal's fsync and index write
+    against the flush's). Every claim holds and survives the worst power cut."""
+    fs = ModelFileSystem()
+    log = open_log(fs, segment_bytes=700)
+    written: list = []
+    term = 1
+
+    def append(sizes: list[int]) -> None:
+        new = make_batches(log.dirty_offset + 1, term, sizes)
+        log.append(new)
+        written.extend(new)
+
+    for round_ in range(120):
+        append([60, 90])
+        plan = log.prepare_flush()
+        thread, errors = sync_in_thread(log, plan)
+        for i in range(3):
+            if (round_ + i) % 7 == 0:
+                term += 1  # a new term rolls a segment while the fsync may run
+            append([50 + 10 * i])
+        thread.join(10)
+        assert not thread.is_alive() and not errors
+        flushed = log.finish_flush(plan)
+        assert plan.offset <= flushed <= log.dirty_offset
+        contract_checks.check_offsets(log.start_offset, flushed, log.dirty_offset)
+        if round_ % 20 == 19:
+            cut = copy.deepcopy(fs)
+            cut.crash(round_, keep_unsynced=False)
+            with open_log(cut, segment_bytes=700) as again:
+                assert again.dirty_offset >= flushed
+                assert again.read(0, 10**9, end=flushed) == [
+                    b for b in written if b.last_offset <= flushed
+                ]
+    assert log.flush() == log.dirty_offset == written[-1].last_offset
+    assert log.segment_count > 20
