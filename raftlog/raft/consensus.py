@@ -474,8 +474,9 @@ class Consensus:
         return None if data is None else (offset, data)
 
     def state_snapshot(self) -> tuple[int, bytes]:
-        """(offset, data): the group's state as of the last applied offset."""
-        return self._applier.last_applied, self._applier.snapshot()
+        """(offset, data): the group's state as of the last applied offset (without state
+        machines: the commit index, as far as flushed), in the commit context's format."""
+        return self._applier.snapshot()
 
     def truncate_local(self, offset: int) -> None:
         """Drop the log from ``offset`` on (a follower's conflicting suffix)."""

@@ -519,13 +519,19 @@ class RaftCore:
         """Validate an append; a rejection reply or the plan to apply before ``finish_append``."""
         if not self._accept_leader(req.term, req.source_node):
             return self._append_reply(req, APPEND_FAILURE, -1)
+        start = self.log.start_offset
+        # Below the log start the entries were compacted (or came in a snapshot): all
+        # committed, so equal to every later leader's (leader completeness).
         if req.prev_log_offset > self.log.dirty_offset or (
-            self.term_at(req.prev_log_offset) != req.prev_log_term
+            req.prev_log_offset >= start - 1
+            and self.term_at(req.prev_log_offset) != req.prev_log_term
         ):
             return self._append_reply(req, APPEND_FAILURE, -1)
         truncate_at = -1
         to_append: list[RecordBatch] = []
         for i, batch in enumerate(req.batches):
+            if batch.last_offset < start:
+                continue  # compacted here
             if batch.base_offset <= self.log.dirty_offset:
                 if self.term_at(batch.base_offset) == batch.term or mutations.active(
                     "skip_truncation"

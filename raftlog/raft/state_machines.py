@@ -94,27 +94,29 @@ class Applier:
                 for listener in self.applied_listeners:
                     listener(b.last_offset)
 
-    def snapshot(self) -> bytes:
-        """The group's state as of ``last_applied`` (the configuration effective there and
-        every state machine's snapshot), in the commit context's format."""
-        cfg_offset, cfg = self._c.configs.at(self.last_applied)
+    def snapshot(self) -> tuple[int, bytes]:
+        """(offset, data): the group's state as of ``offset`` (the configuration effective
+        there and every state machine's snapshot), in the commit context's format. The
+        offset is the last applied one, or without state machines the commit index (as far
+        as this replica has flushed it)."""
+        offset = self._snapshot_offset()
+        cfg_offset, cfg = self._c.configs.at(offset)
         blobs = [stm.snapshot() for stm in self.stms]
-        return group_snapshot.join([group_snapshot.config_blob(cfg_offset, cfg), *blobs])
+        return offset, group_snapshot.join([group_snapshot.config_blob(cfg_offset, cfg), *blobs])
+
+    def _snapshot_offset(self) -> int:
+        c = self._c
+        if self.stms:
+            return self.last_applied
+        return max(min(c.core.commit_index, c.log.flushed_offset), self.last_applied)
 
     def save_commit_context(self) -> None:
         """Save the latest commit context (only offsets this replica has flushed)."""
         c = self._c
-        if self.stms:
-            committed = self.last_applied
-            if committed > c.log.flushed_offset or committed <= self._saved_commit:
-                return
-            snapshot = self.snapshot()
-        else:
-            committed = min(c.core.commit_index, c.log.flushed_offset)
-            if committed <= self._saved_commit:
-                return
-            cfg_offset, cfg = c.configs.at(committed)
-            snapshot = group_snapshot.join([group_snapshot.config_blob(cfg_offset, cfg)])
+        committed = self._snapshot_offset()
+        if committed > c.log.flushed_offset or committed <= self._saved_commit:
+            return
+        committed, snapshot = self.snapshot()
         term = c.core.term_at(committed)
         c.log.save_commit_context(CommitContext(committed, term or 0, snapshot))
         self._saved_commit = committed

@@ -39,6 +39,9 @@ class SimNode:
         self.heartbeat_interval_s = heartbeat_interval_s
         self.seed = seed
         self.log = MemoryLog()
+        # on the simulated disk: kept across crashes (saved durably before they count)
+        self.snapshots = MemorySnapshots()
+        self.compactions = 0
         self.alive = False
         self.incarnation = 0
         self._tasks: dict[asyncio.Task[Any], None] = {}  # ordered: deterministic replay
@@ -70,6 +73,28 @@ class SimNode:
             seed=self.seed * 1009 + self.node_id * 7 + self.incarnation,
             heartbeats=self.heartbeats,
         )
+        self.consensus.snapshot_store = self.snapshots
+
+    async def compact(self) -> int | None:
+        """Retention, as a node does it: save the commit context, then drop the log up
+        to the group's state as of the last applied offset (the commit index without state
+        machines), keeping that state as the snapshot a follower behind the new log start
+        is sent. Never past the saved commit context (a restart restores from it). Returns
+        the new log start, or None when nothing could be dropped."""
+        if not self.alive:
+            return None
+        c = self.consensus
+        async with c.flusher.truncation_lock:
+            if not (self.alive and c.running):
+                return None
+            c.save_commit_context()
+            offset, data = c.state_snapshot()
+            if not (self.log.start_offset <= offset <= self.log.commit_context_offset):
+                return None
+            self.snapshots.keep(offset, data)
+            self.log.prefix_truncate(offset + 1)
+        self.compactions += 1
+        return self.log.start_offset
 
     async def start(self) -> None:
         self._build()
@@ -121,3 +146,22 @@ class SimNode:
             await self.consensus.stop()
             for t in list(self._tasks):
                 t.cancel()
+
+
+class MemorySnapshots:
+    """A simulated node's snapshots as of its log start (a
+    :class:`raftlog.raft.group_snapshot.SnapshotStore`); on the simulated disk, so a
+    crash keeps them: each is saved before the log below it is dropped."""
+
+    def __init__(self) -> None:
+        self._kept: dict[int, bytes] = {}
+
+    def at(self, offset: int) -> bytes | None:
+        return self._kept.get(offset)
+
+    def keep(self, offset: int, data: bytes) -> None:
+        """The state as of ``offset``, about to become the log start minus one."""
+        self._kept = {offset: data}
+
+    def installed(self, offset: int, data: bytes) -> None:
+        self._kept = {offset: data}

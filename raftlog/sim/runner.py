@@ -44,6 +44,8 @@ class SimConfig:
     final_s: float = 15.0  # virtual seconds allowed to recover after healing
     step_s: float = 0.01  # invariant check period
     nodes: tuple[int, ...] = (3, 5)
+    # per nemesis step: a live node compacts its log (followers behind get a snapshot)
+    compact_rate: float = 0.3
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -105,6 +107,9 @@ class _Sim:
         self.writes = 0
         self.stop = False
         self.background: list[asyncio.Task[None]] = []
+        # Compactions (retention) on their own stream, so that the other draws do not move:
+        # a follower behind a leader's new log start gets the snapshot installed.
+        self.compact_rng = random.Random(seed * 31 + 7)
 
     async def run(self) -> SeedResult:
         cluster = self.cluster
@@ -231,6 +236,16 @@ class _Sim:
             await asyncio.sleep(rng.uniform(0.05, 0.3))
             if self.stop:
                 return
+            compact_rng = self.compact_rng
+            if compact_rng.random() < self.config.compact_rate:
+                # the leader half the time: its followers behind need the snapshot
+                leader = self.cluster.leader()
+                node = leader if leader is not None and compact_rng.random() < 0.5 else None
+                node = node or compact_rng.choice(self.cluster.live() or [None])
+                if node is not None:
+                    start = await node.compact()
+                    if start is not None:
+                        self.trace.append(f"{self._now():.3f} compact {node.node_id} to {start}")
             action = rng.random()
             scenario = first[i] if i < len(first) else None
             if scenario == "calm":
@@ -313,6 +328,9 @@ class _Sim:
             self.checker.record_ack(result, batch)
         except (RaftError, TimeoutError):
             pass
+        if self.compact_rng.random() < 0.5:  # the laggers then need the leader's snapshot
+            start = await leader.compact()
+            self.trace.append(f"{self._now():.3f} compact leader {leader.node_id} to {start}")
         await asyncio.sleep(rng.uniform(0.05, 0.2))
         # Clock drift: the laggers' clocks run fast, the others' slow.
         for node in self.cluster.nodes.values():

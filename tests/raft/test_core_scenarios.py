@@ -229,6 +229,33 @@ def test_leadership_transfer_waits_for_the_target_to_catch_up_then_resends() -> 
     assert leader.transfer_target == -1  # given up (writes resume while it leads)
 
 
+def test_an_append_reaching_below_a_compacted_log_start_is_taken_not_truncated() -> None:
+    """A follower whose log starts at 6 (compacted, or a snapshot installed) gets an append
+    from prev 2: the entries below its start are committed, so equal to the leader's; it
+    skips them, appends what is new and matches, instead of seeing a conflict at 3 (and
+    truncating committed entries). Found by the simulation once it compacted logs."""
+    net = CoreNet(3)
+    follower, log = net.cores[2], net.logs[2]
+    log.append([placed(i, 1) for i in range(10)])
+    log.flush()
+    empty = _append(1, 2, 1, 9, 1, [], commit=9)
+    follower.check_append(empty)
+    follower.finish_append(empty)
+    assert follower.commit_index == 9
+    log.prefix_truncate(6)
+    assert (log.start_offset, log.term_at(5), log.term_at(3)) == (6, 1, None)
+    plan = follower.check_append(_append(1, 2, 1, 2, 1, [placed(i, 1) for i in range(3, 11)]))
+    assert not isinstance(plan, AppendEntriesReply), plan
+    assert plan.truncate_at == -1
+    assert [b.base_offset for b in plan.batches] == [10]
+    log.append(plan.batches)
+    reply = follower.finish_append(_append(1, 2, 1, 2, 1, [placed(i, 1) for i in range(3, 11)]))
+    assert (reply.result, reply.last_matched_offset) == (0, 10)
+    # prev inside the log still has to match
+    bad = follower.check_append(_append(1, 2, 1, 7, 2, [placed(8, 2)]))
+    assert isinstance(bad, AppendEntriesReply) and bad.result == 1
+
+
 def test_leader_without_a_quorum_steps_down() -> None:
     net = CoreNet(3)
     net.cores[1].campaign(prevote=False, transfer=False)
