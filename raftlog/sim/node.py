@@ -75,18 +75,21 @@ class SimNode:
         )
         self.consensus.snapshot_store = self.snapshots
 
-    async def compact(self) -> int | None:
+    async def compact(self, before_drop: Callable[[], None] | None = None) -> int | None:
         """Retention, as a node does it: save the commit context, then drop the log up
         to the group's state as of the last applied offset (the commit index without state
         machines), keeping that state as the snapshot a follower behind the new log start
         is sent. Never past the saved commit context (a restart restores from it). Returns
-        the new log start, or None when nothing could be dropped."""
+        the new log start, or None when nothing could be dropped. ``before_drop`` runs
+        just before, with no await in between (the checker reads what is dropped)."""
         if not self.alive:
             return None
         c = self.consensus
         async with c.flusher.truncation_lock:
             if not (self.alive and c.running):
                 return None
+            if before_drop is not None:
+                before_drop()
             c.save_commit_context()
             offset, data = c.state_snapshot()
             if not (self.log.start_offset <= offset <= self.log.commit_context_offset):

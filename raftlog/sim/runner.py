@@ -243,7 +243,7 @@ class _Sim:
                 node = leader if leader is not None and compact_rng.random() < 0.5 else None
                 node = node or compact_rng.choice(self.cluster.live() or [None])
                 if node is not None:
-                    start = await node.compact()
+                    start = await node.compact(self._check)
                     if start is not None:
                         self.trace.append(f"{self._now():.3f} compact {node.node_id} to {start}")
             action = rng.random()
@@ -329,7 +329,7 @@ class _Sim:
         except (RaftError, TimeoutError):
             pass
         if self.compact_rng.random() < 0.5:  # the laggers then need the leader's snapshot
-            start = await leader.compact()
+            start = await leader.compact(self._check)
             self.trace.append(f"{self._now():.3f} compact leader {leader.node_id} to {start}")
         await asyncio.sleep(rng.uniform(0.05, 0.2))
         # Clock drift: the laggers' clocks run fast, the others' slow.
