@@ -42,6 +42,7 @@ from raftlog.raft.errors import (
     TermMismatchError,
 )
 from raftlog.raft.heartbeat_manager import HeartbeatManager
+from raftlog.raft.progress import ProgressState
 from raftlog.raft.replicate_batcher import Consistency
 from raftlog.rpc.messages import (
     CoordinatorRequest,
@@ -63,6 +64,11 @@ from raftlog.rpc.server import RequestError
 from raftlog.rpc.transport import StreamTransport
 from raftlog.storage.batch import RecordBatch
 from raftlog.storage.log import SegmentedLog
+
+TRANSFER_HEARD_TICKS = 10
+"""A preferred replica not heard from in this many ticks is not handed the leadership."""
+TRANSFER_LAG_RECORDS = 1000
+"""Nor one more records behind than this (the core catches it up while writes wait)."""
 
 CONSISTENCY = {-1: Consistency.QUORUM_ACK, 1: Consistency.LEADER_ACK, 0: Consistency.NO_ACK}
 REQUEST_TIMEOUT_S = 30.0
@@ -166,13 +172,22 @@ class GroupHost:
         async with c.flusher.truncation_lock:  # never close the files under an fsync
             c.log.close()
 
-    async def transfer(self, c: Consensus, target: int) -> None:
-        """Move leadership to ``target`` when it is caught up (never stalls writes for
-        a follower that is behind or unreachable)."""
+    async def transfer(self, c: Consensus, target: int) -> bool:
+        """Move leadership to ``target`` when it keeps up: streamed to (replicate), heard
+        from within the last ``TRANSFER_HEARD_TICKS`` and at most
+        ``TRANSFER_LAG_RECORDS`` behind, so the pause in writes while the core catches it
+        up is short (never stalls writes for a follower that is behind or unreachable).
+        False when it did not try."""
         p = c.core.progress.get(target)
-        if p is None or p.match_offset < c.log.dirty_offset:
-            return
+        if (
+            p is None
+            or p.state is not ProgressState.REPLICATE
+            or c.core.ticks - p.last_heard_tick > TRANSFER_HEARD_TICKS
+            or c.log.dirty_offset - p.match_offset > TRANSFER_LAG_RECORDS
+        ):
+            return False
         await c.transfer_leadership(target)
+        return True
 
 
 def last_heard_ms(c: Consensus) -> dict[int, int]:

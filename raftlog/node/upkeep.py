@@ -8,7 +8,6 @@ loop runs until the node stops it."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import pathlib
 import time
@@ -134,10 +133,15 @@ class Upkeep:
                 if preferred == self.node_id or not rep.consensus.is_leader:
                     continue
                 if now - self._transfer_attempts.get(gid, 0.0) < 10.0:
-                    continue
-                self._transfer_attempts[gid] = now
-                with contextlib.suppress(Exception):
-                    await asyncio.wait_for(self.host.transfer(rep.consensus, preferred), 3.0)
+                    continue  # a transfer was tried lately (and failed: it still leads)
+                try:
+                    tried = await asyncio.wait_for(
+                        self.host.transfer(rep.consensus, preferred), 3.0
+                    )
+                except Exception:  # timed out or refused
+                    tried = True
+                if tried:  # else checked again next second, until the replica keeps up
+                    self._transfer_attempts[gid] = now
 
     async def _leader_balancer_loop(self) -> None:
         """On the controller leader, every ``--leader-balance-interval-ms`` (0: never),
