@@ -66,6 +66,9 @@ from raftlog.raft.progress import FollowerProgress, Inflights, ProgressState
 from raftlog.storage.api import VoteState
 from raftlog.storage.batch import RecordBatch
 
+RECOVERY_MAX_FAILURES = 3
+"""Recovery requests in a row without a usable reply before recovery stops (the next
+heartbeat reply from the follower starts it again)."""
 TIMEOUT_NOW_RESEND_TICKS = 3
 """Ticks after a timeout-now before it is sent again (it or its reply may be lost)."""
 
@@ -687,6 +690,7 @@ class RaftCore:
             return
         p.last_reply_seq = max(p.last_reply_seq, reply.seq)
         p.last_heard_tick = self.ticks
+        p.recovery_failures = 0
         p.dirty_offset = reply.last_dirty_offset
         p.flushed_offset = reply.last_flushed_offset
         if mutations.active("dirty_as_flushed"):
@@ -876,6 +880,20 @@ class RaftCore:
             seq=self.next_seq(node),
         )
 
+    def recovery_failed(self, node: int, term: int) -> bool:
+        """A recovery request (or snapshot chunk) to ``node`` got no usable reply (a
+        transport error, the group not hosted there): True to send again after a tick,
+        False to stop, after ``RECOVERY_MAX_FAILURES`` in a row or once this core no
+        longer leads in ``term`` (a heartbeat reply starts recovery again)."""
+        p = self.progress.get(node)
+        if not (self.role is Role.LEADER and term == self.term and p is not None):
+            return False
+        p.recovery_failures += 1
+        if p.recovery_failures < RECOVERY_MAX_FAILURES:
+            return True
+        p.recovery_failures = 0
+        return False
+
     def snapshot_wanted(self, node: int, term: int) -> bool:
         """Whether ``recovery`` of ``node`` (started in ``term``) must install a snapshot."""
         p = self.progress.get(node)
@@ -927,6 +945,7 @@ class RaftCore:
             return None
         p.last_reply_seq = reply.seq
         p.last_heard_tick = self.ticks
+        p.recovery_failures = 0
         p.dirty_offset = reply.last_dirty_offset
         p.flushed_offset = reply.last_flushed_offset
         if reply.result != APPEND_SUCCESS:

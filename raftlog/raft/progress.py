@@ -124,6 +124,8 @@ class FollowerProgress:
     last_heard_tick: int = 0
     # The seq of the newest reply applied (replies at or below it are stale).
     last_reply_seq: int = -1
+    # Recovery requests in a row that got no usable reply (see RaftCore.recovery_failed).
+    recovery_failures: int = 0
 
     @property
     def durable_offset(self) -> int:

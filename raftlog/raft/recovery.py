@@ -9,7 +9,8 @@ which asks the follower to flush) and sends it; the reply goes back to the
 core, which moves ``next_offset`` (back on a mismatch). When the core finds the
 follower caught up it puts it back in ``REPLICATE`` and answers "stop". The
 stage also stops when leadership or the term changes, and gives up after a few
-consecutive transport failures (the next heartbeat reply restarts it).
+requests in a row without a usable reply, as the core decides
+(``recovery_failed``; the next heartbeat reply restarts it).
 
 A follower behind the leader's log start (``SNAPSHOT``: retention deleted
 what it lacks) is first sent the snapshot as of the log start (Redpanda's
@@ -34,7 +35,6 @@ from raftlog.raft.stage_context import GroupContext
 log = logging.getLogger(__name__)
 
 MAX_ROUNDS = 100_000
-MAX_CONSECUTIVE_FAILURES = 3
 
 
 class Recovery:
@@ -56,7 +56,6 @@ class Recovery:
 
     async def _run(self, node: int, term: int) -> None:
         c = self._c
-        failures = 0
         for _ in range(MAX_ROUNDS):
             if not c.running:
                 return
@@ -79,12 +78,10 @@ class Recovery:
             if not isinstance(reply, AppendEntriesReply) or (
                 reply.result == APPEND_GROUP_UNAVAILABLE
             ):
-                failures += 1
-                if failures >= MAX_CONSECUTIVE_FAILURES:
+                if not c.core.recovery_failed(node, term):
                     return
                 await asyncio.sleep(c.options.tick_interval_s)
                 continue
-            failures = 0
             if not c.running:
                 return
             c.core.handle_append_reply(node, term, req.prev_log_offset, reply)
@@ -103,7 +100,7 @@ class Recovery:
             )  # fmt: skip
             return False
         offset, data = snapshot
-        position, failures = 0, 0
+        position = 0
         for _ in range(MAX_ROUNDS):
             if not c.running:
                 return False
@@ -119,12 +116,10 @@ class Recovery:
             if not isinstance(reply, InstallSnapshotReply) or (
                 reply.result == APPEND_GROUP_UNAVAILABLE
             ):
-                failures += 1
-                if failures >= MAX_CONSECUTIVE_FAILURES:
+                if not c.core.recovery_failed(node, term):
                     return False
                 await asyncio.sleep(c.options.tick_interval_s)
                 continue
-            failures = 0
             if not c.running:
                 return False
             following = c.core.handle_install_reply(node, req, reply)

@@ -256,6 +256,21 @@ def test_an_append_reaching_below_a_compacted_log_start_is_taken_not_truncated()
     assert isinstance(bad, AppendEntriesReply) and bad.result == 1
 
 
+def test_recovery_gives_up_after_three_failures_in_a_row_as_the_core_decides() -> None:
+    net = CoreNet(3)
+    net.cores[1].campaign(prevote=False, transfer=False)
+    net.deliver()
+    leader = net.cores[1]
+    term = leader.term
+    assert [leader.recovery_failed(2, term) for _ in range(3)] == [True, True, False]
+    assert leader.recovery_failed(2, term)  # counted afresh after giving up
+    reply = AppendEntriesReply(1, 2, 1, term, 0, -1, -1, -1, leader.next_seq(2))
+    leader.handle_append_reply(2, term, -1, reply, is_heartbeat=True)
+    assert leader.progress[2].recovery_failures == 0  # a usable reply resets the count
+    assert not leader.recovery_failed(2, term + 1)  # another term's recovery stops
+    assert not leader.recovery_failed(9, term)  # not a follower
+
+
 def test_leader_without_a_quorum_steps_down() -> None:
     net = CoreNet(3)
     net.cores[1].campaign(prevote=False, transfer=False)
