@@ -79,6 +79,8 @@ class RaftlogClient(AdminCalls, CallRouting):
         self._leader_hints: dict[tuple[str, int], int] = {}
         self._refreshing: dict[str, asyncio.Future[Any]] = {}
         self._answered = False  # some server has answered this client (see the module doc)
+        # address -> when a request to it last timed out: tried last for a while
+        self._timed_out: dict[str, float] = {}
 
     async def __aenter__(self) -> RaftlogClient:
         return self

@@ -86,6 +86,8 @@ ROUTES = CLIENT_ROUTES
 MAX_ATTEMPT_TIMEOUT_S = 10.0
 #: The least time an attempt is given even when the call's deadline is (nearly) spent.
 MIN_ATTEMPT_TIMEOUT_S = 0.05
+#: How long a node whose request timed out is tried after the others.
+SLOW_NODE_S = 30.0
 
 #: Redirects per call that retry at once (see ``_CallState.backoff``).
 FREE_REDIRECTS = 3
@@ -277,11 +279,15 @@ class CallRouting:
             return await self._any_call(req, resp_type)
 
     def _candidates(self) -> list[str]:
+        """Every known node and seed in a random order, those that timed out in the last
+        ``SLOW_NODE_S`` last (a hung node must not take every attempt's whole bound)."""
         known = list(self._nodes.values())
         seeds = [s for s in self._seeds if s not in known]
         out = known + seeds
         random.shuffle(out)
-        return out
+        now = time.monotonic()
+        slow = {a for a, at in self._timed_out.items() if now - at < SLOW_NODE_S}
+        return [a for a in out if a not in slow] + [a for a in out if a in slow]
 
     async def _any_call(self, req: Any, resp_type: type[R]) -> R:
         """Send to any reachable node, trying each before backing off."""
@@ -294,6 +300,9 @@ class CallRouting:
                     for addr in candidates:
                         try:
                             return await self._send(addr, req, resp_type)
+                        except RequestTimeoutError as exc:  # hung: the next one may answer
+                            last = exc
+                            self._timed_out[addr] = time.monotonic()
                         except ClusterUnavailableError as exc:
                             last = exc
                             if isinstance(exc, _ConnectionRefused):
