@@ -46,7 +46,11 @@ window and the recovery chunk size):
   chooses, its append and the reply (or why recovery stops);
 - ``outbox``, ``log ID``: what waits to be sent; a log's batches;
 - ``add-node ID``, ``cut-one-way A B`` (A can no longer reach B),
-  ``compact ID offset=O`` (prefix-truncate a log below O).
+  ``compact ID offset=O`` (prefix-truncate a log below O);
+- ``install LEADER FOLLOWER [chunk=B]``: one snapshot install, chunk by chunk, as
+  ``recovery`` and the follower's stage carry it out;
+- ``transfer LEADER TARGET``: begin a leadership transfer (``deliver`` then carries
+  the timeout-now the core decides to send).
 """
 
 from __future__ import annotations
@@ -61,8 +65,8 @@ import pytest
 
 import raftlog.rpc.messages as client_messages
 import raftlog.rpc.peer  # noqa: F401  (registers raft's messages)
+from raftlog.raft import group_snapshot, mutations
 from raftlog.raft import messages as raft_messages
-from raftlog.raft import mutations
 from raftlog.raft.configuration import Configuration
 from raftlog.raft.core import CoreOptions
 from raftlog.raft.messages import (
@@ -74,6 +78,7 @@ from raftlog.raft.messages import (
 )
 from raftlog.rpc import codec
 from raftlog.sim.core_net import CoreNet, placed
+from raftlog.storage.api import CommitContext
 from raftlog.storage.batch import RecordBatch
 
 TESTDATA = pathlib.Path(__file__).parent / "testdata"
@@ -385,6 +390,59 @@ class Interpreter:
         self.net.process(leader)
         return [*out, *self._after_ready(leader), *self._progress(leader, follower),
                 f"commit={lcore.commit_index}"]  # fmt: skip
+
+    def cmd_transfer(self, args: list[str]) -> list[str]:
+        """The leader begins a transfer to the target (the core decides the rest)."""
+        leader, target = int(args[0]), int(args[1])
+        core = self.net.cores[leader]
+        core.begin_transfer(target)
+        return [f"n{leader} transfer_target={core.transfer_target} writes={core.accepting_writes}"]
+
+    def cmd_install(self, args: list[str]) -> list[str]:
+        """One snapshot install round as ``recovery`` and ``follower_install`` do it: the
+        snapshot as of the leader's log start minus one (its configuration), in chunks of
+        ``chunk=B`` bytes; the follower restarts its log after it."""
+        leader, follower = int(args[0]), int(args[1])
+        kv, _ = _kv(args[2:])
+        lcore, fcore = self.net.cores[leader], self.net.cores[follower]
+        if not lcore.snapshot_wanted(follower, lcore.term):
+            return ["no snapshot wanted", *self._progress(leader, follower)]
+        offset = self.net.logs[leader].start_offset - 1
+        cfg_offset, cfg = lcore.configs.at(offset)
+        data = group_snapshot.join([group_snapshot.config_blob(cfg_offset, cfg)])
+        step, position, out = int(kv.get("chunk", len(data))), 0, []
+        for _ in range(1000):
+            chunk = data[position : position + step]
+            req = lcore.install_request(follower, lcore.term, offset, position, len(data), chunk)
+            if req is None:
+                out.append("stop")
+                break
+            verdict = fcore.check_install(req)
+            if isinstance(verdict, bool):
+                held = position + len(chunk)
+                if held < len(data):
+                    reply = fcore.install_reply(req, held)
+                else:
+                    flog = self.net.logs[follower]
+                    flog.save_commit_context(CommitContext(offset, req.last_included_term, data))
+                    flog.restart_at(offset + 1, req.last_included_term)
+                    saved = group_snapshot.saved_config(data)
+                    assert saved is not None
+                    fcore.configs.restart(*saved)
+                    reply = fcore.finish_install(req)
+            else:
+                reply = verdict
+            out.append(
+                f"chunk {req.chunk_offset}+{len(req.data)}/{req.total_bytes} as of "
+                f"{req.last_included_offset}@{req.last_included_term}: held="
+                f"{reply.bytes_received} result={reply.result} dirty={reply.last_dirty_offset}"
+            )
+            following = lcore.handle_install_reply(follower, req, reply)
+            if following is None:
+                break
+            position = following
+        self.net.process(leader)
+        return [*out, *self.cmd_log([str(follower)]), *self._progress(leader, follower)]
 
     def cmd_log(self, args: list[str]) -> list[str]:
         node = int(args[0])
