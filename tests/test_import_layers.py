@@ -14,6 +14,7 @@ import pathlib
 import re
 
 import pytest
+from tenacity import retry, retry_if_exception_type, stop_after_attempt
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 ROOTS = ("raftlog", "connector", "benchmarks")
@@ -51,9 +52,18 @@ def _modules() -> dict[str, pathlib.Path]:
 MODULES = _modules()
 
 
+@retry(retry=retry_if_exception_type(SystemError), stop=stop_after_attempt(5), reraise=True)
+def _parse(path: pathlib.Path) -> ast.Module:
+    """``path``'s syntax tree. CPython 3.11's AST construction keeps one recursion
+    counter for all threads (python/cpython#106905): a parse in another thread (a
+    thread left by an earlier test) can make this one fail with "AST constructor
+    recursion depth mismatch", which a second try does not."""
+    return ast.parse(path.read_text(encoding="utf-8"))
+
+
 def _imports(path: pathlib.Path, module: str) -> list[tuple[str, int]]:
     """(imported module, line) for every module-level import of ``path``."""
-    tree = ast.parse(path.read_text(encoding="utf-8"))
+    tree = _parse(path)
     package = module if path.name == "__init__.py" else module.rpartition(".")[0]
     found: list[tuple[str, int]] = []
 
