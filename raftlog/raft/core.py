@@ -682,11 +682,15 @@ class RaftCore:
                 # waited (``_await_predecessor``) on a request it cannot take answers
                 # after the heartbeats sent meanwhile, so its reply's seq is raised to
                 # theirs; ignoring it would resend the same request forever. Only ever
-                # lowers ``next_offset`` (resending entries is harmless).
-                p.next_offset = max(
-                    min(p.next_offset, reply.last_dirty_offset + 1, req_prev_offset),
-                    self.log.start_offset,
-                )
+                # lowers ``next_offset`` (resending entries is harmless), or asks for a
+                # snapshot (the follower refuses one whose offset its log matches).
+                if reply.last_dirty_offset < self.log.start_offset - 1:
+                    self._want_snapshot(p)
+                else:
+                    p.next_offset = max(
+                        min(p.next_offset, reply.last_dirty_offset + 1, req_prev_offset),
+                        self.log.start_offset,
+                    )
             return
         p.last_reply_seq = max(p.last_reply_seq, reply.seq)
         p.last_heard_tick = self.ticks
@@ -960,14 +964,17 @@ class RaftCore:
 
     def check_install(self, req: InstallSnapshotRequest) -> bool | InstallSnapshotReply:
         """Follower: a reply refusing the chunk or saying the snapshot is not needed (the
-        log already holds its offset with its term, as of a committed entry); True
-        when the chunk is to be taken (the stage assembles and installs)."""
+        log already holds its offset with its term); True when the chunk is to be taken
+        (the stage assembles and installs)."""
         if not self._accept_leader(req.term, req.source_node):
             return self._install_reply(req, APPEND_FAILURE, 0)
         if (
-            req.last_included_offset <= self.commit_index
-            and self.term_at(req.last_included_offset) == req.last_included_term
+            req.last_included_offset < self.log.start_offset
+            or self.term_at(req.last_included_offset) == req.last_included_term
         ):
+            # Compacted here already, or the log matches the leader's there, so up to there
+            # (log matching): keep it. Entries past it may count toward a commit already;
+            # an install would drop them.
             return self._install_reply(req, APPEND_SUCCESS, req.total_bytes)
         return True
 

@@ -100,6 +100,10 @@ class Recovery:
             )  # fmt: skip
             return False
         offset, data = snapshot
+        log.info(
+            "group %s: node %s is behind the log start %d: sending it the snapshot as of %d "
+            "(%d bytes)", c.group, node, c.log.start_offset, offset, len(data),
+        )  # fmt: skip
         position = 0
         for _ in range(MAX_ROUNDS):
             if not c.running:

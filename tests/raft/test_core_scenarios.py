@@ -271,6 +271,34 @@ def test_recovery_gives_up_after_three_failures_in_a_row_as_the_core_decides() -
     assert not leader.recovery_failed(9, term)  # not a follower
 
 
+def test_a_stale_mismatch_below_the_log_start_still_asks_for_a_snapshot() -> None:
+    """A follower that waited on a request it cannot take answers after the heartbeats
+    sent meanwhile, so its mismatch reply carries their (higher, already applied) seq:
+    stale. Below the leader's log start it must still move the follower to snapshot,
+    else recovery resends the same chunk forever (a partition move onto a new node hung
+    1 run in 3 this way)."""
+    net = CoreNet(3)
+    net.cores[1].campaign(prevote=False, transfer=False)
+    net.deliver()
+    leader, log = net.cores[1], net.logs[1]
+    log.append([placed(i, 1) for i in range(6)])
+    log.flush()
+    log.prefix_truncate(4)
+    term = leader.term
+    leader.on_send_failed(3, term)  # 3 to probe (recovery owns it)
+    assert leader.progress[3].state.value == "probe"
+    request_seq = leader.next_seq(3)
+    heartbeat_seq = leader.next_seq(3)
+    hb = AppendEntriesReply(1, 3, 1, term, 0, -1, -1, -1, heartbeat_seq)
+    leader.handle_append_reply(3, term, 3, hb, is_heartbeat=True)
+    stale = AppendEntriesReply(1, 3, 1, term, 1, -1, -1, -1, heartbeat_seq)  # raised seq
+    assert stale.seq > request_seq
+    leader.handle_append_reply(3, term, 3, stale)
+    assert leader.stale_replies == 1
+    assert leader.progress[3].state.value == "snapshot"
+    assert 3 in leader.take_ready().recover
+
+
 def test_leader_without_a_quorum_steps_down() -> None:
     net = CoreNet(3)
     net.cores[1].campaign(prevote=False, transfer=False)
