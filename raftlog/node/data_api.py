@@ -41,9 +41,11 @@ class DataApi:
             )
         return rep
 
-    def _leader_replica(self, topic: str, partition: int) -> PartitionReplica:
+    def _leader_replica(
+        self, topic: str, partition: int, *, read: bool = False
+    ) -> PartitionReplica:
         rep = self._replica(topic, partition)
-        rep.require_leader(self.config.peers)
+        rep.require_leader(self.config.peers, read=read)
         return rep
 
     async def produce(self, req: ProduceRequest) -> Any:
@@ -68,10 +70,10 @@ class DataApi:
         return resp
 
     async def fetch(self, req: FetchRequest) -> Any:
-        return await self._leader_replica(req.topic, req.partition).fetch(req)
+        return await self._leader_replica(req.topic, req.partition, read=True).fetch(req)
 
     async def list_offsets(self, req: ListOffsetsRequest) -> Any:
-        return self._leader_replica(req.topic, req.partition).list_offsets()
+        return self._leader_replica(req.topic, req.partition, read=True).list_offsets()
 
     async def offset_for_timestamp(self, req: OffsetForTimestampRequest) -> Any:
         replica = self._leader_replica(req.topic, req.partition)

@@ -372,8 +372,21 @@ class PartitionReplica:
         c = self.consensus
         return c.node_id if c.is_leader else c.leader_id
 
-    def require_leader(self, peers: dict[int, str]) -> None:
+    def require_leader(self, peers: dict[int, str], *, read: bool = False) -> None:
+        """Raise NOT_LEADER (naming the leader) unless this replica leads. ``read``: also
+        LEADER_NOT_AVAILABLE until it has committed an entry of its own term (Raft's
+        read rule: a new leader's commit index, so its high watermark, may lag what the
+        previous leader committed and acknowledged; a reader would miss those records)."""
         c = self.consensus
+        if c.is_leader and read and c.core.term_at(c.core.commit_index) != c.core.term:
+            raise RequestError(
+                ErrorCode.LEADER_NOT_AVAILABLE,
+                f"node {c.node_id} leads {self.topic}/{self.partition} since term "
+                f"{c.core.term} but has not committed an entry of it yet (its high watermark "
+                "may lag); retry",
+                c.node_id,
+                peers.get(c.node_id, ""),
+            )
         if not c.is_leader:
             leader = c.leader_id
             code = ErrorCode.NOT_LEADER if leader >= 0 else ErrorCode.LEADER_NOT_AVAILABLE
