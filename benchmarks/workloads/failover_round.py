@@ -2,6 +2,12 @@
 acknowledged write on the new leader; restart the killed node and wait for it
 to catch up. Used by the ``failover`` scenario.
 
+Before the load starts, the round waits until the partition's preferred replica
+leads again: a node restarted by the previous round takes its leadership back
+once it has caught up, and a round that killed the old leader just after that
+hand-over measured nothing (5 ms "failovers" in every other round). The leader
+is named again just before the kill.
+
 The clock starts just before SIGKILL. Only acknowledgements that complete
 after the killed PID is confirmed gone count, so none of them can have come
 from the old leader; a write that was retried inside the client and then
@@ -24,6 +30,8 @@ WARMUP_ACKS = 5
 WARMUP_TIMEOUT_S = 20.0
 RECOVERY_TIMEOUT_S = 30.0
 CATCH_UP_TIMEOUT_S = 30.0
+SETTLE_TIMEOUT_S = 20.0
+"""How long a round waits for the preferred replica to lead (it goes on regardless)."""
 BEFORE_KILL_S = 1.0
 AFTER_RECOVERY_S = 1.0
 """Load runs this long before the kill and after the first new ack, so that the
@@ -87,8 +95,7 @@ async def run_round(cluster: Any, topic: str, meta: Any, pool: Any) -> Round:
                 errors += 1
                 await asyncio.sleep(0.01)
 
-    leader = (await raftlog_local.wait_leaders(meta, topic))[0]
-    node = cluster.node(leader)
+    await _preferred_leads(meta, topic)
     tasks = [asyncio.create_task(worker(i)) for i in range(WORKERS)]
     try:
 
@@ -97,6 +104,8 @@ async def run_round(cluster: Any, topic: str, meta: Any, pool: Any) -> Round:
 
         await _bounded_wait(warmed_up, WARMUP_TIMEOUT_S, "no write was acknowledged")
         await asyncio.sleep(BEFORE_KILL_S)
+        leader = (await raftlog_local.wait_leaders(meta, topic))[0]
+        node = cluster.node(leader)
         t_kill = time.monotonic()
         # stop_node signals the recorded PID (after checking it is still that node) and
         # polls until it is gone; in a thread so that the load keeps running meanwhile.
@@ -120,6 +129,17 @@ async def run_round(cluster: Any, topic: str, meta: Any, pool: Any) -> Round:
     await asyncio.to_thread(restart_node, cluster, leader)
     await _catch_up(cluster, topic, meta, leader)
     return Round(leader, recovery, new_leader, errors, [t - t_kill for t in done])
+
+
+async def _preferred_leads(meta: Any, topic: str) -> None:
+    """Wait (bounded) until partition 0's preferred replica, the first of its
+    replicas, is its leader."""
+    deadline = time.monotonic() + SETTLE_TIMEOUT_S
+    while time.monotonic() < deadline:
+        partition = (await meta.describe_topic(topic)).partitions[0]
+        if partition.replicas and partition.leader == partition.replicas[0]:
+            return
+        await asyncio.sleep(0.1)
 
 
 async def _catch_up(cluster: Any, topic: str, meta: Any, node_id: int) -> None:

@@ -310,7 +310,14 @@ class RaftCore:
         self.timer.reset()
         if self.node_id not in config.voters:
             return
-        if not self.priority_target.may_campaign(config, self.node_id, self.leader_id):
+        silent_leader = self.leader_id
+        # The leader was not heard for a whole timeout: this node holds no lease for it
+        # any more, campaign or not (etcd's pre-candidate forgets its leader too). Kept,
+        # the lease made a node that may not campaign yet (lower priority) refuse the
+        # prevote of the one that may, and cost every failover of a preferred leader
+        # another timeout in about half the kills (the failover benchmark: 1.3-1.8 s).
+        self.leader_id = -1
+        if not self.priority_target.may_campaign(config, self.node_id, silent_leader):
             return
         self.campaign(prevote=True, transfer=False)
 

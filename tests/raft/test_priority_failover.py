@@ -38,3 +38,20 @@ def test_a_follower_that_never_had_a_leader_still_waits_for_the_top_priority() -
     net.cores[2]._on_election_timeout()
     assert net.cores[2].role.value == "follower"
     assert net.cores[2].priority_target.value == 2
+
+
+def test_a_lower_priority_follower_whose_timer_fired_grants_the_next_ones_prevote() -> None:
+    """Node 3's timer fires first: it may not campaign (node 2 outranks it), and it must
+    not go on protecting the silent leader's lease either. Kept, it refused node 2's
+    prevote, and node 3 itself won a timeout later (1.3-1.8 s failovers)."""
+    net = CoreNet(3, priorities={1: 3, 2: 2, 3: 1})
+    _elect_node_1(net)
+    net.cut.add(1)  # node 1 is dead
+    third, second = net.cores[3], net.cores[2]
+    third._on_election_timeout()
+    assert third.role.value == "follower"
+    second._on_election_timeout()
+    trace = net.deliver()
+    assert "2->3 prevote term=2: granted" in trace, trace
+    assert second.role.value == "leader", trace
+    assert third.leader_id in (-1, 2)
