@@ -244,6 +244,7 @@ class Consensus:
             self.options.flush_in_executor,
             self._on_flushed,
             self.options.flush_latency_s,
+            self.options.flush_linger_s,
         )
         self.batcher = ReplicateBatcher(self._entries, self.options.batcher_memory_bytes)
         self._applier.restore(self._restored_ctx)

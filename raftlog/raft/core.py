@@ -617,10 +617,18 @@ class RaftCore:
         return -1 if self.behind_promise else self.log.flushed_offset
 
     def _reply_seq(self, leader: int, term: int, seq: int) -> int:
-        """The seq a reply carries: never below one already answered to this leader."""
+        """The seq a reply carries: never below one already answered to this leader.
+
+        A reply to an older term's request (a deposed leader's, delivered late) leaves
+        the record alone: had it replaced it, the current leader's next reply would
+        start again from its request's seq, below a reply already sent with an older
+        state, and that older state would win at the leader (the simulation's seed
+        1140: a follower's flushed offset went back from 109 to 102)."""
         if seq < 0:
             return seq
         last_leader, last_term, answered = self._answered
+        if term < last_term:
+            return seq
         if (last_leader, last_term) == (leader, term):
             seq = max(seq, answered)
         self._answered = (leader, term, seq)

@@ -18,6 +18,11 @@ class ConsensusOptions:
     # ... or after this delay. Redpanda uses 100 ms; ours is shorter because
     # quorum_ack appends flush at once anyway and this only bounds leader_ack lag.
     flush_delay_s: float = 0.005
+    # Group commit: a flush that writers wait on waits this long for more of them to
+    # join, when the last one served several (see FlushCoalescer); 0 turns it off.
+    # Measured (`benchmarks small`, 64 clients, 2 cores): 0 -> 0.23 fsyncs per request,
+    # 4 ms -> 0.12 at the same requests/s; 5 ms -> 0.11 at -5%; 10 ms -> 0.09 at -24%.
+    flush_linger_s: float = 0.004
     # Run a flush's fsync step (log.sync_flush) in a thread (on-disk logs); False runs
     # it inline (simulator).
     flush_in_executor: bool = True
@@ -50,6 +55,10 @@ class ConsensusOptions:
         ):
             if getattr(self, name) < 1:
                 raise ValueError(f"ConsensusOptions.{name} must be >= 1, got {getattr(self, name)}")
+        if self.flush_linger_s < 0:
+            raise ValueError(
+                f"ConsensusOptions.flush_linger_s must be >= 0, got {self.flush_linger_s}"
+            )
         for name in ("tick_interval_s", "flush_delay_s"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"ConsensusOptions.{name} must be > 0, got {getattr(self, name)}")

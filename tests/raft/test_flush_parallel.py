@@ -238,3 +238,47 @@ async def test_a_cancelled_flusher_keeps_the_lock_until_its_fsync_ends(monkeypat
         await asyncio.gather(task, return_exceptions=True)
         async with flusher.truncation_lock:
             log.close()
+
+
+async def _fsyncs_for_writers(linger_s: float, rounds: int) -> tuple[int, float]:
+    """Rounds of 8 writers, each of which appends and waits for a flush: the first two
+    at once (concurrent writers), the other six 1 ms apart. The fsyncs done, and how
+    long a lone writer, before any round, waited for its flush."""
+    log = SegmentedLog.open(LOG_DIR, fs=ModelFileSystem())
+    flusher = FlushCoalescer(
+        log, 1 << 20, 0.001, in_executor=True, on_flushed=lambda _: None, linger_s=linger_s
+    )
+    task = asyncio.get_running_loop().create_task(flusher.run())
+    loop = asyncio.get_running_loop()
+    try:
+        log.append([batch(b"x").stamped(0, 1)])
+        started = loop.time()
+        await asyncio.wait_for(flusher.flush_now(), LIMIT_S)
+        lone_wait = loop.time() - started
+        flushes_before = flusher.flushes
+        for r in range(rounds):
+            base = 1 + r * 8
+            asks = []
+            for i in range(8):
+                log.append([batch(b"x").stamped(base + i, 1)])
+                asks.append(asyncio.ensure_future(flusher.flush_now()))
+                if i >= 1:
+                    await asyncio.sleep(0.001)
+            flushed = await asyncio.wait_for(asyncio.gather(*asks), LIMIT_S)
+            assert flushed[-1] >= base + 7 and log.flushed_offset == base + 7
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+    return flusher.flushes - flushes_before, lone_wait
+
+
+async def test_concurrent_writers_share_an_fsync_with_the_linger_and_a_lone_one_never_waits():
+    """Without the linger, writers arriving 1 ms apart get about one fsync each (the
+    model's fsync is quick); with a 20 ms linger, the concurrent ones of a round share
+    one or two. A lone writer's flush starts at once, linger or not."""
+    rounds = 5
+    plain, _ = await _fsyncs_for_writers(0.0, rounds)
+    lingered, lone_wait = await _fsyncs_for_writers(0.02, rounds)
+    assert plain >= rounds * 5, plain
+    assert lingered <= rounds * 3, lingered
+    assert lone_wait < 0.015, lone_wait

@@ -147,3 +147,20 @@ def test_a_stale_mismatch_still_moves_recovery_back() -> None:
     leader.handle_append_reply(2, 1, 1, mismatch)
     assert leader.stale_replies == 1
     assert p.next_offset == 0 and p.recovering
+
+
+def test_a_deposed_leaders_late_request_does_not_reset_the_seqs_answered() -> None:
+    """Leader 1 of term 2: a heartbeat (seq 6) overtakes an append (seq 5). Between the
+    two replies, a request of leader 3's older term 1 arrives late and is refused. The
+    append's reply, produced after the heartbeat's, must still carry seq >= 6."""
+    net = CoreNet(3)
+    follower = net.cores[2]
+    follower.handle_heartbeat(3, Heartbeat(1, 1, -1, 0, -1, seq=9))  # term 1, leader 3
+    assert follower.handle_heartbeat(1, Heartbeat(1, 2, -1, 0, -1, seq=6)).seq == 6
+    late = follower.handle_heartbeat(3, Heartbeat(1, 1, -1, 0, -1, seq=10))
+    assert late.term == 2 and late.result == APPEND_FAILURE
+    req = AppendEntriesRequest(1, 1, 2, 2, -1, 0, -1, True, [placed(0, 2)], seq=5)
+    plan = follower.check_append(req)
+    assert not isinstance(plan, AppendEntriesReply)
+    net.write(2, *plan.batches)
+    assert follower.finish_append(req).seq == 6
