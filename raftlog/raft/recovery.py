@@ -22,19 +22,35 @@ this stage goes on sending the log.
 from __future__ import annotations
 
 import asyncio
+import enum
 import logging
+from collections.abc import Callable
+from typing import TypeVar
 
 from raftlog.raft.errors import TransportError
 from raftlog.raft.messages import (
     APPEND_GROUP_UNAVAILABLE,
     AppendEntriesReply,
+    AppendEntriesRequest,
     InstallSnapshotReply,
+    InstallSnapshotRequest,
 )
 from raftlog.raft.stage_context import GroupContext
 
 log = logging.getLogger(__name__)
 
 MAX_ROUNDS = 100_000
+
+_Req = TypeVar("_Req", AppendEntriesRequest, InstallSnapshotRequest)
+_Reply = TypeVar("_Reply", AppendEntriesReply, InstallSnapshotReply)
+_T = TypeVar("_T")
+
+
+class _NoReply(enum.Enum):
+    """What :meth:`Recovery._round_trip` returns when the follower gave no usable reply."""
+
+    STOP = enum.auto()  # stop recovering (the next heartbeat reply restarts it)
+    RETRY = enum.auto()  # the core counted the failure: send again
 
 
 class Recovery:
@@ -70,22 +86,17 @@ class Recovery:
             req = c.core.recovery_request(node, term, batches)
             if req is None:
                 return
-            self.requests_sent += 1
-            try:
-                reply = await c.transport.send(node, req)
-            except TransportError:
-                reply = None
-            if not isinstance(reply, AppendEntriesReply) or (
-                reply.result == APPEND_GROUP_UNAVAILABLE
-            ):
-                if not c.core.recovery_failed(node, term):
-                    return
-                await asyncio.sleep(c.options.tick_interval_s)
-                continue
-            if not c.running:
+            outcome = await self._round_trip(
+                node,
+                term,
+                req,
+                AppendEntriesReply,
+                lambda sent, reply: c.core.handle_append_reply(
+                    node, term, sent.prev_log_offset, reply
+                ),
+            )
+            if outcome is _NoReply.STOP:
                 return
-            c.core.handle_append_reply(node, term, req.prev_log_offset, reply)
-            c.process_ready()
 
     async def _install(self, node: int, term: int) -> bool:
         """Send ``node`` the snapshot as of the log start, one chunk per round trip (the
@@ -112,23 +123,48 @@ class Recovery:
             req = c.core.install_request(node, term, offset, position, len(data), chunk)
             if req is None:  # not wanted any more, or the log start moved: read it again
                 return not c.core.snapshot_wanted(node, term) or c.log.start_offset - 1 != offset
-            self.requests_sent += 1
-            try:
-                reply = await c.transport.send(node, req)
-            except TransportError:
-                reply = None
-            if not isinstance(reply, InstallSnapshotReply) or (
-                reply.result == APPEND_GROUP_UNAVAILABLE
-            ):
-                if not c.core.recovery_failed(node, term):
-                    return False
-                await asyncio.sleep(c.options.tick_interval_s)
-                continue
-            if not c.running:
+            following = await self._round_trip(
+                node,
+                term,
+                req,
+                InstallSnapshotReply,
+                lambda sent, reply: c.core.handle_install_reply(node, sent, reply),
+            )
+            if following is _NoReply.STOP:
                 return False
-            following = c.core.handle_install_reply(node, req, reply)
-            c.process_ready()
+            if following is _NoReply.RETRY:
+                continue
             if following is None:
                 return not c.core.snapshot_wanted(node, term)
             position = following
         return False
+
+    async def _round_trip(
+        self,
+        node: int,
+        term: int,
+        req: _Req,
+        reply_type: type[_Reply],
+        handle: Callable[[_Req, _Reply], _T],
+    ) -> _T | _NoReply:
+        """Send ``req`` to ``node`` and give its reply to the core: what ``handle`` returns
+        (the core's ready state is processed after it). Without a usable reply (none, not a
+        ``reply_type``, or the group unavailable there) the core counts a failure: RETRY
+        after one tick, or STOP once the core gives up; STOP too if the group stopped while
+        the request was out (its reply is then dropped)."""
+        c = self._c
+        self.requests_sent += 1
+        try:
+            reply = await c.transport.send(node, req)
+        except TransportError:
+            reply = None
+        if not isinstance(reply, reply_type) or reply.result == APPEND_GROUP_UNAVAILABLE:
+            if not c.core.recovery_failed(node, term):
+                return _NoReply.STOP
+            await asyncio.sleep(c.options.tick_interval_s)
+            return _NoReply.RETRY
+        if not c.running:
+            return _NoReply.STOP
+        result = handle(req, reply)
+        c.process_ready()
+        return result
