@@ -100,9 +100,14 @@ class Applier:
         offset is the last applied one, or without state machines the commit index (as far
         as this replica has flushed it)."""
         offset = self._snapshot_offset()
+        return offset, self._snapshot_at(offset)
+
+    def _snapshot_at(self, offset: int) -> bytes:
+        """The snapshot data as of ``offset``, which must be :meth:`_snapshot_offset` now
+        (the state machines can only give their current state)."""
         cfg_offset, cfg = self._c.configs.at(offset)
         blobs = [stm.snapshot() for stm in self.stms]
-        return offset, group_snapshot.join([group_snapshot.config_blob(cfg_offset, cfg), *blobs])
+        return group_snapshot.join([group_snapshot.config_blob(cfg_offset, cfg), *blobs])
 
     def _snapshot_offset(self) -> int:
         c = self._c
@@ -116,7 +121,7 @@ class Applier:
         committed = self._snapshot_offset()
         if committed > c.log.flushed_offset or committed <= self._saved_commit:
             return
-        committed, snapshot = self.snapshot()
+        snapshot = self._snapshot_at(committed)
         term = c.core.term_at(committed)
         c.log.save_commit_context(CommitContext(committed, term or 0, snapshot))
         self._saved_commit = committed
