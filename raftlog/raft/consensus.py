@@ -447,19 +447,22 @@ class Consensus:
             self.core.on_configuration_changed()
         self._follower.appended()
 
-    def install_local(self, offset: int, term: int, data: bytes) -> None:
+    def install_local(
+        self, offset: int, term: int, data: bytes, config: group_snapshot.SavedConfig
+    ) -> None:
         """Replace the whole log by the snapshot ``data`` as of ``offset`` (in ``term``):
         the commit context is saved first (a crash after it leaves this replica behind
         its promise until it is installed again), then the log restarts empty after
-        ``offset``, and the configurations and state machines are restored from it."""
+        ``offset``, and the configurations and state machines are restored from it.
+        ``config`` is the configuration ``data`` carries, as
+        :func:`group_snapshot.saved_config` parsed it (the caller refuses a snapshot
+        without one)."""
         self.truncations += 1
         ctx = CommitContext(offset, term, data)
         self.log.save_commit_context(ctx)
         self.log.restart_at(offset + 1, term)
-        saved = group_snapshot.saved_config(data)
-        if saved is not None:
-            self.configs.restart(*saved)
-            self.core.on_configuration_changed()
+        self.configs.restart(*config)
+        self.core.on_configuration_changed()
         self._applier.install(ctx)
         if self.snapshot_store is not None:
             self.snapshot_store.installed(offset, data)

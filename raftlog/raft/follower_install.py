@@ -26,7 +26,9 @@ log = logging.getLogger(__name__)
 
 
 class Installer(GroupContext, Protocol):
-    def install_local(self, offset: int, term: int, data: bytes) -> None: ...
+    def install_local(
+        self, offset: int, term: int, data: bytes, config: group_snapshot.SavedConfig
+    ) -> None: ...
 
 
 class FollowerInstall:
@@ -59,7 +61,8 @@ class FollowerInstall:
             return c.core.install_reply(req, len(self._buf))
         data = bytes(self._buf)
         self._key, self._buf = None, bytearray()
-        if group_snapshot.saved_config(data) is None:
+        config = group_snapshot.saved_config(data)
+        if config is None:
             log.error(
                 "group %s node %s: the snapshot at offset %d from node %d has no valid "
                 "configuration; not installed",
@@ -70,7 +73,7 @@ class FollowerInstall:
             if not c.running:
                 raise RaftError(f"group {c.group} on node {c.node_id} stopped")
             if req.term == c.core.term and req.source_node == c.core.leader_id:
-                c.install_local(req.last_included_offset, req.last_included_term, data)
+                c.install_local(req.last_included_offset, req.last_included_term, data, config)
                 log.info(
                     "group %s node %s: installed the snapshot at offset %d (%d bytes) from "
                     "node %d; the log restarts at %d",

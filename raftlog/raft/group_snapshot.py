@@ -21,6 +21,9 @@ SCAN_CHUNK = 1 << 20
 
 _LEN = struct.Struct("<I")
 
+SavedConfig = tuple[int, Configuration]
+"""The configuration a snapshot carries: (the offset it was added at, the configuration)."""
+
 
 def join(blobs: list[bytes]) -> bytes:
     """One snapshot from ``blobs`` (each length-prefixed)."""
@@ -44,7 +47,7 @@ def config_blob(offset: int, config: Configuration) -> bytes:
     return json.dumps({"offset": offset, "config": config.encode().decode()}).encode()
 
 
-def saved_config(snapshot: bytes) -> tuple[int, Configuration] | None:
+def saved_config(snapshot: bytes) -> SavedConfig | None:
     """The configuration saved in a snapshot; None when absent or invalid."""
     blobs = split(snapshot)
     if not blobs:
