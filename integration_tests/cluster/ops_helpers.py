@@ -88,6 +88,18 @@ def read_partition(client: BlockingRaftlogClient, topic: str, partition: int) ->
     return out
 
 
+def assert_health_reports_down(servers: list[str], down: int) -> dict[str, Any]:
+    """``raftlog cluster health`` (JSON) against ``servers`` exits 1 and reports node
+    ``down``, and no other, as not up; its report, for a test's further assertions."""
+    health = run_cli(servers, "cluster", "health", "--format", "json")
+    assert health.returncode == 1, health.stdout
+    report = json.loads(health.stdout)
+    # a helper's asserts are not rewritten by pytest: the message shows what was down
+    reported = [n["node_id"] for n in report["nodes"] if not n["up"]]
+    assert reported == [down], f"down: {reported}, expected [{down}]"
+    return report
+
+
 def node_health(address: str) -> dict[str, Any]:
     """A node's ``/health`` document (plain HTTP on loopback, no token), in 5 s."""
     with urllib.request.urlopen(f"http://{address}/health", timeout=5) as resp:

@@ -13,7 +13,14 @@ import struct
 import threading
 
 import pytest
-from ops_helpers import node_health, ops_cluster, read_partition, run_cli, wait_until
+from ops_helpers import (
+    assert_health_reports_down,
+    node_health,
+    ops_cluster,
+    read_partition,
+    run_cli,
+    wait_until,
+)
 
 from benchmarks.workloads.cluster_handle import ClusterHandle
 from raftlog.client import BlockingRaftlogClient, RaftlogError, frame_records
@@ -106,10 +113,7 @@ def test_a_partition_moves_onto_a_new_node_under_writes_and_loses_nothing(
             # an old node that stays dies: the partition goes on with 4 and the other
             victim = target[1]
             cluster.kill(victim)
-            health = run_cli(servers, "cluster", "health", "--format", "json")
-            assert health.returncode == 1, health.stdout
-            report = json.loads(health.stdout)
-            assert [n["node_id"] for n in report["nodes"] if not n["up"]] == [victim]
+            report = assert_health_reports_down(servers, victim)
             assert any(
                 p["topic"] == TOPIC and p["down_replicas"] == [victim]
                 for p in report["under_replicated_partitions"]

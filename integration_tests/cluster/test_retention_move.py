@@ -12,7 +12,13 @@ from __future__ import annotations
 import json
 import struct
 
-from ops_helpers import ops_cluster, read_partition, run_cli, wait_until
+from ops_helpers import (
+    assert_health_reports_down,
+    ops_cluster,
+    read_partition,
+    run_cli,
+    wait_until,
+)
 from test_retention import MIB, RECORD_BYTES, RECORDS_PER_BATCH, TOTAL_BYTES, _dir_bytes, _record
 
 from benchmarks.workloads.cluster_handle import ClusterHandle
@@ -93,10 +99,7 @@ def test_retention_then_move_onto_a_new_node_then_kill_an_old_one(
         written = _produce(client, written, MIB)  # writes go on with the new replica set
         victim = target[1]
         cluster.kill(victim)
-        health = run_cli(servers, "cluster", "health", "--format", "json")
-        assert health.returncode == 1, health.stdout
-        report = json.loads(health.stdout)
-        assert [n["node_id"] for n in report["nodes"] if not n["up"]] == [victim]
+        assert_health_reports_down(servers, victim)
 
         # node 4 leads (the preferred replica): it serves the whole retained tail
         wait_until(
