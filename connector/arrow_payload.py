@@ -9,6 +9,10 @@ lets ``read()`` hand stored columns to Spark without a row-by-row path.
   payloads of at most ``chunk_bytes`` each. Rows are never split; a single row
   larger than ``chunk_bytes`` travels alone in an oversized payload, and one
   larger than the engine's hard limit (64 MiB) is an error.
+* :class:`RowChunker` does the same for a stream of batches, whose rows it joins
+  across batch boundaries: Spark hands the writer 10,000-row Arrow batches
+  (``spark.sql.execution.arrow.maxRecordsPerBatch``), about 1.2 MB of 100-byte
+  rows, and cut one by one each became a full payload and a small one.
 * :func:`decode_payload` turns a payload back into its Arrow record batch.
 * :func:`schema_to_bytes` / :func:`schema_from_bytes` (de)serialize the topic's
   Arrow schema for the topic metadata.
@@ -25,6 +29,7 @@ from pyspark_raftlog.options import MAX_CHUNK_BYTES
 
 __all__ = [
     "Chunk",
+    "RowChunker",
     "check_schema",
     "chunk_record_batch",
     "conform_batch",
@@ -103,6 +108,54 @@ def chunk_record_batch(batch: pa.RecordBatch, chunk_bytes: int) -> Iterator[Chun
             )
         yield payload, n
         start += n
+
+
+class RowChunker:
+    """Payloads of about ``chunk_bytes`` from a stream of record batches of one schema.
+
+    Contract: the chunks of :meth:`add` then :meth:`finish` hold every row added,
+    once, in order; a chunk is at most ``chunk_bytes`` (except a row larger than
+    that, alone) and, but for the last, close to it: rows left over at the end of
+    a batch wait for the next one's. Sizes are estimated from the batches' bytes in
+    memory and checked on the encoded payload (:func:`chunk_record_batch`).
+    """
+
+    # Leave room for the IPC framing (schema message, padding) around the rows.
+    _FILL = 0.95
+
+    def __init__(self, chunk_bytes: int) -> None:
+        if chunk_bytes < 1:
+            raise ValueError(f"chunk_bytes must be >= 1, got {chunk_bytes}")
+        self._chunk_bytes = chunk_bytes
+        self._pending: list[pa.RecordBatch] = []
+        self._pending_bytes = 0
+
+    def add(self, batch: pa.RecordBatch) -> Iterator[Chunk]:
+        """The payloads that ``batch``'s rows complete (none while they fit in one)."""
+        if batch.num_rows == 0:
+            return
+        self._pending.append(batch)
+        self._pending_bytes += batch.nbytes
+        if self._pending_bytes < self._chunk_bytes * self._FILL:
+            return
+        joined = self._take()
+        per_row = max(1.0, joined.nbytes / joined.num_rows)
+        rows = max(1, int(self._chunk_bytes * self._FILL / per_row))
+        whole = (joined.num_rows // rows) * rows
+        for start in range(0, whole, rows):
+            yield from chunk_record_batch(joined.slice(start, rows), self._chunk_bytes)
+        if whole < joined.num_rows:
+            rest = joined.slice(whole)
+            self._pending, self._pending_bytes = [rest], rest.nbytes
+
+    def finish(self) -> Iterator[Chunk]:
+        """The payloads of the rows still waiting; the chunker is empty after."""
+        if self._pending:
+            yield from chunk_record_batch(self._take(), self._chunk_bytes)
+
+    def _take(self) -> pa.RecordBatch:
+        pending, self._pending, self._pending_bytes = self._pending, [], 0
+        return pending[0] if len(pending) == 1 else pa.concat_batches(pending)
 
 
 def schema_to_bytes(schema: pa.Schema) -> bytes:

@@ -7,6 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from pyspark_raftlog.arrow_payload import (
+    RowChunker,
     check_schema,
     chunk_record_batch,
     decode_payload,
@@ -61,6 +62,47 @@ def test_chunking_preserves_rows_in_order(n: int, limit: int) -> None:
     chunks = list(chunk_record_batch(batch, limit))
     ids = [i for p, _ in chunks for i in decode_payload(p)["id"].to_pylist()]
     assert ids == list(range(n))
+
+
+def _chunk_stream(sizes: list[int], limit: int, text_len: int = 20) -> list[tuple[bytes, int]]:
+    """Batches of ``sizes`` rows (ids counting on across them) through one RowChunker."""
+    chunker, chunks, first = RowChunker(limit), [], 0
+    for n in sizes:
+        batch = make_batch(n + first, text_len).slice(first, n)
+        chunks.extend(chunker.add(batch))
+        first += n
+    chunks.extend(chunker.finish())
+    return chunks
+
+
+def test_row_chunker_joins_spark_sized_batches_into_full_payloads() -> None:
+    """Spark's 10,000-row batches of ~1.2 MB each, cut one by one against 1 MiB, gave a
+    1 MiB payload and a small one per batch; joined, every payload but the last is
+    full and all the rows arrive once, in order."""
+    limit = 1 << 20
+    sizes = [10_000] * 6
+    chunks = _chunk_stream(sizes, limit, text_len=100)
+    separately = [c for n in sizes for c in chunk_record_batch(make_batch(n, 100), limit)]
+    assert len(separately) == 2 * len(sizes)  # the shape this fixes
+    assert len(chunks) == 7, [len(p) for p, _ in chunks]
+    assert all(len(p) <= limit for p, _ in chunks)
+    assert all(len(p) > limit * 0.85 for p, _ in chunks[:-1]), [len(p) for p, _ in chunks]
+    ids = [i for p, _ in chunks for i in decode_payload(p)["id"].to_pylist()]
+    assert ids == list(range(sum(sizes)))
+    assert sum(rows for _, rows in chunks) == sum(sizes)
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    sizes=st.lists(st.integers(0, 1500), min_size=1, max_size=8),
+    limit=st.integers(1024, 40_000),
+)
+def test_row_chunker_keeps_every_row_once_in_order(sizes: list[int], limit: int) -> None:
+    chunks = _chunk_stream(sizes, limit)
+    ids = [i for p, _ in chunks for i in decode_payload(p)["id"].to_pylist()]
+    assert ids == list(range(sum(sizes)))
+    assert [rows for _, rows in chunks] == [decode_payload(p).num_rows for p, _ in chunks]
+    assert all(rows == 1 or len(p) <= limit for p, rows in chunks)
 
 
 def test_decode_rejects_garbage_and_multi_batch() -> None:
