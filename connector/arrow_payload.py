@@ -113,7 +113,7 @@ def chunk_record_batch(batch: pa.RecordBatch, chunk_bytes: int) -> Iterator[Chun
 class RowChunker:
     """Payloads of about ``chunk_bytes`` from a stream of record batches of one schema.
 
-    Contract: the chunks of :meth:`add` then :meth:`finish` hold every row added,
+    Contract: the chunks of :meth:`add` and :meth:`flush` hold every row added,
     once, in order; a chunk is at most ``chunk_bytes`` (except a row larger than
     that, alone) and, but for the last, close to it: rows left over at the end of
     a batch wait for the next one's. Sizes are estimated from the batches' bytes in
@@ -148,8 +148,14 @@ class RowChunker:
             rest = joined.slice(whole)
             self._pending, self._pending_bytes = [rest], rest.nbytes
 
-    def finish(self) -> Iterator[Chunk]:
-        """The payloads of the rows still waiting; the chunker is empty after."""
+    @property
+    def waiting(self) -> bool:
+        """Rows were added that no payload holds yet."""
+        return bool(self._pending)
+
+    def flush(self) -> Iterator[Chunk]:
+        """The payloads of the rows still waiting; the chunker is empty after (and
+        takes more rows)."""
         if self._pending:
             yield from chunk_record_batch(self._take(), self._chunk_bytes)
 

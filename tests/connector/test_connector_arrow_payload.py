@@ -71,7 +71,7 @@ def _chunk_stream(sizes: list[int], limit: int, text_len: int = 20) -> list[tupl
         batch = make_batch(n + first, text_len).slice(first, n)
         chunks.extend(chunker.add(batch))
         first += n
-    chunks.extend(chunker.finish())
+    chunks.extend(chunker.flush())
     return chunks
 
 
