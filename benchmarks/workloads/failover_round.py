@@ -17,6 +17,7 @@ acknowledged by the new leader counts, as it would for a user.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import os
 import signal
@@ -133,13 +134,14 @@ async def run_round(cluster: Any, topic: str, meta: Any, pool: Any) -> Round:
 
 async def _preferred_leads(meta: Any, topic: str) -> None:
     """Wait (bounded) until partition 0's preferred replica, the first of its
-    replicas, is its leader."""
-    deadline = time.monotonic() + SETTLE_TIMEOUT_S
-    while time.monotonic() < deadline:
+    replicas, is its leader; past the bound the round goes on regardless."""
+
+    async def preferred_leads() -> bool:
         partition = (await meta.describe_topic(topic)).partitions[0]
-        if partition.replicas and partition.leader == partition.replicas[0]:
-            return
-        await asyncio.sleep(0.1)
+        return bool(partition.replicas) and partition.leader == partition.replicas[0]
+
+    with contextlib.suppress(TimeoutError):
+        await _bounded_wait(preferred_leads, SETTLE_TIMEOUT_S, "the preferred replica leads")
 
 
 async def _catch_up(cluster: Any, topic: str, meta: Any, node_id: int) -> None:

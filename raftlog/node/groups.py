@@ -378,7 +378,7 @@ class PartitionReplica:
         read rule: a new leader's commit index, so its high watermark, may lag what the
         previous leader committed and acknowledged; a reader would miss those records)."""
         c = self.consensus
-        if c.is_leader and read and c.core.term_at(c.core.commit_index) != c.core.term:
+        if c.is_leader and read and not c.core.committed_in_term:
             raise RequestError(
                 ErrorCode.LEADER_NOT_AVAILABLE,
                 f"node {c.node_id} leads {self.topic}/{self.partition} since term "

@@ -259,6 +259,13 @@ class RaftCore:
         return self.role is Role.LEADER and self.transfer_target == -1
 
     @property
+    def committed_in_term(self) -> bool:
+        """An entry of the current term is committed. Raft's read rule: a new leader's
+        commit index may lag what an earlier leader committed (and acknowledged) until
+        then, so it serves reads only once this holds."""
+        return self.term_at(self.commit_index) == self.term
+
+    @property
     def config_change_in_flight(self) -> bool:
         return self.configs.latest_offset > self.commit_index
 
