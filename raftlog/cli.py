@@ -148,6 +148,13 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument(
                 "--default-partitions", type=_positive_int("--default-partitions"), default=6
             )
+            p.add_argument(
+                "--shards",
+                type=_positive_int("--shards"),
+                default=None,
+                help="processes per node (default 1: the local nodes already share this "
+                "machine's cores)",
+            )
 
     add_node = local_sub.add_parser(
         "add-node",
@@ -433,6 +440,8 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    # the command line after the program: a node of several shards runs it again per shard
+    args.argv = list(sys.argv[1:] if argv is None else argv)
     if getattr(args, "handler", None) is None:
         parser.print_help()
         return 2
@@ -465,7 +474,11 @@ def _cmd_local_start(args: argparse.Namespace) -> int:
     cluster = start_cluster(
         args.data_dir,
         args.nodes,
-        extra_args=["--default-partitions", str(args.default_partitions)],
+        extra_args=[
+            "--default-partitions",
+            str(args.default_partitions),
+            *(["--shards", str(args.shards)] if args.shards else []),
+        ],
     )
     for failure in cluster.down:
         print(f"raftlog: warning: {failure.describe()}", file=sys.stderr)

@@ -55,6 +55,9 @@ from typing import Any
 DEFAULT_NODES = 3
 STATE_FILE = "cluster.json"
 LOCK_FILE = ".lock"
+# Processes per local node: the nodes of a local cluster share one machine's cores
+# already (as `rpk container` runs each Redpanda with --smp 1).
+LOCAL_SHARDS = 1
 
 
 class ClusterError(RuntimeError):
@@ -243,7 +246,11 @@ def node_argv(
     peers: dict[int, str],
     extra_args: list[str] | None = None,
 ) -> list[str]:
+    """The command of a local node; ``--shards LOCAL_SHARDS`` unless ``extra_args`` say."""
     peer_arg = ",".join(f"{i}={a}" for i, a in sorted(peers.items()))
+    extra = list(extra_args or [])
+    if not any(a == "--shards" or a.startswith("--shards=") for a in extra):
+        extra += ["--shards", str(LOCAL_SHARDS)]
     return [
         sys.executable,
         "-m",
@@ -257,7 +264,7 @@ def node_argv(
         str(data_dir / f"node-{node_id}"),
         "--peers",
         peer_arg,
-        *(extra_args or []),
+        *extra,
     ]
 
 

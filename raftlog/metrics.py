@@ -16,7 +16,8 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import Collector
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -156,3 +157,30 @@ class NodeMetrics:
     def render(self) -> bytes:
         """The exposition text of every metric."""
         return generate_latest(self.registry)
+
+
+class _Families(Collector):
+    def __init__(self, families: list[Metric]) -> None:
+        self._families = families
+
+    def collect(self) -> Iterator[Metric]:
+        return iter(self._families)
+
+
+def merge_shard_metrics(texts: dict[int, bytes]) -> bytes:
+    """One exposition of a node of several processes (:mod:`raftlog.node.shards`):
+    every shard's samples (``texts``: shard -> its ``/metrics``), each labelled with
+    its ``shard``, a family that several shards export rendered once."""
+    merged: dict[str, Metric] = {}
+    for shard, text in sorted(texts.items()):
+        for family in text_string_to_metric_families(text.decode()):
+            into = merged.get(family.name)
+            if into is None:
+                into = merged[family.name] = Metric(
+                    family.name, family.documentation, family.type, family.unit
+                )
+            for s in family.samples:
+                into.samples.append(s._replace(labels={**s.labels, "shard": str(shard)}))
+    registry = CollectorRegistry()
+    registry.register(_Families(list(merged.values())))
+    return generate_latest(registry)

@@ -151,7 +151,7 @@ class AdminApi:
         topic = self.controller_stm.topics.get(req.name)
         if topic is None:
             raise RequestError(ErrorCode.INTERNAL, f"topic {req.name!r} was not created")
-        return CreateTopicResponse(self._topic_info(topic))
+        return CreateTopicResponse(await self._topic_info_now(topic))
 
     async def delete_topic(self, req: DeleteTopicRequest) -> DeleteTopicResponse:
         self._require_controller_leader()
@@ -223,7 +223,7 @@ class AdminApi:
         while time.monotonic() < deadline:
             topic, part = self._assignment(req.topic, req.partition)
             one = dataclasses.replace(topic, partitions=[part])
-            leader = self._topic_info(one, await self._remote_statuses([one])).partitions[0].leader
+            leader = (await self._topic_info_now(one, ask_leaders=True)).partitions[0].leader
             if leader == req.target_node:
                 return TransferLeadershipResponse(leader)
             await asyncio.sleep(0.1)
@@ -261,7 +261,7 @@ class AdminApi:
         topic = self.controller_stm.topics.get(req.name)
         if topic is None:
             raise RequestError(ErrorCode.UNKNOWN_TOPIC, f"topic {req.name!r} was deleted")
-        return CreatePartitionsResponse(self._topic_info(topic))
+        return CreatePartitionsResponse(await self._topic_info_now(topic))
 
     async def register_node(self, req: RegisterNodeRequest) -> RegisterNodeResponse:
         """A new node joins: its address goes into the controller state (every node
@@ -325,7 +325,7 @@ class AdminApi:
             )
         if pending is None:
             one = dataclasses.replace(topic, partitions=[part])
-            start = self._topic_info(one, await self._remote_statuses([one])).partitions[0]
+            start = (await self._topic_info_now(one, ask_leaders=True)).partitions[0]
             if start.start_offset < 0:
                 raise RequestError(
                     ErrorCode.LEADER_NOT_AVAILABLE, f"{where} has no leader to carry out a move"

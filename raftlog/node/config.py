@@ -22,6 +22,8 @@ log = logging.getLogger("raftlog.node")
 DEFAULT_PARTITIONS = 6
 DEFAULT_MAX_BATCH_BYTES = 16 * 1024 * 1024
 MAX_PARTITIONS = 10_000
+# bounds --shards: processes per node
+MAX_SHARDS = 256
 COORDINATOR_ROLL_FORWARD_S = 5.0
 DEFAULT_RETENTION_CHECK_INTERVAL_MS = 10_000
 # How long transfer-leadership waits for the new leader: under the client's attempt
@@ -79,6 +81,10 @@ class NodeConfig:
     leader_balance_pin_ms: int = DEFAULT_LEADER_BALANCE_PIN_MS
     # A follower not caught up to its leader's log end for this long is lagging.
     replica_lag_time_max_ms: int = DEFAULT_REPLICA_LAG_TIME_MAX_MS
+    # The node's processes (raftlog.node.shards): ``shards`` of them, this one is
+    # ``shard_index`` (0: the one started, serving the node's address).
+    shards: int = 1
+    shard_index: int = 0
 
     @property
     def address(self) -> str:
@@ -221,6 +227,15 @@ def add_server_arguments(p: argparse.ArgumentParser) -> None:
         help="a follower not caught up to its leader for this long is reported lagging "
         "(Kafka's replica.lag.time.max.ms; default 30000)",
     )
+    p.add_argument(
+        "--shards",
+        type=int,
+        default=None,
+        help="processes this node runs, each the owner of a share of its groups, behind "
+        f"the one --listen address (default: the number of cores, {os.cpu_count() or 1} here)",
+    )
+    # set by shard 0 for the processes it starts (raftlog.node.shards); never by users
+    p.add_argument("--shard-index", type=int, default=0, help=argparse.SUPPRESS)
     p.add_argument("--log-level", default="INFO")
 
 
@@ -320,6 +335,14 @@ def config_from_args(args: argparse.Namespace) -> NodeConfig:
         raise ValueError(
             f"--replica-lag-time-max-ms: expected 100..86400000 milliseconds, got {lag_max}"
         )
+    shards = getattr(args, "shards", None)
+    if shards is None:
+        shards = os.cpu_count() or 1
+    if not 1 <= shards <= MAX_SHARDS:
+        raise ValueError(f"--shards: expected 1..{MAX_SHARDS} processes, got {shards}")
+    shard_index = getattr(args, "shard_index", 0)
+    if not 0 <= shard_index < shards:
+        raise ValueError(f"--shard-index: expected 0..{shards - 1}, got {shard_index}")
     return NodeConfig(
         node_id=args.node_id,
         host=host,
@@ -338,6 +361,8 @@ def config_from_args(args: argparse.Namespace) -> NodeConfig:
         leader_balance_interval_ms=balance_interval,
         leader_balance_pin_ms=pin_ms,
         replica_lag_time_max_ms=lag_max,
+        shards=shards,
+        shard_index=shard_index,
     )
 
 

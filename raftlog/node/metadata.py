@@ -60,22 +60,27 @@ class MetadataApi:
     async def metadata(self, req: MetadataRequest) -> MetadataResponse:
         names = req.topics or sorted(self.controller_stm.topics)
         topics = [self.controller_stm.topics[n] for n in names if n in self.controller_stm.topics]
+        here = await self._statuses_here([p.group_id for t in topics for p in t.partitions])
         remote: dict[int, PartitionStatus] = {}
         if req.with_offsets:
-            remote = await self._remote_statuses(topics)
+            remote = await self._remote_statuses(topics, here)
         return MetadataResponse(
             self.node_id,
             self._controller_leader(),
             self._node_infos(),
-            [self._topic_info(t, remote) for t in topics],
+            [self._topic_info(t, here, remote) for t in topics],
         )
 
     def _topic_info(
-        self, t: TopicAssignment, remote: dict[int, PartitionStatus] | None = None
+        self,
+        t: TopicAssignment,
+        here: dict[int, PartitionStatus],
+        remote: dict[int, PartitionStatus] | None = None,
     ) -> TopicInfo:
+        """``here``: the statuses of this node's replicas; ``remote``: the leaders'."""
         parts = []
         for p in t.partitions:
-            local = self._local_status(p.group_id)
+            local = here.get(p.group_id)
             # Offsets are the leader's: a follower's high watermark lags.
             if local is not None and local.leader == self.node_id:
                 st: PartitionStatus | None = local
@@ -98,23 +103,54 @@ class MetadataApi:
         topic_id = t.partitions[0].group_id if t.partitions else -1
         return TopicInfo(t.name, t.replication_factor, parts, t.schema, topic_id)
 
-    def _local_status(self, gid: int) -> PartitionStatus | None:
-        rep = self.partitions.get(gid)
-        if rep is None:
-            return None
-        return rep.status()
+    async def _topic_info_now(self, t: TopicAssignment, *, ask_leaders: bool = False) -> TopicInfo:
+        """``t``'s partitions as this node's replicas report them, or with
+        ``ask_leaders`` as their leaders do."""
+        here = await self._statuses_here([p.group_id for p in t.partitions])
+        remote = await self._remote_statuses([t], here) if ask_leaders else {}
+        return self._topic_info(t, here, remote)
 
-    async def _remote_statuses(self, topics: list[TopicAssignment]) -> dict[int, PartitionStatus]:
-        """Ask one replica of each partition not hosted here (bounded, best effort)."""
+    async def _statuses_here(self, gids: list[int]) -> dict[int, PartitionStatus]:
+        """The statuses of this node's replicas among ``gids``: this process's, and on
+        shard 0 of several, those of the other shards (one that does not answer in
+        time has none)."""
+        out = {g: self.partitions[g].status() for g in gids if g in self.partitions}
+        if self.shards is None:
+            return out
+        theirs: dict[int, list[int]] = {}
+        for g in gids:
+            if not self.owns(g):
+                theirs.setdefault(self.shards.owner(g), []).append(g)
+
+        async def ask(shard: int, wanted: list[int]) -> list[PartitionStatus]:
+            try:
+                resp = await self.shards.call(
+                    shard, PartitionStatusRequest(wanted), PartitionStatusResponse
+                )
+            except Exception as exc:  # a shard stopping: its partitions have no status
+                log.warning("partition status of %s", exc)
+                return []
+            return resp.statuses
+
+        for statuses in await asyncio.gather(*(ask(k, g) for k, g in theirs.items())):
+            out.update((st.group_id, st) for st in statuses)
+        return out
+
+    async def _remote_statuses(
+        self, topics: list[TopicAssignment], here: dict[int, PartitionStatus]
+    ) -> dict[int, PartitionStatus]:
+        """Ask one replica of each partition this node does not lead (bounded, best
+        effort): its leader as ``here`` (this node's replicas) knows it, else the
+        preferred replica."""
         wanted: dict[int, list[int]] = {}
         for t in topics:
             for p in t.partitions:
-                rep = self.partitions.get(p.group_id)
-                if rep is None:
+                local = here.get(p.group_id)
+                if local is None:
                     target = p.replicas[0]
                 else:
-                    target = rep.consensus.leader_id
-                    if rep.consensus.is_leader or target < 0:
+                    target = local.leader
+                    if target == self.node_id or target < 0:
                         continue
                 wanted.setdefault(target, []).append(p.group_id)
         if not wanted:
@@ -148,6 +184,5 @@ class MetadataApi:
         return out
 
     async def partition_status(self, req: PartitionStatusRequest) -> PartitionStatusResponse:
-        return PartitionStatusResponse(
-            [st for st in (self._local_status(g) for g in req.group_ids) if st is not None]
-        )
+        here = await self._statuses_here(list(req.group_ids))
+        return PartitionStatusResponse([here[g] for g in req.group_ids if g in here])

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import logging
 import os
 import signal
@@ -50,7 +51,8 @@ from raftlog.controller import (
     CONTROLLER_GROUP,
     ControllerStm,
 )
-from raftlog.metrics import NodeMetrics
+from raftlog.coordinator.tm_stm import TRANSACTIONS_TOPIC
+from raftlog.metrics import NodeMetrics, merge_shard_metrics
 from raftlog.node.admin import AdminApi
 from raftlog.node.config import (
     NodeConfig,
@@ -60,6 +62,13 @@ from raftlog.node.config import (
 from raftlog.node.data_api import DataApi
 from raftlog.node.groups import GroupHost, PartitionReplica, last_heard_ms
 from raftlog.node.metadata import MetadataApi
+from raftlog.node.shards import (
+    ShardError,
+    ShardSet,
+    die_with_parent,
+    report_serving,
+    shard_of,
+)
 from raftlog.node.upkeep import Upkeep
 from raftlog.producers.rm_stm import (
     RmStmConfig,
@@ -88,6 +97,7 @@ from raftlog.rpc.messages import (
     RegisterNodeRequest,
     TransferLeadershipRequest,
 )
+from raftlog.rpc.peer import ShardStateReply, ShardStateRequest
 from raftlog.rpc.server import AuthPolicy, RequestError, make_app
 from raftlog.rpc.tls import client_context, server_context
 from raftlog.rpc.transport import StreamTransport
@@ -96,12 +106,26 @@ from raftlog.storage import identity
 
 log = logging.getLogger("raftlog.node")
 
+# client calls on one partition (a shard of several answers those of its groups)
+_PARTITION_CALLS = (
+    ProduceRequest,
+    FetchRequest,
+    ListOffsetsRequest,
+    OffsetForTimestampRequest,
+    InitProducerRequest,
+    EndTxnRequest,
+)
+
 
 class Node(Upkeep, AdminApi, MetadataApi, DataApi):
     """One node: hosts groups, serves RPC; ``start()``/``stop()`` are idempotent."""
 
-    def __init__(self, config: NodeConfig) -> None:
+    def __init__(self, config: NodeConfig, shards: ShardSet | None = None) -> None:
+        """``shards``: on shard 0 of a node of several processes, the others
+        (:mod:`raftlog.node.shards`); None on a node of one process and on shards K > 0."""
         self.config = config
+        self.shards = shards
+        self._mirrored_version = 0  # shards K > 0: the controller state they mirror
         self.node_id = config.node_id
         # The CA that verifies peers also verifies the nodes this one calls as a client.
         peer_ssl = client_context(config.tls.ca_file) if config.tls else None
@@ -147,47 +171,71 @@ class Node(Upkeep, AdminApi, MetadataApi, DataApi):
         )
         await self.host.start()
         self.controller_stm.add_listener(self._reconcile_needed.set)
-        self.controller = await self.host.open_group(
-            CONTROLLER_GROUP,
-            self.config.data_dir / "_controller",
-            sorted(self.config.peers),
-            state_machines=[self.controller_stm],
-        )
+        internal = self.config.shard_index > 0
+        if not internal:
+            self.controller = await self.host.open_group(
+                CONTROLLER_GROUP,
+                self.config.data_dir / "_controller",
+                sorted(self.config.peers),
+                state_machines=[self.controller_stm],
+            )
+        if self.shards is not None:
+            self.controller_stm.add_listener(self.shards.controller_changed)
+            self.shards.mirror_controller(self.controller_stm.snapshot)
         auth = AuthPolicy(
             client_token=self.config.auth_token,
             peer_token=self.config.peer_token,
-            open_status=is_loopback(self.config.host),
+            open_status=internal or is_loopback(self.config.host),
         )
         app = make_app(self, auth=auth, max_request_bytes=self._max_request_bytes())
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
+        # a shard K > 0 serves shard 0 alone, on a loopback port of its own, in plain HTTP
         site = web.TCPSite(
             self._runner,
-            self.config.host,
-            self.config.port,
+            "127.0.0.1" if internal else self.config.host,
+            0 if internal else self.config.port,
             reuse_address=True,
-            ssl_context=server_context(self.config.tls) if self.config.tls else None,
+            ssl_context=server_context(self.config.tls)
+            if self.config.tls and not internal
+            else None,
         )
         await site.start()
         loop = asyncio.get_running_loop()
-        self._tasks = [
-            loop.create_task(self._reconcile_loop()),
-            loop.create_task(self._balance_loop()),
-            loop.create_task(self._leader_balancer_loop()),
-            loop.create_task(self._replica_lag_loop()),
-            loop.create_task(self._transaction_timeout_loop()),
-            loop.create_task(self._coordinator_roll_forward_loop()),
-            loop.create_task(self._retention_loop()),
-            loop.create_task(self._move_loop()),
+        loops = [
+            self._reconcile_loop(),
+            self._balance_loop(),
+            self._replica_lag_loop(),
+            self._transaction_timeout_loop(),
+            self._coordinator_roll_forward_loop(),
+            self._retention_loop(),
+            self._move_loop(),
         ]
+        if self.controller is not None:
+            loops.append(self._leader_balancer_loop())
+        self._tasks = [loop.create_task(c) for c in loops]
         self._reconcile_needed.set()
         log.info(
-            "node %d serving %s on %s, advertised as %s",
+            "node %d%s serving %s on %s, advertised as %s",
             self.node_id,
-            "https" if self.config.tls else "http",
-            self.config.listen,
+            f" shard {self.config.shard_index}/{self.config.shards}"
+            if self.config.shards > 1
+            else "",
+            "https" if self.config.tls and not internal else "http",
+            self.bound_address,
             self.config.address,
         )
+
+    @property
+    def bound_address(self) -> str:
+        """HOST:PORT this process serves on (a shard K > 0: its loopback port)."""
+        assert self._runner is not None
+        host, port = self._runner.addresses[0][:2]
+        return f"{host}:{port}"
+
+    def owns(self, group_id: int) -> bool:
+        """Whether this process hosts ``group_id`` (the node's only one, or its shard)."""
+        return shard_of(group_id, self.config.shards) == self.config.shard_index
 
     @property
     def _ca_file(self) -> str | None:
@@ -216,9 +264,70 @@ class Node(Upkeep, AdminApi, MetadataApi, DataApi):
     # ------------------------------------------------------------ server hooks
 
     async def handle_peer(self, message: Any) -> Any:
+        if isinstance(message, ShardStateRequest):
+            return self._mirror_controller(message)
+        if self.shards is not None:
+            return await self.shards.route_peer(message, self.host.dispatcher.handle)
         return await self.host.dispatcher.handle(message)
 
-    def health(self) -> dict[str, Any]:
+    def _mirror_controller(self, req: ShardStateRequest) -> ShardStateReply:
+        """A shard K > 0 takes shard 0's controller state (a newer one only)."""
+        if self.config.shard_index == 0:
+            raise RequestError(
+                ErrorCode.INVALID_REQUEST,
+                f"node {self.node_id} is shard 0 of its node: it hosts the controller itself",
+            )
+        if req.version > self._mirrored_version:
+            self.controller_stm.restore(req.snapshot)
+            self._mirrored_version = req.version
+        return ShardStateReply(self._mirrored_version)
+
+    async def forward_client(
+        self, route: str, message: Any, body: bytes, authorization: str
+    ) -> tuple[int, bytes] | None:
+        if self.shards is None:
+            return None
+        gid = self._client_group(message)
+        if gid is None or self.owns(gid):
+            return None
+        return await self.shards.forward_client(self.shards.owner(gid), route, body, authorization)
+
+    def _client_group(self, message: Any) -> int | None:
+        """The group of a client call on one partition; None for any other call (and
+        for an unknown topic or partition, which this process refuses by name)."""
+        if isinstance(message, CoordinatorRequest):
+            topic, partition = TRANSACTIONS_TOPIC, message.partition
+        elif isinstance(message, _PARTITION_CALLS):
+            topic, partition = message.topic, message.partition
+        else:
+            return None
+        t = self.controller_stm.topics.get(topic)
+        if t is None or not 0 <= partition < len(t.partitions):
+            return None
+        return t.partitions[partition].group_id
+
+    async def health(self) -> dict[str, Any]:
+        """This node's health; shard 0 of several adds up what its shards report."""
+        report = self._health_here()
+        if self.shards is None:
+            return report
+        shards = [{"shard": 0, "pid": os.getpid(), "groups": report["groups"]}]
+        for info in self.shards.describe():
+            try:
+                theirs = json.loads(await self.shards.get(info["shard"], "/health"))
+            except ShardError as exc:
+                info["error"] = str(exc)
+                shards.append(info)
+                continue
+            info["groups"] = theirs["groups"]
+            shards.append(info)
+            report["groups"] += theirs["groups"]
+            report["leader_of"] += theirs["leader_of"]
+            report["lagging_replicas"] += theirs["lagging_replicas"]
+        report["shards"] = shards
+        return report
+
+    def _health_here(self) -> dict[str, Any]:
         return {
             "node_id": self.node_id,
             "address": self.config.address,
@@ -251,8 +360,16 @@ class Node(Upkeep, AdminApi, MetadataApi, DataApi):
             for lag in rep.lagging_followers(now, max_ms)
         ]
 
-    def render_metrics(self) -> bytes:
-        return self.metrics.render()
+    async def render_metrics(self) -> bytes:
+        if self.shards is None:
+            return self.metrics.render()
+        texts = {0: self.metrics.render()}
+        for k in self.shards.others:
+            try:
+                texts[k] = await self.shards.get(k, "/metrics")
+            except ShardError as exc:
+                log.warning("metrics of %s", exc)
+        return merge_shard_metrics(texts)
 
     def count_request(self, route: str, status: int) -> None:
         self.metrics.rpc_requests.labels(route, str(status)).inc()
@@ -297,36 +414,54 @@ _CLIENT_HANDLERS: dict[type, Any] = {
 }
 
 
-async def serve(config: NodeConfig) -> None:
-    """Run a node until SIGTERM or SIGINT, then stop it cleanly."""
-    node = Node(config)
+async def serve(config: NodeConfig, argv: list[str] | None = None) -> int:
+    """Run a node until SIGTERM or SIGINT, then stop it cleanly; its exit status.
+
+    With ``config.shards`` > 1, shard 0 (this process) first starts the node's
+    other shards with ``argv`` (its own command line after the program, see
+    :mod:`raftlog.node.shards`); a shard K > 0 dies with shard 0."""
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    await node.start()
+    internal = config.shard_index > 0
+    if internal:
+        die_with_parent()
+    shards = None
+    if config.shards > 1 and not internal:
+        shards = ShardSet(config, argv or [])
+        await shards.start(on_exit=stop.set)
+    node = Node(config, shards)
     try:
+        await node.start()
+        if internal:
+            report_serving(int(node.bound_address.rpartition(":")[2]))
         await stop.wait()
     finally:
-        await asyncio.wait_for(node.stop(), 10.0)
+        try:
+            await asyncio.wait_for(node.stop(), 10.0)
+        finally:
+            if shards is not None:
+                await shards.stop()
+    return 1 if shards is not None and shards.failed else 0
 
 
 def run_server(args: argparse.Namespace) -> int:
     """The ``raftlog server`` command."""
+    config = config_from_args(args)
+    shard = f".{config.shard_index}" if config.shard_index else ""
     logging.basicConfig(
         level=getattr(logging, str(args.log_level).upper(), logging.INFO),
-        format=f"%(asctime)s node-{args.node_id} %(levelname)s %(name)s: %(message)s",
+        format=f"%(asctime)s node-{args.node_id}{shard} %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
-    config = config_from_args(args)
     storage_fs.set_fatal_handler(_stop_on_failed_fsync)
+    running = serve(config, getattr(args, "argv", None))
     try:
         import uvloop
     except ImportError:
-        asyncio.run(serve(config))
-    else:
-        uvloop.run(serve(config))
-    return 0
+        return asyncio.run(running)
+    return uvloop.run(running)
 
 
 def _stop_on_failed_fsync(message: str) -> None:

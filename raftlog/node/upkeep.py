@@ -59,7 +59,12 @@ class Upkeep:
 
     async def _reconcile(self) -> None:
         self._learn_nodes()
-        desired = self.controller_stm.assignments_for(self.node_id)
+        # of a node in several processes, this one hosts its shard's groups only
+        desired = {
+            gid: placed
+            for gid, placed in self.controller_stm.assignments_for(self.node_id).items()
+            if self.owns(gid)
+        }
         for gid in [g for g in self.partitions if g not in desired]:
             await self._close_partition(gid, delete=True)
         for gid, (topic, part) in sorted(desired.items()):
@@ -191,7 +196,8 @@ class Upkeep:
         """
         stm = self.controller_stm
         topics = list(stm.topics.values())
-        statuses = await self._remote_statuses(topics)
+        here = await self._statuses_here([p.group_id for t in topics for p in t.partitions])
+        statuses = await self._remote_statuses(topics, here)
         live = self._live_nodes()
         now_ms = int(time.time() * 1000)
         pin_ms = self.config.leader_balance_pin_ms
@@ -200,7 +206,7 @@ class Upkeep:
         frozen: set[int] = set()
         where: dict[int, tuple[str, int]] = {}
         for t in topics:
-            info = self._topic_info(t, statuses)
+            info = self._topic_info(t, here, statuses)
             for part, meta in zip(t.partitions, info.partitions, strict=True):
                 gid = part.group_id
                 replicas[gid] = list(part.replicas)

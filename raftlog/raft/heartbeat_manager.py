@@ -111,17 +111,20 @@ class HeartbeatManager:
         for hb in req.heartbeats:
             c = self._groups.get(hb.group)
             if c is None or not c.running:
-                replies.append(
-                    HeartbeatReply(
-                        hb.group,
-                        GROUP_UNAVAILABLE_TERM,
-                        APPEND_GROUP_UNAVAILABLE,
-                        last_matched_offset=-1,
-                        last_flushed_offset=-1,
-                        last_dirty_offset=-1,
-                        seq=hb.seq,
-                    )
-                )
+                replies.append(unavailable_reply(hb))
             else:
                 replies.append(c.handle_heartbeat(req.source_node, hb))
         return HeartbeatBatchReply(self.node_id, req.source_node, replies)
+
+
+def unavailable_reply(hb: Heartbeat) -> HeartbeatReply:
+    """The reply to a heartbeat for a group not running here: the leader retries later."""
+    return HeartbeatReply(
+        hb.group,
+        GROUP_UNAVAILABLE_TERM,
+        APPEND_GROUP_UNAVAILABLE,
+        last_matched_offset=-1,
+        last_flushed_offset=-1,
+        last_dirty_offset=-1,
+        seq=hb.seq,
+    )

@@ -14,12 +14,30 @@ A reply echoes its request's id; replies may come in any order.
 
 from __future__ import annotations
 
+import dataclasses
 import struct
 from typing import Any
 
 from raftlog.raft import messages as m
 from raftlog.rpc import codec
 from raftlog.rpc.codec import CodecError
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ShardStateRequest:
+    """Shard 0 of a node to its other shards (:mod:`raftlog.node.shards`): the
+    controller state as of ``version`` (its snapshot), which they mirror."""
+
+    version: int
+    snapshot: bytes
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ShardStateReply:
+    """The version the shard now mirrors (never lower than one it had)."""
+
+    version: int
+
 
 _IDS: dict[type, int] = {
     m.AppendEntriesRequest: 100,
@@ -34,6 +52,8 @@ _IDS: dict[type, int] = {
     m.HeartbeatBatchReply: 109,
     m.InstallSnapshotRequest: 110,
     m.InstallSnapshotReply: 111,
+    ShardStateRequest: 112,
+    ShardStateReply: 113,
 }
 for _cls, _id in _IDS.items():
     codec.register(_id, _cls)
@@ -51,6 +71,7 @@ REPLY_TYPES: dict[type, type] = {
     m.TimeoutNowRequest: m.TimeoutNowReply,
     m.HeartbeatBatchRequest: m.HeartbeatBatchReply,
     m.InstallSnapshotRequest: m.InstallSnapshotReply,
+    ShardStateRequest: ShardStateReply,
 }
 
 

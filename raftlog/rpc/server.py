@@ -96,9 +96,16 @@ class NodeHandlers(Protocol):
 
     async def handle_client(self, message: Any) -> Any: ...
 
-    def health(self) -> dict[str, Any]: ...
+    async def forward_client(
+        self, route: str, message: Any, body: bytes, authorization: str
+    ) -> tuple[int, bytes] | None:
+        """(HTTP status, body) of a client call another process of the node answered
+        (a shard, :mod:`raftlog.node.shards`), or None: this one answers it."""
+        ...
 
-    def render_metrics(self) -> bytes: ...
+    async def health(self) -> dict[str, Any]: ...
+
+    async def render_metrics(self) -> bytes: ...
 
     def count_request(self, route: str, status: int) -> None: ...
 
@@ -185,7 +192,7 @@ def make_app(
             return _error(ErrorCode.UNAUTHORIZED, message, status)
         return await handler(request)
 
-    async def read_body(request: web.Request, route: str, cls: type) -> Any:
+    async def read_body(request: web.Request, route: str, cls: type) -> tuple[bytes, Any]:
         try:
             body = await request.read()
         except web.HTTPRequestEntityTooLarge as exc:
@@ -194,7 +201,7 @@ def make_app(
                 f"request body exceeds the limit of {max_request_bytes} bytes",
             ) from exc
         try:
-            return codec.decode(body, cls)
+            return body, codec.decode(body, cls)
         except CodecError as exc:
             raise RequestError(ErrorCode.INVALID_REQUEST, f"malformed {route} body: {exc}") from exc
 
@@ -281,8 +288,14 @@ def make_app(
             )
         else:
             try:
-                msg = await read_body(request, route, cls)
-                resp = _ok(codec.encode(await node.handle_client(msg)))
+                body, msg = await read_body(request, route, cls)
+                authorization = request.headers.get("Authorization", "")
+                forwarded = await node.forward_client(route, msg, body, authorization)
+                if forwarded is not None:
+                    status, answer = forwarded
+                    resp = web.Response(body=answer, status=status, content_type=CONTENT_TYPE)
+                else:
+                    resp = _ok(codec.encode(await node.handle_client(msg)))
             except RequestError as exc:
                 resp = _from_error(exc)
             except Exception as exc:
@@ -293,12 +306,12 @@ def make_app(
 
     async def metrics(request: web.Request) -> web.Response:
         return web.Response(
-            body=node.render_metrics(),
+            body=await node.render_metrics(),
             headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"},
         )
 
     async def health(request: web.Request) -> web.Response:
-        return web.json_response(node.health())
+        return web.json_response(await node.health())
 
     app = web.Application(middlewares=[authenticate], client_max_size=max_request_bytes)
     app.router.add_get(STREAM_PATH, peer_stream)

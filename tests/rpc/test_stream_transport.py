@@ -68,10 +68,15 @@ class ScriptedNode:
     async def handle_client(self, message: Any) -> Any:
         raise AssertionError("no client calls here")
 
-    def health(self) -> dict[str, Any]:
+    async def forward_client(
+        self, route: str, message: Any, body: bytes, authorization: str
+    ) -> tuple[int, bytes] | None:
+        raise AssertionError("no client calls here")
+
+    async def health(self) -> dict[str, Any]:
         return {}
 
-    def render_metrics(self) -> bytes:
+    async def render_metrics(self) -> bytes:
         return b""
 
     def count_request(self, route: str, status: int) -> None:
