@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import pathlib
 import re
 
@@ -130,3 +131,15 @@ def test_leader_balance_and_lag_flags_default_and_are_checked_by_name() -> None:
     ):
         with pytest.raises(ValueError, match=re.escape(f"{flag}: {message}")):
             config_from_args(parse(*loopback, flag, value))
+
+
+def test_shards_default_to_the_cores_and_are_checked_by_name() -> None:
+    loopback = ["--listen", "127.0.0.1:9001"]
+    cfg = config_from_args(parse(*loopback))
+    assert (cfg.shards, cfg.shard_index) == (os.cpu_count() or 1, 0)
+    assert config_from_args(parse(*loopback, "--shards", "3")).shards == 3
+    for bad in ("0", "257"):
+        with pytest.raises(ValueError, match=rf"--shards: expected 1\.\.256 processes, got {bad}"):
+            config_from_args(parse(*loopback, "--shards", bad))
+    with pytest.raises(ValueError, match=r"--shard-index: expected 0\.\.1, got 2"):
+        config_from_args(parse(*loopback, "--shards", "2", "--shard-index", "2"))
