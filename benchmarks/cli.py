@@ -62,6 +62,14 @@ def build_parser(registry: Registry) -> argparse.ArgumentParser:
         help="measure this existing raftlog cluster instead of starting a local one "
         "(small, throughput, idempotent; scenarios that kill or restart nodes skip)",
     )
+    parser.add_argument(
+        "--shards",
+        type=int,
+        default=1,
+        metavar="N",
+        help="processes per node (raftlog server --shards) of the local clusters the "
+        "scenarios start (default 1, as raftlog local start)",
+    )
     for entry in registry.all():
         if entry.add_arguments is not None:
             entry.add_arguments(parser.add_argument_group(f"scenario {entry.name}"))

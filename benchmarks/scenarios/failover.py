@@ -87,7 +87,7 @@ def run(ctx: RunContext) -> list[Row]:
     ctx.set_total(rounds)
     with (
         ctx.scratch_dir("failover") as data_dir,
-        raftlog_local.local_cluster(data_dir) as cluster,
+        raftlog_local.local_cluster(data_dir, ctx=ctx) as cluster,
     ):
         rows = asyncio.run(measure(ctx, cluster, rounds))
     ctx.note(

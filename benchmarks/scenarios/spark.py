@@ -525,7 +525,7 @@ def run(ctx: RunContext) -> list[Row]:
     _check_java()
     with (
         ctx.scratch_dir("spark") as scratch,
-        raftlog_local.local_cluster(scratch / "cluster") as cluster,
+        raftlog_local.local_cluster(scratch / "cluster", ctx=ctx) as cluster,
         spark_session() as spark,
     ):
         try:

@@ -35,14 +35,20 @@ def client_class() -> Any:
 
 
 @contextlib.contextmanager
-def local_cluster(data_dir: Path, nodes: int = 3) -> Iterator[Any]:
+def local_cluster(data_dir: Path, nodes: int = 3, ctx: Any = None) -> Iterator[Any]:
     """A running ``raftlog.cluster.LocalCluster`` in ``data_dir``; every node is stopped
-    by its recorded PID on exit, also when start-up or the scenario fails."""
+    by its recorded PID on exit, also when start-up or the scenario fails. Its nodes
+    run ``--shards`` processes each (the run's flag, from ``ctx``; default 1)."""
+    shards = getattr(getattr(ctx, "args", None), "shards", None) or 1
+    if shards > 1:
+        ctx.note(f"each node runs {shards} processes (raftlog server --shards {shards})")
     start_cluster = require("raftlog.cluster", "start_cluster")
     stop_cluster = require("raftlog.cluster", "stop_cluster")
     client_class()  # skip before starting processes when the client is missing
     try:
-        yield start_cluster(data_dir, nodes, timeout_s=START_TIMEOUT_S)
+        yield start_cluster(
+            data_dir, nodes, timeout_s=START_TIMEOUT_S, extra_args=["--shards", str(shards)]
+        )
     finally:
         # cluster.json is written before start-up waits, so this finds every PID started.
         stop_cluster(data_dir, timeout_s=STOP_TIMEOUT_S)
@@ -69,7 +75,7 @@ def cluster_under_test(ctx: Any, data_dir: Path) -> Iterator[Any]:
         ctx.note(f"measured on the existing cluster --servers {servers}")
         yield ExistingCluster(parse_servers(servers))
         return
-    with local_cluster(data_dir) as cluster:
+    with local_cluster(data_dir, ctx=ctx) as cluster:
         yield cluster
 
 
