@@ -2,12 +2,13 @@
 
 Per-group gauges, the per-partition gauges (``raftlog_partition_*``: log start,
 log end, high watermark, LSO, bytes on disk, replication lag; labels ``topic``
-and ``partition``, plus ``node``) and the per-group counter
-``raftlog_fsyncs_total`` are read from the live groups at scrape time (a custom
-collector), so they cost nothing between scrapes. Counters and histograms
-that must be observed as events happen (append latency, RPCs) are
-ordinary prometheus-client metrics in a per-node registry, so several nodes in
-one process (tests) never collide in the global registry.
+and ``partition``, plus ``node``) and the per-group counters
+``raftlog_fsyncs_total`` and ``raftlog_recovery_requests_total`` are read from
+the live groups at scrape time (a custom collector), so they cost nothing
+between scrapes. Counters and histograms that must be observed as events happen
+(append latency, RPCs) are ordinary prometheus-client metrics in a per-node
+registry, so several nodes in one process (tests) never collide in the global
+registry.
 """
 
 from __future__ import annotations
@@ -32,8 +33,9 @@ class GroupView(Protocol):
 
     def gauges(self) -> dict[str, float]:
         """Keys: is_leader, term, commit_index, flushed_offset, dirty_offset,
-        batcher_queue_bytes, and the counter fsyncs (durability barriers of the
-        group's log since it was opened); and, for a partition, the keys of
+        batcher_queue_bytes, and the counters fsyncs (durability barriers of the
+        group's log since it was opened) and recovery_requests (appends sent by
+        recovery while leading); and, for a partition, the keys of
         ``PARTITION_GAUGES`` (a key that is absent is not exported)."""
         ...
 
@@ -104,6 +106,13 @@ class _GroupCollector(Collector):
         fsyncs = CounterMetricFamily(
             "raftlog_fsyncs", "fsyncs of group logs on this node", labels=labels
         )
+        # A leader's appends sent by recovery (a follower out of the pipeline: a restart,
+        # a lost append, a window that stayed full), each read back from its log.
+        recovery = CounterMetricFamily(
+            "raftlog_recovery_requests",
+            "appends a leader sent to followers from recovery (read back from its log)",
+            labels=labels,
+        )
         part_labels = ["node", "topic", "partition"]
         partition = {
             k: GaugeMetricFamily(name, doc, labels=part_labels)
@@ -121,6 +130,7 @@ class _GroupCollector(Collector):
             for k, fam in families.items():
                 fam.add_metric(lv, float(values.get(k, 0.0)))
             fsyncs.add_metric(lv, float(values.get("fsyncs", 0.0)))
+            recovery.add_metric(lv, float(values.get("recovery_requests", 0.0)))
             plv = [self._node_id, g.topic, str(g.partition)]
             for k, fam in partition.items():
                 if k in values:
@@ -130,6 +140,7 @@ class _GroupCollector(Collector):
                 follower_lag.add_metric([*plv, str(follower)], float(lag))
         yield from families.values()
         yield fsyncs
+        yield recovery
         yield from partition.values()
         yield follower_lag
 

@@ -322,6 +322,7 @@ class PartitionReplica:
             "dirty_offset": c.dirty_offset,
             "batcher_queue_bytes": queued,
             "fsyncs": getattr(c.log, "fsyncs", 0),
+            "recovery_requests": c.recovery.requests_sent,
             "log_start_offset": self.log_start,
             "log_end_offset": c.dirty_offset + 1,
             "high_watermark": c.high_watermark,

@@ -29,12 +29,14 @@ Invariants:
   only when its ``seq`` (drawn by :meth:`next_seq` for the request) is above
   the newest one applied from that follower in this term; an older,
   duplicated or late reply is ignored, so a follower's offsets never move back
-  to what an older reply reported. A follower echoes ``max(request seq, the
-  highest seq it already answered from this leader and term)``: requests can
-  overtake each other on the network, and a reply must never carry a higher
-  seq than a reply that describes a newer state of the follower (that newer
-  reply would otherwise be overwritten by the older state). Reply seqs are so
-  non-decreasing in the order the follower produced them.
+  to what an older reply reported. A follower answers ``max(request seq, 1 +
+  the highest seq it already answered to this leader in this term)``: requests
+  can overtake each other on the network, and a reply must never carry a seq
+  as high as that of a reply that describes a newer state of the follower (the
+  newer reply would be dropped, or overwritten by the older state). Reply seqs
+  are so strictly increasing in the order the follower produced them, and a
+  successful append's reply names everything verified against this leader in
+  this term (``matched_upto``), so the reply made last carries all of it.
 """
 
 from __future__ import annotations
@@ -570,7 +572,10 @@ class RaftCore:
             # A newer leader took over while this append was being applied.
             return self._append_reply(req, APPEND_FAILURE, -1)
         self._verified(req.last_offset, req.leader_commit)
-        return self._append_reply(req, APPEND_SUCCESS, req.last_offset)
+        # Everything verified against this leader in this term, not just this request's
+        # entries: a reply made after a later request's names that one's too, so the
+        # newest reply alone carries all the leader needs.
+        return self._append_reply(req, APPEND_SUCCESS, self.matched_upto)
 
     def _verified(self, offset: int, leader_commit: int) -> None:
         self.matched_upto = max(self.matched_upto, offset)
@@ -637,7 +642,11 @@ class RaftCore:
         if term < last_term:
             return seq
         if (last_leader, last_term) == (leader, term):
-            seq = max(seq, answered)
+            # Strictly above every reply already sent to it: of two replies the leader
+            # applies the one made later, which names the newer state (an equal seq
+            # would drop whichever came second, the newer one half the time, and send
+            # a follower that has everything to recovery).
+            seq = max(seq, answered + 1)
         self._answered = (leader, term, seq)
         return seq
 

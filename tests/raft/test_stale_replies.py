@@ -112,8 +112,9 @@ def test_the_stale_reply_mutation_is_caught_by_the_reversal_test() -> None:
 
 def test_a_reply_never_carries_a_higher_seq_than_a_newer_state() -> None:
     """A heartbeat (seq 6) overtakes an append (seq 5) on the network: the append's reply,
-    produced later, describes a newer state, so it must carry seq >= 6; the heartbeat's
-    reply, with the older state, must then be the stale one at the leader."""
+    produced later, describes a newer state, so it must carry seq > 6 (an equal seq would
+    make whichever reply arrives second stale); the heartbeat's reply, with the older
+    state, must then be the stale one at the leader."""
     net = CoreNet(3)
     follower = net.cores[2]
     hb = follower.handle_heartbeat(1, Heartbeat(1, 1, -1, 0, -1, seq=6))
@@ -123,7 +124,7 @@ def test_a_reply_never_carries_a_higher_seq_than_a_newer_state() -> None:
     assert not isinstance(plan, AppendEntriesReply)
     net.write(2, *plan.batches)
     reply = follower.finish_append(req)
-    assert reply.seq == 6 and reply.last_flushed_offset == 0
+    assert reply.seq == 7 and reply.last_flushed_offset == 0
     # A new leader's seqs start afresh.
     assert follower.handle_heartbeat(3, Heartbeat(1, 2, -1, 0, -1, seq=1)).seq == 1
 
@@ -152,7 +153,7 @@ def test_a_stale_mismatch_still_moves_recovery_back() -> None:
 def test_a_deposed_leaders_late_request_does_not_reset_the_seqs_answered() -> None:
     """Leader 1 of term 2: a heartbeat (seq 6) overtakes an append (seq 5). Between the
     two replies, a request of leader 3's older term 1 arrives late and is refused. The
-    append's reply, produced after the heartbeat's, must still carry seq >= 6."""
+    append's reply, produced after the heartbeat's, must still carry seq > 6."""
     net = CoreNet(3)
     follower = net.cores[2]
     follower.handle_heartbeat(3, Heartbeat(1, 1, -1, 0, -1, seq=9))  # term 1, leader 3
@@ -163,4 +164,26 @@ def test_a_deposed_leaders_late_request_does_not_reset_the_seqs_answered() -> No
     plan = follower.check_append(req)
     assert not isinstance(plan, AppendEntriesReply)
     net.write(2, *plan.batches)
-    assert follower.finish_append(req).seq == 6
+    assert follower.finish_append(req).seq == 7
+
+
+def test_the_reply_made_last_names_everything_matched_so_far() -> None:
+    """Appends 1 (seq 1, entry 0) and 2 (seq 2, entry 1) wait on one flush; the reply to
+    append 2 is made first. The reply to append 1, made after it, carries a higher seq
+    and so wins at the leader: it must name entry 1 as matched too, else the leader
+    applies the older view (matched 0), drops the newer reply as stale, and sends a
+    follower that holds everything to recovery (measured: up to 825 recovery appends,
+    each read back from the log, in a 480 MiB load of 1 MiB appends)."""
+    net = CoreNet(3)
+    follower = net.cores[2]
+    first = AppendEntriesRequest(1, 1, 2, 1, -1, 0, -1, True, [placed(0, 1)], seq=1)
+    second = AppendEntriesRequest(1, 1, 2, 1, 0, 1, -1, True, [placed(1, 1)], seq=2)
+    for req in (first, second):
+        plan = follower.check_append(req)
+        assert not isinstance(plan, AppendEntriesReply)
+        net.write(2, *plan.batches)
+    made_first = follower.finish_append(second)
+    made_last = follower.finish_append(first)
+    assert (made_first.seq, made_first.last_matched_offset) == (2, 1)
+    assert made_last.seq > made_first.seq
+    assert made_last.last_matched_offset == 1
