@@ -312,15 +312,20 @@ class Node(Upkeep, AdminApi, MetadataApi, DataApi):
         if self.shards is None:
             return report
         shards = [{"shard": 0, "pid": os.getpid(), "groups": report["groups"]}]
-        for info in self.shards.describe():
-            try:
-                theirs = json.loads(await self.shards.get(info["shard"], "/health"))
-            except ShardError as exc:
-                info["error"] = str(exc)
-                shards.append(info)
-                continue
-            info["groups"] = theirs["groups"]
+        infos = self.shards.describe()
+        answers = await asyncio.gather(
+            *(self.shards.get(info["shard"], "/health") for info in infos),
+            return_exceptions=True,
+        )
+        for info, answer in zip(infos, answers, strict=True):
             shards.append(info)
+            if isinstance(answer, ShardError):
+                info["error"] = str(answer)
+                continue
+            if isinstance(answer, BaseException):
+                raise answer
+            theirs = json.loads(answer)
+            info["groups"] = theirs["groups"]
             report["groups"] += theirs["groups"]
             report["leader_of"] += theirs["leader_of"]
             report["lagging_replicas"] += theirs["lagging_replicas"]
@@ -364,11 +369,17 @@ class Node(Upkeep, AdminApi, MetadataApi, DataApi):
         if self.shards is None:
             return self.metrics.render()
         texts = {0: self.metrics.render()}
-        for k in self.shards.others:
-            try:
-                texts[k] = await self.shards.get(k, "/metrics")
-            except ShardError as exc:
-                log.warning("metrics of %s", exc)
+        others = self.shards.others
+        answers = await asyncio.gather(
+            *(self.shards.get(k, "/metrics") for k in others), return_exceptions=True
+        )
+        for k, answer in zip(others, answers, strict=True):
+            if isinstance(answer, ShardError):
+                log.warning("metrics of %s", answer)  # the other shards' still go out
+            elif isinstance(answer, BaseException):
+                raise answer
+            else:
+                texts[k] = answer
         return merge_shard_metrics(texts)
 
     def count_request(self, route: str, status: int) -> None:

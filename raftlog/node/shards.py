@@ -391,3 +391,6 @@ def report_serving(port: int) -> None:
     """Tell shard 0 this shard serves on loopback ``port`` (one stdout line)."""
     sys.stdout.write(f"{READY_PREFIX} {port}\n")
     sys.stdout.flush()
+    # shard 0 reads no further: anything printed later goes to the log, and a full
+    # pipe can never block this shard
+    os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
