@@ -4,7 +4,8 @@ Per-group gauges, the per-partition gauges (``raftlog_partition_*``: log start,
 log end, high watermark, LSO, bytes on disk, replication lag; labels ``topic``
 and ``partition``, plus ``node``) and the per-group counters
 ``raftlog_fsyncs_total`` and ``raftlog_recovery_requests_total`` are read from
-the live groups at scrape time (a custom collector), so they cost nothing
+the live groups at scrape time (and the node's ``raftlog_syncfs_total`` from its
+flusher) (a custom collector), so they cost nothing
 between scrapes. Counters and histograms that must be observed as events happen
 (append latency, RPCs) are ordinary prometheus-client metrics in a per-node
 registry, so several nodes in one process (tests) never collide in the global
@@ -145,12 +146,40 @@ class _GroupCollector(Collector):
         yield follower_lag
 
 
+class _SyncfsCollector(Collector):
+    def __init__(self, node_id: int, syncs: Callable[[], int | None]) -> None:
+        self._node_id = str(node_id)
+        self._syncs = syncs
+
+    def collect(self) -> Iterator[CounterMetricFamily]:
+        # Exposed as raftlog_syncfs_total: the durability barriers that serve every group
+        # of the node at once (--flush-scope node); a group's own fsyncs stay in
+        # raftlog_fsyncs_total, so the two added up are every barrier the node paid.
+        syncs = self._syncs()
+        if syncs is None:
+            return
+        family = CounterMetricFamily(
+            "raftlog_syncfs",
+            "syncfs calls of this node: each made every group's writes durable at once",
+            labels=["node"],
+        )
+        family.add_metric([self._node_id], float(syncs))
+        yield family
+
+
 class NodeMetrics:
     """Every metric of one node, in a registry of its own."""
 
-    def __init__(self, node_id: int, groups: Callable[[], Iterable[GroupView]]) -> None:
+    def __init__(
+        self,
+        node_id: int,
+        groups: Callable[[], Iterable[GroupView]],
+        syncs: Callable[[], int | None] = lambda: None,
+    ) -> None:
+        """``syncs``: the node's syncfs calls, None when it makes none (no sample)."""
         self.registry = CollectorRegistry(auto_describe=True)
         self.registry.register(_GroupCollector(node_id, groups))
+        self.registry.register(_SyncfsCollector(node_id, syncs))
         self.append_latency = Histogram(
             "raftlog_append_latency_seconds",
             "produce latency from request to acknowledgement, by acks",

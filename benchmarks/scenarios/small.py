@@ -69,7 +69,7 @@ async def measure(
     if not fsync_seen:
         ctx.note(
             f"fsyncs/request not measured: the nodes' /metrics export no moving "
-            f"{raftlog_local.FSYNC_COUNTER} samples"
+            f"{raftlog_local.FSYNC_COUNTER} or {raftlog_local.SYNCFS_COUNTER} samples"
         )
     return rows
 
@@ -90,6 +90,6 @@ def run(ctx: RunContext) -> list[Row]:
         rows = asyncio.run(measure(ctx, cluster.servers, counts, seconds))
     ctx.note(
         f"3-node local cluster, 1 partition, R=3; closed loop, {seconds:g} s per client count; "
-        "fsyncs/request = rise of all nodes' fsync counters / acknowledged requests"
+        "fsyncs/request = rise of all nodes' fsync and syncfs counters / acknowledged requests"
     )
     return rows

@@ -24,6 +24,9 @@ STOP_TIMEOUT_S = 10.0
 LEADER_TIMEOUT_S = 30.0
 SETTLE_TIMEOUT_S = 120.0
 FSYNC_COUNTER = "raftlog_fsyncs_total"
+SYNCFS_COUNTER = "raftlog_syncfs_total"
+"""A node's syncfs calls (--flush-scope node): each one barrier, however many groups it
+served; counted with the groups' own fsyncs."""
 REQUEST_TIMEOUT_S = 10.0
 """Per call, retries included: a request not acknowledged by then counts as an error
 (the client's own default, 30 s, would let one stuck request eat a quick run)."""
@@ -89,13 +92,15 @@ def scrape(address: str, timeout_s: float = 5.0) -> str:
 
 
 def fsync_total(addresses: list[str]) -> float | None:
-    """The sum of every node's fsync counter, or None when no node exports a sample of it."""
+    """Every durability barrier of every node: the groups' fsyncs plus the nodes' syncfs
+    calls; None when no node exports a sample of either."""
     total, seen = 0.0, False
     for address in addresses:
         for line in scrape(address).splitlines():
-            if line.startswith(FSYNC_COUNTER + "{") or line.startswith(FSYNC_COUNTER + " "):
-                total += float(line.rsplit(" ", 1)[1])
-                seen = True
+            for counter in (FSYNC_COUNTER, SYNCFS_COUNTER):
+                if line.startswith(counter + "{") or line.startswith(counter + " "):
+                    total += float(line.rsplit(" ", 1)[1])
+                    seen = True
     return total if seen else None
 
 

@@ -24,6 +24,12 @@ DEFAULT_MAX_BATCH_BYTES = 16 * 1024 * 1024
 MAX_PARTITIONS = 10_000
 # bounds --shards: processes per node
 MAX_SHARDS = 256
+# --flush-scope: "node", one syncfs of the data directory's filesystem serves every
+# group that asked for a flush meanwhile (raftlog.raft.node_flush); "group", each
+# group's log fsyncs its own files.
+FLUSH_SCOPE_NODE = "node"
+FLUSH_SCOPE_GROUP = "group"
+FLUSH_SCOPES = (FLUSH_SCOPE_NODE, FLUSH_SCOPE_GROUP)
 COORDINATOR_ROLL_FORWARD_S = 5.0
 DEFAULT_RETENTION_CHECK_INTERVAL_MS = 10_000
 # How long transfer-leadership waits for the new leader: under the client's attempt
@@ -85,6 +91,8 @@ class NodeConfig:
     # ``shard_index`` (0: the one started, serving the node's address).
     shards: int = 1
     shard_index: int = 0
+    # How flushes are made durable: FLUSH_SCOPE_NODE or FLUSH_SCOPE_GROUP.
+    flush_scope: str = FLUSH_SCOPE_NODE
 
     @property
     def address(self) -> str:
@@ -234,6 +242,15 @@ def add_server_arguments(p: argparse.ArgumentParser) -> None:
         help="processes this node runs, each the owner of a share of its groups, behind "
         f"the one --listen address (default: the number of cores, {os.cpu_count() or 1} here)",
     )
+    p.add_argument(
+        "--flush-scope",
+        choices=FLUSH_SCOPES,
+        default=FLUSH_SCOPE_NODE,
+        help="node: one syncfs of the data directory's filesystem makes every group's "
+        "writes durable at once, serving all the groups that asked meanwhile (Linux >= "
+        "5.8, else as group); group: each partition's log fsyncs its own files, which "
+        "suits a filesystem shared with heavy writers (default node)",
+    )
     # set by shard 0 for the processes it starts (raftlog.node.shards); never by users
     p.add_argument("--shard-index", type=int, default=0, help=argparse.SUPPRESS)
     p.add_argument("--log-level", default="INFO")
@@ -363,6 +380,7 @@ def config_from_args(args: argparse.Namespace) -> NodeConfig:
         replica_lag_time_max_ms=lag_max,
         shards=shards,
         shard_index=shard_index,
+        flush_scope=getattr(args, "flush_scope", FLUSH_SCOPE_NODE),
     )
 
 

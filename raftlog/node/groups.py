@@ -14,13 +14,17 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
+import os
 import pathlib
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from raftlog.controller.topic_config import TopicConfig
 from raftlog.coordinator.tm_stm import TRANSACTIONS_TOPIC, TmStm
 from raftlog.faults import failpoints
 from raftlog.faults.crash import cut_to_flushed
+from raftlog.node.config import FLUSH_SCOPE_GROUP, FLUSH_SCOPE_NODE
 from raftlog.node.replica_lag import FollowerLag, FollowerLagTracker
 from raftlog.node.retention import NO_RETENTION, Retention, RetentionPolicy
 from raftlog.producers.outcomes import (
@@ -42,6 +46,7 @@ from raftlog.raft.errors import (
     TermMismatchError,
 )
 from raftlog.raft.heartbeat_manager import HeartbeatManager
+from raftlog.raft.node_flush import NodeFlush
 from raftlog.raft.progress import ProgressState
 from raftlog.raft.replicate_batcher import Consistency
 from raftlog.rpc.messages import (
@@ -63,7 +68,10 @@ from raftlog.rpc.messages import (
 from raftlog.rpc.server import RequestError
 from raftlog.rpc.transport import StreamTransport
 from raftlog.storage.batch import RecordBatch
+from raftlog.storage.fs import REAL_FS
 from raftlog.storage.log import SegmentedLog
+
+log = logging.getLogger(__name__)
 
 TRANSFER_HEARD_TICKS = 10
 """A preferred replica not heard from in this many ticks is not handed the leadership."""
@@ -89,8 +97,18 @@ class GroupHost:
         transport: StreamTransport,
         heartbeat_interval_s: float,
         rm_config: RmStmConfig | None = None,
+        data_dir: pathlib.Path | None = None,
+        flush_scope: str = FLUSH_SCOPE_GROUP,
     ) -> None:
+        """``flush_scope``: ``node`` makes one syncfs of ``data_dir``'s filesystem serve
+        every group whose log is on it (:mod:`raftlog.raft.node_flush`), where the
+        system's syncfs reports write-back errors; ``group``: each log fsyncs its files."""
         self.node_id = node_id
+        self.data_dir = data_dir
+        self.flush_scope = flush_scope
+        # The node's syncfs, and the device it serves (st_dev of data_dir); None: none.
+        self.node_flush: NodeFlush | None = None
+        self._flush_device: int | None = None
         self.rm_config = rm_config or RmStmConfig()
         self.transport = transport
         self.heartbeats = HeartbeatManager(node_id, transport, heartbeat_interval_s)
@@ -100,11 +118,33 @@ class GroupHost:
 
     async def start(self) -> None:
         await self.heartbeats.start()
+        if self.flush_scope == FLUSH_SCOPE_NODE and self.data_dir is not None:
+            # Opened before any group writes: syncfs reports errors from its opening on.
+            barrier = REAL_FS.open_barrier(self.data_dir)
+            if barrier is None:
+                log.warning(
+                    "node %s: --flush-scope node needs a syncfs that reports write-back "
+                    "errors (Linux >= 5.8); this system has none: each group fsyncs its "
+                    "own files", self.node_id,
+                )  # fmt: skip
+            else:
+                self._flush_device = os.stat(self.data_dir).st_dev
+                self.node_flush = NodeFlush(barrier)
+                self.node_flush.start()
 
     async def stop(self) -> None:
         for gid in list(self.groups):
             await self.close_group(gid)
         await self.heartbeats.stop()
+        if self.node_flush is not None:
+            await self.node_flush.stop()
+
+    def _flush_barrier(self, directory: pathlib.Path) -> Callable[[], Awaitable[None]] | None:
+        """The node's syncfs for a log in ``directory``: only on the filesystem it
+        syncs (a directory mounted elsewhere fsyncs its own files)."""
+        if self.node_flush is None or os.stat(directory).st_dev != self._flush_device:
+            return None
+        return self.node_flush.sync
 
     async def _new_consensus(
         self, group: int, directory: pathlib.Path, replicas: list[int]
@@ -120,6 +160,7 @@ class GroupHost:
             ConsensusOptions(),
             seed=self.node_id * 1_000_003 + group,
             heartbeats=self.heartbeats,
+            flush_barrier=self._flush_barrier(directory),
         )
 
     async def open_group(

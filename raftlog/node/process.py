@@ -145,11 +145,13 @@ class Node(Upkeep, AdminApi, MetadataApi, DataApi):
                 transaction_timeout_ms=config.transaction_timeout_ms,
                 max_transaction_timeout_ms=config.max_transaction_timeout_ms,
             ),
+            data_dir=config.data_dir,
+            flush_scope=config.flush_scope,
         )
         self.controller_stm = ControllerStm()
         self.controller: Any = None
         self.partitions: dict[int, PartitionReplica] = {}
-        self.metrics = NodeMetrics(config.node_id, self._group_views)
+        self.metrics = NodeMetrics(config.node_id, self._group_views, self._syncfs_calls)
         self._reconcile_needed = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
         self._runner: web.AppRunner | None = None
@@ -301,10 +303,10 @@ class Node(Upkeep, AdminApi, MetadataApi, DataApi):
             topic, partition = message.topic, message.partition
         else:
             return None
-        t = self.controller_stm.topics.get(topic)
-        if t is None or not 0 <= partition < len(t.partitions):
+        try:
+            return self._assignment(topic, partition)[1].group_id
+        except RequestError:
             return None
-        return t.partitions[partition].group_id
 
     async def health(self) -> dict[str, Any]:
         """This node's health; shard 0 of several adds up what its shards report."""
@@ -387,6 +389,11 @@ class Node(Upkeep, AdminApi, MetadataApi, DataApi):
 
     def _group_views(self) -> list[Any]:
         return list(self.partitions.values())
+
+    def _syncfs_calls(self) -> int | None:
+        """The node's syncfs calls (``--flush-scope node``); None when it makes none."""
+        flush = self.host.node_flush
+        return None if flush is None else flush.syncs
 
     def _controller_leader(self) -> int:
         c = self.controller

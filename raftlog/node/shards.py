@@ -51,7 +51,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import aiohttp
-from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_delay, wait_fixed
+from tenacity import AsyncRetrying, retry_if_exception_type, wait_fixed
 
 from raftlog.node.config import NodeConfig
 from raftlog.raft.errors import TransportError
@@ -114,6 +114,8 @@ class ShardSet:
         self._changed = asyncio.Event()
         self._snapshot: Callable[[], bytes] | None = None
         self._version = 0
+        # The newest controller state, as every shard is sent it (None before the first).
+        self._latest: ShardStateRequest | None = None
         self._stopping = False
         self.failed: str | None = None  # why a shard's exit stopped the node
 
@@ -236,32 +238,32 @@ class ShardSet:
         self._changed.set()
 
     async def _push_loop(self) -> None:
-        assert self._snapshot is not None and self._transport is not None
+        assert self._snapshot is not None
         while True:
             await self._changed.wait()
             self._changed.clear()
             self._version += 1
-            request = ShardStateRequest(self._version, self._snapshot())
-            results = await asyncio.gather(
-                *(self._push(k, request) for k in self._shards), return_exceptions=True
-            )
-            for k, r in zip(self._shards, results, strict=True):
-                if isinstance(r, BaseException):
-                    # the next change, or this retry, carries the state again
-                    log.warning("shard %d: controller state not taken: %r", k, r)
-                    self._changed.set()
-                    await asyncio.sleep(0.5)
+            self._latest = ShardStateRequest(self._version, self._snapshot())
+            await asyncio.gather(*(self._push(k) for k in self._shards))
 
-    async def _push(self, shard: int, request: ShardStateRequest) -> None:
+    async def _push(self, shard: int) -> None:
+        """Deliver the controller state of this round to ``shard``, retrying until it takes
+        it (a change made meanwhile goes in the next round, once every shard took this
+        one). The one retry layer: a shard that stays unreachable is one that died,
+        which stops the node (:attr:`failed`)."""
         assert self._transport is not None
         async for attempt in AsyncRetrying(
-            stop=stop_after_delay(10.0),
             wait=wait_fixed(0.2),
             retry=retry_if_exception_type(TransportError),
-            reraise=True,
+            before_sleep=lambda state: log.warning(
+                "shard %d: controller state not taken yet: %r",
+                shard,
+                state.outcome.exception() if state.outcome else None,
+            ),
         ):
             with attempt:
-                await self._transport.send(shard, request)
+                assert self._latest is not None
+                await self._transport.send(shard, self._latest)
 
     # ------------------------------------------------------------ routing
 

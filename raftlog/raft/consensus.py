@@ -59,7 +59,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-from collections.abc import Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
 from raftlog.faults.failpoints import (
@@ -133,8 +133,12 @@ class Consensus:
         seed: int = 0,
         heartbeats: HeartbeatManager | None = None,
         name: str | None = None,
+        flush_barrier: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
         self.group = group
+        # The node's syncfs (NodeFlush.sync) that replaces this log's own fsync; None:
+        # the log fsyncs its files (see raftlog.raft.flush).
+        self._flush_barrier = flush_barrier
         # How logs name this group (the node passes its topic/partition when it knows it).
         self.name = name or f"group {group}"
         self.node_id = node_id
@@ -245,6 +249,7 @@ class Consensus:
             self._on_flushed,
             self.options.flush_latency_s,
             self.options.flush_linger_s,
+            self._flush_barrier,
         )
         self.batcher = ReplicateBatcher(self._entries, self.options.batcher_memory_bytes)
         self._applier.restore(self._restored_ctx)

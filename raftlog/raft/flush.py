@@ -12,7 +12,11 @@ A flush is the log's three steps (see :class:`~raftlog.storage.api.LogStorage`):
 ``prepare_flush`` records the dirty offset on the event loop, ``sync_flush``
 fsyncs in a thread executor when ``in_executor`` (the on-disk log: fsync must
 not stall the event loop) or inline (the simulator's disk, so runs stay
-deterministic), and ``finish_flush`` marks the recorded offset flushed.
+deterministic), and ``finish_flush`` marks the recorded offset flushed. With a
+``barrier`` (the node's :class:`~raftlog.raft.node_flush.NodeFlush`), the log's own
+fsync is replaced by the node's syncfs, which serves every group that asked
+meanwhile: the plan is marked ``by_barrier`` and ``sync_flush`` only brings the
+index files up to date.
 Appends (the leader's, a follower's) do not wait for a flush: they run while
 its fsync does, and what they add is flushed by the next one. Only what cuts,
 deletes or closes the log's files (a follower's suffix truncation, a snapshot
@@ -23,7 +27,8 @@ install's ``restart_at``, retention's prefix truncation, closing the log) takes
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+import dataclasses
+from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
 from raftlog.storage.api import LogStorage
@@ -41,8 +46,12 @@ class FlushCoalescer:
         on_flushed: Callable[[int], None],
         latency_s: float = 0.0,
         linger_s: float = 0.0,
+        barrier: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
         self._log = log
+        # Returns once a syncfs of the log's filesystem that started after the call
+        # returned (NodeFlush.sync); None: the log fsyncs its own files.
+        self._barrier = barrier
         self._flush_bytes = flush_bytes
         self._delay = flush_delay_s
         self._in_executor = in_executor
@@ -125,14 +134,19 @@ class FlushCoalescer:
             plan = log.prepare_flush()
             if self._latency_s > 0:  # the modelled fsync takes this long
                 await asyncio.sleep(self._latency_s)
-            if self._in_executor:
-                await _in_thread(log.sync_flush, plan)
+            if self._barrier is not None and (plan.files or plan.dir_version is not None):
+                await self._barrier()
+                # No fsync left, only the index files' small writes: no thread hop.
+                plan = dataclasses.replace(plan, by_barrier=True)
+                log.sync_flush(plan)
+            elif self._in_executor:
+                await in_thread(log.sync_flush, plan)
             else:
                 log.sync_flush(plan)
             log.finish_flush(plan)
 
 
-async def _in_thread(fn: Callable[..., _T], *args: object) -> _T:
+async def in_thread(fn: Callable[..., _T], *args: object) -> _T:
     """``fn(*args)`` in the default executor, awaited to its end even when cancelled.
 
     A thread cannot be stopped: returning early on cancellation would release the

@@ -89,12 +89,17 @@ class FlushPlan:
     own, opaque here; empty: no file data to sync), and ``dir_version`` is set
     when the log's directory must be fsynced too (a file was created since its
     last fsync): the implementation's count of creations it covers.
+    ``by_barrier``: a syncfs of the log's filesystem (:class:`~raftlog.storage.fs.FsBarrier`)
+    that started after the plan was prepared has returned, so ``files`` and the
+    directory are durable already: :meth:`LogStorage.sync_flush` fsyncs nothing and
+    does only what follows an fsync (the index files).
     """
 
     offset: int
     truncations: int
     files: tuple[object, ...] = ()
     dir_version: int | None = None
+    by_barrier: bool = False
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -16,6 +16,9 @@ The model's rules are the POSIX ones the log must be written against:
 - ``fsync(file)`` makes that file's data and size durable, not its name;
 - a new name (create, rename, mkdir) or a removed name (unlink, rename) is
   durable only once its *directory* is fsynced;
+- ``syncfs`` (one call through a :class:`FsBarrier`) makes every file's data
+  and size and every directory's names on the filesystem durable at once: one
+  barrier for all of a node's groups (see :mod:`raftlog.raft.node_flush`);
 - after a failed fsync the dirty pages are gone (marked clean, never
   written: PostgreSQL's "fsyncgate"); a later fsync reports success without
   bringing them back. So a failed fsync must never be retried: the caller
@@ -23,7 +26,8 @@ The model's rules are the POSIX ones the log must be written against:
 
 ``RAFTLOG_TEST_FS_MUTATION`` plants a durability bug in the model, for
 proving that the crash tests can fail: ``skip-fsync`` makes file fsyncs do
-nothing, ``skip-dir-fsync`` makes directory fsyncs do nothing.
+nothing, ``skip-dir-fsync`` makes directory fsyncs do nothing, ``skip-syncfs``
+makes syncfs do nothing.
 
 Every failed fsync raises :class:`FsyncFailed` (not an ``OSError``, so that
 no generic disk-error retry catches it) and calls the process-wide fatal
@@ -32,11 +36,13 @@ handler (see :func:`set_fatal_handler`); the node installs one that exits.
 
 from __future__ import annotations
 
+import ctypes
 import dataclasses
 import errno
 import logging
 import os
 import pathlib
+import platform
 import random
 import threading
 from collections.abc import Callable
@@ -46,7 +52,7 @@ logger = logging.getLogger(__name__)
 
 SECTOR = 512
 MUTATION_ENV = "RAFTLOG_TEST_FS_MUTATION"
-MUTATIONS = ("skip-fsync", "skip-dir-fsync")
+MUTATIONS = ("skip-fsync", "skip-dir-fsync", "skip-syncfs")
 
 
 class FsyncFailed(Exception):
@@ -158,6 +164,29 @@ class FileSystem(Protocol):
         """Make creations, renames and removals of names in ``path`` durable."""
         ...
 
+    def open_barrier(self, path: pathlib.Path) -> FsBarrier | None:
+        """A syncfs handle on the filesystem holding directory ``path``; None when this
+        system cannot give one that reports every write-back error (see
+        :func:`syncfs_reports_errors`): the caller then fsyncs file by file.
+
+        Open it before writing what it must make durable: errors are reported from
+        the moment it is opened.
+        """
+        ...
+
+
+class FsBarrier(Protocol):
+    """One filesystem's syncfs, on a descriptor held open for the handle's life."""
+
+    def sync(self) -> None:
+        """Make every write issued before the call on the filesystem durable (file
+        data, sizes, directory entries), as if every file and directory were fsynced;
+        raises :class:`FsyncFailed` when any write-back failed since the handle opened
+        (the data may be lost: never retry, stop). Blocking: run it in a thread."""
+        ...
+
+    def close(self) -> None: ...
+
 
 # ----------------------------------------------------------------------------- real
 
@@ -259,6 +288,62 @@ class RealFileSystem:
             raise _fsync_failed(str(path), exc) from exc
         finally:
             os.close(fd)
+
+    def open_barrier(self, path: pathlib.Path) -> _RealBarrier | None:
+        if not syncfs_reports_errors():
+            return None
+        return _RealBarrier(pathlib.Path(path))
+
+
+SYNCFS_MIN_KERNEL = (5, 8)
+"""Since Linux 5.8 syncfs returns the write-back errors of any file of the filesystem
+(the superblock's errseq, sampled per descriptor); before, it always returned 0, and
+a lost write would pass as durable."""
+
+
+def _libc_syncfs() -> Callable[[int], int] | None:
+    try:
+        fn = ctypes.CDLL(None, use_errno=True).syncfs
+    except (OSError, AttributeError):
+        return None
+    fn.argtypes = [ctypes.c_int]
+    fn.restype = ctypes.c_int
+    return fn
+
+
+_SYNCFS = _libc_syncfs() if platform.system() == "Linux" else None
+
+
+def syncfs_reports_errors() -> bool:
+    """Whether this system's syncfs exists and reports write-back errors (Linux >= 5.8)."""
+    if _SYNCFS is None:
+        return False
+    release = platform.release().split("-", 1)[0].split(".")
+    try:
+        version = (int(release[0]), int(release[1]))
+    except (IndexError, ValueError):
+        return False
+    return version >= SYNCFS_MIN_KERNEL
+
+
+class _RealBarrier:
+    def __init__(self, path: pathlib.Path) -> None:
+        self.path = path
+        # Held open: syncfs reports the errors since *this* descriptor was opened.
+        self._fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+
+    def sync(self) -> None:
+        assert _SYNCFS is not None
+        if _SYNCFS(self._fd) != 0:
+            err = ctypes.get_errno()
+            raise _fsync_failed(
+                f"the filesystem of {self.path} (syncfs)", OSError(err, os.strerror(err))
+            )
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
 
 
 REAL_FS: FileSystem = RealFileSystem()
@@ -569,6 +654,45 @@ class ModelFileSystem:
                 node.pending.clear()
             self.io("fsync_dir", path)
 
+    def open_barrier(self, path: pathlib.Path) -> _ModelBarrier:
+        return _ModelBarrier(self, pathlib.Path(path))
+
+    def syncfs(self, path: pathlib.Path) -> None:
+        """Every reachable file's writes and every directory's names become durable."""
+        with self.lock:
+            if self._fsync_fails():
+                # as fsyncgate, for every file: the dirty pages are dropped, never written
+                for d in self._dirs():
+                    d.pending.clear()
+                    for child in d.entries.values():
+                        if isinstance(child, _Inode):
+                            child.pending.clear()
+                raise _fsync_failed(
+                    f"the filesystem of {path} (syncfs)",
+                    OSError(errno.EIO, "Input/output error (injected)"),
+                )
+            if self.mutation != "skip-syncfs":
+                for d in self._dirs():
+                    d.durable = dict(d.entries)
+                    d.pending.clear()
+                    for child in d.entries.values():
+                        if isinstance(child, _Inode) and child.pending:
+                            content = bytearray(child.durable)
+                            for op in child.pending:
+                                _apply(content, op)
+                            child.durable = bytes(content)
+                            child.pending.clear()
+            self.io("syncfs", path)
+
+    def _dirs(self) -> list[_Dir]:
+        """Every directory reachable from the root (a name reaches what it names now)."""
+        out, stack = [], [self.root]
+        while stack:
+            d = stack.pop()
+            out.append(d)
+            stack.extend(c for c in d.entries.values() if isinstance(c, _Dir))
+        return out
+
     # -- power loss ----------------------------------------------------------------------
 
     def crash(self, seed: int, *, keep_unsynced: bool = True) -> None:
@@ -620,6 +744,21 @@ class ModelFileSystem:
                 for name, child in sorted(node.entries.items())
                 if isinstance(child, _Inode)
             }
+
+
+class _ModelBarrier:
+    def __init__(self, fs: ModelFileSystem, path: pathlib.Path) -> None:
+        self._fs = fs
+        self.path = path
+        self._generation = fs.generation
+
+    def sync(self) -> None:
+        if self._generation != self._fs.generation:
+            raise OSError(errno.EBADF, "barrier opened before a crash", str(self.path))
+        self._fs.syncfs(self.path)
+
+    def close(self) -> None:
+        pass
 
 
 def _torn(op: tuple, rng: random.Random) -> tuple:

@@ -488,6 +488,11 @@ class SegmentedLog:
         segment created meanwhile is not in ``plan``; its name is synced by the next
         flush (or by the roll after it, which seals it).
         """
+        if plan.by_barrier:  # the node's syncfs made it durable (and ran the failpoints)
+            for point in plan.files:
+                assert isinstance(point, SyncPoint)
+                point.segment.sync(point=point, data_synced=True)
+            return
         work = bool(plan.files) or plan.dir_version is not None
         if work:
             failpoint(LOG_BEFORE_FLUSH)
@@ -502,7 +507,7 @@ class SegmentedLog:
     @_stops_on_failed_fsync
     def finish_flush(self, plan: FlushPlan) -> int:
         """Mark ``plan.offset`` flushed (see :func:`contract_checks.flushed_after_flush`)."""
-        if plan.files:
+        if plan.files and not plan.by_barrier:
             self.fsyncs += 1
         if plan.dir_version is not None:
             self._dir_synced = max(self._dir_synced, plan.dir_version)

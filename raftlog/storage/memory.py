@@ -86,7 +86,7 @@ class MemoryLog:
 
     def finish_flush(self, plan: FlushPlan) -> int:
         """Mark ``plan.offset`` flushed, never what was appended since it was prepared."""
-        if plan.files:
+        if plan.files and not plan.by_barrier:
             self.fsyncs += 1
         self._flushed = contract_checks.flushed_after_flush(
             self._flushed, plan.offset, self._dirty, plan.truncations != self._truncations

@@ -292,15 +292,24 @@ class Segment:
         times = self._time_index
         return SyncPoint(self, len(self.index), None if times is None else len(times))
 
-    def sync(self, *, index_fsync: bool = False, point: SyncPoint | None = None) -> None:
+    def sync(
+        self,
+        *,
+        index_fsync: bool = False,
+        point: SyncPoint | None = None,
+        data_synced: bool = False,
+    ) -> None:
         """fsync the data, then bring the index files up to date (they only cover durable data).
 
         With ``point`` (taken before the fsync, while appends may go on during it) only
         the index entries of the data written by then are persisted; without it, all.
+        ``data_synced``: a syncfs that started after ``point`` was taken made the data
+        durable already; only the index files are brought up to date.
         Safe in a thread while the event loop appends: a write and an fsync of one
         file may run at once, and the index files are written under a lock.
         """
-        self.fd.fsync()
+        if not data_synced:
+            self.fd.fsync()
         upto = None if point is None else point.index_entries
         times_upto = None if point is None else point.time_index_entries
         with self._persist_lock:

@@ -126,6 +126,24 @@ class Driver:
         self.log.finish_flush(plan)
         self._note_offsets()
 
+    def flush_by_barrier(
+        self,
+        before_sync: list[RecordBatch] | None = None,
+        after_sync: list[RecordBatch] | None = None,
+    ) -> None:
+        """A flush made durable by the node's syncfs (``--flush-scope node``), not by the
+        log's own fsync, with appends landing around it as in :meth:`flush_around`."""
+        plan = self.log.prepare_flush()
+        if before_sync:
+            self.append(before_sync)
+        self.fs.open_barrier(LOG_DIR).sync()
+        plan = dataclasses.replace(plan, by_barrier=True)
+        self.log.sync_flush(plan)
+        if after_sync:
+            self.append(after_sync)
+        self.log.finish_flush(plan)
+        self._note_offsets()
+
     def truncate(self, offset: int) -> None:
         self.acked.truncate_pending = offset
         self.log.truncate(offset)

@@ -9,7 +9,8 @@ context never goes back, and open never fails. The recovery itself is then
 crashed after each of its IO calls and checked again.
 
 Under ``RAFTLOG_TEST_FS_MUTATION=skip-fsync`` or ``skip-dir-fsync`` these tests
-fail (see test_crash_mutations.py).
+fail, and under ``skip-syncfs`` the one whose flushes go through syncfs does (see
+test_crash_mutations.py).
 """
 
 from __future__ import annotations
@@ -128,7 +129,23 @@ def append_during_flush(d: Driver) -> None:
     d.append(batches(12, 2, [60]))  # unflushed tail
 
 
+def flush_by_syncfs(d: Driver) -> None:
+    """Flushes made durable by one syncfs (the node's, for all its groups) across size
+    and term rolls, with appends landing around them: each acknowledges what it recorded."""
+    off = 0
+    for round_ in range(3):
+        new = batches(off, 1 + round_ // 2, [90, 130, 60], tag=round_)
+        d.append(new)
+        off = new[-1].last_offset + 1
+        late = batches(off, 1 + round_ // 2, [50], tag=round_)
+        d.flush_by_barrier(after_sync=late)
+        off = late[-1].last_offset + 1
+    d.flush_by_barrier()
+    d.append(batches(off, 2, [70]))  # unflushed: may go, must not corrupt
+
+
 SCENARIOS = [
+    flush_by_syncfs,
     snapshot_install,
     append_flush,
     append_during_flush,

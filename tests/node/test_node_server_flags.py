@@ -143,3 +143,16 @@ def test_shards_default_to_the_cores_and_are_checked_by_name() -> None:
             config_from_args(parse(*loopback, "--shards", bad))
     with pytest.raises(ValueError, match=r"--shard-index: expected 0\.\.1, got 2"):
         config_from_args(parse(*loopback, "--shards", "2", "--shard-index", "2"))
+
+
+def test_flush_scope_defaults_to_node_and_names_its_choices(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    loopback = ["--listen", "127.0.0.1:9001"]
+    assert config_from_args(parse(*loopback)).flush_scope == "node"
+    assert config_from_args(parse(*loopback, "--flush-scope", "group")).flush_scope == "group"
+    with pytest.raises(SystemExit):
+        parse(*loopback, "--flush-scope", "disk")
+    assert "argument --flush-scope: invalid choice: 'disk' (choose from node, group)" in (
+        capsys.readouterr().err.replace("'node'", "node").replace("'group'", "group")
+    )
