@@ -70,6 +70,14 @@ def build_parser(registry: Registry) -> argparse.ArgumentParser:
         help="processes per node (raftlog server --shards) of the local clusters the "
         "scenarios start (default 1, as raftlog local start)",
     )
+    parser.add_argument(
+        "--flush-scope",
+        choices=("node", "group"),
+        default="node",
+        help="how the local clusters' nodes make writes durable (raftlog server "
+        "--flush-scope): node, one syncfs for all partitions; group, an fsync per "
+        "partition's log (default node, as the server)",
+    )
     for entry in registry.all():
         if entry.add_arguments is not None:
             entry.add_arguments(parser.add_argument_group(f"scenario {entry.name}"))

@@ -41,16 +41,24 @@ def client_class() -> Any:
 def local_cluster(data_dir: Path, nodes: int = 3, ctx: Any = None) -> Iterator[Any]:
     """A running ``raftlog.cluster.LocalCluster`` in ``data_dir``; every node is stopped
     by its recorded PID on exit, also when start-up or the scenario fails. Its nodes
-    run ``--shards`` processes each (the run's flag, from ``ctx``; default 1)."""
-    shards = getattr(getattr(ctx, "args", None), "shards", None) or 1
+    run ``--shards`` processes each and flush with ``--flush-scope`` (the run's flags,
+    from ``ctx``; defaults 1 and node)."""
+    args = getattr(ctx, "args", None)
+    shards = getattr(args, "shards", None) or 1
     if shards > 1:
         ctx.note(f"each node runs {shards} processes (raftlog server --shards {shards})")
+    flush_scope = getattr(args, "flush_scope", None) or "node"
+    if ctx is not None:
+        ctx.note(f"nodes flush with raftlog server --flush-scope {flush_scope}")
     start_cluster = require("raftlog.cluster", "start_cluster")
     stop_cluster = require("raftlog.cluster", "stop_cluster")
     client_class()  # skip before starting processes when the client is missing
     try:
         yield start_cluster(
-            data_dir, nodes, timeout_s=START_TIMEOUT_S, extra_args=["--shards", str(shards)]
+            data_dir,
+            nodes,
+            timeout_s=START_TIMEOUT_S,
+            extra_args=["--shards", str(shards), "--flush-scope", flush_scope],
         )
     finally:
         # cluster.json is written before start-up waits, so this finds every PID started.
