@@ -181,6 +181,7 @@ class Consensus:
                 max_in_flight_appends=self.options.max_in_flight_appends,
                 max_in_flight_bytes=self.options.max_in_flight_bytes,
                 recovery_chunk_bytes=self.options.recovery_chunk_bytes,
+                recovery_max_inflight=self.options.recovery_max_inflight,
             ),
             random.Random(seed),
             promised_offset=promised,

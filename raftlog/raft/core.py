@@ -44,6 +44,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import random
+import sys
 from collections.abc import Callable
 from typing import Protocol
 
@@ -116,6 +117,8 @@ class CoreOptions:
     max_in_flight_bytes: int = 2 * 1024 * 1024
     # The most bytes one recovery request carries (at least one batch).
     recovery_chunk_bytes: int = 512 * 1024
+    # Recovery chunks in flight to one follower once its match point is known.
+    recovery_max_inflight: int = 4
 
 
 @dataclasses.dataclass(slots=True)
@@ -499,9 +502,13 @@ class RaftCore:
                 del self.progress[node]
         for node in members:
             if node not in self.progress:
+                o = self.options
                 p = FollowerProgress(
                     node,
-                    Inflights(self.options.max_in_flight_appends, self.options.max_in_flight_bytes),
+                    Inflights(o.max_in_flight_appends, o.max_in_flight_bytes),
+                    # Bounded by count only: each chunk already holds at most
+                    # recovery_chunk_bytes (or one larger batch).
+                    Inflights(o.recovery_max_inflight, sys.maxsize),
                 )
                 p.reset(self.log.dirty_offset, self.ticks)
                 self.progress[node] = p
@@ -717,11 +724,16 @@ class RaftCore:
                 # snapshot (the follower refuses one whose offset its log matches).
                 if reply.last_dirty_offset < self.log.start_offset - 1:
                     self._want_snapshot(p)
+                    return
+                lowered = max(
+                    min(p.next_offset, reply.last_dirty_offset + 1, req_prev_offset),
+                    self.log.start_offset,
+                )
+                if p.state is ProgressState.PROBE and lowered < p.next_offset:
+                    # The chunks in flight start past it and would all be refused.
+                    p.become_probe(lowered)
                 else:
-                    p.next_offset = max(
-                        min(p.next_offset, reply.last_dirty_offset + 1, req_prev_offset),
-                        self.log.start_offset,
-                    )
+                    p.next_offset = lowered
             return
         p.last_reply_seq = max(p.last_reply_seq, reply.seq)
         p.last_heard_tick = self.ticks
@@ -741,6 +753,12 @@ class RaftCore:
                 p.next_offset = max(p.next_offset, reply.last_matched_offset + 1)
                 if p.state is ProgressState.REPLICATE:
                     p.inflights.free_le(p.match_offset)
+                elif p.state is ProgressState.PROBE:
+                    # The match point is known: recovery may pipeline from here. Chunks
+                    # this reply acknowledged leave the window even if their own replies
+                    # are lost (their transport error then restarts nothing).
+                    p.recovery_confirmed = True
+                    p.recovery_window.free_le(p.match_offset)
         elif reply.result == APPEND_FAILURE and not is_heartbeat:
             if reply.last_dirty_offset < self.log.start_offset - 1:
                 # It lacks entries below the log start: only a snapshot can bring them.
@@ -756,7 +774,9 @@ class RaftCore:
             # Nothing in flight yet the follower lags: an append or its reply was lost.
             self._probe(p, min(p.next_offset, p.match_offset + 1))
         elif is_heartbeat and p.state is ProgressState.PROBE:
-            self._probe(p, p.next_offset)  # restarts a recovery that gave up on transport errors
+            # Restarts a recovery that gave up on transport errors; the chunks in flight
+            # and the cursor stay (a heartbeat says nothing about them).
+            self._request_recovery(p)
         elif is_heartbeat and p.state is ProgressState.SNAPSHOT:
             if p.dirty_offset >= self.log.start_offset - 1:
                 # It got what precedes the log start some other way (refetched): probe again.
@@ -772,6 +792,9 @@ class RaftCore:
         """Move ``p`` to probe from ``next_offset`` (never below the log start) and ask
         for ``recovery`` to run (the stage starts it unless it is running)."""
         p.become_probe(max(next_offset, self.log.start_offset))
+        self._request_recovery(p)
+
+    def _request_recovery(self, p: FollowerProgress) -> None:
         if p.node not in self._ready.recover:
             self._ready.recover.append(p.node)
 
@@ -798,7 +821,7 @@ class RaftCore:
         bytes), and the pipelined append to each follower in ``REPLICATE``
         whose last sent offset is the log's end and whose in-flight window has
         room; a follower whose window is full or that missed an append goes to
-        probe (``recovery`` catches it up, one chunk at a time). The caller
+        probe (``recovery`` catches it up, chunk by chunk). The caller
         takes the ready before anything else proposes (no await in between).
         """
         if self.role is not Role.LEADER:
@@ -869,31 +892,49 @@ class RaftCore:
             self.handle_append_reply(peer, req.term, req.prev_log_offset, reply)
 
     def recovery_chunk(self, node: int, term: int) -> RecoveryChunk | None:
-        """What ``recovery`` of ``node`` (started in ``term``) reads next; None: stop.
+        """What ``recovery`` of ``node`` (started in ``term``) reads next; None: nothing
+        to send now (the stage waits for a chunk in flight to be answered, and stops
+        when none is).
 
-        It stops when this core no longer leads in ``term`` or the follower is not
-        probing; when the follower's ``next_offset`` passed the log's end, the
-        follower is caught up and goes back to ``REPLICATE`` here, atomically with
-        the stop, so no pipelined append can slip in between.
+        Nothing is sent when this core no longer leads in ``term`` or the follower is
+        not probing. Until a success in this probe confirmed the follower's match
+        point, one chunk at a time from ``next_offset``; after it, up to
+        ``recovery_max_inflight``, each starting after the last one handed out. When
+        no chunk is in flight and the follower's ``next_offset`` passed the log's end,
+        the follower is caught up and goes back to ``REPLICATE`` here, atomically with
+        the stop, so no pipelined append can slip in between; while a chunk is in
+        the window it stays in ``PROBE`` (that chunk may yet be lost or refused).
         """
         p = self.progress.get(node)
         if not (self.role is Role.LEADER and term == self.term and p is not None):
             return None
         if p.state is not ProgressState.PROBE:
             return None
-        if p.next_offset > self.log.dirty_offset:
-            p.become_replicate(self.log.dirty_offset)
+        w = p.recovery_window
+        if len(w) == 0:
+            # Nothing in flight: whatever was sent and not acknowledged is sent again.
+            p.recovery_sent_offset = p.next_offset - 1
+            if p.next_offset > self.log.dirty_offset:
+                p.become_replicate(self.log.dirty_offset)
+                return None
+        start = max(p.next_offset, p.recovery_sent_offset + 1, self.log.start_offset)
+        if start > self.log.dirty_offset:
+            return None  # the log's end is in flight: wait for the replies
+        # Before a success, chunks past the first would be refused anyway: the follower's
+        # log may end (or diverge) anywhere before them.
+        pipelining = p.recovery_confirmed or mutations.active("recovery_pipelines_unmatched")
+        if len(w) >= (w.max_count if pipelining else 1):
             return None
-        return RecoveryChunk(
-            max(p.next_offset, self.log.start_offset), self.options.recovery_chunk_bytes
-        )
+        return RecoveryChunk(start, self.options.recovery_chunk_bytes)
 
     def recovery_request(
         self, node: int, term: int, batches: list[RecordBatch]
     ) -> AppendEntriesRequest | None:
-        """The append carrying a chunk read for ``node``'s recovery (it asks for a flush);
-        None when its predecessor is below the log start: the follower needs a
-        snapshot (``SNAPSHOT``: it waits for one)."""
+        """The append carrying a chunk read for ``node``'s recovery (it asks for a flush),
+        entered in the recovery window (the stage must send it, then hand its outcome to
+        :meth:`handle_recovery_reply` or :meth:`recovery_failed`); None when its
+        predecessor is below the log start: the follower needs a snapshot
+        (``SNAPSHOT``: it waits for one)."""
         p = self.progress.get(node)
         if not (self.role is Role.LEADER and term == self.term and p is not None and batches):
             return None
@@ -902,7 +943,7 @@ class RaftCore:
         if prev_term is None:
             p.become_snapshot()  # the running recovery installs it next
             return None
-        return AppendEntriesRequest(
+        req = AppendEntriesRequest(
             group=self.group,
             source_node=self.node_id,
             target_node=node,
@@ -914,15 +955,43 @@ class RaftCore:
             batches=batches,
             seq=self.next_seq(node),
         )
+        if p.state is ProgressState.PROBE:
+            last = batches[-1].last_offset
+            p.recovery_window.add(req.seq, last, sum(b.size_bytes for b in batches))
+            p.recovery_sent_offset = max(p.recovery_sent_offset, last)
+        return req
 
-    def recovery_failed(self, node: int, term: int) -> bool:
+    def handle_recovery_reply(
+        self, node: int, term: int, req: AppendEntriesRequest, reply: AppendEntriesReply
+    ) -> None:
+        """The reply to a recovery chunk: frees its place in ``node``'s recovery window,
+        then updates the progress as any append reply does (:meth:`handle_append_reply`:
+        a success moves ``next_offset`` on and confirms the match point, a mismatch
+        restarts the probe one chunk at a time, a stale reply changes nothing)."""
+        p = self.progress.get(node)
+        if p is not None and self.role is Role.LEADER and req.term == self.term:
+            p.recovery_window.release(req.seq)
+        self.handle_append_reply(node, term, req.prev_log_offset, reply)
+
+    def recovery_failed(self, node: int, term: int, seq: int | None = None) -> bool:
         """A recovery request (or snapshot chunk) to ``node`` got no usable reply (a
         transport error, the group not hosted there): True to send again after a tick,
         False to stop, after ``RECOVERY_MAX_FAILURES`` in a row or once this core no
-        longer leads in ``term`` (a heartbeat reply starts recovery again)."""
+        longer leads in ``term`` (a heartbeat reply starts recovery again).
+
+        ``seq``: the lost request was a log chunk of the recovery window. Its loss
+        leaves a gap before the chunks sent after it, so the probe restarts one
+        chunk at a time from ``next_offset``; a chunk no longer in the window (sent
+        before the last restart, or acknowledged by a later reply) counts for nothing.
+        """
         p = self.progress.get(node)
         if not (self.role is Role.LEADER and term == self.term and p is not None):
             return False
+        if seq is not None:
+            if not p.recovery_window.release(seq):
+                return True
+            if p.state is ProgressState.PROBE:
+                p.become_probe(p.next_offset)
         p.recovery_failures += 1
         if p.recovery_failures < RECOVERY_MAX_FAILURES:
             return True

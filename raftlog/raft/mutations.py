@@ -20,6 +20,10 @@ The names and what each one breaks:
   one it applied from that follower (quorum durability);
 - ``ignore_inflight_bound``: the leader streams appends to a follower whose
   in-flight window is full (flow control: the window bound).
+- ``recovery_pipelines_unmatched``: recovery pipelines a full window of chunks
+  to a follower whose match point is not known yet (a fresh probe, or right
+  after a mismatch: the return to one chunk at a time is skipped) (flow
+  control: etcd's probe state).
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ MUTATIONS: tuple[str, ...] = (
     "skip_truncation",
     "accept_stale_replies",
     "ignore_inflight_bound",
+    "recovery_pipelines_unmatched",
 )
 
 ACTIVE: set[str] = set()

@@ -36,6 +36,9 @@ class ConsensusOptions:
     # goes when the window is empty).
     max_in_flight_bytes: int = 2 * 1024 * 1024
     recovery_chunk_bytes: int = 512 * 1024
+    # Recovery's window: once a follower's match point is known, at most this many chunks
+    # in flight to it at once (1: one round trip per chunk, as before pipelining).
+    recovery_max_inflight: int = 4
     check_quorum: bool = True
     transfer_timeout_ticks: int = 20
     # Save the commit context (and state machine snapshots) every this many ticks.
@@ -50,6 +53,7 @@ class ConsensusOptions:
             "max_in_flight_appends",
             "max_in_flight_bytes",
             "recovery_chunk_bytes",
+            "recovery_max_inflight",
             "transfer_timeout_ticks",
             "commit_context_interval_ticks",
         ):

@@ -20,10 +20,26 @@ by the core:
   out of order or with a gap);
 - ``PROBE``: what the follower holds is uncertain (a mismatch, a lost append,
   a full window, a new leader's first mismatch): ``recovery`` owns it and sends
-  one chunk at a time from ``next_offset``, each chosen by the core, until
-  ``next_offset`` passes the leader's dirty offset; then the core hands it back
-  to ``REPLICATE`` with ``last_sent_offset`` at the leader's dirty offset, with
-  no await in between, so no pipelined append can slip between the two;
+  the chunks the core hands out. Until a successful reply in this probe
+  establishes the follower's match point (``recovery_confirmed``), one chunk at
+  a time from ``next_offset`` (etcd's probe); from then on up to
+  ``recovery_max_inflight`` chunks at once (the ``recovery_window``), each
+  starting after the last one handed out (``recovery_sent_offset``, the cursor),
+  as etcd's replicate state pipelines appends. A mismatch, a lost chunk or a
+  reset of any kind goes back to one chunk at a time from the corrected
+  ``next_offset``: the window and the cursor are dropped, and the replies of the
+  chunks sent before only count through the seq and term checks every reply
+  passes. When the window is empty and ``next_offset`` has passed the leader's
+  dirty offset the core hands the follower back to ``REPLICATE`` with
+  ``last_sent_offset`` at the leader's dirty offset, with no await in between,
+  so no pipelined append can slip between the two. A chunk still in the window
+  keeps it in ``PROBE`` (its entries may not have landed, and ``REPLICATE``
+  would stream the next append as if they had); a chunk leaves the window when
+  it is answered or when a reply acknowledges its entries (so with
+  ``next_offset`` past the dirty offset the window is empty already: the
+  check guards the rule, it does not wait). Chunks sent before a reset may
+  still be on the network after the switch: they only carry entries the
+  follower holds or takes as equal, and their replies pass the seq checks;
 - ``SNAPSHOT``: the follower needs entries below the leader's log start, which
   only a snapshot install could give it (not built yet: retention waits for
   every replica, so this happens only when a replica was set aside for long).
@@ -33,7 +49,11 @@ by the core:
 Invariants: ``match_offset < next_offset`` once anything matched;
 ``len(inflights) <= max count`` (the byte bound is soft, as etcd's: one
 append larger than it may go when the window is empty); a follower not in
-``REPLICATE`` has an empty window.
+``REPLICATE`` has an empty window; a follower not in ``PROBE`` has an empty
+``recovery_window``, and one in ``PROBE`` has at most one chunk in it until
+``recovery_confirmed`` and at most ``recovery_max_inflight`` after; with the
+``recovery_window`` empty the cursor is ignored (the next chunk starts at
+``next_offset``: what went unacknowledged is sent again).
 """
 
 from __future__ import annotations
@@ -81,6 +101,10 @@ class Inflights:
             return 0
         return next(reversed(self._entries.values()))[1]
 
+    def sent(self) -> list[tuple[int, int]]:
+        """(seq, last offset) of each request in the window, oldest first."""
+        return [(seq, last) for seq, (last, _) in self._entries.items()]
+
     def full(self) -> bool:
         """No room for another append (by count, or by bytes: soft, as etcd's)."""
         return len(self._entries) >= self.max_count or self.bytes >= self.max_bytes
@@ -114,6 +138,9 @@ class Inflights:
 class FollowerProgress:
     node: int
     inflights: Inflights
+    # The recovery chunks sent in PROBE and not yet answered (by count; see the module
+    # docstring). Separate from ``inflights``: that one is REPLICATE's and stays empty here.
+    recovery_window: Inflights
     state: ProgressState = ProgressState.REPLICATE
     match_offset: int = -1
     next_offset: int = 0
@@ -126,6 +153,12 @@ class FollowerProgress:
     last_reply_seq: int = -1
     # Recovery requests in a row that got no usable reply (see RaftCore.recovery_failed).
     recovery_failures: int = 0
+    # The last offset of the chunks handed out since this probe (re)started: the next
+    # chunk starts after it, so the chunks in flight never overlap.
+    recovery_sent_offset: int = -1
+    # A successful reply arrived in this probe: the follower's match point is known, so
+    # recovery may pipeline; False again at every reset (a mismatch, a lost chunk).
+    recovery_confirmed: bool = False
 
     @property
     def durable_offset(self) -> int:
@@ -155,9 +188,11 @@ class FollowerProgress:
         self.become_replicate(leader_dirty_offset)
 
     def become_probe(self, next_offset: int) -> None:
-        """Hand the follower to ``recovery``, which sends from ``next_offset`` on."""
+        """Hand the follower to ``recovery``, which sends from ``next_offset`` on, one
+        chunk at a time until a success confirms where the follower's log matches."""
         self.next_offset = next_offset
         self.inflights.reset()
+        self._reset_recovery()
         self.state = ProgressState.PROBE
 
     def become_replicate(self, leader_dirty_offset: int) -> None:
@@ -166,8 +201,17 @@ class FollowerProgress:
         self.last_sent_offset = leader_dirty_offset
         self.next_offset = max(self.next_offset, leader_dirty_offset + 1)
         self.inflights.reset()
+        self._reset_recovery()
 
     def become_snapshot(self) -> None:
         """The follower needs entries below the leader's log start."""
         self.state = ProgressState.SNAPSHOT
         self.inflights.reset()
+        self._reset_recovery()
+
+    def _reset_recovery(self) -> None:
+        # Chunks still on the network after this are no longer in the window: their
+        # replies pass the usual seq and term checks and free nothing.
+        self.recovery_window.reset()
+        self.recovery_sent_offset = self.next_offset - 1
+        self.recovery_confirmed = False

@@ -1,22 +1,37 @@
-"""``recovery``: catch up a follower that is behind, one request at a time.
+"""``recovery``: catch up a follower that is behind, several chunks in flight at once.
 
 A follower is recovered while the core has it in ``PROBE`` (see
 :mod:`raftlog.raft.progress`): the pipeline in ``replicate_entries`` leaves it
 alone, and this stage asks the core for the next chunk
 (:meth:`RaftCore.recovery_chunk`: from where, how many bytes), reads it from
 the leader log, has the core build the append (:meth:`RaftCore.recovery_request`,
-which asks the follower to flush) and sends it; the reply goes back to the
-core, which moves ``next_offset`` (back on a mismatch). When the core finds the
-follower caught up it puts it back in ``REPLICATE`` and answers "stop". The
-stage also stops when leadership or the term changes, and gives up after a few
-requests in a row without a usable reply, as the core decides
-(``recovery_failed``; the next heartbeat reply restarts it).
+which asks the follower to flush and enters it in the follower's recovery
+window) and sends it without waiting for its reply; then it asks again, and
+only when the core has nothing to hand out does it wait for a reply. Each
+reply goes to the core as it arrives (:meth:`RaftCore.handle_recovery_reply`),
+which moves ``next_offset`` on (or back, on a mismatch) and frees the chunk's
+place in the window. The core decides everything: one chunk at a time until a
+success confirmed where the follower's log matches, then up to
+``recovery_max_inflight`` chunks, each from where the last one ended; back to
+one at a time after a mismatch or a lost chunk. Replies to chunks sent before
+such a restart are judged like any reply, by seq and term, so a late one
+never moves the follower's progress back. On a real network a catch-up so
+costs about one round trip (and one follower fsync) per window of chunks
+instead of per chunk.
+
+When the core finds the follower caught up (no chunk in flight, ``next_offset``
+past the log's end) it puts it back in ``REPLICATE`` and hands out nothing: the
+stage stops once nothing of its own is in flight. It also stops when leadership
+or the term changes, and gives up after a few requests in a row without a
+usable reply, as the core decides (``recovery_failed``; the next heartbeat reply
+restarts it). Chunks still in flight when a run stops finish on their own and
+report to the core; a later run for the same follower waits on them.
 
 A follower behind the leader's log start (``SNAPSHOT``: retention deleted
 what it lacks) is first sent the snapshot as of the log start (Redpanda's
 recovery installs it the same way), in chunks of ``recovery_chunk_bytes``, one
-round trip each; once installed, the follower probes from the log start and
-this stage goes on sending the log.
+round trip each (after the log chunks in flight were answered); once installed,
+the follower probes from the log start and this stage goes on sending the log.
 """
 
 from __future__ import annotations
@@ -57,6 +72,11 @@ class Recovery:
     def __init__(self, consensus: GroupContext) -> None:
         self._c = consensus
         self._tasks: dict[int, asyncio.Task[None]] = {}
+        # Per follower: the log chunks sent and not yet answered (each task hands its
+        # reply to the core itself), and what those that finished reported meanwhile.
+        # Kept across runs, so a run started while chunks are out waits on them.
+        self._chunks: dict[int, dict[asyncio.Task[_NoReply | None], None]] = {}
+        self._outcomes: dict[int, list[_NoReply]] = {}
         self.requests_sent = 0
 
     def ensure(self, node: int) -> None:
@@ -69,34 +89,79 @@ class Recovery:
         for task in self._tasks.values():
             task.cancel()
         self._tasks.clear()
+        for chunks in self._chunks.values():
+            for task in chunks:
+                task.cancel()
+        self._chunks.clear()
+        self._outcomes.clear()
 
     async def _run(self, node: int, term: int) -> None:
         c = self._c
+        chunks = self._chunks.setdefault(node, {})
+        self._outcomes[node] = []  # a finished run's verdicts are not this one's
         for _ in range(MAX_ROUNDS):
             if not c.running:
                 return
             if c.core.snapshot_wanted(node, term):
+                if chunks:  # their replies first: one of them may change the verdict
+                    if not await self._settle(node, chunks):
+                        return
+                    continue
                 if not await self._install(node, term):
                     return
                 continue
             chunk = c.core.recovery_chunk(node, term)
             if chunk is None:
-                return
+                if not chunks:
+                    return  # caught up (the core switched it to REPLICATE), or not ours
+                if not await self._settle(node, chunks):
+                    return
+                continue
             batches = c.log.read(chunk.start, chunk.max_bytes)
             req = c.core.recovery_request(node, term, batches)
             if req is None:
                 return
-            outcome = await self._round_trip(
-                node,
-                term,
-                req,
-                AppendEntriesReply,
-                lambda sent, reply: c.core.handle_append_reply(
-                    node, term, sent.prev_log_offset, reply
-                ),
-            )
-            if outcome is _NoReply.STOP:
-                return
+            task = c.spawn(self._send_chunk(node, term, req))
+            chunks[task] = None
+            task.add_done_callback(lambda t: self._chunk_done(node, chunks, t))
+
+    async def _send_chunk(self, node: int, term: int, req: AppendEntriesRequest) -> _NoReply | None:
+        c = self._c
+        return await self._round_trip(
+            node,
+            term,
+            req,
+            AppendEntriesReply,
+            lambda sent, reply: c.core.handle_recovery_reply(node, term, sent, reply),
+            windowed=True,
+        )
+
+    def _chunk_done(
+        self,
+        node: int,
+        chunks: dict[asyncio.Task[_NoReply | None], None],
+        task: asyncio.Task[_NoReply | None],
+    ) -> None:
+        chunks.pop(task, None)
+        if task.cancelled() or task.exception() is not None:
+            return  # the group's supervision reports an exception
+        outcome = task.result()
+        if outcome is not None and node in self._outcomes:
+            self._outcomes[node].append(outcome)
+
+    async def _settle(self, node: int, chunks: dict[asyncio.Task[_NoReply | None], None]) -> bool:
+        """Wait until a chunk in flight to ``node`` is answered (its task gave the reply,
+        or the failure, to the core); False to stop (the core gave up), after a tick's
+        pause when one was lost and the core wants it sent again."""
+        # The finished tasks' done callbacks (_chunk_done) ran before this resumes.
+        await asyncio.wait(list(chunks), return_when=asyncio.FIRST_COMPLETED)
+        outcomes = self._outcomes.get(node, [])
+        self._outcomes[node] = []
+        if _NoReply.STOP in outcomes:
+            return False
+        if _NoReply.RETRY in outcomes:
+            await asyncio.sleep(self._c.options.tick_interval_s)
+        return True
 
     async def _install(self, node: int, term: int) -> bool:
         """Send ``node`` the snapshot as of the log start, one chunk per round trip (the
@@ -133,6 +198,7 @@ class Recovery:
             if following is _NoReply.STOP:
                 return False
             if following is _NoReply.RETRY:
+                await asyncio.sleep(c.options.tick_interval_s)
                 continue
             if following is None:
                 return not c.core.snapshot_wanted(node, term)
@@ -146,11 +212,13 @@ class Recovery:
         req: _Req,
         reply_type: type[_Reply],
         handle: Callable[[_Req, _Reply], _T],
+        windowed: bool = False,
     ) -> _T | _NoReply:
         """Send ``req`` to ``node`` and give its reply to the core: what ``handle`` returns
         (the core's ready state is processed after it). Without a usable reply (none, not a
-        ``reply_type``, or the group unavailable there) the core counts a failure: RETRY
-        after one tick, or STOP once the core gives up; STOP too if the group stopped while
+        ``reply_type``, or the group unavailable there) the core counts a failure (of a
+        chunk of the recovery window when ``windowed``): RETRY (the caller sends again
+        after a tick), or STOP once the core gives up; STOP too if the group stopped while
         the request was out (its reply is then dropped)."""
         c = self._c
         self.requests_sent += 1
@@ -159,9 +227,9 @@ class Recovery:
         except TransportError:
             reply = None
         if not isinstance(reply, reply_type) or reply.result == APPEND_GROUP_UNAVAILABLE:
-            if not c.core.recovery_failed(node, term):
+            seq = req.seq if windowed else None
+            if not c.core.recovery_failed(node, term, seq):
                 return _NoReply.STOP
-            await asyncio.sleep(c.options.tick_interval_s)
             return _NoReply.RETRY
         if not c.running:
             return _NoReply.STOP

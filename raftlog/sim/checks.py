@@ -30,6 +30,10 @@
   adds one to a window already holding ``max_in_flight_bytes`` (the byte bound
   is soft: one append may take the window past it), and a follower that is not
   in ``REPLICATE`` has none (etcd's inflights refuse to add to a full window);
+  recovery keeps at most ``recovery_max_inflight`` chunks in flight to a
+  probing follower, and at most one until a success in that probe confirmed
+  the follower's match point (etcd's probe), and none to a follower not in
+  ``PROBE``;
 - no entry acknowledged at ``quorum_ack`` is ever lost: each one equals the
   committed history at its offset, and after the final heal every one of them
   is committed on the final leader.
@@ -44,7 +48,7 @@ import asyncio
 import dataclasses
 from collections.abc import Sequence
 
-from raftlog.raft.progress import FollowerProgress
+from raftlog.raft.progress import FollowerProgress, ProgressState
 from raftlog.raft.replicate_batcher import ReplicateResult
 from raftlog.sim.node import SimNode
 from raftlog.storage.batch import RecordBatch
@@ -167,6 +171,17 @@ class InvariantChecker:
                 f"flow control: leader {leader.node_id} (term {leader.consensus.term}) has "
                 f"{len(w)} appends ({w.bytes} bytes) in flight to node {follower} in state "
                 f"{p.state.value}; the window allows {w.max_count} ({w.max_bytes} bytes)"
+            )
+        r = p.recovery_window
+        allowed = (
+            (r.max_count if p.recovery_confirmed else 1) if p.state is ProgressState.PROBE else 0
+        )
+        if len(r) > allowed:
+            raise InvariantViolation(
+                f"flow control: leader {leader.node_id} (term {leader.consensus.term}) has "
+                f"{len(r)} recovery chunks in flight to node {follower} in state "
+                f"{p.state.value} (match point confirmed: {p.recovery_confirmed}); "
+                f"{allowed} allowed"
             )
 
     def observe_progress(

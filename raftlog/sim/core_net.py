@@ -26,11 +26,13 @@ def placed(base: int, term: int, count: int = 1, payload: bytes = b"x") -> Recor
 
 @dataclasses.dataclass(slots=True)
 class Outgoing:
-    """A pipelined append the leader's core decided to send, not yet delivered."""
+    """An append the leader's core decided to send, not yet delivered: pipelined, or a
+    recovery chunk (``recovery``: its outcome goes to the core's recovery calls)."""
 
     source: int
     target: int
     request: AppendEntriesRequest
+    recovery: bool = False
 
 
 class CoreNet:

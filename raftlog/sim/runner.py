@@ -84,6 +84,13 @@ class _Sim:
         options.flush_latency_s = self.rng.choice([0.0, 0.002, 0.01, 0.03])
         # Short elections: more leader changes (and so more chances of a bug) per seed.
         options.election_timeout_ticks = 5
+        # Recovery chunks, on their own stream so that the other draws do not move: mostly
+        # one batch each, so that a catch-up takes many chunks and recovery's window fills,
+        # drains and resets (with the default 512 KiB one chunk holds a seed's whole log).
+        chunks = random.Random(seed * 31 + 11)
+        options.recovery_chunk_bytes = (
+            1 if chunks.random() < 0.85 else chunks.choice([256, 512 * 1024])
+        )
         self.cluster = SimCluster(
             self.n,
             seed,

@@ -32,8 +32,8 @@ Commands:
   and decode it (prints the value or the codec's error).
 
 Flow control and membership (the core's decisions, carried out by the harness as
-the async stages would; ``nodes N inflight=K inflight_bytes=B chunk=C`` sets the
-window and the recovery chunk size):
+the async stages would; ``nodes N inflight=K inflight_bytes=B chunk=C
+recovery_inflight=R`` sets the window, the recovery chunk size and recovery's window):
 
 - ``propose LEADER [count=C] [size=S] [flush] [learner=ID|voter=ID|remove=ID]``:
   the core places one batch (a data batch, or that configuration change) and the
@@ -42,8 +42,16 @@ window and the recovery chunk size):
 - ``send LEADER FOLLOWER [n=K] [reverse] [drop]``: deliver the queued appends to
   FOLLOWER (the first K; in reverse order; or drop them: a transport error), each
   applied by the follower (flushed when the request asks) and its reply fed back;
+- ``send ... seq=S`` delivers only the queued request ``S``; ``send ... hold``
+  applies them at the follower but holds the replies back, until ``replies
+  LEADER FOLLOWER [reverse]`` feeds them to the leader;
 - ``recover LEADER FOLLOWER``: one round of ``recovery``: the chunk the core
   chooses, its append and the reply (or why recovery stops);
+- ``chunks LEADER FOLLOWER``: what ``recovery`` sends before it waits for a
+  reply: every chunk the core hands out now, each queued (``send`` delivers,
+  reorders or drops them like pipelined appends; their outcomes go to the
+  core's recovery calls); a progress line shows ``recovery_window=[seq:last
+  offset, ...]`` while chunks are in it;
 - ``outbox``, ``log ID``: what waits to be sent; a log's batches;
 - ``add-node ID``, ``cut-one-way A B`` (A can no longer reach B),
   ``compact ID offset=O`` (prefix-truncate a log below O);
@@ -68,7 +76,7 @@ import raftlog.rpc.peer  # noqa: F401  (registers raft's messages)
 from raftlog.raft import group_snapshot, mutations
 from raftlog.raft import messages as raft_messages
 from raftlog.raft.configuration import Configuration
-from raftlog.raft.core import CoreOptions
+from raftlog.raft.core import CoreOptions, RaftCore
 from raftlog.raft.messages import (
     APPEND_FAILURE,
     APPEND_SUCCESS,
@@ -77,7 +85,7 @@ from raftlog.raft.messages import (
     HeartbeatReply,
 )
 from raftlog.rpc import codec
-from raftlog.sim.core_net import CoreNet, placed
+from raftlog.sim.core_net import CoreNet, Outgoing, placed
 from raftlog.storage.api import CommitContext
 from raftlog.storage.batch import RecordBatch
 
@@ -126,6 +134,8 @@ def _kv(args: list[str]) -> tuple[dict[str, str], set[str]]:
 class Interpreter:
     def __init__(self) -> None:
         self.net = CoreNet(3)
+        # Replies a follower made but the network holds back (``send ... hold``).
+        self.held: list[tuple[Outgoing, AppendEntriesReply]] = []
 
     def run(self, command: str) -> list[str]:
         name, *args = command.split()
@@ -149,6 +159,8 @@ class Interpreter:
             options.max_in_flight_bytes = int(kv["inflight_bytes"])
         if "chunk" in kv:
             options.recovery_chunk_bytes = int(kv["chunk"])
+        if "recovery_inflight" in kv:
+            options.recovery_max_inflight = int(kv["recovery_inflight"])
         self.net = CoreNet(int(args[0]), prio, options)
         return self.net.state()
 
@@ -318,6 +330,8 @@ class Interpreter:
         leader, follower = int(args[0]), int(args[1])
         kv, flags = _kv(args[2:])
         mine = [o for o in self.net.outbox if o.source == leader and o.target == follower]
+        if "seq" in kv:
+            mine = [o for o in mine if o.request.seq == int(kv["seq"])]
         mine = mine[: int(kv["n"])] if "n" in kv else mine
         for o in mine:
             self.net.outbox.remove(o)
@@ -329,7 +343,7 @@ class Interpreter:
             req = o.request
             if "drop" in flags or not self.net.reachable(leader, follower):
                 out.append(f"{self._describe(req)}: dropped")
-                lcore.handle_append_result(follower, req, None)
+                self._lost(lcore, follower, o)
             else:
                 reply = self._apply_append(follower, req)
                 out.append(
@@ -337,15 +351,49 @@ class Interpreter:
                     f"matched={reply.last_matched_offset} flushed={reply.last_flushed_offset} "
                     f"dirty={reply.last_dirty_offset} seq={reply.seq}"
                 )
-                if self.net.reachable(follower, leader):
-                    lcore.handle_append_result(follower, req, reply)
-                else:
+                if not self.net.reachable(follower, leader):
                     out.append("reply dropped")
-                    lcore.handle_append_result(follower, req, None)
+                    self._lost(lcore, follower, o)
+                elif "hold" in flags:
+                    out.append("reply held")
+                    self.held.append((o, reply))
+                elif o.recovery:
+                    lcore.handle_recovery_reply(follower, req.term, req, reply)
+                else:
+                    lcore.handle_append_result(follower, req, reply)
             self.net.process(leader)
             out += self._after_ready(leader)
         return [*(out or ["(nothing queued)"]), *self._progress(leader, follower),
                 f"commit={lcore.commit_index}"]  # fmt: skip
+
+    def cmd_replies(self, args: list[str]) -> list[str]:
+        """Feed the held replies to the leader's core, oldest first (``reverse``: newest)."""
+        leader, follower = int(args[0]), int(args[1])
+        _, flags = _kv(args[2:])
+        mine = [(o, r) for o, r in self.held if o.source == leader and o.target == follower]
+        self.held = [h for h in self.held if h not in mine]
+        if "reverse" in flags:
+            mine.reverse()
+        lcore = self.net.cores[leader]
+        out = []
+        for o, reply in mine:
+            out.append(f"reply to seq={o.request.seq}: result={reply.result} "
+                       f"matched={reply.last_matched_offset} seq={reply.seq}")  # fmt: skip
+            if o.recovery:
+                lcore.handle_recovery_reply(follower, o.request.term, o.request, reply)
+            else:
+                lcore.handle_append_result(follower, o.request, reply)
+            self.net.process(leader)
+        return [*(out or ["(nothing held)"]), *self._progress(leader, follower),
+                f"commit={lcore.commit_index}"]  # fmt: skip
+
+    @staticmethod
+    def _lost(lcore: RaftCore, follower: int, o: Outgoing) -> None:
+        """No reply (a transport error), as the pipeline or ``recovery`` reports it."""
+        if o.recovery:
+            lcore.recovery_failed(follower, o.request.term, o.request.seq)
+        else:
+            lcore.handle_append_result(follower, o.request, None)
 
     def _apply_append(self, follower: int, req: AppendEntriesRequest) -> AppendEntriesReply:
         """The follower's side (``Consensus._handle_append``): check, apply, flush, reply."""
@@ -390,6 +438,30 @@ class Interpreter:
         self.net.process(leader)
         return [*out, *self._after_ready(leader), *self._progress(leader, follower),
                 f"commit={lcore.commit_index}"]  # fmt: skip
+
+    def cmd_chunks(self, args: list[str]) -> list[str]:
+        """Every chunk the core hands out for the follower's recovery before the stage
+        would wait for a reply; each is queued, not delivered."""
+        leader, follower = int(args[0]), int(args[1])
+        lcore = self.net.cores[leader]
+        out = []
+        for _ in range(100):
+            chunk = lcore.recovery_chunk(follower, lcore.term)
+            if chunk is None:
+                break
+            batches = self.net.logs[leader].read(chunk.start, chunk.max_bytes)
+            req = lcore.recovery_request(follower, lcore.term, batches)
+            if req is None:
+                out.append(f"chunk from {chunk.start}: stop")
+                break
+            self.net.outbox.append(Outgoing(leader, follower, req, recovery=True))
+            out.append(f"chunk from {chunk.start}: {self._describe(req)}")
+        p = lcore.progress.get(follower)
+        state = p.state.value if p else "no progress"
+        out.append(
+            "then wait for a reply" if p and len(p.recovery_window) else f"then stop: {state}"
+        )
+        return [*out, *self._progress(leader, follower)]
 
     def cmd_transfer(self, args: list[str]) -> list[str]:
         """The leader begins a transfer to the target (the core decides the rest)."""
@@ -487,10 +559,16 @@ class Interpreter:
         p = self.net.cores[leader].progress.get(follower)
         if p is None:
             return [f"n{follower}: no progress on n{leader}"]
+        window = p.recovery_window
+        recovering = (
+            " recovery_window=[" + ",".join(f"{seq}:{last}" for seq, last in window.sent()) + "]"
+            if len(window)
+            else ""
+        )
         return [
             f"n{follower}: match={p.match_offset} next={p.next_offset} flushed={p.flushed_offset} "
             f"dirty={p.dirty_offset} durable={p.durable_offset} last_reply_seq={p.last_reply_seq} "
-            f"state={p.state.value} inflight={p.in_flight}"
+            f"state={p.state.value} inflight={p.in_flight}{recovering}"
         ]
 
     def cmd_state(self, args: list[str]) -> list[str]:
@@ -583,6 +661,7 @@ def test_parse_rejects_a_command_without_separator() -> None:
         ("stale_reply_after_probe", "accept_stale_replies"),
         ("recovery_mismatch_walks_back", "skip_truncation"),
         ("flush_coalescing", "commit_on_leader_flush"),
+        ("recovery_pipelined", "recovery_pipelines_unmatched"),
     ],
 )
 def test_a_planted_fault_breaks_its_script(script: str, mutation: str) -> None:
