@@ -70,6 +70,9 @@ from raftlog.storage.api import VoteState
 from raftlog.storage.batch import RecordBatch
 
 RECOVERY_MAX_FAILURES = 3
+FLUSHER_HYSTERESIS = 2
+"""A follower asked to flush at once keeps that role until this many more appends wait
+on it than on another (see ``RaftCore._quorum_flushers``)."""
 """Recovery requests in a row without a usable reply before recovery stops (the next
 heartbeat reply from the follower starts it again)."""
 TIMEOUT_NOW_RESEND_TICKS = 3
@@ -221,6 +224,8 @@ class RaftCore:
         self._transfer_elapsed = 0
         self._timeout_now_sent_tick = -1  # the tick timeout-now last went to the target
         self._quorum_check_elapsed = 0
+        # The followers the last quorum_ack append asked to flush at once.
+        self._flushers: set[int] = set()
         self._votes: dict[int, bool] = {}
         self._prevoting = False
         self._promoting: set[int] = set()
@@ -843,6 +848,7 @@ class RaftCore:
         self._ready.flush_now = self._ready.flush_now or flush
         self._ready.flush_bytes += nbytes
         last = placed[-1].last_offset
+        flushers = self._quorum_flushers() if flush else set()
         for p in self.progress.values():
             if p.state is not ProgressState.REPLICATE:
                 if p.state is ProgressState.PROBE and p.node not in self._ready.recover:
@@ -860,7 +866,7 @@ class RaftCore:
                 prev_log_offset=prev,
                 prev_log_term=prev_term if prev_term is not None else 0,
                 leader_commit=self.commit_index,
-                flush=flush,
+                flush=p.node in flushers,
                 batches=placed,
                 seq=self.next_seq(p.node),
             )
@@ -868,6 +874,36 @@ class RaftCore:
             p.inflights.add(req.seq, last, nbytes)
             self._ready.appends.append((p.node, req))
         return placed
+
+    def _quorum_flushers(self) -> set[int]:
+        """The followers a ``quorum_ack`` append asks to flush at once: as many voters as
+        a majority needs besides the leader, among those in ``REPLICATE``, the ones with
+        the fewest appends unanswered (the quickest to answer; ties by node id).
+
+        The commit needs a majority durable, not every replica: the others write the
+        append and flush it by bytes and delay (``flush_bytes``, ``flush_delay_s``), as
+        Redpanda's followers do, which saves each of them an fsync per append. The
+        role is sticky: the ones asked last keep it until ``FLUSHER_HYSTERESIS`` more
+        appends wait on them than on another (flipping would have every follower fsync
+        now and then, and save nothing). A follower that stops answering fills its
+        window and is passed over; until then the others' flushes by delay still
+        complete the majority, later.
+        """
+        config = self.configs.latest
+        need = config.quorum() - (1 if self.node_id in config.voters else 0)
+        ready = sorted(
+            (
+                p
+                for p in self.progress.values()
+                if p.node in config.voters and p.state is ProgressState.REPLICATE
+            ),
+            key=lambda p: (
+                len(p.inflights) - (FLUSHER_HYSTERESIS if p.node in self._flushers else 0),
+                p.node,
+            ),
+        )
+        self._flushers = {p.node for p in ready[:need]}
+        return self._flushers
 
     def pipeline_saturated(self) -> bool:
         """A follower in ``REPLICATE`` has a full in-flight window (the next append would

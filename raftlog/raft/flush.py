@@ -27,6 +27,7 @@ install's ``restart_at``, retention's prefix truncation, closing the log) takes
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
@@ -66,6 +67,8 @@ class FlushCoalescer:
         self._urgent = False
         self._waiters: list[asyncio.Future[int]] = []
         self._wake = asyncio.Event()
+        # Set with _urgent: cuts short the delay a flush by delay is waiting out.
+        self._urgent_asked = asyncio.Event()
         self.flushes = 0
         # Held by a flush from prepare to finish (around its fsync). Truncations (suffix,
         # prefix, a snapshot install's restart) and closing the log take it: no file is
@@ -79,6 +82,7 @@ class FlushCoalescer:
         self._pending_bytes += nbytes
         if self._pending_bytes >= self._flush_bytes:
             self._urgent = True
+            self._urgent_asked.set()
         self._wake.set()
 
     async def flush_now(self) -> int:
@@ -86,6 +90,7 @@ class FlushCoalescer:
         fut: asyncio.Future[int] = asyncio.get_running_loop().create_future()
         self._waiters.append(fut)
         self._urgent = True
+        self._urgent_asked.set()
         self._wake.set()
         return await fut
 
@@ -100,14 +105,19 @@ class FlushCoalescer:
         while True:
             await self._wake.wait()
             if not self._urgent:
-                # Give concurrent appends a short window to join this flush.
-                await asyncio.sleep(self._delay)
-            elif self._linger_s > 0 and self._last_waiters > 1:
+                # Give concurrent appends a window to join this flush; a writer that
+                # waits for a flush (or the bytes bound) meanwhile cuts it short, so an
+                # acks=all write never waits out a delay meant for the others.
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(self._delay):
+                        await self._urgent_asked.wait()
+            if self._urgent and self._linger_s > 0 and self._last_waiters > 1:
                 # Writers are concurrent: more of them are about to ask; one fsync for
                 # all of them costs them the linger, and saves the disk and the CPU
                 # one fsync each. A lone writer (the last flush served one) never waits.
                 await asyncio.sleep(self._linger_s)
             self._wake.clear()
+            self._urgent_asked.clear()
             self._urgent = False
             waiters, self._waiters = self._waiters, []
             self._last_waiters = len(waiters)
