@@ -174,10 +174,15 @@ class _Sim:
         )
 
     async def _final_write(self) -> None:
-        """A quorum_ack write must succeed once healed (elections may still churn a bit)."""
+        """A quorum_ack write must succeed once healed (elections may still churn a bit).
+
+        A leadership transfer begun just before the heal refuses writes until its target
+        leads or it times out (``transfer_timeout_ticks``), by design: the attempts
+        outlast it (seed 7505: a transfer to a follower still in recovery held writes
+        for all of the 20 ticks the loop used to allow)."""
         final = RecordBatch.create(b"final", timestamp_ms=0)
         last_error: BaseException | None = None
-        for _ in range(20):
+        for _ in range(self.cluster.options.transfer_timeout_ticks + 20):
             await asyncio.sleep(self.cluster.options.tick_interval_s)
             leader = await self.cluster.wait_for_leader(self.config.final_s)
             try:
