@@ -64,11 +64,11 @@ class FlushCoalescer:
         self._linger_s = linger_s
         self._last_waiters = 0
         self._pending_bytes = 0
-        self._urgent = False
         self._waiters: list[asyncio.Future[int]] = []
         self._wake = asyncio.Event()
-        # Set with _urgent: cuts short the delay a flush by delay is waiting out.
-        self._urgent_asked = asyncio.Event()
+        # Set when a flush is wanted at once (a waiter, the bytes bound): it also cuts
+        # short the delay a flush by delay is waiting out.
+        self._urgent = asyncio.Event()
         self.flushes = 0
         # Held by a flush from prepare to finish (around its fsync). Truncations (suffix,
         # prefix, a snapshot install's restart) and closing the log take it: no file is
@@ -81,16 +81,14 @@ class FlushCoalescer:
         """Record unflushed bytes; a flush follows by size or by delay."""
         self._pending_bytes += nbytes
         if self._pending_bytes >= self._flush_bytes:
-            self._urgent = True
-            self._urgent_asked.set()
+            self._urgent.set()
         self._wake.set()
 
     async def flush_now(self) -> int:
         """Wait for a flush that started after this call; return the flushed offset."""
         fut: asyncio.Future[int] = asyncio.get_running_loop().create_future()
         self._waiters.append(fut)
-        self._urgent = True
-        self._urgent_asked.set()
+        self._urgent.set()
         self._wake.set()
         return await fut
 
@@ -104,21 +102,20 @@ class FlushCoalescer:
         """The flusher task; runs until cancelled."""
         while True:
             await self._wake.wait()
-            if not self._urgent:
+            if not self._urgent.is_set():
                 # Give concurrent appends a window to join this flush; a writer that
                 # waits for a flush (or the bytes bound) meanwhile cuts it short, so an
                 # acks=all write never waits out a delay meant for the others.
                 with contextlib.suppress(TimeoutError):
                     async with asyncio.timeout(self._delay):
-                        await self._urgent_asked.wait()
-            if self._urgent and self._linger_s > 0 and self._last_waiters > 1:
+                        await self._urgent.wait()
+            if self._urgent.is_set() and self._linger_s > 0 and self._last_waiters > 1:
                 # Writers are concurrent: more of them are about to ask; one fsync for
                 # all of them costs them the linger, and saves the disk and the CPU
                 # one fsync each. A lone writer (the last flush served one) never waits.
                 await asyncio.sleep(self._linger_s)
             self._wake.clear()
-            self._urgent_asked.clear()
-            self._urgent = False
+            self._urgent.clear()
             waiters, self._waiters = self._waiters, []
             self._last_waiters = len(waiters)
             self._pending_bytes = 0

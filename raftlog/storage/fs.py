@@ -392,6 +392,15 @@ def _apply(content: bytearray, op: tuple) -> None:
             content.extend(bytes(op[1] - len(content)))
 
 
+def _make_durable(inode: _Inode) -> None:
+    """What an fsync does to a file: every pending write and truncation reaches the disk."""
+    content = bytearray(inode.durable)
+    for op in inode.pending:
+        _apply(content, op)
+    inode.durable = bytes(content)
+    inode.pending.clear()
+
+
 def _apply_dir(entries: dict, op: tuple) -> None:
     if op[0] == "link":
         entries[op[1]] = op[2]
@@ -514,11 +523,7 @@ class ModelFileSystem:
             inode.pending.clear()  # the dirty pages are marked clean but never written
             raise _fsync_failed(str(path), OSError(errno.EIO, "Input/output error (injected)"))
         if self.mutation != "skip-fsync":
-            content = bytearray(inode.durable)
-            for op in inode.pending:
-                _apply(content, op)
-            inode.durable = bytes(content)
-            inode.pending.clear()
+            _make_durable(inode)
         self.io("fsync", path)
 
     def _split(self, path: pathlib.Path) -> list[str]:
@@ -676,12 +681,8 @@ class ModelFileSystem:
                     d.durable = dict(d.entries)
                     d.pending.clear()
                     for child in d.entries.values():
-                        if isinstance(child, _Inode) and child.pending:
-                            content = bytearray(child.durable)
-                            for op in child.pending:
-                                _apply(content, op)
-                            child.durable = bytes(content)
-                            child.pending.clear()
+                        if isinstance(child, _Inode):
+                            _make_durable(child)
             self.io("syncfs", path)
 
     def _dirs(self) -> list[_Dir]:
