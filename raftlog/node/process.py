@@ -54,6 +54,7 @@ from raftlog.controller import (
 from raftlog.coordinator.tm_stm import TRANSACTIONS_TOPIC
 from raftlog.metrics import NodeMetrics, merge_shard_metrics
 from raftlog.node.admin import AdminApi
+from raftlog.node.allocator import keep_large_buffers_in_heap
 from raftlog.node.config import (
     NodeConfig,
     config_from_args,
@@ -474,6 +475,7 @@ def run_server(args: argparse.Namespace) -> int:
         stream=sys.stderr,
     )
     storage_fs.set_fatal_handler(_stop_on_failed_fsync)
+    keep_large_buffers_in_heap()
     running = serve(config, getattr(args, "argv", None))
     try:
         import uvloop

@@ -118,6 +118,14 @@ class FileHandle(Protocol):
         """Make the file's data and size durable; raises :class:`FsyncFailed`."""
         ...
 
+    def drop_cache(self, position: int, length: int) -> None:
+        """Let the kernel forget its cached pages of ``[position, position + length)``.
+
+        A hint (posix_fadvise DONTNEED): content and durability are unchanged, so
+        call it on data already flushed; a later read of the range goes to the disk.
+        """
+        ...
+
     def close(self) -> None: ...
 
 
@@ -218,10 +226,18 @@ class _RealFile:
         except OSError as exc:
             raise _fsync_failed(str(self.path), exc) from exc
 
+    def drop_cache(self, position: int, length: int) -> None:
+        if _FADVISE is not None and length > 0:
+            _FADVISE(self._fd, position, length, os.POSIX_FADV_DONTNEED)
+
     def close(self) -> None:
         if self._fd >= 0:
             os.close(self._fd)
             self._fd = -1
+
+
+_FADVISE = getattr(os, "posix_fadvise", None)
+"""None where the OS has no posix_fadvise (macOS): dropping the cache is then a no-op."""
 
 
 class RealFileSystem:
@@ -454,6 +470,12 @@ class _ModelFile:
         with self._fs.lock:
             self._check()
             self._fs.fsync_inode(self._inode, self.path)
+
+    def drop_cache(self, position: int, length: int) -> None:
+        # DONTNEED writes dirty pages back before it drops them, never discards them:
+        # the model keeps every pending write as it is (a crash still loses them).
+        with self._fs.lock:
+            self._check()
 
     def close(self) -> None:
         self._closed = True

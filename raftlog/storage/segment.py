@@ -44,6 +44,17 @@ INDEX_SUFFIX = ".index"
 _NAME = re.compile(r"^(\d{20})-(\d{20})\.log$")
 _PAYLOAD_LEN = struct.Struct("<I")
 _READ_CHUNK = 256 * 1024
+CACHE_KEEP_BYTES = 16 * 1024 * 1024
+"""Bytes of flushed data at the end of the active segment left in the page cache.
+
+Flushed data further back is dropped from it (``FileHandle.drop_cache``), and a
+sealed segment's all at once. A log written for hours would otherwise fill memory
+with pages nobody reads: every write then takes a page the kernel has not handed
+out before, and on a VM that first touch is a fault in the host (measured on the
+2-core benchmark VM: 2.4 ms of kernel time per MiB written, against 0.3 ms when the
+written pages are dropped once flushed). Redpanda bypasses the page cache (O_DIRECT)
+and keeps recent batches in its own cache; this window serves the same readers,
+those at the tail (the followers' recovery, the applier, consumers keeping up)."""
 _AT_BYTE = re.compile(r"at byte \d+")
 
 
@@ -78,6 +89,7 @@ class SyncPoint:
     data that fsync does not cover, so that flush does not persist them)."""
 
     segment: Segment
+    size: int  # the bytes of data written by then
     index_entries: int
     time_index_entries: int | None  # None: the time index was not loaded
 
@@ -114,6 +126,8 @@ class Segment:
         self._index = index  # None: not loaded yet (sealed segments load on first read)
         self._time_index: TimeIndex | None = None  # loaded on first append or time lookup
         self._fd: FileHandle | None = None
+        # Bytes before this position are out of the page cache (see CACHE_KEEP_BYTES).
+        self._cache_dropped_to = 0
         self.first_timestamp_ms = -1
         self.max_timestamp_ms = -1
         # Held while the index files are written: a flush's sync (in a thread) and a
@@ -290,7 +304,7 @@ class Segment:
         """
         self.fd  # noqa: B018 (opened here, on the event loop)
         times = self._time_index
-        return SyncPoint(self, len(self.index), None if times is None else len(times))
+        return SyncPoint(self, self.size, len(self.index), None if times is None else len(times))
 
     def sync(
         self,
@@ -313,10 +327,20 @@ class Segment:
         upto = None if point is None else point.index_entries
         times_upto = None if point is None else point.time_index_entries
         with self._persist_lock:
+            # Without a point this seals the segment: no more appends, the whole file goes.
+            self._drop_cache_before(self.size if point is None else point.size - CACHE_KEEP_BYTES)
             self.index.persist(fsync=index_fsync, upto=upto)
             times = self._time_index
             if times is not None and (point is None or point.time_index_entries is not None):
                 times.persist(fsync=index_fsync, upto=times_upto)
+
+    def _drop_cache_before(self, position: int) -> None:
+        """Drop the page cache of the file before ``position`` (durable data only);
+        under ``_persist_lock``, as a seal and a flush's sync may run at once."""
+        start = self._cache_dropped_to
+        if position > start:
+            self.fd.drop_cache(start, position - start)
+            self._cache_dropped_to = position
 
     def truncate_at(self, position: int, last_offset: int) -> None:
         """Durably cut the file at ``position`` (a batch boundary); ``last_offset`` is what remains.
@@ -337,6 +361,7 @@ class Segment:
         self.fd.fsync()
         self.size = position
         self.last_offset = last_offset
+        self._cache_dropped_to = min(self._cache_dropped_to, position)
 
     # -- reading ------------------------------------------------------------------------------
 
