@@ -500,3 +500,59 @@ def test_a_handshake_the_peer_abandoned_is_dropped_quietly(
     with caplog.at_level(logging.ERROR):
         run(body)
     assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == []
+
+
+def test_stream_frames_go_unmasked_and_the_server_reads_them():
+    """A raft stream's frames carry no mask (node to node, no browser): the first
+    frame on the wire has the mask bit clear and the request's bytes as they are;
+    make_app's server reads such frames (a vote goes through and is answered)."""
+    import base64
+    import hashlib
+
+    seen: dict[str, bytes] = {}
+
+    async def handshake_then_read_one_frame(
+        reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
+        head = await reader.readuntil(b"\r\n\r\n")
+        key = next(
+            line.split(b":", 1)[1].strip()
+            for line in head.split(b"\r\n")
+            if line.lower().startswith(b"sec-websocket-key:")
+        )
+        accept = base64.b64encode(
+            hashlib.sha1(key + b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11").digest()
+        )
+        writer.write(
+            b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n"
+            b"Connection: Upgrade\r\nSec-WebSocket-Accept: " + accept + b"\r\n\r\n"
+        )
+        _fin_opcode, second = await reader.readexactly(2)
+        length = second & 0x7F
+        if length == 126:
+            (length,) = struct.unpack(">H", await reader.readexactly(2))
+        elif length == 127:
+            (length,) = struct.unpack(">Q", await reader.readexactly(8))
+        seen["mask_bit"] = bytes([second & 0x80])
+        seen["payload"] = await reader.readexactly(length)
+        writer.close()
+
+    async def test() -> None:
+        server = await asyncio.start_server(handshake_then_read_one_frame, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        try:
+            async with transport_to(f"127.0.0.1:{port}", timeout_s=2.0) as t:
+                with pytest.raises(TransportError):
+                    await t.send(1, vote(7))
+        finally:
+            server.close()
+            await server.wait_closed()
+        assert seen["mask_bit"] == b"\x00"
+        _request_id, frame = split_frame(seen["payload"])
+        assert codec.decode(frame) == vote(7)
+        # and the real server reads unmasked frames: a request is answered
+        async with Server(ScriptedNode()) as real, transport_to(real.address) as t:
+            reply = await t.send(1, vote(9))
+            assert reply.term == 9
+
+    run(test)
