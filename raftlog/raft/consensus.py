@@ -449,6 +449,7 @@ class Consensus:
     def append_local(self, batches: list[RecordBatch]) -> None:
         """Append placed batches to the log (no flush) and track configurations."""
         self.log.append(batches)
+        self._applier.appended(batches)
         if self.configs.observe(batches):
             self.core.on_configuration_changed()
         self._follower.appended()

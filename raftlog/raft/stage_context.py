@@ -52,6 +52,7 @@ class GroupContext(Protocol):
     flusher: FlushCoalescer
     batcher: ReplicateBatcher
     running: bool
+    truncations: int  # suffix truncations and snapshot installs so far
 
     @property
     def recovery(self) -> RecoveryStarter: ...

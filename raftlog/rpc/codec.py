@@ -176,13 +176,14 @@ def message_type(type_id: int) -> type | None:
     return _registry_by_id.get(type_id)
 
 
-def encode(msg: Any) -> bytes:
-    """Frame a registered message: type id, then its body."""
+def encode(msg: Any, prefix: bytes = b"") -> bytes:
+    """Frame a registered message: type id, then its body; after ``prefix`` when given
+    (a stream frame's request id: joined in the one copy of the message's bytes)."""
     cls = type(msg)
     type_id = _registry_by_type.get(cls)
     if type_id is None:
         raise CodecError(f"{cls.__qualname__} is not a registered message type")
-    out: list[bytes] = [_U16.pack(type_id)]
+    out: list[bytes] = [prefix, _U16.pack(type_id)]
     _plan(cls).encode(msg, out, cls.__name__)
     return b"".join(out)
 

@@ -83,7 +83,7 @@ def stream_frame(request_id: int, message: Any) -> bytes:
     """
     if not 0 <= request_id <= MAX_REQUEST_ID:
         raise CodecError(f"stream request id {request_id} is out of range 0..{MAX_REQUEST_ID}")
-    return _REQUEST_ID.pack(request_id) + codec.encode(message)
+    return codec.encode(message, prefix=_REQUEST_ID.pack(request_id))
 
 
 def split_frame(frame: bytes) -> tuple[int, memoryview]:

@@ -117,7 +117,14 @@ def make_attributes(
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class RecordBatch:
-    """One batch. Immutable: re-stamping offsets or term returns a new batch."""
+    """One batch. Immutable: re-stamping offsets or term returns a new batch.
+
+    A batch keeps its encoded form once it has one (decoded from immutable bytes,
+    or encoded once): a leader's batch is encoded for its log and for every
+    follower's append, a follower's is written as it arrived, and each of those
+    would otherwise compute the CRC and copy the payload again. The cached form is
+    not a field that compares, prints or pickles, and a re-stamped batch has none.
+    """
 
     base_offset: int
     record_count: int
@@ -128,6 +135,18 @@ class RecordBatch:
     first_sequence: int
     timestamp_ms: int
     payload: bytes
+    _encoded: bytes | memoryview | None = dataclasses.field(
+        default=None, init=False, repr=False, compare=False
+    )
+
+    def __getstate__(self) -> tuple:
+        # without the cached form: a memoryview does not pickle, and it is only a cache
+        return tuple(getattr(self, f.name) for f in dataclasses.fields(self) if f.init)
+
+    def __setstate__(self, state: tuple) -> None:
+        for f, value in zip((f for f in dataclasses.fields(self) if f.init), state, strict=True):
+            object.__setattr__(self, f.name, value)
+        object.__setattr__(self, "_encoded", None)
 
     @classmethod
     def create(
@@ -210,7 +229,11 @@ class RecordBatch:
         """The same batch placed at ``base_offset`` in ``term`` (what a leader appends)."""
         return dataclasses.replace(self, base_offset=base_offset, term=term)
 
-    def encode(self) -> bytes:
+    def encode(self) -> bytes | memoryview:
+        """Header and payload, the form on disk and on the wire (computed once)."""
+        cached = self._encoded
+        if cached is not None:
+            return cached
         body = _BODY.pack(
             self.base_offset,
             self.record_count,
@@ -223,7 +246,9 @@ class RecordBatch:
             len(self.payload),
         )
         crc = crc32c.crc32c(self.payload, crc32c.crc32c(body))
-        return b"".join((_CRC_FIELD.pack(crc), body, self.payload))
+        encoded = b"".join((_CRC_FIELD.pack(crc), body, self.payload))
+        object.__setattr__(self, "_encoded", encoded)
+        return encoded
 
     @classmethod
     def decode(cls, buf: bytes | memoryview, pos: int = 0) -> tuple[RecordBatch, int]:
@@ -262,6 +287,8 @@ class RecordBatch:
                 pos,
             )
         batch = cls(base, count, term, attrs, pid, epoch, seq, ts, bytes(view[end_header:end]))
+        if isinstance(view.obj, bytes):  # immutable: the bytes it came in stay valid
+            object.__setattr__(batch, "_encoded", view[pos:end])
         return batch, end
 
 

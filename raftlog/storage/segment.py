@@ -284,7 +284,7 @@ class Segment:
             chunks.append(data)
             pos += len(data)
             self.note_timestamp(batch.timestamp_ms)
-        self.fd.pwrite(b"".join(chunks), self.size)
+        self.fd.pwritev(chunks, self.size)
         self.size = pos
         self.last_offset = batches[-1].last_offset
 
