@@ -57,7 +57,7 @@ __all__ = [
     "parse_source_options",
 ]
 
-DEFAULT_CHUNK_BYTES = 1024 * 1024
+DEFAULT_CHUNK_BYTES = 4 * 1024 * 1024
 MIN_CHUNK_BYTES = 1024
 # The engine rejects payloads above 64 MiB (raftlog.storage.batch.MAX_PAYLOAD_BYTES);
 # the connector may not import the engine, so the bound is restated here.
