@@ -12,6 +12,7 @@ from raftlog.controller import (
     TopicAssignment,
     topic_config,
 )
+from raftlog.raft.errors import RaftError
 from raftlog.rpc.messages import (
     ConfigEntry,
     ErrorCode,
@@ -31,8 +32,41 @@ from raftlog.rpc.server import RequestError
 log = logging.getLogger("raftlog.node")
 
 
+CONTROLLER_READ_WAIT_S = 2.0
+"""How long a new controller leader holds a metadata answer until it can answer from
+state that includes everything acknowledged (see :meth:`MetadataApi._controller_read_barrier`)."""
+
+
 class MetadataApi:
     """Metadata calls (uses the node's controller state and partitions)."""
+
+    async def _controller_read_barrier(self) -> None:
+        """Raft's read rule for the controller's leader, which clients read topics from.
+
+        A leader just elected may not know yet what its predecessor committed (its
+        commit index moves once an entry of its own term commits), and its state
+        machine applies committed entries after the fact: answered at once, a fresh
+        client after a leader change could be told that a topic it created does not
+        exist (the chaos benchmark's final read saw it once after a node restart).
+        So a leader waits, up to ``CONTROLLER_READ_WAIT_S``, until an entry of its term
+        is committed and its controller state has applied the commit index; then, or
+        on timeout (an answer late is better than none), it answers. Followers answer
+        from their copy as before: clients only ask them while no leader is known.
+        """
+        c = self.controller
+        if c is None or not c.is_leader:
+            return
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + CONTROLLER_READ_WAIT_S
+        while c.is_leader and not c.core.committed_in_term:
+            left = deadline - loop.time()
+            if left <= 0:
+                return
+            try:
+                await asyncio.wait_for(c.commit_changed(), left)
+            except (TimeoutError, RaftError):  # RaftError: the group stopped meanwhile
+                return
+        await self.controller_stm.wait_applied(c.commit_index, max(0.0, deadline - loop.time()))
 
     def _assignment(
         self, topic: str, partition: int
@@ -55,9 +89,11 @@ class MetadataApi:
         return TopicConfigs(name, [ConfigEntry(k, v, default) for k, v, default in described])
 
     async def list_topics(self, req: ListTopicsRequest) -> ListTopicsResponse:
+        await self._controller_read_barrier()
         return ListTopicsResponse(sorted(self.controller_stm.topics))
 
     async def metadata(self, req: MetadataRequest) -> MetadataResponse:
+        await self._controller_read_barrier()
         names = req.topics or sorted(self.controller_stm.topics)
         topics = [self.controller_stm.topics[n] for n in names if n in self.controller_stm.topics]
         here = await self._statuses_here([p.group_id for t in topics for p in t.partitions])
