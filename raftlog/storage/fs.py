@@ -426,6 +426,8 @@ def _apply(content: bytearray, op: tuple) -> None:
 
 def _make_durable(inode: _Inode) -> None:
     """What an fsync does to a file: every pending write and truncation reaches the disk."""
+    if not inode.pending:  # nothing to write: a syncfs visits every file, most are clean
+        return
     content = bytearray(inode.durable)
     for op in inode.pending:
         _apply(content, op)
