@@ -267,7 +267,8 @@ class RealFileSystem:
             flags |= os.O_CREAT
         if exclusive:
             flags |= os.O_CREAT | os.O_EXCL
-        return _RealFile(pathlib.Path(path), os.open(path, flags, 0o644))
+        fd = os.open(path, flags, 0o644)
+        return _RealFile(path if isinstance(path, pathlib.Path) else pathlib.Path(path), fd)
 
     def read_file(self, path: pathlib.Path) -> bytes | None:
         try:
