@@ -179,13 +179,44 @@ def message_type(type_id: int) -> type | None:
 def encode(msg: Any, prefix: bytes = b"") -> bytes:
     """Frame a registered message: type id, then its body; after ``prefix`` when given
     (a stream frame's request id: joined in the one copy of the message's bytes)."""
+    return b"".join(_encoded(msg, prefix))
+
+
+GATHER_MIN_PART = 64 * 1024
+"""In :func:`encode_parts`, a buffer at least this large is passed on as it is."""
+
+
+def encode_parts(msg: Any, prefix: bytes = b"") -> list[bytes | memoryview]:
+    """The bytes of :func:`encode` ``(msg, prefix)`` as buffers in order, for a gather
+    write (``transport.writelines``: one writev, and no copy of a batch in user space).
+
+    Buffers of ``GATHER_MIN_PART`` bytes or more (a batch's encoded form, a payload)
+    are the caller's objects as they are; the small ones between them are joined, so
+    a frame of many small fields is a few buffers, not thousands.
+    """
+    parts: list[bytes | memoryview] = []
+    small: list[bytes | memoryview] = []
+    for buf in _encoded(msg, prefix):
+        if len(buf) < GATHER_MIN_PART:
+            small.append(buf)
+            continue
+        if small:
+            parts.append(b"".join(small))
+            small = []
+        parts.append(buf)
+    if small:
+        parts.append(b"".join(small))
+    return parts
+
+
+def _encoded(msg: Any, prefix: bytes) -> list[bytes]:
     cls = type(msg)
     type_id = _registry_by_type.get(cls)
     if type_id is None:
         raise CodecError(f"{cls.__qualname__} is not a registered message type")
     out: list[bytes] = [prefix, _U16.pack(type_id)]
     _plan(cls).encode(msg, out, cls.__name__)
-    return b"".join(out)
+    return out
 
 
 def decode(buf: bytes | bytearray | memoryview, expected: type[T] | None = None) -> T:

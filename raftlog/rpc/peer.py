@@ -81,9 +81,19 @@ def stream_frame(request_id: int, message: Any) -> bytes:
     Raises CodecError when ``message`` is not a registered type (or cannot be
     encoded); ``struct.error`` never escapes: an id outside uint64 is a CodecError.
     """
+    return codec.encode(message, prefix=_request_id(request_id))
+
+
+def stream_frame_parts(request_id: int, message: Any) -> list[bytes | memoryview]:
+    """:func:`stream_frame`'s bytes as buffers for a gather write
+    (:func:`raftlog.rpc.codec.encode_parts`); the same errors."""
+    return codec.encode_parts(message, prefix=_request_id(request_id))
+
+
+def _request_id(request_id: int) -> bytes:
     if not 0 <= request_id <= MAX_REQUEST_ID:
         raise CodecError(f"stream request id {request_id} is out of range 0..{MAX_REQUEST_ID}")
-    return codec.encode(message, prefix=_REQUEST_ID.pack(request_id))
+    return _REQUEST_ID.pack(request_id)
 
 
 def split_frame(frame: bytes) -> tuple[int, memoryview]:

@@ -171,6 +171,32 @@ class AuthPolicy:
         return hmac.compare_digest(authorization.encode(), f"Bearer {token}".encode())
 
 
+async def read_bounded_body(request: web.Request, limit: int) -> bytes:
+    """The whole body of ``request``, in one copy; RequestError (RECORD_TOO_LARGE) as
+    soon as it passes ``limit`` bytes.
+
+    aiohttp's ``request.read()`` copies a body three times (the received chunks
+    joined, appended to a growing bytearray, that turned into bytes); a produce of
+    a MiB or more made those copies a visible share of the leader's time.
+    """
+    too_large = RequestError(
+        ErrorCode.RECORD_TOO_LARGE, f"request body exceeds the limit of {limit} bytes"
+    )
+    if (request.content_length or 0) > limit:
+        raise too_large
+    # As request.read() does: without it the reader pauses the socket at every 128 KiB
+    # buffered (aiohttp's default), and a body of a few MiB arrives at half the speed.
+    request.content.set_read_chunk_size(limit)
+    blocks: list[bytes] = []
+    size = 0
+    while block := await request.content.readany():
+        size += len(block)
+        if size > limit:
+            raise too_large
+        blocks.append(block)
+    return b"".join(blocks)  # one block: no copy (bytes.join returns it as it is)
+
+
 def make_app(
     node: NodeHandlers, *, auth: AuthPolicy | None = None, max_request_bytes: int
 ) -> web.Application:
@@ -193,13 +219,7 @@ def make_app(
         return await handler(request)
 
     async def read_body(request: web.Request, route: str, cls: type) -> tuple[bytes, Any]:
-        try:
-            body = await request.read()
-        except web.HTTPRequestEntityTooLarge as exc:
-            raise RequestError(
-                ErrorCode.RECORD_TOO_LARGE,
-                f"request body exceeds the limit of {max_request_bytes} bytes",
-            ) from exc
+        body = await read_bounded_body(request, max_request_bytes)
         try:
             return body, codec.decode(body, cls)
         except CodecError as exc:

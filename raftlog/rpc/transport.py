@@ -41,6 +41,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ssl
+import struct
 from typing import Any
 
 import aiohttp
@@ -49,13 +50,21 @@ from raftlog.raft.errors import TransportError
 from raftlog.rpc import codec
 from raftlog.rpc.codec import CodecError
 from raftlog.rpc.messages import ErrorResponse
-from raftlog.rpc.peer import REPLY_TYPES, STREAM_PATH, split_frame, stream_frame
+from raftlog.rpc.peer import REPLY_TYPES, STREAM_PATH, split_frame, stream_frame_parts
 
 AUTH_HEADER = "Authorization"
 #: bounds one reply frame (a heartbeat batch reply grows with the groups a peer leads)
 MAX_REPLY_BYTES = 16 << 20
 #: how long closing a stream may wait for the peer's close frame (a cut link sends none)
 CLOSE_TIMEOUT_S = 1.0
+
+
+# RFC 6455 frame headers, unmasked: FIN and the binary opcode, then the length in
+# 7 bits, or 126 and 16 bits, or 127 and 64 bits (network order).
+_WS_BINARY_FIN = 0x80 | int(aiohttp.WSMsgType.BINARY)
+_WS_HEADER_SHORT = struct.Struct("!BB")
+_WS_HEADER_16 = struct.Struct("!BBH")
+_WS_HEADER_64 = struct.Struct("!BBQ")
 
 
 class _UnmaskedWebSocket(aiohttp.ClientWebSocketResponse):
@@ -73,12 +82,38 @@ class _UnmaskedWebSocket(aiohttp.ClientWebSocketResponse):
     def __init__(self, reader: Any, writer: Any, *args: Any, **kwargs: Any) -> None:
         writer.use_mask = False
         super().__init__(reader, writer, *args, **kwargs)
+        self._frame_writer = writer
+
+    async def send_parts(self, parts: list[bytes | memoryview]) -> None:
+        """Send one binary frame whose payload is ``parts`` joined, without joining them:
+        header and parts go to the transport in one ``writelines`` (uvloop: one writev).
+
+        aiohttp's ``send_bytes`` takes one buffer, so the frame's batches were first
+        copied into it, and it writes a large frame's 10-byte header with a syscall
+        (and a TCP segment) of its own. Raises ConnectionError when the stream is
+        closing; waits while the transport's buffer is over its high-water mark, as
+        aiohttp's writer does.
+        """
+        writer = self._frame_writer
+        transport = writer.transport
+        if transport is None or transport.is_closing():
+            raise aiohttp.ClientConnectionResetError("Cannot write to closing transport")
+        size = sum(len(p) for p in parts)
+        if size < 126:
+            header = _WS_HEADER_SHORT.pack(_WS_BINARY_FIN, size)
+        elif size < 65536:
+            header = _WS_HEADER_16.pack(_WS_BINARY_FIN, 126, size)
+        else:
+            header = _WS_HEADER_64.pack(_WS_BINARY_FIN, 127, size)
+        transport.writelines([header, *parts])
+        if writer.protocol.writing_paused:
+            await writer.protocol._drain_helper()
 
 
 class _Stream:
     """One open WebSocket to one peer and the requests in flight on it."""
 
-    def __init__(self, ws: aiohttp.ClientWebSocketResponse, peer: str) -> None:
+    def __init__(self, ws: _UnmaskedWebSocket, peer: str) -> None:
         self.ws = ws
         self.peer = peer  # "node N (ADDRESS)", for messages
         self.closed = False
@@ -94,11 +129,11 @@ class _Stream:
             raise TransportError(f"the stream to {self.peer} closed")
         self._next_id += 1
         request_id = self._next_id
-        frame = stream_frame(request_id, message)
+        frame = stream_frame_parts(request_id, message)
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self._pending[request_id] = (future, reply_type)
         try:
-            await self.ws.send_bytes(frame)
+            await self.ws.send_parts(frame)
             return await future
         except ConnectionError as exc:  # aiohttp: "Cannot write to closing transport"
             raise TransportError(f"the stream to {self.peer} closed: {exc}") from exc

@@ -282,3 +282,43 @@ async def test_concurrent_writers_share_an_fsync_with_the_linger_and_a_lone_one_
     assert plain >= rounds * 5, plain
     assert lingered <= rounds * 3, lingered
     assert lone_wait < 0.015, lone_wait
+
+
+async def _second_round_wait(payload: bytes, flush_bytes: int, linger_s: float) -> float:
+    """Two writers append ``payload`` each and wait for a flush, twice; how long the
+    second round waited (its flusher knows the last flush served two writers)."""
+    log = SegmentedLog.open(LOG_DIR, fs=ModelFileSystem())
+    flusher = FlushCoalescer(
+        log, flush_bytes, 10.0, in_executor=True, on_flushed=lambda _: None, linger_s=linger_s
+    )
+    task = asyncio.get_running_loop().create_task(flusher.run())
+    loop = asyncio.get_running_loop()
+    try:
+        waited = 0.0
+        for r in range(2):
+            started = loop.time()
+            asks = []
+            for i in range(2):
+                data = batch(payload).stamped(r * 2 + i, 1)
+                log.append([data])
+                flusher.note_append(data.size_bytes)
+                asks.append(asyncio.ensure_future(flusher.flush_now()))
+            await asyncio.wait_for(asyncio.gather(*asks), LIMIT_S)
+            waited = loop.time() - started
+            assert log.flushed_offset == r * 2 + 1
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+    return waited
+
+
+async def test_a_flush_the_bytes_bound_asks_for_never_lingers():
+    """Group commit's linger is for small writes; once the pending bytes pass
+    ``flush_bytes`` there is a full flush's worth to write, and waiting for more
+    only adds latency (large batches at acks=all: 4 ms of a 10 ms round trip).
+    Small appends from concurrent writers still linger."""
+    linger = 0.3
+    large = await _second_round_wait(b"x" * 4096, 4096, linger)
+    small = await _second_round_wait(b"x" * 16, 4096, linger)
+    assert large < linger / 3, large
+    assert small >= linger, small

@@ -18,6 +18,7 @@ from typing import Any
 import aiohttp
 import pytest
 from aiohttp import web
+from rpc_helpers import NodeStub, serve_on_loopback
 
 from raftlog.client import frame_records
 from raftlog.faults.proxy import TcpProxy
@@ -44,10 +45,8 @@ def vote(term: int) -> VoteRequest:
     return VoteRequest(1, 2, 1, term, False, 0, 0, False)
 
 
-class ScriptedNode:
+class ScriptedNode(NodeStub):
     """A node whose replies echo the request's term; a request waits for its gate."""
-
-    node_id = 1
 
     def __init__(self) -> None:
         self.gates: dict[int, asyncio.Event] = {}
@@ -65,30 +64,10 @@ class ScriptedNode:
             return TimeoutNowReply(message.group, 1, message.source_node, message.term, True)
         return VoteReply(message.group, 1, message.source_node, message.term, False, True, True)
 
-    async def handle_client(self, message: Any) -> Any:
-        raise AssertionError("no client calls here")
-
     async def forward_client(
         self, route: str, message: Any, body: bytes, authorization: str
     ) -> tuple[int, bytes] | None:
         raise AssertionError("no client calls here")
-
-    async def health(self) -> dict[str, Any]:
-        return {}
-
-    async def render_metrics(self) -> bytes:
-        return b""
-
-    def count_request(self, route: str, status: int) -> None:
-        pass
-
-
-async def serve_on_loopback(runner: web.AppRunner) -> str:
-    """Start ``runner`` on 127.0.0.1 and an ephemeral port; its address."""
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    return f"127.0.0.1:{site._server.sockets[0].getsockname()[1]}"  # type: ignore[union-attr]
 
 
 class Server:
@@ -502,10 +481,32 @@ def test_a_handshake_the_peer_abandoned_is_dropped_quietly(
     assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == []
 
 
-def test_stream_frames_go_unmasked_and_the_server_reads_them():
+def _append_with(*payload_sizes: int) -> AppendEntriesRequest:
+    rng = random.Random(sum(payload_sizes))
+    batches, offset = [], 1
+    for size in payload_sizes:
+        batch = RecordBatch.create(frame_records([rng.randbytes(size)]), 1).stamped(offset, 5)
+        batches.append(batch)
+        offset += 1
+    return AppendEntriesRequest(1, 2, 1, 5, 0, 0, 0, True, batches, 9)
+
+
+@pytest.mark.parametrize(
+    "message",
+    [
+        vote(7),  # under 126 bytes: the 7-bit length
+        _append_with(1_000),  # the 16-bit length
+        # the 64-bit length; batches of 64 KiB and more go to writelines as they are,
+        # between the small fields joined: five buffers, one frame
+        _append_with(70_000, 10, 200_000),
+    ],
+    ids=["short", "16-bit", "64-bit-gathered"],
+)
+def test_stream_frames_go_unmasked_and_the_server_reads_them(message):
     """A raft stream's frames carry no mask (node to node, no browser): the first
-    frame on the wire has the mask bit clear and the request's bytes as they are;
-    make_app's server reads such frames (a vote goes through and is answered)."""
+    frame on the wire is one binary frame (FIN set), its mask bit clear and the
+    request's bytes as they are, however many buffers it was written from;
+    make_app's server reads such frames (the request reaches the node)."""
     import base64
     import hashlib
 
@@ -527,7 +528,8 @@ def test_stream_frames_go_unmasked_and_the_server_reads_them():
             b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n"
             b"Connection: Upgrade\r\nSec-WebSocket-Accept: " + accept + b"\r\n\r\n"
         )
-        _fin_opcode, second = await reader.readexactly(2)
+        fin_opcode, second = await reader.readexactly(2)
+        seen["fin_opcode"] = bytes([fin_opcode])
         length = second & 0x7F
         if length == 126:
             (length,) = struct.unpack(">H", await reader.readexactly(2))
@@ -543,16 +545,23 @@ def test_stream_frames_go_unmasked_and_the_server_reads_them():
         try:
             async with transport_to(f"127.0.0.1:{port}", timeout_s=2.0) as t:
                 with pytest.raises(TransportError):
-                    await t.send(1, vote(7))
+                    await t.send(1, message)
         finally:
             server.close()
             await server.wait_closed()
+        assert seen["fin_opcode"] == b"\x82"
         assert seen["mask_bit"] == b"\x00"
         _request_id, frame = split_frame(seen["payload"])
-        assert codec.decode(frame) == vote(7)
-        # and the real server reads unmasked frames: a request is answered
-        async with Server(ScriptedNode()) as real, transport_to(real.address) as t:
-            reply = await t.send(1, vote(9))
-            assert reply.term == 9
+        assert bytes(frame) == codec.encode(message)
+        assert codec.decode(frame) == message
+        # and the real server reads unmasked frames: the request reaches the node
+        node = ScriptedNode()
+        async with Server(node) as real, transport_to(real.address) as t:
+            try:
+                reply = await t.send(1, message)
+                assert reply.term == message.term
+            except TransportError:  # the scripted node answers an append with a vote
+                assert not isinstance(message, VoteRequest)
+            assert node.seen == [message]
 
     run(test)

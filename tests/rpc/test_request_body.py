@@ -1,0 +1,118 @@
+"""A client request's body as make_app reads it (``read_bounded_body``): every byte
+delivered whole, however the body arrives (one write, many small ones, chunked),
+and a body past the limit refused with RECORD_TOO_LARGE while the server keeps
+serving.
+
+Each test runs a real aiohttp server on 127.0.0.1 and a real client; every wait
+is bounded (``asyncio.timeout``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import AsyncIterator
+from typing import Any
+
+import aiohttp
+import pytest
+from aiohttp import web
+from rpc_helpers import NodeStub, serve_on_loopback
+
+from raftlog.rpc import codec
+from raftlog.rpc.messages import (
+    ErrorCode,
+    ErrorResponse,
+    ProduceBatch,
+    ProduceRequest,
+    ProduceResponse,
+)
+from raftlog.rpc.server import CONTENT_TYPE, make_app
+
+LIMIT = 1 << 20
+BOUND_S = 10.0
+
+
+class EchoNode(NodeStub):
+    """Answers a produce with offsets that encode what it received: the payload's
+    length as ``base_offset`` and the first batch's record count as ``last_offset``."""
+
+    def __init__(self) -> None:
+        self.payloads: list[bytes] = []
+
+    async def handle_client(self, message: Any) -> Any:
+        assert isinstance(message, ProduceRequest)
+        self.payloads.append(message.batches[0].payload)
+        return ProduceResponse(len(message.batches[0].payload), message.batches[0].record_count)
+
+
+async def serve(node: EchoNode) -> tuple[web.AppRunner, str]:
+    runner = web.AppRunner(make_app(node, max_request_bytes=LIMIT), access_log=None)
+    return runner, "http://" + await serve_on_loopback(runner)
+
+
+def produce_body(payload: bytes, records: int = 7) -> bytes:
+    return codec.encode(ProduceRequest("t", 0, -1, [ProduceBatch(payload, records)]))
+
+
+async def post(session: aiohttp.ClientSession, url: str, data: Any) -> tuple[int, Any]:
+    async with session.post(
+        f"{url}/v1/produce", data=data, headers={"Content-Type": CONTENT_TYPE}
+    ) as resp:
+        return resp.status, codec.decode(await resp.read())
+
+
+async def pieces(body: bytes, size: int) -> AsyncIterator[bytes]:
+    """The body in ``size``-byte writes, each a separate chunk of a chunked request."""
+    for i in range(0, len(body), size):
+        await asyncio.sleep(0)
+        yield body[i : i + size]
+
+
+@pytest.mark.parametrize("how", ["whole", "chunked-small", "chunked-large"])
+def test_every_byte_of_a_body_arrives_however_it_is_sent(how):
+    payload = os.urandom(LIMIT - 4096)  # just under the limit once framed
+    body = produce_body(payload)
+
+    async def main() -> None:
+        node = EchoNode()
+        runner, url = await serve(node)
+        try:
+            async with asyncio.timeout(BOUND_S), aiohttp.ClientSession() as session:
+                data: Any = body
+                if how == "chunked-small":
+                    data = pieces(body, 997)
+                elif how == "chunked-large":
+                    data = pieces(body, 300_000)
+                status, reply = await post(session, url, data)
+                assert status == 200, reply
+                assert reply == ProduceResponse(len(payload), 7)
+                assert node.payloads == [payload]
+        finally:
+            await runner.cleanup()
+
+    asyncio.run(main())
+
+
+@pytest.mark.parametrize("chunked", [False, True], ids=["declared", "chunked"])
+def test_a_body_past_the_limit_is_refused_and_the_server_goes_on(chunked):
+    big = produce_body(os.urandom(LIMIT + 1))
+
+    async def main() -> None:
+        node = EchoNode()
+        runner, url = await serve(node)
+        try:
+            async with asyncio.timeout(BOUND_S), aiohttp.ClientSession() as session:
+                status, reply = await post(session, url, pieces(big, 65536) if chunked else big)
+                assert status == 413
+                assert isinstance(reply, ErrorResponse)
+                assert reply.code == ErrorCode.RECORD_TOO_LARGE
+                assert f"request body exceeds the limit of {LIMIT} bytes" in reply.message
+                assert node.payloads == []
+                # the next request (a fresh connection or the same one) is served
+                status, reply = await post(session, url, produce_body(b"x" * 100, 3))
+                assert (status, reply) == (200, ProduceResponse(100, 3))
+        finally:
+            await runner.cleanup()
+
+    asyncio.run(main())
