@@ -105,7 +105,13 @@ class _UnmaskedWebSocket(aiohttp.ClientWebSocketResponse):
             header = _WS_HEADER_16.pack(_WS_BINARY_FIN, 126, size)
         else:
             header = _WS_HEADER_64.pack(_WS_BINARY_FIN, 127, size)
-        transport.writelines([header, *parts])
+        if size < codec.GATHER_MIN_PART:
+            # A small frame (a heartbeat, a one-record append) as one buffer: uvloop's
+            # write of a single buffer is its fast path, a list takes a slower one
+            # (measured: `benchmarks small` at 64 clients lost a tenth of its rate).
+            transport.write(b"".join((header, *parts)))
+        else:
+            transport.writelines([header, *parts])
         if writer.protocol.writing_paused:
             await writer.protocol._drain_helper()
 
