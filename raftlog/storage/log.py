@@ -52,7 +52,7 @@ from raftlog.storage.commit_context import CommitContextStore
 from raftlog.storage.durable_record import TMP_SUFFIX
 from raftlog.storage.fs import REAL_FS, FileSystem, FsyncFailed, StorageFailed
 from raftlog.storage.recovery import recover_last_segment, verify_sealed_segment
-from raftlog.storage.segment import INDEX_SUFFIX, LOG_SUFFIX, Segment, SyncPoint, parse_segment_name
+from raftlog.storage.segment import INDEX_SUFFIX, Segment, SyncPoint, parse_segment_name
 from raftlog.storage.start_record import StartRecord, StartRecordStore
 from raftlog.storage.time_index import TIME_INDEX_SUFFIX
 from raftlog.storage.vote_store import VoteStore
@@ -258,7 +258,7 @@ class SegmentedLog:
                 break
             self._segments.pop().delete()
             changed_dir = True
-        stems = {s.path.name[: -len(LOG_SUFFIX)] for s in self._segments}
+        stems = {s.path.stem for s in self._segments}
         for name in fs.listdir(self._dir):  # indexes whose segment is gone
             stem, dot, suffix = name.rpartition(".")
             if dot + suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX) and stem not in stems:

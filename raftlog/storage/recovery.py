@@ -54,7 +54,7 @@ def verify_sealed_segment(seg: Segment, next_base: int) -> None:
         )
     entry = None
     try:
-        seg.note_timestamp(seg.first_batch().timestamp_ms)  # CRC, offset, term
+        seg.note_timestamp(seg.first_batch(size).timestamp_ms)  # CRC, offset, term
         entry = read_last_index_entry(seg.index_path, seg.fs)
         offset, position = entry if entry is not None else (seg.base_offset, 0)
         if entry is not None and not (seg.base_offset < offset < next_base and 0 < position < size):
@@ -126,7 +126,7 @@ def recover_last_segment(
         # the first batch's timestamp (segment.ms rolls count from it); a damaged first
         # batch is found by the scan below or was flushed data checked before
         with contextlib.suppress(SegmentDecodeError, StopIteration):
-            seg.note_timestamp(seg.first_batch().timestamp_ms)
+            seg.note_timestamp(seg.first_batch(file_size).timestamp_ms)
     try:
         for pos, batch in seg.scan(start_pos, start_offset, file_size):
             index.add(batch.base_offset, pos)

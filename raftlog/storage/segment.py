@@ -345,10 +345,12 @@ class Segment:
         upto = None if point is None else point.index_entries
         times_upto = None if point is None else point.time_index_entries
         with self._persist_lock:
-            # Without a point this seals the segment: no more appends, all goes but the
-            # tail from the last index entry, which recovery reads (as the first batch).
-            tail = self.index.lookup(self.last_offset)[1] if point is None else 0
-            self._drop_cache_before(tail if point is None else point.size - CACHE_KEEP_BYTES)
+            if point is None:
+                # This seals the segment: no more appends, all goes but the tail from the
+                # last index entry, which recovery reads (as it reads the first batch).
+                self._drop_cache_before(self.index.lookup(self.last_offset)[1])
+            else:
+                self._drop_cache_before(point.size - CACHE_KEEP_BYTES)
             self.index.persist(fsync=index_fsync, upto=upto)
             times = self._time_index
             if times is not None and (point is None or point.time_index_entries is not None):
@@ -387,14 +389,15 @@ class Segment:
 
     # -- reading ------------------------------------------------------------------------------
 
-    def first_batch(self) -> RecordBatch:
-        """The segment's first batch, checked as :meth:`scan` checks it; reads its bytes
-        and no more (they stay in the page cache, see CACHE_KEEP_BYTES).
+    def first_batch(self, limit: int) -> RecordBatch:
+        """The segment's first batch (within the file's first ``limit`` bytes), checked as
+        :meth:`scan` checks it; reads its bytes and no more (they stay in the page cache,
+        see CACHE_KEEP_BYTES).
 
         Raises :class:`SegmentDecodeError` when it is invalid, StopIteration when the
         file is empty.
         """
-        _, batch = next(self.scan(0, self.base_offset, self.fd.size(), read_bytes=HEADER_SIZE))
+        _, batch = next(self.scan(0, self.base_offset, limit, read_bytes=HEADER_SIZE))
         self._head_bytes = batch.size_bytes
         return batch
 
