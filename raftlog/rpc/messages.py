@@ -478,3 +478,8 @@ CLIENT_ROUTES: dict[type, str] = {
     DecommissionNodeRequest: "decommission_node",
 }
 """Client request type -> route name under ``/v1/`` (client and server share it)."""
+
+CLIENT_STREAM_PATH = "/v1/stream"
+"""The client stream's WebSocket route (under ``/v1/``: the client token only); its
+frames are the replication stream's (:mod:`raftlog.rpc.peer`), its messages the
+requests of :data:`CLIENT_ROUTES` and their answers."""

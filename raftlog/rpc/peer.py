@@ -90,6 +90,12 @@ def stream_frame_parts(request_id: int, message: Any) -> list[bytes | memoryview
     return codec.encode_parts(message, prefix=_request_id(request_id))
 
 
+def encoded_frame(request_id: int, encoded: bytes) -> bytes:
+    """A stream frame around a message that is already codec-encoded (a client call
+    or its answer, which a POST would carry as its body)."""
+    return _request_id(request_id) + encoded
+
+
 def _request_id(request_id: int) -> bytes:
     if not 0 <= request_id <= MAX_REQUEST_ID:
         raise CodecError(f"stream request id {request_id} is out of range 0..{MAX_REQUEST_ID}")

@@ -9,6 +9,11 @@ Routes (all bodies are codec frames, see :mod:`raftlog.rpc.codec`):
   ``/raft/*`` path is a framed 404 naming the stream;
 - ``POST /v1/<call>`` — client calls (see ``messages.CLIENT_ROUTES``);
   errors are a framed ErrorResponse with a matching HTTP status;
+- ``GET /v1/stream`` — the client stream: a WebSocket from one client carrying
+  its calls as frames ``(request id, codec frame)``, as the replication stream
+  does; each is answered under its id with what ``POST /v1/<call>`` answers
+  (the response or the framed ErrorResponse). The Python client sends its small
+  calls here (one connection, no HTTP request per call);
 - ``GET /metrics`` — Prometheus text; ``GET /health`` — JSON status.
 
 Authentication (:class:`AuthPolicy`, one check for every route, in one
@@ -36,17 +41,19 @@ import contextlib
 import dataclasses
 import hmac
 import logging
+from collections.abc import Callable
 from typing import Any, Protocol
 
 from aiohttp import WSCloseCode, WSMsgType, web
 
 from raftlog.rpc import codec
 from raftlog.rpc.codec import CodecError
-from raftlog.rpc.messages import CLIENT_ROUTES, ErrorCode, ErrorResponse
+from raftlog.rpc.messages import CLIENT_ROUTES, CLIENT_STREAM_PATH, ErrorCode, ErrorResponse
 from raftlog.rpc.peer import (
     REPLY_TYPES,
     REQUEST_ID_SIZE,
     STREAM_PATH,
+    encoded_frame,
     split_frame,
     stream_frame,
 )
@@ -237,14 +244,17 @@ def make_app(
     # strong references to the handlers of stream requests (the loop keeps weak ones)
     answering: set[asyncio.Task[None]] = set()
 
-    async def peer_stream(request: web.Request) -> web.WebSocketResponse:
-        # the middleware already admitted the peer token: no second check here
+    async def serve_stream(
+        request: web.Request, answer: Callable[[web.WebSocketResponse, int, memoryview], Any]
+    ) -> web.WebSocketResponse:
+        """Read a stream's frames and hand each to ``answer`` in a task of its own."""
+        # the middleware already admitted the token of the stream's path at the upgrade
         ws = web.WebSocketResponse(max_msg_size=max_request_bytes + REQUEST_ID_SIZE, compress=False)
         try:
             await ws.prepare(request)
         except ConnectionError:
-            # the peer gave up on the handshake before it was answered (its connect
-            # timed out, e.g. while this node was stopped): nothing to serve
+            # the other side gave up on the handshake before it was answered (its
+            # connect timed out, e.g. while this node was stopped): nothing to serve
             return ws
         streams.add(ws)
         try:
@@ -252,7 +262,7 @@ def make_app(
                 if msg.type is not WSMsgType.BINARY:
                     await ws.close(
                         code=WSCloseCode.UNSUPPORTED_DATA,
-                        message=f"raft stream frames are binary, got {msg.type.name}".encode(),
+                        message=f"stream frames are binary, got {msg.type.name}".encode(),
                     )
                     break
                 try:
@@ -268,6 +278,34 @@ def make_app(
         finally:
             streams.discard(ws)
         return ws
+
+    async def peer_stream(request: web.Request) -> web.WebSocketResponse:
+        return await serve_stream(request, answer)
+
+    async def client_stream(request: web.Request) -> web.WebSocketResponse:
+        authorization = request.headers.get("Authorization", "")
+
+        async def answer_client(
+            ws: web.WebSocketResponse, request_id: int, body: memoryview
+        ) -> None:
+            try:
+                msg = codec.decode(body)
+                route = CLIENT_ROUTES.get(type(msg))
+                if route is None:
+                    raise CodecError(f"{type(msg).__name__} is not a client request")
+            except CodecError as exc:
+                route = "stream"
+                status, answer = _error_body(
+                    ErrorCode.INVALID_REQUEST, f"malformed request on the client stream: {exc}"
+                )
+            else:
+                status, answer = await call(route, msg, body, authorization)
+            node.count_request(f"/v1/{route}", status)
+            # the stream may have closed meanwhile: the client already failed this request
+            with contextlib.suppress(ConnectionError):
+                await ws.send_bytes(encoded_frame(request_id, answer))
+
+        return await serve_stream(request, answer_client)
 
     async def answer(ws: web.WebSocketResponse, request_id: int, body: memoryview) -> None:
         try:
@@ -297,11 +335,27 @@ def make_app(
         for ws in list(streams):
             await ws.close(code=WSCloseCode.GOING_AWAY, message=b"node shutting down")
 
+    async def call(
+        route: str, msg: Any, body: bytes | memoryview, authorization: str
+    ) -> tuple[int, bytes]:
+        """(HTTP status, framed answer) of one decoded client call: the one path of a
+        ``POST /v1/<call>`` and of a frame on the client stream."""
+        try:
+            forwarded = await node.forward_client(route, msg, body, authorization)
+            if forwarded is not None:
+                return forwarded
+            return 200, codec.encode(await node.handle_client(msg))
+        except RequestError as exc:
+            return _error_body_of(exc)
+        except Exception as exc:
+            log.exception("client call %s failed", route)
+            return _error_body(ErrorCode.INTERNAL, f"{route} failed: {type(exc).__name__}: {exc}")
+
     async def client(request: web.Request) -> web.Response:
         route = request.match_info["route"]
         cls = client_types.get(route)
         if cls is None:
-            resp = _error(
+            status, answer = _error_body(
                 ErrorCode.INVALID_REQUEST,
                 f"unknown route /v1/{route}; expected one of {sorted(client_types)}",
                 404,
@@ -309,20 +363,18 @@ def make_app(
         else:
             try:
                 body, msg = await read_body(request, route, cls)
-                authorization = request.headers.get("Authorization", "")
-                forwarded = await node.forward_client(route, msg, body, authorization)
-                if forwarded is not None:
-                    status, answer = forwarded
-                    resp = web.Response(body=answer, status=status, content_type=CONTENT_TYPE)
-                else:
-                    resp = _ok(codec.encode(await node.handle_client(msg)))
             except RequestError as exc:
-                resp = _from_error(exc)
+                status, answer = _error_body_of(exc)
             except Exception as exc:
                 log.exception("client call %s failed", route)
-                resp = _error(ErrorCode.INTERNAL, f"{route} failed: {type(exc).__name__}: {exc}")
-        node.count_request(f"/v1/{route}", resp.status)
-        return resp
+                status, answer = _error_body(
+                    ErrorCode.INTERNAL, f"{route} failed: {type(exc).__name__}: {exc}"
+                )
+            else:
+                authorization = request.headers.get("Authorization", "")
+                status, answer = await call(route, msg, body, authorization)
+        node.count_request(f"/v1/{route}", status)
+        return web.Response(body=answer, status=status, content_type=CONTENT_TYPE)
 
     async def metrics(request: web.Request) -> web.Response:
         return web.Response(
@@ -337,22 +389,26 @@ def make_app(
     app.router.add_get(STREAM_PATH, peer_stream)
     app.on_shutdown.append(close_streams)
     app.router.add_route("*", "/raft/{route}", unknown_peer_route)
+    app.router.add_get(CLIENT_STREAM_PATH, client_stream)
     app.router.add_post("/v1/{route}", client)
     app.router.add_get("/metrics", metrics)
     app.router.add_get("/health", health)
     return app
 
 
-def _ok(body: bytes) -> web.Response:
-    return web.Response(body=body, content_type=CONTENT_TYPE)
+def _error_body(
+    code: ErrorCode, message: str, status: int | None = None, **kw: Any
+) -> tuple[int, bytes]:
+    """(HTTP status, framed ErrorResponse) of an error: ``status`` or the code's."""
+    return status or STATUS.get(code, 500), codec.encode(ErrorResponse(code, message, **kw))
 
 
-def _error(code: ErrorCode, message: str, status: int | None = None, **kw: Any) -> web.Response:
-    body = codec.encode(ErrorResponse(code, message, **kw))
-    return web.Response(
-        body=body, status=status or STATUS.get(code, 500), content_type=CONTENT_TYPE
+def _error_body_of(exc: RequestError) -> tuple[int, bytes]:
+    return _error_body(
+        exc.code, str(exc), leader_id=exc.leader_id, leader_address=exc.leader_address
     )
 
 
-def _from_error(exc: RequestError) -> web.Response:
-    return _error(exc.code, str(exc), leader_id=exc.leader_id, leader_address=exc.leader_address)
+def _error(code: ErrorCode, message: str, status: int | None = None, **kw: Any) -> web.Response:
+    status, body = _error_body(code, message, status, **kw)
+    return web.Response(body=body, status=status, content_type=CONTENT_TYPE)

@@ -33,7 +33,7 @@ proxy per link): the name checked is the node's, not the route's. The
 handshake carries the peer token, never the client token; the server's one
 auth check (:class:`raftlog.rpc.server.AuthPolicy`) admits it before upgrading.
 
-The stream's frames go unmasked both ways (:class:`_UnmaskedWebSocket`).
+The stream's frames go unmasked both ways (:class:`UnmaskedWebSocket`).
 """
 
 from __future__ import annotations
@@ -42,6 +42,7 @@ import asyncio
 import contextlib
 import ssl
 import struct
+from collections.abc import Callable
 from typing import Any
 
 import aiohttp
@@ -50,7 +51,13 @@ from raftlog.raft.errors import TransportError
 from raftlog.rpc import codec
 from raftlog.rpc.codec import CodecError
 from raftlog.rpc.messages import ErrorResponse
-from raftlog.rpc.peer import REPLY_TYPES, STREAM_PATH, split_frame, stream_frame_parts
+from raftlog.rpc.peer import (
+    REPLY_TYPES,
+    STREAM_PATH,
+    encoded_frame,
+    split_frame,
+    stream_frame_parts,
+)
 
 AUTH_HEADER = "Authorization"
 #: bounds one reply frame (a heartbeat batch reply grows with the groups a peer leads)
@@ -67,7 +74,7 @@ _WS_HEADER_16 = struct.Struct("!BBH")
 _WS_HEADER_64 = struct.Struct("!BBQ")
 
 
-class _UnmaskedWebSocket(aiohttp.ClientWebSocketResponse):
+class UnmaskedWebSocket(aiohttp.ClientWebSocketResponse):
     """A client WebSocket whose frames are sent unmasked.
 
     RFC 6455 has a browser's frames masked so that a script cannot make the bytes
@@ -116,33 +123,52 @@ class _UnmaskedWebSocket(aiohttp.ClientWebSocketResponse):
             await writer.protocol._drain_helper()
 
 
-class _Stream:
-    """One open WebSocket to one peer and the requests in flight on it."""
+class StreamClosedError(TransportError):
+    """A :class:`FrameStream` ended, or was closed, with the request in flight."""
 
-    def __init__(self, ws: _UnmaskedWebSocket, peer: str) -> None:
+
+class FrameStream:
+    """One open WebSocket of ``(request id, codec frame)`` frames and the requests in
+    flight on it: a node's replication stream to a peer, or a client's stream to a
+    node (:mod:`raftlog.client.calls`). Replies are matched by id, in any order.
+
+    :meth:`request` raises StreamClosedError (a TransportError) when the stream
+    ends before the reply (every request in flight fails at once); it never times
+    out by itself.
+    """
+
+    def __init__(self, ws: UnmaskedWebSocket, peer: str) -> None:
         self.ws = ws
         self.peer = peer  # "node N (ADDRESS)", for messages
         self.closed = False
         self.last_received = asyncio.get_running_loop().time()
         self._next_id = 0
-        self._pending: dict[int, tuple[asyncio.Future[Any], type]] = {}
+        self._pending: dict[int, asyncio.Future[memoryview]] = {}
         self.reader = asyncio.get_running_loop().create_task(self._read())
 
-    async def request(self, message: Any, reply_type: type) -> Any:
-        """Send ``message`` and wait for the reply with its id (no timeout here: the
-        caller bounds it). Raises TransportError; CodecError when it cannot be encoded."""
+    async def request(self, message: Any) -> memoryview:
+        """Send ``message`` and return the reply frame's codec bytes, undecoded (no
+        timeout here: the caller bounds it). Raises StreamClosedError; CodecError when
+        ``message`` cannot be encoded."""
+        return await self._exchange(lambda request_id: stream_frame_parts(request_id, message))
+
+    async def request_encoded(self, encoded: bytes) -> memoryview:
+        """:meth:`request` of a message that is already codec-encoded."""
+        return await self._exchange(lambda request_id: [encoded_frame(request_id, encoded)])
+
+    async def _exchange(self, frame_of: Callable[[int], list[bytes | memoryview]]) -> memoryview:
         if self.closed:
-            raise TransportError(f"the stream to {self.peer} closed")
+            raise StreamClosedError(f"the stream to {self.peer} closed")
         self._next_id += 1
         request_id = self._next_id
-        frame = stream_frame_parts(request_id, message)
-        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        self._pending[request_id] = (future, reply_type)
+        frame = frame_of(request_id)
+        future: asyncio.Future[memoryview] = asyncio.get_running_loop().create_future()
+        self._pending[request_id] = future
         try:
             await self.ws.send_parts(frame)
             return await future
         except ConnectionError as exc:  # aiohttp: "Cannot write to closing transport"
-            raise TransportError(f"the stream to {self.peer} closed: {exc}") from exc
+            raise StreamClosedError(f"the stream to {self.peer} closed: {exc}") from exc
         finally:
             self._pending.pop(request_id, None)
 
@@ -160,15 +186,10 @@ class _Stream:
                 except CodecError as exc:  # no id: nothing can be matched, the stream is bad
                     reason = str(exc)
                     break
-                entry = self._pending.pop(request_id, None)
-                if entry is None or entry[0].done():
+                future = self._pending.pop(request_id, None)
+                if future is None or future.done():
                     continue  # the request already failed (timed out): its reply is late
-                future, reply_type = entry
-                outcome = _reply(body, reply_type, self.peer)
-                if isinstance(outcome, TransportError):
-                    future.set_exception(outcome)
-                else:
-                    future.set_result(outcome)
+                future.set_result(body)
             else:
                 if self.ws.exception() is not None:
                     reason = str(self.ws.exception())
@@ -183,9 +204,11 @@ class _Stream:
         """Close the stream for new requests and fail every request in flight."""
         self.closed = True
         pending, self._pending = self._pending, {}
-        for future, _ in pending.values():
+        for future in pending.values():
             if not future.done():
-                future.set_exception(TransportError(f"the stream to {self.peer} closed: {reason}"))
+                future.set_exception(
+                    StreamClosedError(f"the stream to {self.peer} closed: {reason}")
+                )
         if asyncio.current_task() is not self.reader:
             self.reader.cancel()  # its finally closes the socket
 
@@ -233,8 +256,8 @@ class StreamTransport:
         self._auth = {AUTH_HEADER: f"Bearer {peer_token}"} if peer_token else {}
         self._timeout_s = timeout_s
         self._session: aiohttp.ClientSession | None = None
-        self._streams: dict[int, _Stream] = {}
-        self._connecting: dict[int, asyncio.Task[_Stream]] = {}
+        self._streams: dict[int, FrameStream] = {}
+        self._connecting: dict[int, asyncio.Task[FrameStream]] = {}
         self._closed = False
 
     def add_peer(self, node_id: int, address: str) -> None:
@@ -255,13 +278,13 @@ class StreamTransport:
         if reply_type is None:
             raise TransportError(f"{type(message).__name__} is not a peer request")
         what = f"{type(message).__name__} to {self._describe(target_node)}"
-        stream: _Stream | None = None
+        stream: FrameStream | None = None
         sent_at = 0.0
         try:
             async with asyncio.timeout(self._timeout_s):
                 stream = await self._stream(target_node)
                 sent_at = asyncio.get_running_loop().time()
-                return await stream.request(message, reply_type)
+                body = await stream.request(message)
         except TimeoutError as exc:
             if stream is not None and stream.last_received < sent_at:
                 # nothing at all came back while this request waited: the link is dead
@@ -269,6 +292,10 @@ class StreamTransport:
             raise TransportError(f"{what} timed out after {self._timeout_s:g} s") from exc
         except CodecError as exc:
             raise TransportError(f"{what}: cannot encode it: {exc}") from exc
+        outcome = _reply(body, reply_type, self._describe(target_node))
+        if isinstance(outcome, TransportError):
+            raise outcome
+        return outcome
 
     def _describe(self, target: int) -> str:
         advertised = self._peers.get(target)
@@ -276,7 +303,7 @@ class StreamTransport:
         via = f" via {address}" if address != advertised else ""
         return f"node {target} ({advertised}{via})"
 
-    async def _stream(self, target: int) -> _Stream:
+    async def _stream(self, target: int) -> FrameStream:
         """The open stream to ``target``, opening it (once, shared by concurrent sends)."""
         stream = self._streams.get(target)
         if stream is not None and not stream.closed:
@@ -289,7 +316,7 @@ class StreamTransport:
         # shielded: one sender's timeout must not cancel the connect the others wait for
         return await asyncio.shield(task)
 
-    def _connected(self, target: int, task: asyncio.Task[_Stream]) -> None:
+    def _connected(self, target: int, task: asyncio.Task[FrameStream]) -> None:
         if self._connecting.get(target) is task:
             del self._connecting[target]
         if task.cancelled():
@@ -297,7 +324,7 @@ class StreamTransport:
         if task.exception() is None and self._closed:
             task.result().abort("transport is closed")
 
-    async def _open(self, target: int) -> _Stream:
+    async def _open(self, target: int) -> FrameStream:
         advertised = self._peers.get(target)
         if advertised is None:
             raise TransportError(f"unknown peer node {target}")
@@ -311,7 +338,7 @@ class StreamTransport:
                 timeout=aiohttp.ClientTimeout(
                     total=self._timeout_s, connect=min(1.0, self._timeout_s)
                 ),
-                ws_response_class=_UnmaskedWebSocket,
+                ws_response_class=UnmaskedWebSocket,
             )
         peer = self._describe(target)
         try:
@@ -330,7 +357,7 @@ class StreamTransport:
             ) from exc
         except (aiohttp.ClientError, OSError, TimeoutError) as exc:
             raise TransportError(f"cannot open the raft stream to {peer}: {exc!r}") from exc
-        stream = _Stream(ws, peer)
+        stream = FrameStream(ws, peer)
         if self._peers.get(target) != advertised:  # add_peer moved it while connecting
             stream.abort(f"node {target} moved to {self._peers.get(target)}")
             raise TransportError(f"{peer} moved while the raft stream was opening")

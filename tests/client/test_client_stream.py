@@ -1,0 +1,284 @@
+"""The client stream: the Python client's small calls as frames on one WebSocket per
+node (``GET /v1/stream``), its large ones as POSTs, against make_app's real server.
+
+What a user sees must not depend on the path a call took: the same answers, the
+same errors with the same text, each answer to its own call however many are in
+flight, and a node that goes away fails the calls in flight at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from typing import Any
+
+import aiohttp
+import pytest
+from aiohttp import web
+
+from raftlog.client import (
+    ClusterUnavailableError,
+    InvalidRequestError,
+    RaftlogClient,
+    UnauthorizedError,
+)
+from raftlog.client.calls import STREAM_MAX_REQUEST_BYTES
+from raftlog.rpc.messages import (
+    CLIENT_STREAM_PATH,
+    ErrorCode,
+    MetadataRequest,
+    MetadataResponse,
+    NodeInfo,
+    PartitionInfo,
+    ProduceBatch,
+    ProduceRequest,
+    ProduceResponse,
+    TopicInfo,
+)
+from raftlog.rpc.server import AuthPolicy, RequestError, make_app
+from tests.rpc.rpc_helpers import NodeStub, serve_on_loopback
+
+BOUND_S = 30.0  # no test may take longer: a hang is a failure
+
+
+class ProduceNode(NodeStub):
+    """Leads t/0; a produce answers the offset written in its payload's first 8 bytes,
+    after a random pause (so answers overtake each other), or the error it names."""
+
+    def __init__(self, seed: int = 0) -> None:
+        self.address = ""
+        self.rng = random.Random(seed)
+        self.payloads: list[bytes] = []
+        self.hold = asyncio.Event()
+        self.hold.set()
+
+    async def handle_client(self, message: Any) -> Any:
+        if isinstance(message, MetadataRequest):
+            return MetadataResponse(
+                1,
+                1,
+                [NodeInfo(1, self.address)],
+                [TopicInfo("t", 1, [PartitionInfo(0, 1, 1, [1])])],
+            )
+        assert isinstance(message, ProduceRequest)
+        payload = message.batches[0].payload
+        self.payloads.append(payload)
+        await self.hold.wait()
+        if payload.startswith(b"refuse"):
+            raise RequestError(ErrorCode.INVALID_REQUEST, f"refused: {payload[:12]!r}")
+        await asyncio.sleep(self.rng.random() * 0.005)
+        offset = int.from_bytes(payload[:8], "big")
+        return ProduceResponse(offset, offset + message.batches[0].record_count - 1)
+
+
+class Server:
+    """make_app on loopback, counting client stream handshakes and POSTs."""
+
+    def __init__(self, node: ProduceNode, auth: AuthPolicy | None = None) -> None:
+        self.node = node
+        self.handshakes = 0
+        self.posts = 0
+        app = make_app(node, auth=auth, max_request_bytes=8 << 20)
+
+        @web.middleware
+        async def count(request: web.Request, handler: Any) -> web.StreamResponse:
+            if request.path == CLIENT_STREAM_PATH:
+                self.handshakes += 1
+            elif request.path == "/v1/produce":
+                self.posts += 1
+            return await handler(request)
+
+        app.middlewares.insert(0, count)
+        self.runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0)
+
+    async def __aenter__(self) -> Server:
+        self.node.address = await serve_on_loopback(self.runner)
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        self.node.hold.set()
+        await self.runner.cleanup()
+
+
+def run(test: Any) -> None:
+    async def bounded() -> None:
+        async with asyncio.timeout(BOUND_S):
+            await test()
+
+    asyncio.run(bounded())
+
+
+def payload_for(offset: int, size: int = 100) -> bytes:
+    return offset.to_bytes(8, "big") + bytes(size - 8)
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_many_calls_in_flight_on_one_stream_each_get_their_own_answer(seed: int) -> None:
+    """400 produces from 64 tasks share one stream (one handshake, no POST); answers
+    come back out of order and each call gets the offset its own payload named."""
+
+    async def body() -> None:
+        async with Server(ProduceNode(seed)) as server:
+            async with RaftlogClient(server.node.address) as client:
+                order = list(range(400))
+                random.Random(seed).shuffle(order)
+                queue = asyncio.Queue[int]()
+                for n in order:
+                    queue.put_nowait(n)
+                got: dict[int, int] = {}
+
+                async def worker() -> None:
+                    while not queue.empty():
+                        n = queue.get_nowait()
+                        result = await client.produce("t", 0, [(payload_for(n * 10), 3)])
+                        got[n] = result.base_offset
+                        assert result.last_offset == n * 10 + 2
+
+                await asyncio.gather(*(worker() for _ in range(64)))
+            assert got == {n: n * 10 for n in range(400)}
+            assert server.handshakes == 1
+            assert server.posts == 0
+
+    run(body)
+
+
+def test_a_call_past_the_stream_bound_goes_as_a_post_byte_for_byte() -> None:
+    async def body() -> None:
+        async with Server(ProduceNode()) as server:
+            async with RaftlogClient(server.node.address) as client:
+                big = payload_for(7, STREAM_MAX_REQUEST_BYTES + 1) + b"\x5a" * 1000
+                result = await client.produce("t", 0, [(big, 1)])
+                small = await client.produce("t", 0, [(payload_for(9), 1)])
+            assert (result.base_offset, small.base_offset) == (7, 9)
+            assert server.node.payloads == [big, payload_for(9)]
+            assert server.posts == 1
+            assert server.handshakes == 1
+
+    run(body)
+
+
+def test_an_error_on_the_stream_is_the_error_a_post_gets() -> None:
+    """The node's refusal reaches the caller with its code and text, and the stream
+    keeps serving the next call."""
+
+    async def body() -> None:
+        async with Server(ProduceNode()) as server:
+            async with RaftlogClient(server.node.address) as client:
+                with pytest.raises(InvalidRequestError, match=r"refused: b'refuse-this-'"):
+                    await client.produce("t", 0, [(b"refuse-this-one", 1)])
+                ok = await client.produce("t", 0, [(payload_for(5), 1)])
+            assert ok.base_offset == 5
+            assert server.handshakes == 1
+
+    run(body)
+
+
+def test_a_refused_handshake_gets_the_nodes_reason_by_post() -> None:
+    """A wrong token: the stream's upgrade is refused, and the caller gets the node's
+    own message, which names the route and the token it needs."""
+
+    async def body() -> None:
+        policy = AuthPolicy(client_token="right")
+        async with Server(ProduceNode(), auth=policy) as server:
+            async with RaftlogClient(server.node.address, auth_token="wrong") as client:
+                with pytest.raises(UnauthorizedError, match=r"client route /v1/metadata"):
+                    await client.produce("t", 0, [(payload_for(1), 1)])
+            async with RaftlogClient(server.node.address, auth_token="right") as client:
+                ok = await client.produce("t", 0, [(payload_for(3), 1)])
+            assert ok.base_offset == 3
+
+    run(body)
+
+
+def test_a_node_that_goes_away_fails_the_calls_in_flight_at_once() -> None:
+    """Calls waiting on a stream whose node stops fail within a moment (not at their
+    timeout) as unreachable, once the node is gone for good."""
+
+    async def body() -> None:
+        node = ProduceNode()
+        server = Server(node)
+        await server.__aenter__()
+        client = RaftlogClient(node.address, request_timeout_s=3.0)
+        try:
+            await client.produce("t", 0, [(payload_for(1), 1)])
+            node.hold.clear()
+            calls = [
+                asyncio.ensure_future(client.produce("t", 0, [(payload_for(n), 1)]))
+                for n in range(10)
+            ]
+            for _ in range(500):  # bounded: every call is at the node
+                if len(node.payloads) == 11:
+                    break
+                await asyncio.sleep(0.01)
+            assert len(node.payloads) == 11
+            started = asyncio.get_running_loop().time()
+            await server.__aexit__()
+            results = await asyncio.gather(*calls, return_exceptions=True)
+            took = asyncio.get_running_loop().time() - started
+            assert all(isinstance(r, ClusterUnavailableError) for r in results), results
+            assert "127.0.0.1" in str(results[0])
+            assert took < 3.0 + 1.0
+        finally:
+            await client.close()
+
+    run(body)
+
+
+def test_a_late_answer_is_dropped_and_the_stream_serves_on() -> None:
+    """A call whose attempt timed out while the node held it is retried; the first
+    attempt's late answer matches nothing, and every answer is its own call's. Nothing
+    at all arrived on the stream while the attempt waited, so the stream is taken
+    for dead and the retry opens a new one (as the replication stream does)."""
+
+    async def body() -> None:
+        node = ProduceNode()
+        async with Server(node) as server:
+            async with RaftlogClient(
+                node.address, request_timeout_s=5.0, attempt_timeout_s=0.3
+            ) as client:
+                await client.produce("t", 0, [(payload_for(1), 1)])
+                node.hold.clear()
+                slow = asyncio.ensure_future(client.produce("t", 0, [(payload_for(2), 1)]))
+                await asyncio.sleep(0.5)  # the first attempt timed out, a retry waits
+                node.hold.set()
+                assert (await slow).base_offset == 2
+                after = await client.produce("t", 0, [(payload_for(4), 1)])
+                assert after.base_offset == 4
+            assert node.payloads.count(payload_for(2)) >= 2
+            assert server.handshakes == 2
+
+    run(body)
+
+
+def test_the_node_answers_a_bad_frame_under_its_id_and_serves_on() -> None:
+    """Garbage and a peer's message on the client stream get INVALID_REQUEST under
+    their own ids and never reach the node; the next call is answered."""
+    from raftlog.raft.messages import VoteRequest
+    from raftlog.rpc import codec
+    from raftlog.rpc.messages import ErrorResponse
+    from raftlog.rpc.peer import encoded_frame, split_frame, stream_frame
+
+    async def body() -> None:
+        node = ProduceNode()
+        async with Server(node) as server, aiohttp.ClientSession() as session:
+            url = f"ws://{node.address}{CLIENT_STREAM_PATH}"
+            async with session.ws_connect(url) as ws:
+                await ws.send_bytes(encoded_frame(5, b"\xff\x00garbage"))
+                await ws.send_bytes(stream_frame(6, VoteRequest(1, 2, 1, 3, False, 0, 0, False)))
+                produce = ProduceRequest("t", 0, -1, [ProduceBatch(payload_for(8), 1, 0)])
+                await ws.send_bytes(stream_frame(7, produce))
+                answers = {}
+                for _ in range(3):
+                    request_id, answer = split_frame(await ws.receive_bytes(timeout=5))
+                    answers[request_id] = codec.decode(answer)
+        bad, peer, ok = answers[5], answers[6], answers[7]
+        assert isinstance(bad, ErrorResponse) and bad.code == ErrorCode.INVALID_REQUEST
+        assert "malformed request on the client stream" in bad.message
+        assert isinstance(peer, ErrorResponse) and "VoteRequest is not a client request" in (
+            peer.message
+        )
+        assert ok == ProduceResponse(8, 8)
+        assert node.payloads == [payload_for(8)]
+        assert server.handshakes == 1
+
+    run(body)
