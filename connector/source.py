@@ -33,6 +33,7 @@ the log start and logs a warning.
 
 from __future__ import annotations
 
+import concurrent.futures
 import json
 import time
 import zlib
@@ -420,11 +421,19 @@ def read_range(
     topic, p = part.topic or opts.topics[0], part.partition
     offset = part.start
     client = open_blocking_client(servers, opts.request_timeout_s)
+
+    def fetch(at: int) -> concurrent.futures.Future[Any]:
+        return client.submit(lambda c: c.fetch(topic, p, at, max_bytes=FETCH_BYTES))
+
+    # The fetch of the next range is sent before this one's batches are decoded, so
+    # the node reads and sends it while this task turns the last one into Arrow.
+    ahead: concurrent.futures.Future[Any] | None = None
     try:
         empty = 0
         while offset < part.end:
+            pending, ahead = ahead or fetch(offset), None
             try:
-                result = client.fetch(topic, p, offset, max_bytes=FETCH_BYTES)
+                result = pending.result()
                 log_start = result.start_offset
             except OffsetOutOfRangeError:
                 log_start = client.list_offsets(topic, p)[0]
@@ -435,13 +444,15 @@ def read_range(
                 offset = _on_data_loss(opts, p, offset, log_start, part.end, topic)
                 continue
             assert result is not None
+            nxt = result.next_offset
+            if nxt < 0 and result.batches:
+                nxt = result.batches[-1].base_offset + result.batches[-1].record_count
+            if offset < nxt < part.end:
+                ahead = fetch(nxt)
             for batch in result.batches:
                 if batch.base_offset >= part.end:
                     break
                 yield _to_output(topic, p, batch, offset, part.end, user_schema, out_schema)
-            nxt = result.next_offset
-            if nxt < 0 and result.batches:
-                nxt = result.batches[-1].base_offset + result.batches[-1].record_count
             if nxt > offset:
                 offset, empty = nxt, 0
                 continue
@@ -454,6 +465,8 @@ def read_range(
                 )
             time.sleep(_EMPTY_FETCH_PAUSE_S)  # a new leader's LSO may lag briefly
     finally:
+        if ahead is not None:
+            ahead.cancel()
         client.close()
 
 

@@ -72,6 +72,16 @@ class BlockingRaftlogClient:
         async-only helpers, e.g. :func:`raftlog.client.transactions.committed_cut`)."""
         return self._run(fn(self._client))
 
+    def submit(
+        self, fn: Callable[[RaftlogClient], Coroutine[Any, Any, T]]
+    ) -> concurrent.futures.Future[T]:
+        """Start ``fn(async client)`` on the client's loop and return its future at once
+        (``result()`` waits; ``cancel()`` cancels the call): a caller overlaps its own
+        work with the call, e.g. the source's next fetch with decoding this one."""
+        if self._closed:
+            raise RuntimeError("the client is closed")
+        return asyncio.run_coroutine_threadsafe(fn(self._client), self._loop)
+
     def __enter__(self) -> BlockingRaftlogClient:
         return self
 
