@@ -36,7 +36,7 @@ from raftlog.rpc.messages import (
     TopicInfo,
 )
 from raftlog.rpc.tls import client_context, scheme
-from raftlog.rpc.transport import FrameStream
+from raftlog.rpc.transport import StreamPool
 
 if TYPE_CHECKING:
     from raftlog.client.producer import IdempotentProducer
@@ -82,9 +82,8 @@ class RaftlogClient(AdminCalls, CallRouting):
         self._answered = False  # some server has answered this client (see the module doc)
         # address -> when a request to it last timed out: tried last for a while
         self._timed_out: dict[str, float] = {}
-        # address -> the open client stream to that node, and the connects under way
-        self._streams: dict[str, FrameStream] = {}
-        self._connecting: dict[str, asyncio.Task[FrameStream | None]] = {}
+        # address -> the open client stream to that node
+        self._streams = StreamPool[str]("the client is closed")
 
     async def __aenter__(self) -> RaftlogClient:
         return self
@@ -102,7 +101,7 @@ class RaftlogClient(AdminCalls, CallRouting):
         await self.close()
 
     async def close(self) -> None:
-        await self._close_streams()
+        await self._streams.close()
         if self._session is not None:
             await self._session.close()
             self._session = None

@@ -160,6 +160,10 @@ class _ConnectionRefused(ClusterUnavailableError):
     unreachable node."""
 
 
+class _StreamRefused(RaftlogError):
+    """Internal: the node refused the client stream's handshake; the call goes as a POST."""
+
+
 class _NothingListening(ClusterUnavailableError):
     """Every known server refused the connection and none ever answered this client:
     not retried (see the module doc). Callers see a ClusterUnavailableError."""
@@ -507,11 +511,11 @@ class CallRouting:
         sent_at = 0.0
         try:
             async with asyncio.timeout(bound):
-                stream = await self._client_stream(address, bound)
-                if stream is None:
-                    return None
+                stream = await self._streams.get(address, lambda: self._open_stream(address, bound))
                 sent_at = asyncio.get_running_loop().time()
                 return await stream.request_encoded(body)
+        except _StreamRefused:
+            return None
         except TimeoutError as exc:
             if stream is not None and stream.last_received < sent_at:
                 # nothing at all came back while this call waited: the link is dead
@@ -520,28 +524,7 @@ class CallRouting:
         except StreamClosedError as exc:  # the stream ended with the call in flight
             raise ClusterUnavailableError(f"cannot reach {address}: {exc}") from exc
 
-    async def _client_stream(self, address: str, bound: float) -> FrameStream | None:
-        """The open client stream to ``address``, opened once for concurrent callers."""
-        stream = self._streams.get(address)
-        if stream is not None and not stream.closed:
-            return stream
-        task = self._connecting.get(address)
-        if task is None:
-            task = asyncio.get_running_loop().create_task(self._open_stream(address, bound))
-            self._connecting[address] = task
-            task.add_done_callback(lambda t: self._stream_opened(address, t))
-        # shielded: one caller's timeout must not cancel the connect the others wait for
-        return await asyncio.shield(task)
-
-    def _stream_opened(self, address: str, task: asyncio.Task[FrameStream | None]) -> None:
-        if self._connecting.get(address) is task:
-            del self._connecting[address]
-        if not task.cancelled() and task.exception() is None:
-            stream = task.result()
-            if stream is not None:
-                self._streams[address] = stream
-
-    async def _open_stream(self, address: str, bound: float) -> FrameStream | None:
+    async def _open_stream(self, address: str, bound: float) -> FrameStream:
         url = self.url(address, CLIENT_STREAM_PATH).replace("http", "ws", 1)
         try:
             async with asyncio.timeout(min(5.0, bound)):
@@ -552,8 +535,8 @@ class CallRouting:
                     timeout=aiohttp.ClientWSTimeout(ws_receive=None, ws_close=STREAM_CLOSE_S),
                     compress=0,
                 )
-        except aiohttp.WSServerHandshakeError:
-            return None
+        except aiohttp.WSServerHandshakeError as exc:
+            raise _StreamRefused(f"{address} refused the client stream: HTTP {exc.status}") from exc
         except TimeoutError as exc:
             raise RequestTimeoutError(
                 f"connecting to {address} timed out after {min(5.0, bound):.3g}s"
@@ -578,15 +561,6 @@ class CallRouting:
                 "the cluster's CA, tls_ca_file / --tls-ca / tlsCaFile)"
             )
         return ClusterUnavailableError(f"cannot reach {address}: {exc}{hint}")
-
-    async def _close_streams(self) -> None:
-        """End every client stream (calls in flight fail) and the connects under way."""
-        for task in list(self._connecting.values()):
-            task.cancel()
-        streams, self._streams = list(self._streams.values()), {}
-        for stream in streams:
-            stream.abort("the client is closed")
-        await asyncio.gather(*(s.reader for s in streams), return_exceptions=True)
 
 
 def _tls_failure(address: str, exc: aiohttp.ClientSSLError) -> str:

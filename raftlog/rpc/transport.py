@@ -42,8 +42,8 @@ import asyncio
 import contextlib
 import ssl
 import struct
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Awaitable, Callable
+from typing import Any, Generic, TypeVar
 
 import aiohttp
 
@@ -58,6 +58,8 @@ from raftlog.rpc.peer import (
     split_frame,
     stream_frame_parts,
 )
+
+K = TypeVar("K")
 
 AUTH_HEADER = "Authorization"
 #: bounds one reply frame (a heartbeat batch reply grows with the groups a peer leads)
@@ -213,6 +215,61 @@ class FrameStream:
             self.reader.cancel()  # its finally closes the socket
 
 
+class StreamPool(Generic[K]):
+    """Open :class:`FrameStream` s by key (a peer's node id, a node's address): at most
+    one per key, opened once for all the callers that want it meanwhile.
+
+    A caller's timeout never cancels the connect that others wait for (they await it
+    shielded). A stream that opens after :meth:`close` is aborted, not kept.
+    """
+
+    def __init__(self, closed_reason: str) -> None:
+        self._closed_reason = closed_reason
+        self._streams: dict[K, FrameStream] = {}
+        self._connecting: dict[K, asyncio.Task[FrameStream]] = {}
+        self._closed = False
+
+    async def get(self, key: K, open_stream: Callable[[], Awaitable[FrameStream]]) -> FrameStream:
+        """The open stream of ``key``, else the one ``open_stream()`` opens (its errors
+        reach every caller waiting for it)."""
+        stream = self._streams.get(key)
+        if stream is not None and not stream.closed:
+            return stream
+        task = self._connecting.get(key)
+        if task is None:
+            task = asyncio.get_running_loop().create_task(open_stream())
+            self._connecting[key] = task
+            task.add_done_callback(lambda t: self._opened(key, t))
+        return await asyncio.shield(task)
+
+    def _opened(self, key: K, task: asyncio.Task[FrameStream]) -> None:
+        if self._connecting.get(key) is task:
+            del self._connecting[key]
+        if task.cancelled() or task.exception() is not None:
+            return
+        stream = task.result()
+        if self._closed:
+            stream.abort(self._closed_reason)
+        else:
+            self._streams[key] = stream
+
+    def drop(self, key: K, reason: str) -> None:
+        """Abort the stream of ``key`` (its requests in flight fail); the next get opens anew."""
+        stale = self._streams.pop(key, None)
+        if stale is not None:
+            stale.abort(reason)
+
+    async def close(self) -> None:
+        """Abort every stream and cancel every connect under way; wait for the readers."""
+        self._closed = True
+        for task in list(self._connecting.values()):
+            task.cancel()
+        streams, self._streams = list(self._streams.values()), {}
+        for stream in streams:
+            stream.abort(self._closed_reason)
+        await asyncio.gather(*(s.reader for s in streams), return_exceptions=True)
+
+
 def _reply(body: memoryview, reply_type: type, peer: str) -> Any:
     """The reply in ``body``, or a TransportError (the request's outcome) when
     it is an error reply, another type, or undecodable: only that request fails."""
@@ -256,8 +313,7 @@ class StreamTransport:
         self._auth = {AUTH_HEADER: f"Bearer {peer_token}"} if peer_token else {}
         self._timeout_s = timeout_s
         self._session: aiohttp.ClientSession | None = None
-        self._streams: dict[int, FrameStream] = {}
-        self._connecting: dict[int, asyncio.Task[FrameStream]] = {}
+        self._streams = StreamPool[int]("transport is closed")
         self._closed = False
 
     def add_peer(self, node_id: int, address: str) -> None:
@@ -266,9 +322,7 @@ class StreamTransport:
         if self._peers.get(node_id) == address:
             return
         self._peers[node_id] = address
-        stale = self._streams.pop(node_id, None)
-        if stale is not None:
-            stale.abort(f"node {node_id} moved to {address}")
+        self._streams.drop(node_id, f"node {node_id} moved to {address}")
 
     async def send(self, target_node: int, message: Any) -> Any:
         """Send ``message`` to ``target_node``; return its reply or raise TransportError."""
@@ -305,24 +359,7 @@ class StreamTransport:
 
     async def _stream(self, target: int) -> FrameStream:
         """The open stream to ``target``, opening it (once, shared by concurrent sends)."""
-        stream = self._streams.get(target)
-        if stream is not None and not stream.closed:
-            return stream
-        task = self._connecting.get(target)
-        if task is None:
-            task = asyncio.get_running_loop().create_task(self._open(target))
-            self._connecting[target] = task
-            task.add_done_callback(lambda t: self._connected(target, t))
-        # shielded: one sender's timeout must not cancel the connect the others wait for
-        return await asyncio.shield(task)
-
-    def _connected(self, target: int, task: asyncio.Task[FrameStream]) -> None:
-        if self._connecting.get(target) is task:
-            del self._connecting[target]
-        if task.cancelled():
-            return
-        if task.exception() is None and self._closed:
-            task.result().abort("transport is closed")
+        return await self._streams.get(target, lambda: self._open(target))
 
     async def _open(self, target: int) -> FrameStream:
         advertised = self._peers.get(target)
@@ -361,18 +398,12 @@ class StreamTransport:
         if self._peers.get(target) != advertised:  # add_peer moved it while connecting
             stream.abort(f"node {target} moved to {self._peers.get(target)}")
             raise TransportError(f"{peer} moved while the raft stream was opening")
-        self._streams[target] = stream
         return stream
 
     async def close(self) -> None:
         """Fail every request in flight, close every stream; later sends raise."""
         self._closed = True
-        for task in list(self._connecting.values()):
-            task.cancel()
-        streams, self._streams = list(self._streams.values()), {}
-        for s in streams:
-            s.abort("transport is closed")
-        await asyncio.gather(*(s.reader for s in streams), return_exceptions=True)
+        await self._streams.close()
         if self._session is not None:
             await self._session.close()
 
