@@ -17,7 +17,8 @@ from pyspark.sql.datasource import (
     DataSourceWriter,
 )
 from pyspark.sql.types import StructType
-from pyspark_raftlog.connection import open_blocking_client, resolve_cluster
+from pyspark_raftlog import worker_loop
+from pyspark_raftlog.connection import resolve_cluster
 from pyspark_raftlog.errors import OptionError
 from pyspark_raftlog.options import parse_sink_options, parse_source_options
 
@@ -132,9 +133,8 @@ class DefaultSource(DataSource):
             from pyspark_raftlog.raw_records import records_marker_schema
 
             return opts, servers, records_marker_schema() if layout.raw else data, 0, layout
-        client = open_blocking_client(servers, opts.request_timeout_s)
-        try:
-            partitions, topic_schema = ensure_topic(client, opts, data, raw=layout.raw)
-        finally:
-            client.close()
+        # Spark asks for a streaming writer twice per micro-batch, in long-lived workers:
+        # their shared client keeps its connections and learned leaders between the calls.
+        client = worker_loop.shared_blocking_client(servers, opts.request_timeout_s)
+        partitions, topic_schema = ensure_topic(client, opts, data, raw=layout.raw)
         return opts, servers, topic_schema, partitions, layout

@@ -64,7 +64,6 @@ from pyspark.sql.datasource import (
 from pyspark_raftlog import worker_loop
 from pyspark_raftlog.arrow_payload import Chunk, RowChunker, conform_batch
 from pyspark_raftlog.commit_summary import summarize
-from pyspark_raftlog.connection import open_async_client
 from pyspark_raftlog.logsetup import get_logger
 from pyspark_raftlog.options import SinkOptions, WriteLayout
 from pyspark_raftlog.txn_writer import PartitionWrite, write_plain
@@ -279,20 +278,19 @@ class _WriterBase:
         opts = self.opts
 
         async def run() -> str:
-            client = open_async_client(self.servers, opts.request_timeout_s)
-            try:
-                coordinator = CoordinatorClient(client)
-                if not found:
-                    n = await abort_run(client, coordinator, self.run_id, version)
-                    return f"aborted what this run registered ({n} transactions)"
-                key = found[0].key
-                assert key is not None
-                reply = await decide(client, coordinator, TxnKey(*key), participants, commit=commit)
-                return str(reply["status"])
-            finally:
-                await client.close()
+            # commit() runs in a long-lived driver-side worker: its shared client keeps
+            # the connections and the coordinator's leader from one micro-batch to the next
+            client = await worker_loop.shared_client(self.servers, opts.request_timeout_s)
+            coordinator = CoordinatorClient(client)
+            if not found:
+                n = await abort_run(client, coordinator, self.run_id, version)
+                return f"aborted what this run registered ({n} transactions)"
+            key = found[0].key
+            assert key is not None
+            reply = await decide(client, coordinator, TxnKey(*key), participants, commit=commit)
+            return str(reply["status"])
 
-        return asyncio.run(run())
+        return worker_loop.run(run())
 
 
 async def _codec(client: Any, opts: SinkOptions, topic: str) -> str:

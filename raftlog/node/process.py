@@ -47,6 +47,7 @@ from typing import Any
 
 from aiohttp import web
 
+from raftlog.allocator import keep_large_buffers_in_heap
 from raftlog.controller import (
     CONTROLLER_GROUP,
     ControllerStm,
@@ -54,7 +55,6 @@ from raftlog.controller import (
 from raftlog.coordinator.tm_stm import TRANSACTIONS_TOPIC
 from raftlog.metrics import NodeMetrics, merge_shard_metrics
 from raftlog.node.admin import AdminApi
-from raftlog.node.allocator import keep_large_buffers_in_heap
 from raftlog.node.config import (
     NodeConfig,
     config_from_args,

@@ -84,6 +84,9 @@ class LogStartStm:
     on every replica alike; ``apply`` never raises.
     """
 
+    # apply() reads LOG_START payloads only
+    reads_data_payloads = False
+
     def __init__(self) -> None:
         self.log_start = 0
 

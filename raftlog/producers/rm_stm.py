@@ -254,6 +254,9 @@ def _consume(fut: asyncio.Future) -> None:
 class RmStm:
     """The producer state machine of one partition (see the module doc)."""
 
+    # apply() reads producer fields, sequences and offsets: never a data payload
+    reads_data_payloads = False
+
     def __init__(
         self,
         consensus: ConsensusLike,

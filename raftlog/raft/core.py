@@ -117,7 +117,7 @@ class CoreOptions:
     transfer_timeout_ticks: int = 20
     # A follower's in-flight window: pipelined appends outstanding, by count and bytes.
     max_in_flight_appends: int = 4
-    max_in_flight_bytes: int = 2 * 1024 * 1024
+    max_in_flight_bytes: int = 32 * 1024 * 1024
     # The most bytes one recovery request carries (at least one batch).
     recovery_chunk_bytes: int = 512 * 1024
     # Recovery chunks in flight to one follower once its match point is known.

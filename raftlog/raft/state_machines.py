@@ -13,6 +13,15 @@ byte a partition took once more, on every replica. A batch is taken from memory
 only while no truncation or snapshot install came after it was queued and its
 term is the log's at its offset (log matching: then it is the log's batch);
 otherwise, and past the budget, the applier reads the log as before.
+
+A state machine that never looks at the payload of a DATA batch (rm_stm reads
+producer ids, sequences and offsets; the log start's state machine reads its
+own kind) says so with ``reads_data_payloads = False``.
+When every state machine of a group says so, a DATA batch waits in memory as its
+header alone (:meth:`RecordBatch.without_payload`) and counts only that against
+the budget: a follower with several MiB-sized appends in flight before it learns
+the commit index no longer reads them back from its log (with 4 MiB batches,
+4 in flight, each follower of a partition read back every byte it wrote).
 """
 
 from __future__ import annotations
@@ -26,10 +35,14 @@ from typing import Protocol
 from raftlog.raft import group_snapshot
 from raftlog.raft.stage_context import GroupContext
 from raftlog.storage.api import CommitContext
-from raftlog.storage.batch import RecordBatch
+from raftlog.storage.batch import BatchKind, RecordBatch
 
 
 class StateMachine(Protocol):
+    """``reads_data_payloads`` (optional, True when absent): False promises that
+    ``apply`` never reads the payload of a DATA batch, which may then come without
+    it (see the module doc)."""
+
     def apply(self, batch: RecordBatch) -> object:
         """Apply one committed batch (may return an awaitable)."""
         ...
@@ -68,6 +81,8 @@ class Applier:
         appended): keep them for :meth:`run`, within ``PENDING_MAX_BYTES``."""
         if not self.stms or not batches:
             return
+        if not any(getattr(stm, "reads_data_payloads", True) for stm in self.stms):
+            batches = [b.without_payload() if b.kind is BatchKind.DATA else b for b in batches]
         pending = self._pending
         if self._pending_truncations != self._c.truncations or (
             pending and pending[-1].last_offset + 1 != batches[0].base_offset

@@ -225,6 +225,12 @@ class RecordBatch:
         )
         return dataclasses.replace(self, payload=payload, attributes=attributes)
 
+    def without_payload(self) -> RecordBatch:
+        """The same header with an empty payload: what a state machine that never reads
+        a DATA batch's payload is given (see ``raftlog.raft.state_machines``). Not the
+        log's batch: it is never encoded, stored or sent."""
+        return dataclasses.replace(self, payload=b"")
+
     def stamped(self, base_offset: int, term: int) -> RecordBatch:
         """The same batch placed at ``base_offset`` in ``term`` (what a leader appends)."""
         return dataclasses.replace(self, base_offset=base_offset, term=term)

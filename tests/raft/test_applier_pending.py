@@ -14,6 +14,8 @@ import ast
 import asyncio
 import random
 
+import pytest
+
 from raftlog.raft import state_machines
 from raftlog.raft.errors import RaftError
 from raftlog.sim.cluster import SimCluster, quietly
@@ -42,11 +44,24 @@ class Recorder:
         self.applied = ast.literal_eval(data.decode())
 
 
+class HeaderRecorder(Recorder):
+    """A state machine that promises never to read a DATA batch's payload (as rm_stm):
+    it records the payload it is given, which may then be empty."""
+
+    reads_data_payloads = False
+
+
 class RecordingNode(SimNode):
+    recorder_class: type[Recorder] = Recorder
+
     def _build(self) -> None:
         super()._build()
-        self.recorder = Recorder()
+        self.recorder = self.recorder_class()
         self.consensus.add_state_machine(self.recorder)
+
+
+class HeaderRecordingNode(RecordingNode):
+    recorder_class = HeaderRecorder
 
 
 def committed(node: SimNode) -> list[tuple[int, int, bytes]]:
@@ -54,10 +69,14 @@ def committed(node: SimNode) -> list[tuple[int, int, bytes]]:
     return [(b.base_offset, b.term, b.payload) for b in c.read(0, 1 << 30)]
 
 
-async def one_seed(seed: int) -> None:
+def headers(applied: list[tuple[int, int, bytes]]) -> list[tuple[int, int]]:
+    return [(offset, term) for offset, term, _ in applied]
+
+
+async def one_seed(seed: int, node_class: type[RecordingNode]) -> None:
     rng = random.Random(seed)
     cluster = SimCluster(3, seed=seed)
-    cluster.rebuild_nodes(RecordingNode)
+    cluster.rebuild_nodes(node_class)
     await cluster.start()
     background: list[asyncio.Task[None]] = []
     written = 0
@@ -89,6 +108,8 @@ async def one_seed(seed: int) -> None:
     for node in cluster.nodes.values():
         log = committed(node)
         applied = node.recorder.applied
+        if node_class is HeaderRecordingNode:  # the payloads may be left out: compare the rest
+            log, applied = headers(log), headers(applied)
         assert applied == log[: len(applied)], f"seed {seed} node {node.node_id}"
         assert len(applied) == len(log), f"seed {seed} node {node.node_id}: applier behind"
     for task in background:
@@ -97,9 +118,10 @@ async def one_seed(seed: int) -> None:
     await cluster.stop()
 
 
-def test_every_node_applies_exactly_its_committed_log_under_faults() -> None:
+@pytest.mark.parametrize("node_class", [RecordingNode, HeaderRecordingNode])
+def test_every_node_applies_exactly_its_committed_log_under_faults(node_class) -> None:
     for seed in SEEDS:
-        run_virtual(one_seed(seed))
+        run_virtual(one_seed(seed, node_class))
 
 
 def test_the_applier_is_fed_from_memory(monkeypatch) -> None:
@@ -132,3 +154,50 @@ def test_the_applier_is_fed_from_memory(monkeypatch) -> None:
     monkeypatch.setattr(state_machines, "PENDING_MAX_BYTES", 150)
     run_virtual(scenario())
     assert reads, "with a budget of one batch the applier must read the log"
+
+
+def test_large_data_batches_wait_as_headers_when_no_state_machine_reads_them(monkeypatch) -> None:
+    """With 1 MiB appends, 20 of them sent at once, a budget of 1.5 MiB and state
+    machines that never read a DATA payload, no applier goes back to its log: the
+    batches wait as headers, every one is applied once, in order, at its offset.
+    State machines that read payloads get them, and the budget then sends their
+    appliers back to the log."""
+    misses: list[int] = []  # offsets an applier did not find in memory
+    take_pending = state_machines.Applier._take_pending
+
+    def counting(self, start, last):
+        found = take_pending(self, start, last)
+        if found is None:
+            misses.append(start)
+        return found
+
+    monkeypatch.setattr(state_machines.Applier, "_take_pending", counting)
+    monkeypatch.setattr(state_machines, "PENDING_MAX_BYTES", 3 << 19)
+
+    async def scenario(node_class: type[RecordingNode]) -> list[int]:
+        cluster = SimCluster(3, seed=11)
+        cluster.rebuild_nodes(node_class)
+        await cluster.start()
+        leader = await cluster.wait_for_leader()
+        await asyncio.sleep(0.5)
+        misses.clear()
+        payloads = [bytes([i]) * (1 << 20) for i in range(20)]
+        stages = [leader.consensus.replicate([RecordBatch.create(p, 3)]) for p in payloads]
+        await asyncio.gather(*(s.finished for s in stages))
+        await asyncio.sleep(1.0)
+        for node in cluster.nodes.values():
+            applied = node.recorder.applied[-20:]
+            log = committed(node)[-20:]
+            assert headers(applied) == headers(log), f"node {node.node_id}"
+            assert [offset for offset, _, _ in applied] == [log[0][0] + 3 * i for i in range(20)]
+            if node_class is HeaderRecordingNode:
+                assert [p for _, _, p in applied] == [b""] * 20
+            else:
+                assert [p for _, _, p in applied] == payloads
+        await cluster.stop()
+        return list(misses)
+
+    assert run_virtual(scenario(HeaderRecordingNode)) == []
+    assert run_virtual(scenario(RecordingNode)), (
+        "20 MiB past a 1.5 MiB budget: payload readers must read the log back"
+    )

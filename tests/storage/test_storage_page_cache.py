@@ -11,7 +11,7 @@ import pathlib
 import pytest
 from storage_helpers import make_batches
 
-from raftlog.node.allocator import keep_large_buffers_in_heap
+from raftlog.allocator import keep_large_buffers_in_heap
 from raftlog.storage import segment as segment_mod
 from raftlog.storage.fs import RealFileSystem, _RealFile
 from raftlog.storage.log import SegmentedLog

@@ -1,10 +1,12 @@
-"""The node's malloc settings: large buffers stay in the heap.
+"""Malloc settings for processes that move MiB-sized buffers: they stay in the heap.
 
-A node handles payloads of a few hundred KiB to a few MiB at a time (a client's
-append, a replication frame, a segment write). glibc serves allocations above
-its mmap threshold with a fresh ``mmap`` and returns them with ``munmap``, and
-gives the heap's free top back to the kernel past its trim threshold: either way
-the next buffer's pages fault in and are zeroed again. In the ``spark`` benchmark
+Used by the node at start and by a Spark worker that runs the connector (its
+4 MiB chunks and their requests). A node handles payloads of a few hundred KiB
+to a few MiB at a time (a client's append, a replication frame, a segment
+write). glibc serves allocations above its mmap threshold with a fresh
+``mmap`` and returns them with ``munmap``, and gives the heap's free top back to
+the kernel past its trim threshold: either way the next buffer's pages fault in
+and are zeroed again. In the ``spark`` benchmark
 that was a fifth of a node's kernel time (page faults, page clearing, unmapping
 under ``memmove``). Raising both thresholds keeps those pages in the process,
 as Redpanda's Seastar allocator keeps its memory; the heap then holds about the
