@@ -2,7 +2,9 @@
 
 One and six partitions, 100-byte and 1 KiB records packed into ~256 KiB
 batches (one batch per request, a few requests in flight per partition), at
-acks all, 1 and 0: MB/s, records/s and request latency. When ``disk`` ran
+acks all, 1 and 0; then 100-byte records in 4 MiB batches at acks all, the
+size of the Spark sink's chunks (``chunkBytes``): MB/s, records/s and request
+latency. When ``disk`` ran
 earlier in the same invocation, MB/s is also shown as a fraction of the
 R=3 ceiling (the disk's MB/s with an fsync every 16 MiB, divided by 3).
 """
@@ -23,6 +25,11 @@ PARTITIONS = (1, 6)
 RECORD_SIZES = (100, 1024)
 ACKS = ("all", "1", "0")
 BATCH_BYTES = 256 * 1024
+SINK_BATCH_BYTES = 4 * 1024 * 1024
+"""pyspark_raftlog's default chunkBytes: what the Spark sink sends per request."""
+RETENTION_BYTES = 512 * 1024 * 1024
+"""Per partition: retention (checked every 10 s) bounds what the cases leave on disk. Without
+it the 14 cases of 8 s wrote 15 GB per node, 45 GB in all, and filled the disk."""
 IN_FLIGHT = 4
 """Requests outstanding per partition: enough to keep the leader's pipeline full."""
 FULL_SECONDS, QUICK_SECONDS = 8.0, 1.0
@@ -32,6 +39,17 @@ CEILING_KEY = "R=3 ceiling MB/s"
 
 def add_arguments(group: argparse._ArgumentGroup) -> None:
     group.add_argument("--throughput-seconds", type=float, default=None, help="seconds per case")
+
+
+def cases() -> list[tuple[int, int, str, int]]:
+    """(partitions, record bytes, acks, batch bytes) of every case, in order."""
+    grid = [
+        (partitions, size, acks, BATCH_BYTES)
+        for partitions in PARTITIONS
+        for size in RECORD_SIZES
+        for acks in ACKS
+    ]
+    return grid + [(partitions, 100, "all", SINK_BATCH_BYTES) for partitions in PARTITIONS]
 
 
 def disk_ceiling(ctx: RunContext) -> float | None:
@@ -49,45 +67,51 @@ async def measure(ctx: RunContext, servers: list[str], seconds: float) -> list[R
     client = raftlog_local.client_class()(servers)
     try:
         for partitions in PARTITIONS:
-            await raftlog_local.create_topic(client, f"bench-tp{partitions}", partitions)
+            await raftlog_local.create_topic(
+                client,
+                f"bench-tp{partitions}",
+                partitions,
+                {"retention.bytes": str(RETENTION_BYTES)},
+            )
     finally:
         await client.close()
     rows: list[Row] = []
-    for partitions in PARTITIONS:
-        for size in RECORD_SIZES:
-            count = BATCH_BYTES // size
-            batch = (os.urandom(size * count), count)
-            for acks in ACKS:
-                settled = await raftlog_local.wait_replicas_caught_up(servers)
-                if settled is None:
-                    ctx.note(
-                        f"{partitions} partition(s), {size} B, acks={acks}: replicas had not "
-                        f"caught up after {raftlog_local.SETTLE_TIMEOUT_S:g} s; measured anyway"
-                    )
-                load = await batched_load(
-                    servers,
-                    f"bench-tp{partitions}",
-                    partitions,
-                    batch,
-                    acks,
-                    IN_FLIGHT,
-                    seconds,
-                    MAX_REQUESTS,
-                )
-                mb_s = load.requests * len(batch[0]) / 1e6 / load.seconds
-                row: Row = {
-                    "case": f"{partitions} partition(s), {size} B records, acks={acks}",
-                    "MB/s": mb_s,
-                    "records/s": load.requests * count / load.seconds,
-                    **load.latency(),
-                    "errors": load.errors,
-                }
-                if ceiling:
-                    row["of R=3 disk ceiling"] = mb_s / ceiling
-                if load.first_error:
-                    ctx.note(f"{row['case']}: first error: {load.first_error}")
-                rows.append(row)
-                ctx.advance(1)
+    for partitions, size, acks, batch_bytes in cases():
+        count = batch_bytes // size
+        batch = (os.urandom(size * count), count)
+        settled = await raftlog_local.wait_replicas_caught_up(servers)
+        if settled is None:
+            ctx.note(
+                f"{partitions} partition(s), {size} B, acks={acks}: replicas had not "
+                f"caught up after {raftlog_local.SETTLE_TIMEOUT_S:g} s; measured anyway"
+            )
+        load = await batched_load(
+            servers,
+            f"bench-tp{partitions}",
+            partitions,
+            batch,
+            acks,
+            IN_FLIGHT,
+            seconds,
+            MAX_REQUESTS,
+        )
+        mb_s = load.requests * len(batch[0]) / 1e6 / load.seconds
+        label = f"{partitions} partition(s), {size} B records"
+        if batch_bytes != BATCH_BYTES:
+            label += f" in {batch_bytes // (1024 * 1024)} MiB batches"
+        row: Row = {
+            "case": f"{label}, acks={acks}",
+            "MB/s": mb_s,
+            "records/s": load.requests * count / load.seconds,
+            **load.latency(),
+            "errors": load.errors,
+        }
+        if ceiling:
+            row["of R=3 disk ceiling"] = mb_s / ceiling
+        if load.first_error:
+            ctx.note(f"{row['case']}: first error: {load.first_error}")
+        rows.append(row)
+        ctx.advance(1)
     if ceiling is None:
         ctx.note("run `disk` in the same invocation to see MB/s as a fraction of the ceiling")
     else:
@@ -97,20 +121,23 @@ async def measure(ctx: RunContext, servers: list[str], seconds: float) -> list[R
 
 @scenario(
     "throughput",
-    "large batches, 1 and 6 partitions, 100 B / 1 KiB records, acks all/1/0: MB/s",
+    "large batches, 1 and 6 partitions, 100 B / 1 KiB records, acks all/1/0, and the sink's "
+    "4 MiB batches: MB/s",
     add_arguments=add_arguments,
 )
 def run(ctx: RunContext) -> list[Row]:
     seconds = seconds_per_step(ctx, QUICK_SECONDS, FULL_SECONDS, "throughput_seconds")
-    ctx.set_total(len(PARTITIONS) * len(RECORD_SIZES) * len(ACKS))
+    ctx.set_total(len(cases()))
     with (
         ctx.scratch_dir("throughput") as data_dir,
         raftlog_local.cluster_under_test(ctx, data_dir) as cluster,
     ):
         rows = asyncio.run(measure(ctx, cluster.servers, seconds))
     ctx.note(
-        f"3-node local cluster on one disk, R=3; ~{BATCH_BYTES // 1024} KiB batches, one per "
-        f"request, {IN_FLIGHT} in flight per partition, {seconds:g} s per case; each case "
+        f"3-node local cluster on one disk, R=3; ~{BATCH_BYTES // 1024} KiB batches (4 MiB where "
+        f"the case says so), one per request, {IN_FLIGHT} in flight per partition, "
+        f"{seconds:g} s per case, retention.bytes {RETENTION_BYTES >> 20} MiB per partition; "
+        "each case "
         "starts once every replica holds the same log end (an acks=0 burst leaves a backlog)"
     )
     return rows

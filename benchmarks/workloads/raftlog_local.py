@@ -156,9 +156,12 @@ async def wait_leaders(client: Any, topic: str, timeout_s: float = LEADER_TIMEOU
         await asyncio.sleep(0.05)
 
 
-async def create_topic(client: Any, name: str, partitions: int) -> list[int]:
-    """Create ``name`` with 3 replicas and wait until every partition has a leader."""
-    await client.create_topic(name, partitions, 3)
+async def create_topic(
+    client: Any, name: str, partitions: int, configs: dict[str, str] | None = None
+) -> list[int]:
+    """Create ``name`` with 3 replicas (and the topic ``configs``, Kafka's names) and wait
+    until every partition has a leader."""
+    await client.create_topic(name, partitions, 3, configs=configs)
     return await wait_leaders(client, name)
 
 
