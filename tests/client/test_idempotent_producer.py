@@ -285,3 +285,35 @@ async def test_init_producer_sends_the_transaction_timeout(node: RmStmNode) -> N
         assert d.transaction_timeout_ms == node.stm.config.transaction_timeout_ms
         with pytest.raises(InvalidRequestError, match="transaction_timeout_ms must be an int"):
             await c.init_producer("t", 0, 13, transaction_timeout_ms="1s")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("delivery_timeout_s", [0.3, 0.8])
+async def test_an_unanswered_batch_fails_at_its_delivery_timeout(
+    node: RmStmNode, delivery_timeout_s: float
+) -> None:
+    """The sender wakes for the oldest batch's delivery timeout on its own (the attempt
+    itself would wait 30 s for the lost answer), fails every send with an error that
+    names the timeout, and refuses later sends; batches acknowledged before stay so."""
+    import asyncio
+    import time
+
+    from raftlog.client import RequestTimeoutError
+
+    node.fault = lambda req, n: "lose_answer" if n > 1 else None
+    async with RaftlogClient([node.address], request_timeout_s=30.0) as c:
+        p = await c.idempotent_producer(
+            "t", 0, producer_id=21, delivery_timeout_s=delivery_timeout_s
+        )
+        first = await p.send([b"kept"])
+        started = time.monotonic()
+        lost = [p.send([f"l{i}".encode()]) for i in range(3)]
+        for fut in lost:
+            with pytest.raises(RequestTimeoutError, match="delivery timeout"):
+                await asyncio.wait_for(fut, 10.0)
+        waited = time.monotonic() - started
+        assert delivery_timeout_s <= waited < delivery_timeout_s + 1.0, waited
+        with pytest.raises(RequestTimeoutError, match="start a new producer"):
+            p.send([b"after"])
+        node.release.set()
+        await p.close(flush=False)
+    assert first.base_offset == node.values(21)[0][0]
