@@ -63,9 +63,19 @@ async def _child_check(parent_loop: object) -> bool:
     return asyncio.get_running_loop() is not parent_loop
 
 
-def test_planner_calls_of_one_process_share_a_blocking_client() -> None:
+def test_planner_calls_of_one_process_share_a_blocking_client(monkeypatch) -> None:
     """streamWriter() and commit() run per micro-batch in long-lived workers: one
     blocking client per configuration, never closed by its callers."""
+    monkeypatch.setattr(worker_loop, "_blocking", {})  # this test's clients, closed below
+    monkeypatch.setattr(worker_loop, "_blocking_pid", os.getpid())
+    try:
+        _check_shared_blocking_clients()
+    finally:
+        for client in worker_loop._blocking.values():
+            client.close()
+
+
+def _check_shared_blocking_clients() -> None:
     servers = ClusterServers(["127.0.0.1:1"], auth_token="t")
     first = worker_loop.shared_blocking_client(servers, 5.0)
     again = worker_loop.shared_blocking_client(ClusterServers(["127.0.0.1:1"], "t"), 5.0)
