@@ -15,6 +15,8 @@ import argparse
 import asyncio
 import os
 
+from pyspark_raftlog.options import DEFAULT_CHUNK_BYTES
+
 from benchmarks.context import RunContext
 from benchmarks.registry import Row, scenario
 from benchmarks.scenarios.small import seconds_per_step
@@ -25,8 +27,8 @@ PARTITIONS = (1, 6)
 RECORD_SIZES = (100, 1024)
 ACKS = ("all", "1", "0")
 BATCH_BYTES = 256 * 1024
-SINK_BATCH_BYTES = 4 * 1024 * 1024
-"""pyspark_raftlog's default chunkBytes: what the Spark sink sends per request."""
+SINK_BATCH_BYTES = DEFAULT_CHUNK_BYTES
+"""What the Spark sink sends per request (its default chunkBytes)."""
 RETENTION_BYTES = 512 * 1024 * 1024
 """Per partition: retention (checked every 10 s) bounds what the cases leave on disk. Without
 it the 14 cases of 8 s wrote 15 GB per node, 45 GB in all, and filled the disk."""
