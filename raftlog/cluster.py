@@ -273,8 +273,14 @@ def spawn(
 ) -> subprocess.Popen[bytes]:
     """Start ``node.argv`` detached, appending output to its log file; sets ``node.pid``.
 
+    The node runs under this process's interpreter, whatever Python its recorded
+    argv names (``node.argv[0]`` is updated): the interpreter belongs to the
+    installation, not to the cluster, and a recorded one can be gone (a re-created
+    venv, a moved or deleted checkout) or run older code than the caller's.
+
     The tokens go in the node's environment (RAFTLOG_AUTH_TOKEN, RAFTLOG_PEER_TOKEN),
     not its argv, which any local user can read in ``ps``."""
+    node.argv = [sys.executable, *node.argv[1:]]
     env = dict(os.environ)
     if auth_token:
         env["RAFTLOG_AUTH_TOKEN"] = auth_token

@@ -169,6 +169,32 @@ def test_kill9_node_comes_back_on_its_port_and_health_follows(home: pathlib.Path
     assert "healthy: yes" in healthy.stdout.decode()
 
 
+def test_a_recorded_python_that_is_gone_does_not_stop_a_restart(home: pathlib.Path) -> None:
+    """cluster.json records each node's argv, and with it the Python of the venv that
+    first started it; a user who re-creates the venv or moves the checkout must still
+    get the cluster back, under the Python that runs the command now."""
+    first = _cli(home, "local", "start")
+    assert first.returncode == 0, first.stderr.decode()
+    servers = first.stdout.decode().strip().split(",")
+    _round_trip(servers, "kept", [b"a", b"b"])
+    stop_cluster(home, timeout_s=10.0)
+    recorded = json.loads((home / "cluster.json").read_text())
+    gone = str(home / "deleted-venv" / "bin" / "python")
+    for node in recorded["nodes"]:
+        assert node["argv"][0] == sys.executable
+        node["argv"][0] = gone
+    (home / "cluster.json").write_text(json.dumps(recorded))
+
+    again = _cli(home, "local", "start")
+    assert again.returncode == 0, again.stderr.decode()
+    assert again.stdout.decode().strip().split(",") == servers
+    cluster = load_cluster(home)
+    assert cluster is not None
+    assert [n.argv[0] for n in cluster.nodes] == [sys.executable] * 3
+    assert all(pid_alive(n.pid) for n in cluster.nodes)
+    _round_trip(servers, "kept", [b"c"])
+
+
 def test_unstartable_node_is_named_with_its_log_and_the_majority_serves(
     home: pathlib.Path,
 ) -> None:
