@@ -28,36 +28,53 @@ Contract:
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
 import threading
-from collections.abc import Coroutine, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from typing import Any, TypeVar
 
 T = TypeVar("T")
 
+
+@dataclasses.dataclass
+class _Process:
+    """What one process keeps: its loop (started on first use) and its clients, async
+    (used on that loop) and blocking, keyed by :func:`_key`."""
+
+    pid: int
+    loop: asyncio.AbstractEventLoop | None = None
+    clients: dict[tuple[Any, ...], Any] = dataclasses.field(default_factory=dict)
+    blocking: dict[tuple[Any, ...], Any] = dataclasses.field(default_factory=dict)
+
+
 _lock = threading.Lock()
-_pid = -1
-_loop: asyncio.AbstractEventLoop | None = None
-_clients: dict[tuple[Any, ...], Any] = {}
-_blocking_pid = -1
-_blocking: dict[tuple[Any, ...], Any] = {}
+_state = _Process(-1)
+
+
+def _this_process() -> _Process:
+    """This process's state; a fresh one after a fork, as nothing of it (the loop's
+    thread, the connections) survives into the child. Call with ``_lock`` held."""
+    global _state
+    if _state.pid != os.getpid():
+        _state = _Process(os.getpid())
+    return _state
 
 
 def _running_loop() -> asyncio.AbstractEventLoop:
     """This process's loop, started on first use (again after a fork)."""
-    global _pid, _loop, _clients
     with _lock:
-        if _loop is None or _pid != os.getpid():
+        state = _this_process()
+        if state.loop is None:
             from raftlog.allocator import keep_large_buffers_in_heap
 
             # a chunk and its request are 4 MiB each: reuse heap pages, as the node does
             keep_large_buffers_in_heap()
-            loop = asyncio.new_event_loop()
+            state.loop = asyncio.new_event_loop()
             threading.Thread(
-                target=loop.run_forever, name="raftlog-worker-loop", daemon=True
+                target=state.loop.run_forever, name="raftlog-worker-loop", daemon=True
             ).start()
-            _loop, _pid, _clients = loop, os.getpid(), {}
-        return _loop
+        return state.loop
 
 
 def run(coro: Coroutine[Any, Any, T]) -> T:
@@ -84,24 +101,29 @@ async def shared_client(servers: Sequence[str], request_timeout_s: float) -> Any
     """The process's client for ``servers`` (with their token and CA) and this timeout."""
     from pyspark_raftlog.connection import open_async_client
 
-    key = _key(servers, request_timeout_s)
-    client = _clients.get(key)
-    if client is None:
-        client = _clients[key] = open_async_client(servers, request_timeout_s)
-    return client
+    return _shared("clients", open_async_client, servers, request_timeout_s)
 
 
 def shared_blocking_client(servers: Sequence[str], request_timeout_s: float) -> Any:
     """The process's blocking client for ``servers`` and this timeout; callers never
     close it (a new one after a fork, as the loop)."""
-    global _blocking_pid, _blocking
     from pyspark_raftlog.connection import open_blocking_client
 
+    return _shared("blocking", open_blocking_client, servers, request_timeout_s)
+
+
+def _shared(
+    kind: str,
+    open_client: Callable[[Sequence[str], float], Any],
+    servers: Sequence[str],
+    request_timeout_s: float,
+) -> Any:
+    """This process's client of ``kind`` (a :class:`_Process` cache: clients or
+    blocking) for this configuration, opened with ``open_client`` the first time."""
     key = _key(servers, request_timeout_s)
     with _lock:
-        if _blocking_pid != os.getpid():
-            _blocking_pid, _blocking = os.getpid(), {}
-        client = _blocking.get(key)
+        clients = getattr(_this_process(), kind)
+        client = clients.get(key)
         if client is None:
-            client = _blocking[key] = open_blocking_client(servers, request_timeout_s)
+            client = clients[key] = open_client(servers, request_timeout_s)
         return client

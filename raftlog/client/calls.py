@@ -76,7 +76,12 @@ from raftlog.rpc.messages import (
     MetadataRequest,
     MetadataResponse,
 )
-from raftlog.rpc.transport import FrameStream, StreamClosedError, UnmaskedWebSocket
+from raftlog.rpc.transport import (
+    FrameStream,
+    StreamClosedError,
+    UnmaskedWebSocket,
+    timed_request,
+)
 
 R = TypeVar("R")
 
@@ -507,19 +512,15 @@ class CallRouting:
     async def _stream_call(self, address: str, body: bytes, bound: float) -> memoryview | None:
         """The answer to the encoded call ``body`` on ``address``'s client stream; None
         when the node refuses the stream (a wrong token: the POST's answer says why)."""
-        stream: FrameStream | None = None
-        sent_at = 0.0
         try:
-            async with asyncio.timeout(bound):
-                stream = await self._streams.get(address, lambda: self._open_stream(address, bound))
-                sent_at = asyncio.get_running_loop().time()
-                return await stream.request_encoded(body)
+            return await timed_request(
+                lambda: self._streams.get(address, lambda: self._open_stream(address, bound)),
+                lambda s: s.request_encoded(body),
+                bound,
+            )
         except _StreamRefused:
             return None
         except TimeoutError as exc:
-            if stream is not None and stream.last_received < sent_at:
-                # nothing at all came back while this call waited: the link is dead
-                stream.abort(f"nothing received for {bound:.3g} s")
             raise RequestTimeoutError(f"request to {address} timed out after {bound:.3g}s") from exc
         except StreamClosedError as exc:  # the stream ended with the call in flight
             raise ClusterUnavailableError(f"cannot reach {address}: {exc}") from exc

@@ -70,7 +70,7 @@ from raftlog.faults.failpoints import (
 from raftlog.raft import group_snapshot
 from raftlog.raft.commit_waiters import CommitWaiters
 from raftlog.raft.configuration import Configuration
-from raftlog.raft.core import CoreOptions, RaftCore, Role
+from raftlog.raft.core import RaftCore, Role
 from raftlog.raft.errors import (
     NotLeaderError,
     RaftError,
@@ -174,15 +174,7 @@ class Consensus:
             log,
             log.load_vote(),
             commit,
-            CoreOptions(
-                election_timeout_ticks=self.options.election_timeout_ticks,
-                check_quorum=self.options.check_quorum,
-                transfer_timeout_ticks=self.options.transfer_timeout_ticks,
-                max_in_flight_appends=self.options.max_in_flight_appends,
-                max_in_flight_bytes=self.options.max_in_flight_bytes,
-                recovery_chunk_bytes=self.options.recovery_chunk_bytes,
-                recovery_max_inflight=self.options.recovery_max_inflight,
-            ),
+            self.options.core_options(),
             random.Random(seed),
             promised_offset=promised,
         )
@@ -230,7 +222,7 @@ class Consensus:
         """Register a state machine; call before ``start()``."""
         if self.running:
             raise RaftError("add_state_machine must be called before start()")
-        self._applier.stms.append(stm)
+        self._applier.add(stm)
 
     def add_applied_listener(self, listener: Callable[[int], None]) -> None:
         """Call ``listener(offset)`` after every committed batch is applied to the state

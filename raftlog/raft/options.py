@@ -8,10 +8,18 @@ from __future__ import annotations
 
 import dataclasses
 
+from raftlog.raft.core import CoreOptions
+
+# The core's defaults: the fields both classes share are the core's, written once.
+_CORE = CoreOptions()
+
 
 @dataclasses.dataclass(slots=True)
 class ConsensusOptions:
-    election_timeout_ticks: int = 10
+    """A group's tunables: the core's (same names and defaults as
+    :class:`~raftlog.raft.core.CoreOptions`, see :meth:`core_options`) and the stages'."""
+
+    election_timeout_ticks: int = _CORE.election_timeout_ticks
     tick_interval_s: float = 0.05
     # Follower flush coalescing: flush when this many bytes are pending ...
     flush_bytes: int = 256 * 1024
@@ -32,22 +40,22 @@ class ConsensusOptions:
     # Simulated fsync duration (the simulator's slow disk); keep 0 in production.
     flush_latency_s: float = 0.0
     batcher_memory_bytes: int = 1024 * 1024
-    # A follower's in-flight window (the core's flow control): at most this many
-    # pipelined appends outstanding ...
-    max_in_flight_appends: int = 4
-    # ... and no new one once this many bytes are outstanding (soft: one larger append
-    # goes when the window is empty). It holds a few of the connector's 4 MiB chunks: at
-    # 2 MiB each of them filled it, and every follower got one append per round trip
-    # (4 MiB batches, 4 in flight, 1 partition: 180-220 MB/s; 32 MiB: 245-295 MB/s).
-    max_in_flight_bytes: int = 32 * 1024 * 1024
-    recovery_chunk_bytes: int = 512 * 1024
-    # Recovery's window: once a follower's match point is known, at most this many chunks
-    # in flight to it at once (1: one round trip per chunk, as before pipelining).
-    recovery_max_inflight: int = 4
-    check_quorum: bool = True
-    transfer_timeout_ticks: int = 20
+    # A follower's in-flight window (the core's flow control): pipelined appends
+    # outstanding, by count and (soft) bytes; recovery's chunk size and window.
+    max_in_flight_appends: int = _CORE.max_in_flight_appends
+    max_in_flight_bytes: int = _CORE.max_in_flight_bytes
+    recovery_chunk_bytes: int = _CORE.recovery_chunk_bytes
+    recovery_max_inflight: int = _CORE.recovery_max_inflight
+    check_quorum: bool = _CORE.check_quorum
+    transfer_timeout_ticks: int = _CORE.transfer_timeout_ticks
     # Save the commit context (and state machine snapshots) every this many ticks.
     commit_context_interval_ticks: int = 20
+
+    def core_options(self) -> CoreOptions:
+        """The core's share of these options (every field of CoreOptions, by name)."""
+        return CoreOptions(
+            **{f.name: getattr(self, f.name) for f in dataclasses.fields(CoreOptions)}
+        )
 
     def validate(self) -> None:
         """Raise ValueError naming the first bad option."""

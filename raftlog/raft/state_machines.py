@@ -62,7 +62,7 @@ class Applier:
         """``saved_commit``: the offset of the commit context on disk (or the promise a
         replica behind its promise must keep durable: no context below it is saved)."""
         self._c = consensus
-        self.stms: list[StateMachine] = []
+        self.stms: list[StateMachine] = []  # add() only
         self.last_applied = last_applied
         self._saved_commit = saved_commit
         # Bumped by install(): an apply in progress when a snapshot replaced the state
@@ -75,13 +75,21 @@ class Applier:
         self._pending: collections.deque[RecordBatch] = collections.deque()
         self._pending_bytes = 0
         self._pending_truncations = consensus.truncations
+        # Every state machine declared reads_data_payloads = False: DATA batches wait
+        # as headers (see the module doc). Set by add(), as the set is fixed at start.
+        self._headers_only = False
+
+    def add(self, stm: StateMachine) -> None:
+        """Feed ``stm`` too (before the group starts: the set is fixed from then on)."""
+        self.stms.append(stm)
+        self._headers_only = not any(getattr(m, "reads_data_payloads", True) for m in self.stms)
 
     def appended(self, batches: Sequence[RecordBatch]) -> None:
         """This replica appended ``batches`` to its log (the next ones after the last
         appended): keep them for :meth:`run`, within ``PENDING_MAX_BYTES``."""
         if not self.stms or not batches:
             return
-        if not any(getattr(stm, "reads_data_payloads", True) for stm in self.stms):
+        if self._headers_only:
             batches = [b.without_payload() if b.kind is BatchKind.DATA else b for b in batches]
         pending = self._pending
         if self._pending_truncations != self._c.truncations or (

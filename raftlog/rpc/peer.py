@@ -96,6 +96,12 @@ def encoded_frame(request_id: int, encoded: bytes) -> bytes:
     return _request_id(request_id) + encoded
 
 
+def encoded_frame_parts(request_id: int, encoded: bytes) -> list[bytes | memoryview]:
+    """:func:`encoded_frame` as buffers for a gather write, ``encoded`` not copied
+    (the WebSocket's writer joins a small frame once, with its header)."""
+    return [_request_id(request_id), encoded]
+
+
 def _request_id(request_id: int) -> bytes:
     if not 0 <= request_id <= MAX_REQUEST_ID:
         raise CodecError(f"stream request id {request_id} is out of range 0..{MAX_REQUEST_ID}")

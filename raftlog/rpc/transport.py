@@ -54,12 +54,13 @@ from raftlog.rpc.messages import ErrorResponse
 from raftlog.rpc.peer import (
     REPLY_TYPES,
     STREAM_PATH,
-    encoded_frame,
+    encoded_frame_parts,
     split_frame,
     stream_frame_parts,
 )
 
 K = TypeVar("K")
+_T = TypeVar("_T")
 
 AUTH_HEADER = "Authorization"
 #: bounds one reply frame (a heartbeat batch reply grows with the groups a peer leads)
@@ -156,7 +157,7 @@ class FrameStream:
 
     async def request_encoded(self, encoded: bytes) -> memoryview:
         """:meth:`request` of a message that is already codec-encoded."""
-        return await self._exchange(lambda request_id: [encoded_frame(request_id, encoded)])
+        return await self._exchange(lambda request_id: encoded_frame_parts(request_id, encoded))
 
     async def _exchange(self, frame_of: Callable[[int], list[bytes | memoryview]]) -> memoryview:
         if self.closed:
@@ -213,6 +214,31 @@ class FrameStream:
                 )
         if asyncio.current_task() is not self.reader:
             self.reader.cancel()  # its finally closes the socket
+
+
+async def timed_request(
+    get_stream: Callable[[], Awaitable[FrameStream]],
+    request: Callable[[FrameStream], Awaitable[_T]],
+    timeout_s: float,
+) -> _T:
+    """``request(stream)`` on the stream ``get_stream()`` gives, both within ``timeout_s``.
+
+    The one rule for a dead link, for the node's and the client's streams: when the
+    time runs out and nothing at all came back on the stream while the request
+    waited, the stream is aborted (its other requests fail, the next call opens a
+    new one); a stream that still answers others stays. Raises TimeoutError.
+    """
+    stream: FrameStream | None = None
+    sent_at = 0.0
+    try:
+        async with asyncio.timeout(timeout_s):
+            stream = await get_stream()
+            sent_at = asyncio.get_running_loop().time()
+            return await request(stream)
+    except TimeoutError:
+        if stream is not None and stream.last_received < sent_at:
+            stream.abort(f"nothing received for {timeout_s:.3g} s")
+        raise
 
 
 class StreamPool(Generic[K]):
@@ -332,17 +358,11 @@ class StreamTransport:
         if reply_type is None:
             raise TransportError(f"{type(message).__name__} is not a peer request")
         what = f"{type(message).__name__} to {self._describe(target_node)}"
-        stream: FrameStream | None = None
-        sent_at = 0.0
         try:
-            async with asyncio.timeout(self._timeout_s):
-                stream = await self._stream(target_node)
-                sent_at = asyncio.get_running_loop().time()
-                body = await stream.request(message)
+            body = await timed_request(
+                lambda: self._stream(target_node), lambda s: s.request(message), self._timeout_s
+            )
         except TimeoutError as exc:
-            if stream is not None and stream.last_received < sent_at:
-                # nothing at all came back while this request waited: the link is dead
-                stream.abort(f"nothing received for {self._timeout_s:g} s")
             raise TransportError(f"{what} timed out after {self._timeout_s:g} s") from exc
         except CodecError as exc:
             raise TransportError(f"{what}: cannot encode it: {exc}") from exc

@@ -66,12 +66,13 @@ async def _child_check(parent_loop: object) -> bool:
 def test_planner_calls_of_one_process_share_a_blocking_client(monkeypatch) -> None:
     """streamWriter() and commit() run per micro-batch in long-lived workers: one
     blocking client per configuration, never closed by its callers."""
-    monkeypatch.setattr(worker_loop, "_blocking", {})  # this test's clients, closed below
-    monkeypatch.setattr(worker_loop, "_blocking_pid", os.getpid())
+    # this test's own process state: its blocking clients are closed below
+    mine = worker_loop._Process(os.getpid())
+    monkeypatch.setattr(worker_loop, "_state", mine)
     try:
         _check_shared_blocking_clients()
     finally:
-        for client in worker_loop._blocking.values():
+        for client in mine.blocking.values():
             client.close()
 
 

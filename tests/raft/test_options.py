@@ -1,0 +1,28 @@
+"""A group's options reach its core: the shared fields are written once, in CoreOptions."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from raftlog.raft.core import CoreOptions
+from raftlog.raft.options import ConsensusOptions
+
+
+def test_defaults_of_the_shared_fields_are_the_cores() -> None:
+    assert ConsensusOptions().core_options() == CoreOptions()
+
+
+@pytest.mark.parametrize("field", [f.name for f in dataclasses.fields(CoreOptions)])
+def test_every_core_field_set_on_the_group_reaches_the_core(field: str) -> None:
+    default = getattr(CoreOptions(), field)
+    changed = (not default) if isinstance(default, bool) else default + 3
+    core = ConsensusOptions(**{field: changed}).core_options()
+    assert getattr(core, field) == changed
+    assert core == dataclasses.replace(CoreOptions(), **{field: changed})
+
+
+def test_a_bad_window_names_the_option() -> None:
+    with pytest.raises(ValueError, match=r"ConsensusOptions\.max_in_flight_bytes must be >= 1"):
+        ConsensusOptions(max_in_flight_bytes=0).validate()
