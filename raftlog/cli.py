@@ -26,6 +26,7 @@ from typing import Any
 
 from raftlog import __version__
 from raftlog.client.partitioner import murmur2
+from raftlog.node.config import FLUSH_SCOPE_NODE, FLUSH_SCOPES
 
 NO_CLUSTER = (
     "no raftlog cluster found: pass --servers HOST:PORT[,HOST:PORT...], set RAFTLOG_SERVERS, "
@@ -154,6 +155,14 @@ def build_parser() -> argparse.ArgumentParser:
                 default=None,
                 help="processes per node (default 1: the local nodes already share this "
                 "machine's cores)",
+            )
+            p.add_argument(
+                "--flush-scope",
+                choices=FLUSH_SCOPES,
+                default=None,
+                help="how the nodes make writes durable (raftlog server --flush-scope): "
+                "node, one syncfs for all partitions; group, an fsync per partition's log "
+                "(default node); a recorded cluster keeps its own",
             )
 
     add_node = local_sub.add_parser(
@@ -478,8 +487,20 @@ def _cmd_local_start(args: argparse.Namespace) -> int:
             "--default-partitions",
             str(args.default_partitions),
             *(["--shards", str(args.shards)] if args.shards else []),
+            *(["--flush-scope", args.flush_scope] if args.flush_scope else []),
         ],
     )
+    for flag in ("--shards", "--flush-scope"):
+        asked = getattr(args, flag[2:].replace("-", "_"))
+        # a node without --flush-scope in its argv runs the server's default
+        kept = cluster.flag(flag) or (FLUSH_SCOPE_NODE if flag == "--flush-scope" else None)
+        if asked is not None and kept is not None and str(asked) != kept:
+            print(
+                f"raftlog: warning: {flag} {asked} ignored: the local cluster in "
+                f"{cluster.data_dir} was created with {flag} {kept}; stop it and use "
+                "another --data-dir for a cluster with other flags",
+                file=sys.stderr,
+            )
     for failure in cluster.down:
         print(f"raftlog: warning: {failure.describe()}", file=sys.stderr)
     if cluster.down:

@@ -127,6 +127,18 @@ class LocalCluster:
                 return n
         raise KeyError(f"no node {node_id} in the cluster at {self.data_dir}")
 
+    def flag(self, name: str) -> str | None:
+        """The value of server flag ``name`` (``--flag value`` or ``--flag=value``) in
+        the first node's recorded argv; None when it is not there (the server's
+        default applies)."""
+        argv = self.nodes[0].argv if self.nodes else []
+        for i, arg in enumerate(argv):
+            if arg == name and i + 1 < len(argv):
+                return argv[i + 1]
+            if arg.startswith(name + "="):
+                return arg.split("=", 1)[1]
+        return None
+
     def to_json(self) -> str:
         raw: dict[str, Any] = {
             "data_dir": self.data_dir,

@@ -11,14 +11,20 @@ every acknowledged record must read back.
 from __future__ import annotations
 
 import asyncio
+import os
 import pathlib
+import subprocess
+import sys
 import urllib.request
+from collections.abc import Iterator
 
+import pytest
 from ops_helpers import read_partition
 from prometheus_client.parser import text_string_to_metric_families
 
 from benchmarks.workloads.cluster_handle import ClusterHandle, running_cluster
 from raftlog.client import BlockingRaftlogClient, RaftlogClient, frame_records
+from raftlog.cluster import load_cluster, stop_cluster
 from raftlog.storage.fs import syncfs_reports_errors
 
 PARTITIONS = 4
@@ -80,3 +86,51 @@ def test_group_scope_fsyncs_per_log_and_counts_no_syncfs(tmp_path: pathlib.Path)
     for node, rise in enumerate(rises, 1):
         assert "raftlog_syncfs" not in rise, (node, rise)
         assert rise["raftlog_fsyncs"] > BATCHES, (node, rise)
+
+
+@pytest.fixture
+def home(tmp_path: pathlib.Path) -> Iterator[pathlib.Path]:
+    """A RAFTLOG_HOME of this test's own; every node recorded there is stopped at the end."""
+    root = tmp_path / "raftlog-home"
+    try:
+        yield root
+    finally:
+        stop_cluster(root, timeout_s=10.0)
+
+
+def _local_start(home: pathlib.Path, *args: str) -> subprocess.CompletedProcess:
+    env = {
+        k: v for k, v in os.environ.items() if k not in ("RAFTLOG_SERVERS", "RAFTLOG_AUTH_TOKEN")
+    }
+    env["RAFTLOG_HOME"] = str(home)
+    return subprocess.run(
+        [sys.executable, "-m", "raftlog", "local", "start", *args],
+        capture_output=True,
+        env=env,
+        timeout=90,
+        check=False,
+    )
+
+
+def test_local_start_runs_the_nodes_with_the_flush_scope_asked(home: pathlib.Path) -> None:
+    started = _local_start(home, "--flush-scope", "group")
+    assert started.returncode == 0, started.stderr.decode()
+    servers = started.stdout.decode().strip().split(",")
+    cluster = load_cluster(home)
+    assert cluster is not None and cluster.flag("--flush-scope") == "group"
+    assert cluster.servers == servers
+    rises = write_and_read_back(ClusterHandle(cluster), "local-per-log")
+    for node, rise in enumerate(rises, 1):
+        assert "raftlog_syncfs" not in rise, (node, rise)
+        assert rise["raftlog_fsyncs"] > BATCHES, (node, rise)
+
+    # the recorded cluster keeps its scope, and says so when asked for another
+    again = _local_start(home, "--flush-scope", "node")
+    assert again.returncode == 0, again.stderr.decode()
+    assert again.stdout.decode().strip().split(",") == servers
+    assert (
+        "--flush-scope node ignored: the local cluster in "
+        f"{home.resolve()} was created with --flush-scope group"
+    ) in again.stderr.decode()
+    same = _local_start(home, "--flush-scope", "group")
+    assert same.returncode == 0 and b"warning" not in same.stderr, same.stderr.decode()
