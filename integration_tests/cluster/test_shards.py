@@ -15,6 +15,7 @@ import os
 import pathlib
 import signal
 import time
+import urllib.error
 import urllib.request
 import uuid
 from collections import Counter
@@ -24,9 +25,12 @@ import pytest
 
 from benchmarks.workloads.cluster_handle import ClusterHandle, running_cluster
 from integration_tests.producers.test_two_phase_commit import chunks, read_all
-from raftlog.client import RaftlogClient, RaftlogError
+from raftlog.client import OffsetOutOfRangeError, RaftlogClient, RaftlogError
 from raftlog.client.coordinator import CoordinatorClient
 from raftlog.client.transactions import TxnKey, decide, prepare
+from raftlog.rpc import codec
+from raftlog.rpc.messages import ErrorCode, ErrorResponse, FetchRequest
+from raftlog.rpc.server import CONTENT_TYPE, STATUS
 
 SHARDS = 2
 PARTITIONS = 8
@@ -210,3 +214,35 @@ async def test_a_shard_that_dies_stops_its_node(sharded) -> None:
         else:
             raise AssertionError("no produce acknowledged in 50 attempts")
         assert await read_partition(client, "after-shard", 1) == [b"x"]
+
+
+async def test_forwarded_calls_keep_their_answers_and_statuses(sharded) -> None:
+    """Shard 0 forwards the calls on another shard's partitions: small ones on its client
+    stream to that shard, large ones as POSTs. Either way the answer is the shard's,
+    records read back as written, and an error keeps its code and its HTTP status."""
+    small, large = b"s" * 100, os.urandom(300_000)  # under and over the stream's 64 KiB
+    async with RaftlogClient(sharded.servers, request_timeout_s=30.0) as client:
+        await client.create_topic("forwarded", partitions=PARTITIONS, replication_factor=3)
+        info = await client._topic_info("forwarded", with_offsets=False)
+        on_shard = {p.group_id % SHARDS: p.partition for p in info.partitions}
+        assert sorted(on_shard) == list(range(SHARDS))
+        for shard, p in on_shard.items():
+            for _ in range(5):  # one call under the stream's limit, one over it
+                await client.produce("forwarded", p, [(small, 1)], acks="all")
+                await client.produce("forwarded", p, [(large, 1)], acks="all")
+            assert await read_partition(client, "forwarded", p) == [small, large] * 5, shard
+            with pytest.raises(OffsetOutOfRangeError):
+                await client.fetch("forwarded", p, 10_000)
+    statuses = []
+    for shard, p in on_shard.items():
+        body = codec.encode(FetchRequest("forwarded", p, 10_000, 1024))
+        for address in sharded.servers:  # its leader answers 416, the others 421
+            request = urllib.request.Request(
+                f"http://{address}/v1/fetch", data=body, headers={"Content-Type": CONTENT_TYPE}
+            )
+            with pytest.raises(urllib.error.HTTPError) as refused:
+                urllib.request.urlopen(request, timeout=BOUND_S)
+            answer = codec.decode(refused.value.read(), ErrorResponse)
+            assert refused.value.code == STATUS[answer.code], (shard, address, answer)
+            statuses.append(refused.value.code)
+    assert statuses.count(STATUS[ErrorCode.OFFSET_OUT_OF_RANGE]) == SHARDS, statuses

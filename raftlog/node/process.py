@@ -273,6 +273,11 @@ class Node(Upkeep, AdminApi, MetadataApi, DataApi):
             return await self.shards.route_peer(message, self.host.dispatcher.handle)
         return await self.host.dispatcher.handle(message)
 
+    async def relay_peer(self, body: memoryview) -> memoryview | None:
+        if self.shards is None:
+            return None
+        return await self.shards.relay_peer(body)
+
     def _mirror_controller(self, req: ShardStateRequest) -> ShardStateReply:
         """A shard K > 0 takes shard 0's controller state (a newer one only)."""
         if self.config.shard_index == 0:
@@ -287,7 +292,7 @@ class Node(Upkeep, AdminApi, MetadataApi, DataApi):
 
     async def forward_client(
         self, route: str, message: Any, body: bytes, authorization: str
-    ) -> tuple[int, bytes] | None:
+    ) -> tuple[int, bytes | memoryview] | None:
         if self.shards is None:
             return None
         gid = self._client_group(message)

@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import functools
 import struct
 import types
 import typing
@@ -238,6 +239,38 @@ def decode(buf: bytes | bytearray | memoryview, expected: type[T] | None = None)
             f"expected a {expected.__name__} message, got {cls.__name__} (type id {type_id})"
         )
     return _decode_all(cls, view, 2)
+
+
+def leading_int(buf: bytes | bytearray | memoryview) -> tuple[type, int] | None:
+    """(message type, its first field) of a framed message whose first field is an
+    int, read without decoding the rest (how a router finds a message's group); None
+    when the type's first field is not an int. The field is range-checked as
+    :func:`decode` checks it; a short or unknown frame is a CodecError."""
+    view = memoryview(buf)
+    if len(view) < 2 + _I64.size:
+        raise CodecError(f"message truncated: {len(view)} bytes, expected a type id and a field")
+    (type_id,) = _U16.unpack_from(view, 0)
+    cls = _registry_by_id.get(type_id)
+    if cls is None:
+        raise CodecError(f"unknown message type id {type_id}")
+    first = _first_int_field(cls)
+    if first is None:
+        return None
+    name, lo, hi = first
+    (value,) = _I64.unpack_from(view, 2)
+    if not lo <= value <= hi:
+        raise _out_of_range(f"{cls.__name__}.{name}", value, lo, hi)
+    return cls, value
+
+
+@functools.cache
+def _first_int_field(cls: type) -> tuple[str, int, int] | None:
+    """(name, lo, hi) of ``cls``'s first field when it is an int (encoded first, as
+    int64: the first value of the plan's first fixed run)."""
+    fields = [f for f in dataclasses.fields(cls) if f.init]
+    if not fields or typing.get_type_hints(cls)[fields[0].name] is not int:
+        return None
+    return (fields[0].name, *field_range(cls, fields[0].name))
 
 
 def encode_body(msg: Any) -> bytes:

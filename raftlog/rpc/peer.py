@@ -90,13 +90,13 @@ def stream_frame_parts(request_id: int, message: Any) -> list[bytes | memoryview
     return codec.encode_parts(message, prefix=_request_id(request_id))
 
 
-def encoded_frame(request_id: int, encoded: bytes) -> bytes:
+def encoded_frame(request_id: int, encoded: bytes | memoryview) -> bytes:
     """A stream frame around a message that is already codec-encoded (a client call
     or its answer, which a POST would carry as its body)."""
     return _request_id(request_id) + encoded
 
 
-def encoded_frame_parts(request_id: int, encoded: bytes) -> list[bytes | memoryview]:
+def encoded_frame_parts(request_id: int, encoded: bytes | memoryview) -> list[bytes | memoryview]:
     """:func:`encoded_frame` as buffers for a gather write, ``encoded`` not copied
     (the WebSocket's writer joins a small frame once, with its header)."""
     return [_request_id(request_id), encoded]

@@ -101,11 +101,17 @@ class NodeHandlers(Protocol):
 
     async def handle_peer(self, message: Any) -> Any: ...
 
+    async def relay_peer(self, body: memoryview) -> memoryview | None:
+        """The reply's codec bytes to the encoded peer request ``body`` when another
+        process of the node answered it (a shard), or None: this one decodes and
+        handles it."""
+        ...
+
     async def handle_client(self, message: Any) -> Any: ...
 
     async def forward_client(
         self, route: str, message: Any, body: bytes, authorization: str
-    ) -> tuple[int, bytes] | None:
+    ) -> tuple[int, bytes | memoryview] | None:
         """(HTTP status, body) of a client call another process of the node answered
         (a shard, :mod:`raftlog.node.shards`), or None: this one answers it."""
         ...
@@ -309,6 +315,20 @@ def make_app(
 
     async def answer(ws: web.WebSocketResponse, request_id: int, body: memoryview) -> None:
         try:
+            relayed = await node.relay_peer(body)
+        except CodecError:
+            relayed = None  # decoding it below says what is wrong, under its id
+        except Exception as exc:
+            log.warning("relaying a peer request to its shard failed: %r", exc)
+            reply = ErrorResponse(ErrorCode.INTERNAL, f"relaying to its shard failed: {exc}")
+            with contextlib.suppress(ConnectionError):
+                await ws.send_bytes(stream_frame(request_id, reply))
+            return
+        if relayed is not None:
+            with contextlib.suppress(ConnectionError):
+                await ws.send_bytes(encoded_frame(request_id, relayed))
+            return
+        try:
             msg = codec.decode(body)
             if type(msg) not in REPLY_TYPES:
                 raise CodecError(f"{type(msg).__name__} is not a peer request")
@@ -337,7 +357,7 @@ def make_app(
 
     async def call(
         route: str, msg: Any, body: bytes | memoryview, authorization: str
-    ) -> tuple[int, bytes]:
+    ) -> tuple[int, bytes | memoryview]:
         """(HTTP status, framed answer) of one decoded client call: the one path of a
         ``POST /v1/<call>`` and of a frame on the client stream."""
         try:
@@ -394,6 +414,19 @@ def make_app(
     app.router.add_get("/metrics", metrics)
     app.router.add_get("/health", health)
     return app
+
+
+def status_of_answer(answer: bytes | memoryview) -> int:
+    """The HTTP status of a framed answer to a client call: its error code's when it
+    is an ErrorResponse, else 200 (answers on a client stream carry no status)."""
+    if len(answer) >= 2 and codec.message_type(int.from_bytes(answer[:2], "little")) is (
+        ErrorResponse
+    ):
+        try:
+            return STATUS.get(codec.decode(answer, ErrorResponse).code, 500)
+        except CodecError:
+            return 500
+    return 200
 
 
 def _error_body(

@@ -155,7 +155,7 @@ class FrameStream:
         ``message`` cannot be encoded."""
         return await self._exchange(lambda request_id: stream_frame_parts(request_id, message))
 
-    async def request_encoded(self, encoded: bytes) -> memoryview:
+    async def request_encoded(self, encoded: bytes | memoryview) -> memoryview:
         """:meth:`request` of a message that is already codec-encoded."""
         return await self._exchange(lambda request_id: encoded_frame_parts(request_id, encoded))
 
@@ -370,6 +370,24 @@ class StreamTransport:
         if isinstance(outcome, TransportError):
             raise outcome
         return outcome
+
+    async def send_encoded(self, target_node: int, encoded: bytes | memoryview) -> memoryview:
+        """The reply's codec bytes, undecoded, to a request that is already codec-encoded
+        (a node's shard 0 relays a peer's request to the shard that owns its group as
+        it came, and its reply back the same way). Raises TransportError."""
+        if self._closed:
+            raise TransportError("transport is closed")
+        try:
+            return await timed_request(
+                lambda: self._stream(target_node),
+                lambda s: s.request_encoded(encoded),
+                self._timeout_s,
+            )
+        except TimeoutError as exc:
+            raise TransportError(
+                f"a relayed request to {self._describe(target_node)} timed out after "
+                f"{self._timeout_s:g} s"
+            ) from exc
 
     def _describe(self, target: int) -> str:
         advertised = self._peers.get(target)

@@ -19,9 +19,12 @@ class NodeStub:
     async def handle_client(self, message: Any) -> Any:
         raise AssertionError("no client calls here")
 
+    async def relay_peer(self, body: memoryview) -> memoryview | None:
+        return None
+
     async def forward_client(
         self, route: str, message: Any, body: bytes, authorization: str
-    ) -> tuple[int, bytes] | None:
+    ) -> tuple[int, bytes | memoryview] | None:
         return None
 
     async def health(self) -> dict[str, Any]:

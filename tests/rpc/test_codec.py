@@ -179,3 +179,38 @@ def test_random_bytes_decode_or_raise_codec_error(junk: bytes) -> None:
     except CodecError:
         return
     assert codec.encode(msg) == junk
+
+
+@given(st.integers(-1, 2**31 - 1), st.integers(0, 5))
+@settings(max_examples=200)
+def test_leading_int_reads_a_messages_group_as_decode_does(group: int, n: int) -> None:
+    from raftlog.raft.messages import AppendEntriesRequest, HeartbeatBatchRequest, VoteRequest
+
+    batches = [RecordBatch.create(b"x" * (i + 1)).stamped(i, 1) for i in range(n)]
+    for msg in (
+        AppendEntriesRequest(group, 1, 2, 3, -1, 0, 0, False, batches),
+        VoteRequest(group, 1, 2, 3, False, 0, 0, False),
+    ):
+        encoded = codec.encode(msg)
+        assert codec.leading_int(encoded) == (type(msg), codec.decode(encoded).group)
+    # its first field is an int, but not a group: the caller checks the type
+    assert codec.leading_int(codec.encode(HeartbeatBatchRequest(4, 5, []))) == (
+        HeartbeatBatchRequest,
+        4,
+    )
+
+
+def test_leading_int_of_a_bad_frame_is_a_codec_error() -> None:
+    from raftlog.raft.messages import VoteRequest
+
+    with pytest.raises(CodecError, match="message truncated"):
+        codec.leading_int(b"\x01\x00\x02")
+    with pytest.raises(CodecError, match="unknown message type id 65535"):
+        codec.leading_int(b"\xff\xff" + bytes(8))
+    lo, _hi = codec.field_range(VoteRequest, "group")
+    bad = bytearray(codec.encode(VoteRequest(1, 1, 2, 3, False, 0, 0, False)))
+    bad[2:10] = (lo - 1).to_bytes(8, "little", signed=True)
+    with pytest.raises(CodecError, match=r"VoteRequest\.group"):
+        codec.leading_int(bytes(bad))
+    with pytest.raises(CodecError, match=r"VoteRequest\.group"):
+        codec.decode(bytes(bad))

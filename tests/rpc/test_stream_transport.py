@@ -66,7 +66,7 @@ class ScriptedNode(NodeStub):
 
     async def forward_client(
         self, route: str, message: Any, body: bytes, authorization: str
-    ) -> tuple[int, bytes] | None:
+    ) -> tuple[int, bytes | memoryview] | None:
         raise AssertionError("no client calls here")
 
 
