@@ -24,6 +24,7 @@ import time
 
 from benchmarks.context import RunContext
 from benchmarks.registry import Row, Skip, require, scenario
+from benchmarks.workloads import raftlog_local
 
 QUICK_BATCHES, FULL_BATCHES = 24, 60
 QUICK_CHASE, FULL_CHASE = 2, 5
@@ -76,7 +77,9 @@ async def _run(ctx: RunContext, data_dir, minutes: float, seed: int) -> list:
     keep = ctx.out_dir / "chaos-histories"
     results = []
     deadline = time.monotonic() + minutes * 60.0
-    with proxied_cluster(data_dir / "cluster") as cluster:
+    with proxied_cluster(
+        data_dir / "cluster", extra_args=raftlog_local.server_flags(ctx)
+    ) as cluster:
         for index in range(MAX_ROUNDS):
             if ctx.quick:
                 if index >= len(order):

@@ -37,12 +37,9 @@ def client_class() -> Any:
     return require("raftlog.client", "RaftlogClient")
 
 
-@contextlib.contextmanager
-def local_cluster(data_dir: Path, nodes: int = 3, ctx: Any = None) -> Iterator[Any]:
-    """A running ``raftlog.cluster.LocalCluster`` in ``data_dir``; every node is stopped
-    by its recorded PID on exit, also when start-up or the scenario fails. Its nodes
-    run ``--shards`` processes each and flush with ``--flush-scope`` (the run's flags,
-    from ``ctx``; defaults 1 and node)."""
+def server_flags(ctx: Any = None) -> list[str]:
+    """The run's ``--shards`` and ``--flush-scope`` (defaults 1 and node) as the flags
+    of the nodes a scenario starts; each is noted in the results."""
     args = getattr(ctx, "args", None)
     shards = getattr(args, "shards", None) or 1
     if shards > 1:
@@ -50,6 +47,16 @@ def local_cluster(data_dir: Path, nodes: int = 3, ctx: Any = None) -> Iterator[A
     flush_scope = getattr(args, "flush_scope", None) or "node"
     if ctx is not None:
         ctx.note(f"nodes flush with raftlog server --flush-scope {flush_scope}")
+    return ["--shards", str(shards), "--flush-scope", flush_scope]
+
+
+@contextlib.contextmanager
+def local_cluster(data_dir: Path, nodes: int = 3, ctx: Any = None) -> Iterator[Any]:
+    """A running ``raftlog.cluster.LocalCluster`` in ``data_dir``; every node is stopped
+    by its recorded PID on exit, also when start-up or the scenario fails. Its nodes
+    run ``--shards`` processes each and flush with ``--flush-scope`` (the run's flags,
+    from ``ctx``; defaults 1 and node)."""
+    flags = server_flags(ctx)
     start_cluster = require("raftlog.cluster", "start_cluster")
     stop_cluster = require("raftlog.cluster", "stop_cluster")
     client_class()  # skip before starting processes when the client is missing
@@ -58,7 +65,7 @@ def local_cluster(data_dir: Path, nodes: int = 3, ctx: Any = None) -> Iterator[A
             data_dir,
             nodes,
             timeout_s=START_TIMEOUT_S,
-            extra_args=["--shards", str(shards), "--flush-scope", flush_scope],
+            extra_args=flags,
         )
     finally:
         # cluster.json is written before start-up waits, so this finds every PID started.

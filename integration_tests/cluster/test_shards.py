@@ -246,3 +246,36 @@ async def test_forwarded_calls_keep_their_answers_and_statuses(sharded) -> None:
             assert refused.value.code == STATUS[answer.code], (shard, address, answer)
             statuses.append(refused.value.code)
     assert statuses.count(STATUS[ErrorCode.OFFSET_OUT_OF_RANGE]) == SHARDS, statuses
+
+
+async def test_a_stopped_shard_0_hands_its_other_shards_leaders_over(sharded) -> None:
+    """SIGSTOP of a node's shard 0 (the process users start) cuts the node off from
+    every caller, but its shard 1 would go on leading, heard by its followers through
+    their own shard 0s. It stops sending once shard 0 is silent, so the other nodes
+    elect new leaders and the partition serves; after SIGCONT all of it reads back."""
+    topic = "front-stopped"
+    async with RaftlogClient(sharded.servers, request_timeout_s=60.0) as client:
+        await client.create_topic(topic, partitions=PARTITIONS, replication_factor=3)
+        before = await produce_each(client, topic, "before", 3)
+        info = await client._topic_info(topic, with_offsets=False)
+        led = [p for p in info.partitions if p.group_id % SHARDS == 1 and p.leader > 0]
+        assert led, f"no partition of shard 1 has a leader: {info.partitions}"
+        part, victim = led[0].partition, led[0].leader
+        front = sharded.pid(victim)
+        os.kill(front, signal.SIGSTOP)
+        try:
+            started = time.monotonic()
+            await client.produce(topic, part, [(b"during", 1)], acks="all")
+            took = time.monotonic() - started
+            info = await client._topic_info(topic, with_offsets=False)
+            leader = next(p.leader for p in info.partitions if p.partition == part)
+            assert leader not in (victim, -1), (victim, leader)
+        finally:
+            os.kill(front, signal.SIGCONT)
+        # gate (3 s) + an election; bounded well under the client's 60 s
+        assert took < BOUND_S, took
+        after = await produce_each(client, topic, "after", 2)
+        for p in range(PARTITIONS):
+            during = [b"during"] if p == part else []
+            got = await read_partition(client, topic, p)
+            assert got == before[p] + during + after[p], f"partition {p}"

@@ -64,6 +64,7 @@ from raftlog.node.data_api import DataApi
 from raftlog.node.groups import GroupHost, PartitionReplica, last_heard_ms
 from raftlog.node.metadata import MetadataApi
 from raftlog.node.shards import (
+    FrontWatch,
     ShardError,
     ShardSet,
     die_with_parent,
@@ -127,6 +128,8 @@ class Node(Upkeep, AdminApi, MetadataApi, DataApi):
         self.config = config
         self.shards = shards
         self._mirrored_version = 0  # shards K > 0: the controller state they mirror
+        # shards K > 0: whether shard 0 still runs; while it is silent, no raft traffic
+        self._front = FrontWatch() if config.shard_index > 0 else None
         self.node_id = config.node_id
         # The CA that verifies peers also verifies the nodes this one calls as a client.
         peer_ssl = client_context(config.tls.ca_file) if config.tls else None
@@ -137,6 +140,7 @@ class Node(Upkeep, AdminApi, MetadataApi, DataApi):
             peer_token=config.peer_token,
             ssl_context=peer_ssl,
             timeout_s=5.0,
+            gate=self._front.refusal if self._front is not None else None,
         )
         self.host = GroupHost(
             config.node_id,
@@ -285,6 +289,8 @@ class Node(Upkeep, AdminApi, MetadataApi, DataApi):
                 ErrorCode.INVALID_REQUEST,
                 f"node {self.node_id} is shard 0 of its node: it hosts the controller itself",
             )
+        if self._front is not None:
+            self._front.heard()
         if req.version > self._mirrored_version:
             self.controller_stm.restore(req.snapshot)
             self._mirrored_version = req.version

@@ -47,6 +47,7 @@ import logging
 import os
 import signal
 import sys
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -86,6 +87,14 @@ START_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 15.0
 #: bounds a forwarded client call: above the clients' own attempt timeouts
 FORWARD_TIMEOUT_S = 120.0
+#: Shard 0 tells every other shard it is alive this often (an empty ShardStateRequest).
+FRONT_PING_S = 0.25
+#: A shard K > 0 that has not heard from shard 0 for this long stops sending raft
+#: traffic (see :func:`front_silence`): all of the node's incoming traffic goes
+#: through shard 0, so a hung shard 0 (SIGSTOP, a stall) must not leave shard K leading
+#: groups that clients cannot reach. Its leaders then lose their quorum and step down,
+#: and the other nodes elect new ones, as when a whole node stops.
+FRONT_SILENCE_S = 3.0
 #: the environment variable that tells a shard its parent's PID
 PARENT_ENV = "RAFTLOG_SHARD_PARENT"
 #: what a shard prints on its stdout once it serves: ``READY_PREFIX PORT``
@@ -132,6 +141,7 @@ class ShardSet:
         self._client_streams = StreamPool[int]("the node is stopping")
         self._watchers: list[asyncio.Task[None]] = []
         self._pusher: asyncio.Task[None] | None = None
+        self._pinger: asyncio.Task[None] | None = None
         self._changed = asyncio.Event()
         self._snapshot: Callable[[], bytes] | None = None
         self._version = 0
@@ -181,6 +191,7 @@ class ShardSet:
         )
         loop = asyncio.get_running_loop()
         self._watchers = [loop.create_task(self._watch(s, on_exit)) for s in self._shards.values()]
+        self._pinger = loop.create_task(self._ping_loop(), name="shard-pings")
         log.info(
             "node %d runs %d shards: %s",
             self.config.node_id,
@@ -217,9 +228,10 @@ class ShardSet:
     async def stop(self) -> None:
         """Stop every shard by its PID: SIGTERM, then SIGKILL after STOP_TIMEOUT_S."""
         self._stopping = True
-        if self._pusher is not None:
-            self._pusher.cancel()
-            await asyncio.gather(self._pusher, return_exceptions=True)
+        for task in (self._pusher, self._pinger):
+            if task is not None:
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
         if self._transport is not None:
             await self._transport.close()
         await self._client_streams.close()
@@ -259,6 +271,16 @@ class ShardSet:
 
     def controller_changed(self) -> None:
         self._changed.set()
+
+    async def _ping_loop(self) -> None:
+        """Tell every shard that shard 0 is alive, every FRONT_PING_S (until cancelled)."""
+        assert self._transport is not None
+        ping = ShardStateRequest(0, b"")  # version 0: never newer than a mirrored state
+        while True:
+            await asyncio.gather(
+                *(self._transport.send(k, ping) for k in self._shards), return_exceptions=True
+            )
+            await asyncio.sleep(FRONT_PING_S)
 
     async def _push_loop(self) -> None:
         assert self._snapshot is not None
@@ -432,6 +454,28 @@ _STATUS_TIMEOUT = aiohttp.ClientTimeout(total=5.0)
 
 
 # ---------------------------------------------------------------- a shard's own side
+
+
+class FrontWatch:
+    """A shard K > 0's view of shard 0: when it last heard from it (any
+    ShardStateRequest, pings included). Used as its transport's gate."""
+
+    def __init__(self, silence_s: float = FRONT_SILENCE_S) -> None:
+        self._silence_s = silence_s
+        self._heard = time.monotonic()  # start-up counts: shard 0 pings once all serve
+
+    def heard(self) -> None:
+        self._heard = time.monotonic()
+
+    def refusal(self) -> str | None:
+        """Why raft traffic must not go out now (shard 0 silent too long), or None."""
+        silent = time.monotonic() - self._heard
+        if silent <= self._silence_s:
+            return None
+        return (
+            f"shard 0 of this node has been silent for {silent:.1f} s (over "
+            f"{self._silence_s:g} s): this shard sends no raft traffic until it is heard"
+        )
 
 
 def die_with_parent() -> None:

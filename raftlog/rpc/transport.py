@@ -330,8 +330,12 @@ class StreamTransport:
         peer_token: str | None = None,
         ssl_context: ssl.SSLContext | None = None,
         timeout_s: float = 5.0,
+        gate: Callable[[], str | None] | None = None,
     ) -> None:
+        """``gate``, when given, is asked before every send: a reason (str) fails the
+        send with a TransportError saying it, None lets it go."""
         self.node_id = node_id
+        self._gate = gate
         self._peers = dict(peers)
         self._routes = dict(routes or {})
         self._ssl: ssl.SSLContext | bool = ssl_context if ssl_context is not None else False
@@ -354,6 +358,8 @@ class StreamTransport:
         """Send ``message`` to ``target_node``; return its reply or raise TransportError."""
         if self._closed:
             raise TransportError("transport is closed")
+        if self._gate is not None and (refused := self._gate()) is not None:
+            raise TransportError(refused)
         reply_type = REPLY_TYPES.get(type(message))
         if reply_type is None:
             raise TransportError(f"{type(message).__name__} is not a peer request")
