@@ -90,7 +90,7 @@ FORWARD_TIMEOUT_S = 120.0
 #: Shard 0 tells every other shard it is alive this often (an empty ShardStateRequest).
 FRONT_PING_S = 0.25
 #: A shard K > 0 that has not heard from shard 0 for this long stops sending raft
-#: traffic (see :func:`front_silence`): all of the node's incoming traffic goes
+#: traffic (see :class:`FrontWatch`): all of the node's incoming traffic goes
 #: through shard 0, so a hung shard 0 (SIGSTOP, a stall) must not leave shard K leading
 #: groups that clients cannot reach. Its leaders then lose their quorum and step down,
 #: and the other nodes elect new ones, as when a whole node stops.
