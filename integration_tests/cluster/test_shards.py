@@ -34,7 +34,8 @@ from raftlog.rpc.server import CONTENT_TYPE, STATUS
 
 SHARDS = 2
 PARTITIONS = 8
-BOUND_S = 20.0  # no wait in these tests is longer
+BOUND_S = 20.0  # no wait in these tests is longer, but a failover's
+FAILOVER_BOUND_S = 45.0  # under the client's 60 s request timeout
 
 
 @pytest.fixture
@@ -272,8 +273,9 @@ async def test_a_stopped_shard_0_hands_its_other_shards_leaders_over(sharded) ->
             assert leader not in (victim, -1), (victim, leader)
         finally:
             os.kill(front, signal.SIGCONT)
-        # gate (3 s) + an election; bounded well under the client's 60 s
-        assert took < BOUND_S, took
+        # the gate (3 s), an election, the client finding the new leader: it took 20.06 s
+        # in one fresh-clone CI run; without the gate it never moves (60 s timeout)
+        assert took < FAILOVER_BOUND_S, took
         after = await produce_each(client, topic, "after", 2)
         for p in range(PARTITIONS):
             during = [b"during"] if p == part else []
