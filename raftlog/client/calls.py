@@ -77,15 +77,16 @@ from raftlog.rpc.messages import (
     MetadataResponse,
 )
 from raftlog.rpc.transport import (
+    AUTH_HEADER,
     FrameStream,
     StreamClosedError,
     UnmaskedWebSocket,
+    open_frame_stream,
     timed_request,
 )
 
 R = TypeVar("R")
 
-AUTH_HEADER = "Authorization"
 CONTENT_TYPE = "application/x-raftlog"
 
 ROUTES = CLIENT_ROUTES
@@ -96,8 +97,6 @@ ROUTES = CLIENT_ROUTES
 #: a POST, whose body the node reads in one copy and refuses past its bound with a
 #: 413, where a frame past the stream's bound would end the stream.
 STREAM_MAX_REQUEST_BYTES = 64 * 1024
-#: how long closing a client stream may wait for the node's close frame
-STREAM_CLOSE_S = 1.0
 
 #: Upper bound of the default per-attempt timeout (see the module doc).
 MAX_ATTEMPT_TIMEOUT_S = 10.0
@@ -529,12 +528,12 @@ class CallRouting:
         url = self.url(address, CLIENT_STREAM_PATH).replace("http", "ws", 1)
         try:
             async with asyncio.timeout(min(5.0, bound)):
-                ws = await self._http().ws_connect(
+                return await open_frame_stream(
+                    self._http(),
                     url,
+                    address,
                     headers=self._auth_headers(),
                     max_msg_size=0,  # answers are the node's (a fetch's can be large)
-                    timeout=aiohttp.ClientWSTimeout(ws_receive=None, ws_close=STREAM_CLOSE_S),
-                    compress=0,
                 )
         except aiohttp.WSServerHandshakeError as exc:
             raise _StreamRefused(f"{address} refused the client stream: HTTP {exc.status}") from exc
@@ -544,7 +543,6 @@ class CallRouting:
             ) from exc
         except aiohttp.ClientError as exc:
             raise self._unreachable(address, exc) from exc
-        return FrameStream(ws, address)
 
     def _unreachable(self, address: str, exc: aiohttp.ClientError) -> RaftlogError:
         """The error of a call that could not reach ``address`` (or not over TLS)."""

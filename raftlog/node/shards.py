@@ -76,6 +76,7 @@ from raftlog.rpc.transport import (
     StreamPool,
     StreamTransport,
     UnmaskedWebSocket,
+    open_frame_stream,
     timed_request,
 )
 
@@ -407,14 +408,13 @@ class ShardSet:
         headers = {}
         if self.config.auth_token or self.config.peer_token:
             headers[AUTH_HEADER] = self._client_authorization()
-        ws = await self._session.ws_connect(
+        return await open_frame_stream(
+            self._session,
             f"ws://{self._shards[shard].address}{CLIENT_STREAM_PATH}",
+            f"shard {shard}",
             headers=headers,
             max_msg_size=0,  # the shard's answers (a fetch's can be large)
-            timeout=aiohttp.ClientWSTimeout(ws_receive=None, ws_close=5.0),
-            compress=0,
         )
-        return FrameStream(ws, f"shard {shard}")
 
     async def call(self, shard: int, request: Any, reply_type: type) -> Any:
         """A client call made by shard 0 itself (e.g. partition status) to ``shard``."""

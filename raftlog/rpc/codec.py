@@ -177,6 +177,18 @@ def message_type(type_id: int) -> type | None:
     return _registry_by_id.get(type_id)
 
 
+def type_of(buf: bytes | bytearray | memoryview) -> type:
+    """The registered type of a framed message, read from its type id alone (the rest
+    is not decoded); CodecError when the frame is too short or the id unknown."""
+    if len(buf) < _U16.size:
+        raise CodecError(f"message truncated: {len(buf)} bytes, expected a type id")
+    (type_id,) = _U16.unpack_from(buf, 0)
+    cls = _registry_by_id.get(type_id)
+    if cls is None:
+        raise CodecError(f"unknown message type id {type_id}")
+    return cls
+
+
 def encode(msg: Any, prefix: bytes = b"") -> bytes:
     """Frame a registered message: type id, then its body; after ``prefix`` when given
     (a stream frame's request id: joined in the one copy of the message's bytes)."""
@@ -249,10 +261,7 @@ def leading_int(buf: bytes | bytearray | memoryview) -> tuple[type, int] | None:
     view = memoryview(buf)
     if len(view) < 2 + _I64.size:
         raise CodecError(f"message truncated: {len(view)} bytes, expected a type id and a field")
-    (type_id,) = _U16.unpack_from(view, 0)
-    cls = _registry_by_id.get(type_id)
-    if cls is None:
-        raise CodecError(f"unknown message type id {type_id}")
+    cls = type_of(view)
     first = _first_int_field(cls)
     if first is None:
         return None

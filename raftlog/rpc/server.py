@@ -314,6 +314,14 @@ def make_app(
         return await serve_stream(request, answer_client)
 
     async def answer(ws: web.WebSocketResponse, request_id: int, body: memoryview) -> None:
+        frame = await peer_answer(request_id, body)
+        # the stream may have closed meanwhile: the sender already failed this request
+        with contextlib.suppress(ConnectionError):
+            await ws.send_bytes(frame)
+
+    async def peer_answer(request_id: int, body: memoryview) -> bytes:
+        """The framed reply to one peer request: relayed undecoded to the shard that owns
+        its group when it is not this one's, else handled here; an error, never raised."""
         try:
             relayed = await node.relay_peer(body)
         except CodecError:
@@ -321,34 +329,28 @@ def make_app(
         except Exception as exc:
             log.warning("relaying a peer request to its shard failed: %r", exc)
             reply = ErrorResponse(ErrorCode.INTERNAL, f"relaying to its shard failed: {exc}")
-            with contextlib.suppress(ConnectionError):
-                await ws.send_bytes(stream_frame(request_id, reply))
-            return
+            return stream_frame(request_id, reply)
         if relayed is not None:
-            with contextlib.suppress(ConnectionError):
-                await ws.send_bytes(encoded_frame(request_id, relayed))
-            return
+            return encoded_frame(request_id, relayed)
         try:
             msg = codec.decode(body)
             if type(msg) not in REPLY_TYPES:
                 raise CodecError(f"{type(msg).__name__} is not a peer request")
         except CodecError as exc:
-            reply: Any = ErrorResponse(
+            reply = ErrorResponse(
                 ErrorCode.INVALID_REQUEST, f"malformed peer request on the raft stream: {exc}"
             )
-        else:
-            try:
-                reply = await node.handle_peer(msg)
-            except RequestError as exc:
-                reply = ErrorResponse(exc.code, str(exc), exc.leader_id, exc.leader_address)
-            except Exception as exc:
-                log.exception("peer %s failed", type(msg).__name__)
-                reply = ErrorResponse(
-                    ErrorCode.INTERNAL, f"{type(msg).__name__} failed: {type(exc).__name__}: {exc}"
-                )
-        # the stream may have closed meanwhile: the sender already failed this request
-        with contextlib.suppress(ConnectionError):
-            await ws.send_bytes(stream_frame(request_id, reply))
+            return stream_frame(request_id, reply)
+        try:
+            return stream_frame(request_id, await node.handle_peer(msg))
+        except RequestError as exc:
+            reply = ErrorResponse(exc.code, str(exc), exc.leader_id, exc.leader_address)
+        except Exception as exc:
+            log.exception("peer %s failed", type(msg).__name__)
+            reply = ErrorResponse(
+                ErrorCode.INTERNAL, f"{type(msg).__name__} failed: {type(exc).__name__}: {exc}"
+            )
+        return stream_frame(request_id, reply)
 
     async def close_streams(app: web.Application) -> None:
         # a stream never ends by itself: close them, or shutdown waits for its timeout
@@ -419,14 +421,12 @@ def make_app(
 def status_of_answer(answer: bytes | memoryview) -> int:
     """The HTTP status of a framed answer to a client call: its error code's when it
     is an ErrorResponse, else 200 (answers on a client stream carry no status)."""
-    if len(answer) >= 2 and codec.message_type(int.from_bytes(answer[:2], "little")) is (
-        ErrorResponse
-    ):
-        try:
-            return STATUS.get(codec.decode(answer, ErrorResponse).code, 500)
-        except CodecError:
-            return 500
-    return 200
+    try:
+        if codec.type_of(answer) is not ErrorResponse:
+            return 200
+        return STATUS.get(codec.decode(answer, ErrorResponse).code, 500)
+    except CodecError:
+        return 500
 
 
 def _error_body(

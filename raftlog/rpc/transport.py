@@ -296,6 +296,33 @@ class StreamPool(Generic[K]):
         await asyncio.gather(*(s.reader for s in streams), return_exceptions=True)
 
 
+async def open_frame_stream(
+    session: aiohttp.ClientSession,
+    url: str,
+    label: str,
+    *,
+    headers: dict[str, str],
+    max_msg_size: int,
+    **tls: Any,
+) -> FrameStream:
+    """A :class:`FrameStream` (named ``label`` in its errors) over a new WebSocket to
+    ``url``: the one way every stream opens, the raft stream and the client stream
+    alike. Never compressed, and no receive timeout (each request bounds its own wait);
+    closing waits at most :data:`CLOSE_TIMEOUT_S` for the other end's close frame.
+    ``max_msg_size`` bounds one incoming frame (0: unbounded); ``tls`` goes to
+    ``ws_connect`` (``ssl``, ``server_hostname``). aiohttp's errors pass through, for
+    each caller to say what failed in its own terms."""
+    ws = await session.ws_connect(
+        url,
+        headers=headers,
+        max_msg_size=max_msg_size,
+        timeout=aiohttp.ClientWSTimeout(ws_receive=None, ws_close=CLOSE_TIMEOUT_S),
+        compress=0,
+        **tls,
+    )
+    return FrameStream(ws, label)
+
+
 def _reply(body: memoryview, reply_type: type, peer: str) -> Any:
     """The reply in ``body``, or a TransportError (the request's outcome) when
     it is an error reply, another type, or undecodable: only that request fails."""
@@ -423,12 +450,12 @@ class StreamTransport:
             )
         peer = self._describe(target)
         try:
-            ws = await self._session.ws_connect(
+            stream = await open_frame_stream(
+                self._session,
                 f"{self._scheme}://{address}{STREAM_PATH}",
+                peer,
                 headers=self._auth,
                 max_msg_size=MAX_REPLY_BYTES,
-                timeout=aiohttp.ClientWSTimeout(ws_receive=None, ws_close=CLOSE_TIMEOUT_S),
-                compress=0,
                 **tls,
             )
         except aiohttp.WSServerHandshakeError as exc:
@@ -438,7 +465,6 @@ class StreamTransport:
             ) from exc
         except (aiohttp.ClientError, OSError, TimeoutError) as exc:
             raise TransportError(f"cannot open the raft stream to {peer}: {exc!r}") from exc
-        stream = FrameStream(ws, peer)
         if self._peers.get(target) != advertised:  # add_peer moved it while connecting
             stream.abort(f"node {target} moved to {self._peers.get(target)}")
             raise TransportError(f"{peer} moved while the raft stream was opening")

@@ -214,3 +214,33 @@ def test_leading_int_of_a_bad_frame_is_a_codec_error() -> None:
         codec.leading_int(bytes(bad))
     with pytest.raises(CodecError, match=r"VoteRequest\.group"):
         codec.decode(bytes(bad))
+
+
+def test_type_of_names_a_frames_type_without_decoding_it() -> None:
+    from raftlog.raft.messages import VoteRequest
+    from raftlog.rpc.messages import ErrorCode, ErrorResponse
+
+    encoded = codec.encode(ErrorResponse(ErrorCode.NOT_LEADER, "not the leader"))
+    assert codec.type_of(encoded) is ErrorResponse
+    # the body is not read: a frame cut after its type id still has a type
+    vote = codec.encode(VoteRequest(1, 1, 2, 3, False, 0, 0, False))
+    assert codec.type_of(memoryview(vote)[:2]) is VoteRequest
+    with pytest.raises(CodecError, match="message truncated: 1 bytes"):
+        codec.type_of(b"\x01")
+    with pytest.raises(CodecError, match="unknown message type id 65535"):
+        codec.type_of(b"\xff\xff")
+
+
+def test_a_forwarded_answer_gets_its_error_codes_http_status() -> None:
+    from raftlog.rpc.messages import ErrorCode, ErrorResponse, ProduceResponse
+    from raftlog.rpc.server import STATUS, status_of_answer
+
+    for code in (ErrorCode.NOT_LEADER, ErrorCode.INVALID_REQUEST, ErrorCode.INTERNAL):
+        answer = codec.encode(ErrorResponse(code, "why"))
+        assert status_of_answer(answer) == STATUS[code]
+    assert STATUS[ErrorCode.NOT_LEADER] != 200
+    ok = codec.encode(ProduceResponse(base_offset=5, last_offset=9))
+    assert status_of_answer(ok) == 200
+    # an answer that is not a frame is the shard's fault, not a success
+    assert status_of_answer(b"\xff\xff") == 500
+    assert status_of_answer(codec.encode(ErrorResponse(ErrorCode.INTERNAL, "x"))[:5]) == 500
