@@ -53,30 +53,14 @@ from raftlog.rpc.peer import (
     REPLY_TYPES,
     REQUEST_ID_SIZE,
     STREAM_PATH,
-    encoded_frame_parts,
+    encoded_frame,
     split_frame,
-    stream_frame_parts,
+    stream_frame,
 )
-from raftlog.rpc.transport import write_frame
 
 log = logging.getLogger(__name__)
 
 CONTENT_TYPE = "application/x-raftlog"
-
-
-class FrameStreamResponse(web.WebSocketResponse):
-    """The node's end of a stream (the raft stream, a client stream): its replies are
-    written by :func:`raftlog.rpc.transport.write_frame`, as the other end writes its
-    requests, so a large answer (a fetch's batches) is never joined to its request id."""
-
-    async def send_parts(self, parts: list[bytes | memoryview]) -> None:
-        """Send one binary frame of ``parts`` joined; ConnectionError once closing."""
-        # aiohttp keeps the frame writer it made in prepare() as ``_writer``
-        writer = self._writer
-        if writer is None or self.closed:
-            raise ConnectionResetError("the stream is closed")
-        await write_frame(writer, parts)
-
 
 STATUS: dict[ErrorCode, int] = {
     ErrorCode.NOT_LEADER: 421,
@@ -267,11 +251,11 @@ def make_app(
     answering: set[asyncio.Task[None]] = set()
 
     async def serve_stream(
-        request: web.Request, answer: Callable[[FrameStreamResponse, int, memoryview], Any]
+        request: web.Request, answer: Callable[[web.WebSocketResponse, int, memoryview], Any]
     ) -> web.WebSocketResponse:
         """Read a stream's frames and hand each to ``answer`` in a task of its own."""
         # the middleware already admitted the token of the stream's path at the upgrade
-        ws = FrameStreamResponse(max_msg_size=max_request_bytes + REQUEST_ID_SIZE, compress=False)
+        ws = web.WebSocketResponse(max_msg_size=max_request_bytes + REQUEST_ID_SIZE, compress=False)
         try:
             await ws.prepare(request)
         except ConnectionError:
@@ -307,7 +291,9 @@ def make_app(
     async def client_stream(request: web.Request) -> web.WebSocketResponse:
         authorization = request.headers.get("Authorization", "")
 
-        async def answer_client(ws: FrameStreamResponse, request_id: int, body: memoryview) -> None:
+        async def answer_client(
+            ws: web.WebSocketResponse, request_id: int, body: memoryview
+        ) -> None:
             try:
                 msg = codec.decode(body)
                 route = CLIENT_ROUTES.get(type(msg))
@@ -323,17 +309,17 @@ def make_app(
             node.count_request(f"/v1/{route}", status)
             # the stream may have closed meanwhile: the client already failed this request
             with contextlib.suppress(ConnectionError):
-                await ws.send_parts(encoded_frame_parts(request_id, answer))
+                await ws.send_bytes(encoded_frame(request_id, answer))
 
         return await serve_stream(request, answer_client)
 
-    async def answer(ws: FrameStreamResponse, request_id: int, body: memoryview) -> None:
+    async def answer(ws: web.WebSocketResponse, request_id: int, body: memoryview) -> None:
         frame = await peer_answer(request_id, body)
         # the stream may have closed meanwhile: the sender already failed this request
         with contextlib.suppress(ConnectionError):
-            await ws.send_parts(frame)
+            await ws.send_bytes(frame)
 
-    async def peer_answer(request_id: int, body: memoryview) -> list[bytes | memoryview]:
+    async def peer_answer(request_id: int, body: memoryview) -> bytes:
         """The framed reply to one peer request: relayed undecoded to the shard that owns
         its group when it is not this one's, else handled here; an error, never raised."""
         try:
@@ -343,9 +329,9 @@ def make_app(
         except Exception as exc:
             log.warning("relaying a peer request to its shard failed: %r", exc)
             reply = ErrorResponse(ErrorCode.INTERNAL, f"relaying to its shard failed: {exc}")
-            return stream_frame_parts(request_id, reply)
+            return stream_frame(request_id, reply)
         if relayed is not None:
-            return encoded_frame_parts(request_id, relayed)
+            return encoded_frame(request_id, relayed)
         try:
             msg = codec.decode(body)
             if type(msg) not in REPLY_TYPES:
@@ -354,9 +340,9 @@ def make_app(
             reply = ErrorResponse(
                 ErrorCode.INVALID_REQUEST, f"malformed peer request on the raft stream: {exc}"
             )
-            return stream_frame_parts(request_id, reply)
+            return stream_frame(request_id, reply)
         try:
-            return stream_frame_parts(request_id, await node.handle_peer(msg))
+            return stream_frame(request_id, await node.handle_peer(msg))
         except RequestError as exc:
             reply = ErrorResponse(exc.code, str(exc), exc.leader_id, exc.leader_address)
         except Exception as exc:
@@ -364,7 +350,7 @@ def make_app(
             reply = ErrorResponse(
                 ErrorCode.INTERNAL, f"{type(msg).__name__} failed: {type(exc).__name__}: {exc}"
             )
-        return stream_frame_parts(request_id, reply)
+        return stream_frame(request_id, reply)
 
     async def close_streams(app: web.Application) -> None:
         # a stream never ends by itself: close them, or shutdown waits for its timeout

@@ -77,41 +77,8 @@ _WS_HEADER_16 = struct.Struct("!BBH")
 _WS_HEADER_64 = struct.Struct("!BBQ")
 
 
-async def write_frame(writer: Any, parts: list[bytes | memoryview]) -> None:
-    """Send one unmasked binary WebSocket frame whose payload is ``parts`` joined,
-    through aiohttp's frame ``writer`` (its transport and protocol), without joining
-    them: header and parts go to the transport in one ``writelines`` (uvloop: one
-    writev). The one way a stream frame is written, by either end of a stream.
-
-    aiohttp's ``send_bytes`` takes one buffer, so a frame's parts (a request id, a
-    message's batches, a fetch's answer) were first copied into it, and it writes a
-    large frame's 10-byte header with a syscall (and a TCP segment) of its own.
-    Raises ConnectionError when the transport is closing; waits while the
-    transport's buffer is over its high-water mark, as aiohttp's writer does.
-    """
-    transport = writer.transport
-    if transport is None or transport.is_closing():
-        raise aiohttp.ClientConnectionResetError("Cannot write to closing transport")
-    size = sum(len(p) for p in parts)
-    if size < 126:
-        header = _WS_HEADER_SHORT.pack(_WS_BINARY_FIN, size)
-    elif size < 65536:
-        header = _WS_HEADER_16.pack(_WS_BINARY_FIN, 126, size)
-    else:
-        header = _WS_HEADER_64.pack(_WS_BINARY_FIN, 127, size)
-    if size < codec.GATHER_MIN_PART:
-        # A small frame (a heartbeat, a one-record append) as one buffer: uvloop's
-        # write of a single buffer is its fast path, a list takes a slower one
-        # (measured: `benchmarks small` at 64 clients lost a tenth of its rate).
-        transport.write(b"".join((header, *parts)))
-    else:
-        transport.writelines([header, *parts])
-    if writer.protocol.writing_paused:
-        await writer.protocol._drain_helper()
-
-
 class UnmaskedWebSocket(aiohttp.ClientWebSocketResponse):
-    """A client WebSocket whose frames are sent unmasked, by :func:`write_frame`.
+    """A client WebSocket whose frames are sent unmasked.
 
     RFC 6455 has a browser's frames masked so that a script cannot make the bytes
     on the wire look like requests to a caching proxy in between. A raft stream
@@ -128,8 +95,35 @@ class UnmaskedWebSocket(aiohttp.ClientWebSocketResponse):
         self._frame_writer = writer
 
     async def send_parts(self, parts: list[bytes | memoryview]) -> None:
-        """Send one binary frame of ``parts`` joined (see :func:`write_frame`)."""
-        await write_frame(self._frame_writer, parts)
+        """Send one binary frame whose payload is ``parts`` joined, without joining them:
+        header and parts go to the transport in one ``writelines`` (uvloop: one writev).
+
+        aiohttp's ``send_bytes`` takes one buffer, so the frame's batches were first
+        copied into it, and it writes a large frame's 10-byte header with a syscall
+        (and a TCP segment) of its own. Raises ConnectionError when the stream is
+        closing; waits while the transport's buffer is over its high-water mark, as
+        aiohttp's writer does.
+        """
+        writer = self._frame_writer
+        transport = writer.transport
+        if transport is None or transport.is_closing():
+            raise aiohttp.ClientConnectionResetError("Cannot write to closing transport")
+        size = sum(len(p) for p in parts)
+        if size < 126:
+            header = _WS_HEADER_SHORT.pack(_WS_BINARY_FIN, size)
+        elif size < 65536:
+            header = _WS_HEADER_16.pack(_WS_BINARY_FIN, 126, size)
+        else:
+            header = _WS_HEADER_64.pack(_WS_BINARY_FIN, 127, size)
+        if size < codec.GATHER_MIN_PART:
+            # A small frame (a heartbeat, a one-record append) as one buffer: uvloop's
+            # write of a single buffer is its fast path, a list takes a slower one
+            # (measured: `benchmarks small` at 64 clients lost a tenth of its rate).
+            transport.write(b"".join((header, *parts)))
+        else:
+            transport.writelines([header, *parts])
+        if writer.protocol.writing_paused:
+            await writer.protocol._drain_helper()
 
 
 class StreamClosedError(TransportError):
