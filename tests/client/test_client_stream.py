@@ -282,3 +282,44 @@ def test_the_node_answers_a_bad_frame_under_its_id_and_serves_on() -> None:
         assert server.handshakes == 1
 
     run(body)
+
+
+class FetchNode(ProduceNode):
+    """Answers a fetch of t/0 with one batch whose payload is ``size`` bytes, the
+    size named by the request's offset, each byte its position mod 251."""
+
+    async def handle_client(self, message: Any) -> Any:
+        from raftlog.rpc.messages import FetchRequest, FetchResponse
+        from raftlog.storage.batch import RecordBatch
+
+        if not isinstance(message, FetchRequest):
+            return await super().handle_client(message)
+        size = message.offset
+        payload = bytes(i % 251 for i in range(size))
+        batch = RecordBatch.create(payload, record_count=1).stamped(message.offset, 1)
+        return FetchResponse(
+            batches=[batch],
+            high_watermark=size + 1,
+            last_stable_offset=size + 1,
+            start_offset=0,
+            next_offset=size + 1,
+        )
+
+
+def test_answers_of_every_frame_size_come_back_whole_on_the_stream() -> None:
+    """Answers on the client stream of every frame-length class (7-bit, 16-bit and
+    64-bit), below and past the 64 KiB gather threshold, each read back byte for
+    byte, in order, on one stream."""
+
+    async def body() -> None:
+        async with Server(FetchNode()) as server:
+            async with RaftlogClient(server.node.address) as client:
+                for size in (1, 60, 100, 5_000, 65_000, 70_000, 300_000, 3_000_000):
+                    got = await client.fetch("t", 0, size, max_bytes=8 << 20)
+                    assert len(got.batches) == 1
+                    assert got.batches[0].base_offset == size
+                    assert got.batches[0].payload == bytes(i % 251 for i in range(size))
+                    assert got.high_watermark == size + 1
+            assert server.handshakes == 1
+
+    run(body)
