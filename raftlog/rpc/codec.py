@@ -58,9 +58,9 @@ __all__ = [
     "decode_body",
     "encode",
     "encode_body",
-    "message_type",
     "register",
     "registered_types",
+    "type_of",
 ]
 
 T = TypeVar("T")
@@ -171,10 +171,6 @@ def register(type_id: int, cls: type[T] | None = None) -> Any:
 def registered_types() -> dict[int, type]:
     """A copy of the id -> class registry."""
     return dict(_registry_by_id)
-
-
-def message_type(type_id: int) -> type | None:
-    return _registry_by_id.get(type_id)
 
 
 def type_of(buf: bytes | bytearray | memoryview) -> type:
