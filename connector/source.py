@@ -51,6 +51,7 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 from pyspark.sql.types import StructType
+from pyspark_raftlog import worker_loop
 from pyspark_raftlog.admission import TriggerDelay, limit_end_offsets
 from pyspark_raftlog.arrow_payload import conform_batch, decode_payload
 from pyspark_raftlog.connection import open_blocking_client
@@ -406,8 +407,9 @@ def read_range(
 ) -> Iterator[pa.RecordBatch]:
     """Yield the committed records of ``[part.start, part.end)`` as Arrow batches of ``schema``.
 
-    Runs in a Spark task. Each stored payload becomes one output batch, sliced
-    to the range, with the metadata columns appended.
+    Runs in a Spark task, on the worker process's shared blocking client (never
+    closed here). Each stored payload becomes one output batch, sliced to the
+    range, with the metadata columns appended.
     """
     from raftlog.client import OffsetOutOfRangeError
 
@@ -420,7 +422,9 @@ def read_range(
     )
     topic, p = part.topic or opts.topics[0], part.partition
     offset = part.start
-    client = open_blocking_client(servers, opts.request_timeout_s)
+    # The worker process's client: its connections and learned leaders outlive the task
+    # (a client per task cost each one its connection set-ups and a metadata round trip).
+    client = worker_loop.shared_blocking_client(servers, opts.request_timeout_s)
 
     def fetch(at: int) -> concurrent.futures.Future[Any]:
         return client.submit(lambda c: c.fetch(topic, p, at, max_bytes=FETCH_BYTES))
@@ -467,7 +471,6 @@ def read_range(
     finally:
         if ahead is not None:
             ahead.cancel()
-        client.close()
 
 
 def _on_data_loss(

@@ -18,10 +18,10 @@ Contract:
   never closed by a task, and live as long as the process.
 * After a fork (pyspark's daemon forks its workers) the child starts a loop of
   its own: a loop and its connections never cross processes.
-* :func:`shared_blocking_client` is the same for blocking callers: the planner
-  workers that run a streaming writer's ``streamWriter()`` and ``commit()`` for
-  every micro-batch are long-lived too, and a client opened and closed per call
-  cost each micro-batch two connection set-ups and metadata round trips
+* :func:`shared_blocking_client` is the same for blocking callers: the source's
+  read tasks, and the planner workers that run a streaming writer's
+  ``streamWriter()`` and ``commit()`` for every micro-batch. A client opened and
+  closed per call cost each of them connection set-ups and a metadata round trip
   (12-19 ms each, on the driver's path between two micro-batches).
 * The first use in a process freezes the objects it holds by then
   (``gc.freeze``): the cyclic GC no longer walks the imported libraries.
