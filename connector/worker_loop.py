@@ -22,7 +22,7 @@ Contract:
   read tasks, and the planner workers that run a streaming writer's
   ``streamWriter()`` and ``commit()`` for every micro-batch. A client opened and
   closed per call cost each of them connection set-ups and a metadata round trip
-  (12-19 ms each, on the driver's path between two micro-batches).
+  (12-19 ms each; in the planner, on the driver's path between two micro-batches).
 * The first use in a process freezes the objects it holds by then
   (``gc.freeze``): the cyclic GC no longer walks the imported libraries.
 """

@@ -284,9 +284,14 @@ def test_the_node_answers_a_bad_frame_under_its_id_and_serves_on() -> None:
     run(body)
 
 
+def _pattern(size: int) -> bytes:
+    """``size`` bytes, each its position mod 251 (a cut or shifted answer shows)."""
+    return bytes(i % 251 for i in range(size))
+
+
 class FetchNode(ProduceNode):
-    """Answers a fetch of t/0 with one batch whose payload is ``size`` bytes, the
-    size named by the request's offset, each byte its position mod 251."""
+    """Answers a fetch of t/0 with one batch whose payload is ``_pattern(size)``, the
+    size named by the request's offset."""
 
     async def handle_client(self, message: Any) -> Any:
         from raftlog.rpc.messages import FetchRequest, FetchResponse
@@ -295,8 +300,7 @@ class FetchNode(ProduceNode):
         if not isinstance(message, FetchRequest):
             return await super().handle_client(message)
         size = message.offset
-        payload = bytes(i % 251 for i in range(size))
-        batch = RecordBatch.create(payload, record_count=1).stamped(message.offset, 1)
+        batch = RecordBatch.create(_pattern(size), record_count=1).stamped(message.offset, 1)
         return FetchResponse(
             batches=[batch],
             high_watermark=size + 1,
@@ -318,7 +322,7 @@ def test_answers_of_every_frame_size_come_back_whole_on_the_stream() -> None:
                     got = await client.fetch("t", 0, size, max_bytes=8 << 20)
                     assert len(got.batches) == 1
                     assert got.batches[0].base_offset == size
-                    assert got.batches[0].payload == bytes(i % 251 for i in range(size))
+                    assert got.batches[0].payload == _pattern(size)
                     assert got.high_watermark == size + 1
             assert server.handshakes == 1
 
