@@ -76,7 +76,7 @@ class DataApi:
         return self._leader_replica(req.topic, req.partition, read=True).list_offsets()
 
     async def offset_for_timestamp(self, req: OffsetForTimestampRequest) -> Any:
-        replica = self._leader_replica(req.topic, req.partition)
+        replica = self._leader_replica(req.topic, req.partition, read=True)
         return replica.offset_for_timestamp(req.timestamp_ms)
 
     async def init_producer(self, req: InitProducerRequest) -> Any:

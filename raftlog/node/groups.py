@@ -276,6 +276,9 @@ class PartitionReplica:
         self.retention = retention
         # when each follower last caught up (on the leader; sampled by the node)
         self.lag = FollowerLagTracker()
+        # (term, commit index when an entry of that term was first seen committed): a
+        # leader serves reads once it applied that far (see _read_barrier_lag)
+        self._read_barrier: tuple[int, int] = (-1, -1)
 
     @property
     def log_start(self) -> int:
@@ -418,17 +421,19 @@ class PartitionReplica:
         """Raise NOT_LEADER (naming the leader) unless this replica leads. ``read``: also
         LEADER_NOT_AVAILABLE until it has committed an entry of its own term (Raft's
         read rule: a new leader's commit index, so its high watermark, may lag what the
-        previous leader committed and acknowledged; a reader would miss those records)."""
+        previous leader committed and acknowledged; a reader would miss those records)
+        and applied what was committed then (see ``_read_barrier_lag``)."""
         c = self.consensus
-        if c.is_leader and read and not c.core.committed_in_term:
-            raise RequestError(
-                ErrorCode.LEADER_NOT_AVAILABLE,
-                f"node {c.node_id} leads {self.topic}/{self.partition} since term "
-                f"{c.core.term} but has not committed an entry of it yet (its high watermark "
-                "may lag); retry",
-                c.node_id,
-                peers.get(c.node_id, ""),
-            )
+        if c.is_leader and read:
+            lagging = self._read_barrier_lag()
+            if lagging:
+                raise RequestError(
+                    ErrorCode.LEADER_NOT_AVAILABLE,
+                    f"node {c.node_id} leads {self.topic}/{self.partition} since term "
+                    f"{c.core.term} but {lagging}; retry",
+                    c.node_id,
+                    peers.get(c.node_id, ""),
+                )
         if not c.is_leader:
             leader = c.leader_id
             code = ErrorCode.NOT_LEADER if leader >= 0 else ErrorCode.LEADER_NOT_AVAILABLE
@@ -439,6 +444,29 @@ class PartitionReplica:
                 leader,
                 peers.get(leader, ""),
             )
+
+    def _read_barrier_lag(self) -> str:
+        """Why this leader may not serve reads yet ('' once it may).
+
+        Two steps, both per term: an entry of the term is committed (Raft's read rule),
+        and rm_stm has applied the commit index as it stood when that was first seen.
+        Until the second, the last stable offset (capped by what rm_stm applied) can sit
+        below records an earlier leader acknowledged: a time lookup then found nothing
+        and answered that low LSO, and ``consume --from-timestamp`` started at offset 0.
+        """
+        c = self.consensus
+        term = c.core.term
+        if not c.core.committed_in_term:
+            return "has not committed an entry of it yet (its high watermark may lag)"
+        if self._read_barrier[0] != term:
+            self._read_barrier = (term, c.core.commit_index)
+        barrier = self._read_barrier[1]
+        if c.last_applied < barrier:
+            return (
+                f"has applied its log only to offset {c.last_applied}, below offset {barrier} "
+                "committed when its term's first entry was (its last stable offset may lag)"
+            )
+        return ""
 
     # -- requests ------------------------------------------------------------
 
