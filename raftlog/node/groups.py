@@ -463,8 +463,9 @@ class PartitionReplica:
         barrier = self._read_barrier[1]
         if c.last_applied < barrier:
             return (
-                f"has applied its log only to offset {c.last_applied}, below offset {barrier} "
-                "committed when its term's first entry was (its last stable offset may lag)"
+                f"has applied its log only to offset {c.last_applied}, below offset {barrier}, "
+                "its commit index when it first found an entry of its term committed (its "
+                "last stable offset may lag)"
             )
         return ""
 
