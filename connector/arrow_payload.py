@@ -39,12 +39,13 @@ __all__ = [
     "schema_to_bytes",
 ]
 
-Chunk = tuple[bytes, int]
+Chunk = tuple[bytes | memoryview, int]
 """(IPC stream payload, number of rows) -- the (payload, record_count) the client produces."""
 
 
-def encode_payload(batch: pa.RecordBatch) -> bytes:
-    """One IPC stream holding ``batch``'s schema and the batch itself.
+def encode_payload(batch: pa.RecordBatch) -> memoryview:
+    """One IPC stream holding ``batch``'s schema and the batch itself, as a read-only
+    view of Arrow's buffer: the client sends it as it is, with no copy in Python.
 
     A sliced batch is written with only its slice of the buffers (Arrow's IPC
     writer truncates them), so slicing then encoding is how chunks are cut.
@@ -52,7 +53,7 @@ def encode_payload(batch: pa.RecordBatch) -> bytes:
     sink = pa.BufferOutputStream()
     with pa.ipc.new_stream(sink, batch.schema) as writer:
         writer.write_batch(batch)
-    return sink.getvalue().to_pybytes()
+    return memoryview(sink.getvalue()).toreadonly()
 
 
 def decode_payload(payload: bytes) -> pa.RecordBatch:

@@ -1046,7 +1046,7 @@ def _records(payload: bytes, record_count: int) -> list[Any]:
         table = ipc.open_stream(payload).read_all()
         return [Record(json.dumps(row, default=str).encode()) for row in table.to_pylist()]
     except Exception:  # not Arrow either: an opaque value
-        return [Record(payload)]
+        return [Record(bytes(payload))]
 
 
 def _values(payload: bytes, record_count: int) -> list[bytes]:

@@ -24,11 +24,21 @@ from raftlog.faults.failpoints import ENV_VAR
 
 
 async def _wait_dead(cluster, node_id: int, w: Workload, timeout_s: float = 60.0) -> None:
+    """Release the workload's writes while ``node_id`` runs, until it has crashed.
+
+    Writes are held until the restarted node serves: released while it still
+    starts (seconds on a loaded machine), they were all acknowledged before it
+    took part, and it never reached its 10th flush (CI on a slower machine).
+    """
     deadline = time.monotonic() + timeout_s
+    node = cluster.cluster.node(node_id)
+    while cluster.alive(node_id) and await asyncio.to_thread(cluster.cluster.health, node) is None:
+        assert time.monotonic() < deadline, f"node {node_id} did not serve after its restart"
+        await asyncio.sleep(0.1)
     step = 20
     while cluster.alive(node_id):
         assert time.monotonic() < deadline, f"the crash failpoint of node {node_id} never fired"
-        step = min(step + 5, w.batches)
+        step = min(step + 2, w.batches)
         w.release(step)  # keep writes (and so flushes) coming
         await asyncio.sleep(0.1)
 

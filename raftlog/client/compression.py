@@ -17,7 +17,7 @@ import lz4.frame
 import zstandard
 
 from raftlog.rpc.messages import ProduceBatch
-from raftlog.storage.batch import SUPPORTED_COMPRESSION, Compression, RecordBatch
+from raftlog.storage.batch import SUPPORTED_COMPRESSION, Compression, RecordBatch, frozen_buffer
 
 __all__ = [
     "CODEC_NAMES",
@@ -50,7 +50,7 @@ def codec_named(name: str | Compression, what: str = "compression") -> Compressi
     return Compression[text.upper()]
 
 
-def compress(codec: Compression, payload: bytes) -> bytes:
+def compress(codec: Compression, payload: bytes | memoryview) -> bytes | memoryview:
     """``payload`` compressed with ``codec`` (as is for NONE)."""
     if codec is Compression.NONE:
         return payload
@@ -89,9 +89,15 @@ def decompress(codec: Compression, payload: bytes) -> bytes:
     return out
 
 
-def produce_batch(payload: bytes, record_count: int, codec: Compression) -> ProduceBatch:
-    """The wire batch for ``payload`` (uncompressed), compressed with ``codec``."""
-    return ProduceBatch(compress(codec, bytes(payload)), record_count, int(codec))
+def produce_batch(
+    payload: bytes | bytearray | memoryview, record_count: int, codec: Compression
+) -> ProduceBatch:
+    """The wire batch for ``payload`` (uncompressed), compressed with ``codec``.
+
+    ``bytes`` and read-only views (an Arrow IPC buffer) are sent as they are, not
+    copied; anything writable is copied first, since it could change before a retry.
+    """
+    return ProduceBatch(compress(codec, frozen_buffer(payload)), record_count, int(codec))
 
 
 def decompressed(batch: RecordBatch) -> RecordBatch:

@@ -61,7 +61,8 @@ class TmStm:
         if batch.kind is BatchKind.DATA and batch.producer_id == NO_PRODUCER:
             if batch.last_offset > self.state.applied_offset:
                 try:
-                    command = json.loads(batch.payload)
+                    # bytes(): a follower's batch holds a view of the frame it came in
+                    command = json.loads(bytes(batch.payload))
                 except ValueError:
                     command = None  # apply() answers with an error; the log moves on
                 self._results[batch.last_offset] = self.state.apply(command, batch.last_offset)

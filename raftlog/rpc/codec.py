@@ -10,6 +10,8 @@ Field encodings (little-endian, driven by the field's type annotation):
 
 - ``int``: int64; ``float``: float64; ``bool``: one byte, 0 or 1;
 - ``str``: uint32 length + UTF-8; ``bytes``: uint32 length + raw bytes;
+  ``bytes | memoryview``: the same bytes, decoded as a read-only view of the
+  frame when the frame is ``bytes`` (a payload is not copied out of it);
 - ``RecordBatch``: its own encoded form (header + payload, self-delimiting).
   Payloads pass through untouched: only the 52-byte header is read, and its
   CRC checked, never the records inside;
@@ -50,7 +52,7 @@ import typing
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from raftlog.storage.batch import HEADER_SIZE, BatchError, RecordBatch
+from raftlog.storage.batch import HEADER_SIZE, BatchError, RecordBatch, frozen_buffer
 
 __all__ = [
     "CodecError",
@@ -366,7 +368,7 @@ def _enc_bytes(v: Any, out: list[bytes], path: str) -> None:
     if len(v) > MAX_FIELD_BYTES:
         raise CodecError(f"{path}: {len(v)} bytes exceeds the limit of {MAX_FIELD_BYTES}")
     out.append(_U32.pack(len(v)))
-    out.append(bytes(v))
+    out.append(frozen_buffer(v))  # a payload is not copied to be sent
 
 
 def _dec_bytes(view: memoryview, pos: int, path: str) -> tuple[bytes, int]:
@@ -375,6 +377,16 @@ def _dec_bytes(view: memoryview, pos: int, path: str) -> tuple[bytes, int]:
         raise CodecError(f"{path}: byte length {n} exceeds the limit of {MAX_FIELD_BYTES}")
     _need(view, pos, n, path, f"{n} bytes")
     return bytes(view[pos : pos + n]), pos + n
+
+
+def _dec_view(view: memoryview, pos: int, path: str) -> tuple[bytes | memoryview, int]:
+    raw, end = _dec_len(view, pos, path, "byte length")
+    if not isinstance(view.obj, bytes):
+        return _dec_bytes(view, pos, path)
+    if raw > MAX_FIELD_BYTES:
+        raise CodecError(f"{path}: byte length {raw} exceeds the limit of {MAX_FIELD_BYTES}")
+    _need(view, end, raw, path, f"{raw} bytes")
+    return view[end : end + raw], end + raw
 
 
 def _enc_str(v: Any, out: list[bytes], path: str) -> None:
@@ -394,7 +406,7 @@ def _dec_str(view: memoryview, pos: int, path: str) -> tuple[str, int]:
 def _enc_batch(v: Any, out: list[bytes], path: str) -> None:
     if not isinstance(v, RecordBatch):
         raise CodecError(f"{path}: expected a RecordBatch, got {type(v).__name__}")
-    out.append(v.encode())
+    out.extend(v.encoded_parts())
 
 
 def _out_of_range(path: str, value: int, lo: int, hi: int) -> CodecError:
@@ -452,6 +464,7 @@ def field_range(cls: type, name: str) -> tuple[int, int]:
 _FLOAT = _Codec(_enc_float, _dec_float, 8)
 _BOOL = _Codec(_enc_bool, _dec_bool, 1)
 _BYTES = _Codec(_enc_bytes, _dec_bytes, 4)
+_VIEW = _Codec(_enc_bytes, _dec_view, 4)
 _STR = _Codec(_enc_str, _dec_str, 4)
 _BATCH = _Codec(_enc_batch, _dec_batch, HEADER_SIZE)
 
@@ -530,6 +543,8 @@ def _codec_for(tp: Any, int_range: tuple[int, int] = DEFAULT_RANGE) -> _Codec:
         return _BOOL
     if tp is bytes:
         return _BYTES
+    if tp == bytes | memoryview:
+        return _VIEW
     if tp is str:
         return _STR
     if tp is RecordBatch:

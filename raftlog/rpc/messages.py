@@ -163,7 +163,7 @@ class ListTopicsResponse:
 @register(20)
 @dataclasses.dataclass(frozen=True, slots=True)
 class ProduceBatch:
-    payload: bytes
+    payload: bytes | memoryview  # a view of the request's frame on the node: no copy
     record_count: int
     # the codec ``payload`` is compressed with (raftlog.storage.batch.Compression, Kafka's
     # ids); stored in the batch's attributes, so readers decompress. The engine never does.

@@ -645,7 +645,7 @@ async def _take_cut(sim: _Sim, caller: Caller, process: str, *, final: bool = Fa
             cluster, lambda node, end=end: _read_below(node, end), f"read {p}"
         )
         for b in batches:
-            for i, value in enumerate(b.payload.decode().split("\n")):
+            for i, value in enumerate(bytes(b.payload).decode().split("\n")):
                 records.append(((TOPIC, p), b.base_offset + i, value))
     now = asyncio.get_running_loop().time()
     sim.history.cut(process, now, {(TOPIC, p): e for p, e in cut.items()}, records, final=final)

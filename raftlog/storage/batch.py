@@ -124,6 +124,14 @@ class RecordBatch:
     follower's append, a follower's is written as it arrived, and each of those
     would otherwise compute the CRC and copy the payload again. The cached form is
     not a field that compares, prints or pickles, and a re-stamped batch has none.
+
+    ``payload`` is ``bytes``, or a read-only ``memoryview`` of immutable bytes: a
+    DATA batch decoded from ``bytes`` (a frame, a segment read) views them instead
+    of copying its payload, and a leader appends a produced payload as the view it
+    arrived in. Both compare, hash and ``len()`` alike; call ``bytes()`` for
+    ``str``-like methods. Control payloads, which the engine parses, are ``bytes``.
+    A re-stamped batch is encoded as two buffers, a new header and the payload
+    (:meth:`encoded_parts`), so placing a batch in a log never copies its payload.
     """
 
     base_offset: int
@@ -134,14 +142,18 @@ class RecordBatch:
     producer_epoch: int
     first_sequence: int
     timestamp_ms: int
-    payload: bytes
-    _encoded: bytes | memoryview | None = dataclasses.field(
+    payload: bytes | memoryview
+    # the encoded form: one buffer, or (header, payload) before anything joined them
+    _encoded: bytes | memoryview | tuple[bytes, bytes | memoryview] | None = dataclasses.field(
         default=None, init=False, repr=False, compare=False
     )
 
     def __getstate__(self) -> tuple:
-        # without the cached form: a memoryview does not pickle, and it is only a cache
-        return tuple(getattr(self, f.name) for f in dataclasses.fields(self) if f.init)
+        # without the cached form, and the payload as bytes: a memoryview does not pickle
+        return tuple(
+            bytes(value) if isinstance(value, memoryview) else value
+            for value in (getattr(self, f.name) for f in dataclasses.fields(self) if f.init)
+        )
 
     def __setstate__(self, state: tuple) -> None:
         for f, value in zip((f for f in dataclasses.fields(self) if f.init), state, strict=True):
@@ -151,7 +163,7 @@ class RecordBatch:
     @classmethod
     def create(
         cls,
-        payload: bytes,
+        payload: bytes | bytearray | memoryview,
         record_count: int = 1,
         *,
         kind: BatchKind = BatchKind.DATA,
@@ -189,7 +201,8 @@ class RecordBatch:
             producer_epoch=producer_epoch,
             first_sequence=first_sequence,
             timestamp_ms=int(time.time() * 1000) if timestamp_ms is None else timestamp_ms,
-            payload=bytes(payload),
+            # a control payload is parsed by the engine's state machines: bytes
+            payload=frozen_buffer(payload) if kind is BatchKind.DATA else bytes(payload),
         )
 
     @property
@@ -236,10 +249,26 @@ class RecordBatch:
         return dataclasses.replace(self, base_offset=base_offset, term=term)
 
     def encode(self) -> bytes | memoryview:
-        """Header and payload, the form on disk and on the wire (computed once)."""
+        """Header and payload as one buffer, the form on disk and on the wire (computed
+        once). Gather writes take :meth:`encoded_parts` instead, which copies nothing."""
         cached = self._encoded
-        if cached is not None:
+        if cached is not None and not isinstance(cached, tuple):
             return cached
+        joined = b"".join(self.encoded_parts())
+        object.__setattr__(self, "_encoded", joined)
+        return joined
+
+    def encoded_parts(self) -> tuple[bytes | memoryview, ...]:
+        """The encoded form as buffers in order, whose concatenation is :meth:`encode`:
+        the cached form when there is one, else a new header and the payload as it is.
+        The CRC is computed once per batch either way."""
+        cached = self._encoded
+        if cached is None:
+            cached = (self._header(), self.payload)
+            object.__setattr__(self, "_encoded", cached)
+        return cached if isinstance(cached, tuple) else (cached,)
+
+    def _header(self) -> bytes:
         body = _BODY.pack(
             self.base_offset,
             self.record_count,
@@ -252,9 +281,7 @@ class RecordBatch:
             len(self.payload),
         )
         crc = crc32c.crc32c(self.payload, crc32c.crc32c(body))
-        encoded = b"".join((_CRC_FIELD.pack(crc), body, self.payload))
-        object.__setattr__(self, "_encoded", encoded)
-        return encoded
+        return _CRC_FIELD.pack(crc) + body
 
     @classmethod
     def decode(cls, buf: bytes | memoryview, pos: int = 0) -> tuple[RecordBatch, int]:
@@ -292,10 +319,25 @@ class RecordBatch:
                 f"stored {crc:#010x}, computed {computed:#010x}",
                 pos,
             )
-        batch = cls(base, count, term, attrs, pid, epoch, seq, ts, bytes(view[end_header:end]))
-        if isinstance(view.obj, bytes):  # immutable: the bytes it came in stay valid
+        if not isinstance(view.obj, bytes):  # the buffer may change: copy the payload
+            payload: bytes | memoryview = bytes(view[end_header:end])
+        elif (attrs >> _KIND_SHIFT) & _KIND_MASK == BatchKind.DATA:
+            payload = view[end_header:end]  # immutable: a view stays valid
+        else:
+            payload = bytes(view[end_header:end])  # a control payload, parsed as bytes
+        batch = cls(base, count, term, attrs, pid, epoch, seq, ts, payload)
+        if isinstance(view.obj, bytes):
             object.__setattr__(batch, "_encoded", view[pos:end])
         return batch, end
+
+
+def frozen_buffer(data: bytes | bytearray | memoryview) -> bytes | memoryview:
+    """``data`` itself when it is ``bytes`` or a read-only ``memoryview`` (a view of
+    bytes, or of an Arrow buffer: nothing changes it while it is held), else a copy
+    as bytes. How a payload is kept or sent without a copy, and only then."""
+    if isinstance(data, bytes) or (isinstance(data, memoryview) and data.readonly):
+        return data
+    return bytes(data)
 
 
 def encode_batches(batches: list[RecordBatch]) -> bytes:

@@ -294,15 +294,14 @@ class Segment:
         pos = self.size
         chunks = []
         for batch in batches:
-            data = batch.encode()
             index.add(batch.base_offset, pos)
             times.add(batch.timestamp_ms, batch.base_offset, pos)
-            chunks.append(data)
-            pos += len(data)
+            chunks.extend(batch.encoded_parts())  # a payload is written as it arrived
+            pos += batch.size_bytes
             self.note_timestamp(batch.timestamp_ms)
         self.fd.pwritev(chunks, self.size)
         if self.size == 0:
-            self._head_bytes = len(chunks[0])
+            self._head_bytes = batches[0].size_bytes
         self.size = pos
         self.last_offset = batches[-1].last_offset
 

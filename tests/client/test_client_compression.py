@@ -91,3 +91,15 @@ def test_produce_batch_carries_codec_over_the_wire():
     wrong = ProduceRequest("t", 0, -1, [ProduceBatch(b"x", 1, 9)])
     with pytest.raises(codec.CodecError, match=r"compression: 9 is out of range, allowed 0..4"):
         codec.decode(codec.encode(wrong))
+
+
+def test_produce_batch_sends_an_immutable_payload_as_it_is_and_copies_a_writable_one():
+    frozen = memoryview(PAYLOAD)
+    assert produce_batch(frozen, 1, Compression.NONE).payload is frozen
+    assert produce_batch(PAYLOAD, 1, Compression.NONE).payload is PAYLOAD
+    buf = bytearray(PAYLOAD)
+    for writable in (buf, memoryview(buf)):
+        pb = produce_batch(writable, 1, Compression.NONE)
+        buf[0] ^= 0xFF  # the caller reuses its buffer before a retry
+        assert pb.payload == PAYLOAD
+        buf[0] ^= 0xFF

@@ -61,7 +61,7 @@ class ProduceNode(NodeStub):
                 [TopicInfo("t", 1, [PartitionInfo(0, 1, 1, [1])])],
             )
         assert isinstance(message, ProduceRequest)
-        payload = message.batches[0].payload
+        payload = bytes(message.batches[0].payload)
         self.payloads.append(payload)
         await self.hold.wait()
         if payload.startswith(b"refuse"):

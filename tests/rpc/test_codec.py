@@ -91,6 +91,29 @@ def test_client_messages_round_trip() -> None:
         assert codec.decode(codec.encode(m)) == m
 
 
+def test_a_produced_payload_is_a_view_of_an_immutable_frame_and_a_copy_of_a_mutable_one() -> None:
+    """The node appends a produced payload without copying it out of the request."""
+    payload = bytes(range(256)) * 300
+    frame = codec.encode(ProduceRequest("t", 0, -1, [ProduceBatch(payload, 7)]))
+    got = codec.decode(frame, ProduceRequest).batches[0].payload
+    assert isinstance(got, memoryview) and got.obj is frame and got == payload
+    mutable = bytearray(frame)
+    copied = codec.decode(mutable, ProduceRequest).batches[0].payload
+    mutable[-1] ^= 0xFF
+    assert type(copied) is bytes and copied == payload
+
+
+def test_a_payload_is_sent_as_it_is_unless_it_could_change() -> None:
+    """encode_parts passes bytes and read-only views through; a writable buffer is copied."""
+    data = bytes(100_000)
+    view = memoryview(data)
+    writable = memoryview(bytearray(100_000))
+    for payload, passed in ((data, True), (view, True), (writable, False)):
+        parts = codec.encode_parts(ProduceRequest("t", 0, -1, [ProduceBatch(payload, 1)]))
+        assert any(part is payload for part in parts) is passed
+        assert codec.decode(b"".join(parts), ProduceRequest).batches[0].payload == payload
+
+
 def test_expected_type_mismatch_names_both_types() -> None:
     raw = codec.encode(SAMPLE)
     with pytest.raises(CodecError, match="expected a ProduceRequest message, got SampleAppend"):

@@ -28,7 +28,7 @@ def _valid(tp: Any, lo_hi: tuple[int, int]) -> Any:
         return 0.0
     if tp is str:
         return "t"
-    if tp is bytes:
+    if tp is bytes or tp == bytes | memoryview:
         return b"x"
     if tp is RecordBatch:
         return RecordBatch.create(b"x", 1, timestamp_ms=0).stamped(0, 1)

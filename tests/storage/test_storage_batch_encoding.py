@@ -9,7 +9,13 @@ import pickle
 
 from storage_helpers import make_batches
 
-from raftlog.storage.batch import RecordBatch, decode_batches, encode_batches
+from raftlog.storage.batch import (
+    HEADER_SIZE,
+    BatchKind,
+    RecordBatch,
+    decode_batches,
+    encode_batches,
+)
 from raftlog.storage.fs import REAL_FS
 
 
@@ -70,3 +76,64 @@ def test_pwritev_writes_every_buffer_in_order(tmp_path):
         assert f.pread(100_000, 0) == b"\0\0\0" + b"abcdefg" + b"".join(many)
     finally:
         f.close()
+
+
+def test_a_data_payload_decoded_from_bytes_is_a_view_of_them_and_a_control_one_is_bytes():
+    control = RecordBatch.create(b'{"c": 1}', kind=BatchKind.TX_COMMIT, timestamp_ms=1)
+    wire = encode_batches([batch(), control.stamped(43, 2)])
+    data, marker = decode_batches(wire)
+    assert isinstance(data.payload, memoryview) and data.payload.obj is wire
+    assert data.payload == b"p" * 64 and hash(data) == hash(batch())
+    assert type(marker.payload) is bytes and marker.payload == b'{"c": 1}'
+    clone = pickle.loads(pickle.dumps(data))  # a view does not pickle: the state is bytes
+    assert clone == data and type(clone.payload) is bytes
+
+
+def test_a_payload_decoded_from_a_mutable_buffer_is_a_copy():
+    buf = bytearray(encode_batches([batch()]))
+    (decoded,) = decode_batches(buf)
+    buf[-1] ^= 0xFF
+    assert type(decoded.payload) is bytes and decoded.payload == b"p" * 64
+
+
+def test_a_restamped_batch_is_a_new_header_and_the_payload_it_arrived_in():
+    """What a leader does with a produced payload: no copy of it, one CRC."""
+    frame = b"\x00" * 5 + b"q" * 1000 + b"\x00" * 3
+    produced = RecordBatch.create(memoryview(frame)[5:1005], 4, timestamp_ms=9)
+    placed = produced.stamped(700, 5)
+    header, payload = placed.encoded_parts()
+    assert payload is produced.payload and payload.obj is frame
+    assert len(header) == HEADER_SIZE
+    assert placed.encoded_parts()[0] is header  # computed once
+    (back,) = decode_batches(bytes(header) + bytes(payload))
+    assert (back.base_offset, back.term, back.record_count) == (700, 5, 4)
+    assert back.payload == b"q" * 1000
+    assert bytes(placed.encode()) == bytes(header) + bytes(payload)
+
+
+def test_create_copies_a_payload_that_could_change():
+    buf = bytearray(b"abc")
+    for source in (buf, memoryview(buf)):
+        b = RecordBatch.create(source, timestamp_ms=1)
+        buf[0] = ord("z")
+        assert type(b.payload) is bytes and b.payload == b"abc"
+        buf[0] = ord("a")
+
+
+def test_a_segment_writes_a_restamped_batch_as_its_encoded_bytes(tmp_path):
+    from raftlog.storage.log import SegmentedLog
+
+    frame = b"r" * 5000
+    placed = [RecordBatch.create(memoryview(frame)[i * 1000 :], 2, timestamp_ms=3) for i in (0, 4)]
+    log = SegmentedLog.open(tmp_path / "log")
+    try:
+        log.append([placed[0].stamped(0, 1), placed[1].stamped(2, 1)])
+        log.flush()
+    finally:
+        log.close()
+    log = SegmentedLog.open(tmp_path / "log")
+    try:
+        got = list(log.read(0, 10_000_000))
+    finally:
+        log.close()
+    assert [(b.base_offset, bytes(b.payload)) for b in got] == [(0, frame), (2, frame[4000:])]
