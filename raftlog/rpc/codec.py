@@ -371,22 +371,24 @@ def _enc_bytes(v: Any, out: list[bytes], path: str) -> None:
     out.append(frozen_buffer(v))  # a payload is not copied to be sent
 
 
-def _dec_bytes(view: memoryview, pos: int, path: str) -> tuple[bytes, int]:
+def _dec_span(view: memoryview, pos: int, path: str) -> tuple[memoryview, int]:
+    """The bytes of a length-prefixed field, as a view of ``view``, and the end."""
     n, pos = _dec_len(view, pos, path, "byte length")
     if n > MAX_FIELD_BYTES:
         raise CodecError(f"{path}: byte length {n} exceeds the limit of {MAX_FIELD_BYTES}")
     _need(view, pos, n, path, f"{n} bytes")
-    return bytes(view[pos : pos + n]), pos + n
+    return view[pos : pos + n], pos + n
+
+
+def _dec_bytes(view: memoryview, pos: int, path: str) -> tuple[bytes, int]:
+    span, end = _dec_span(view, pos, path)
+    return bytes(span), end
 
 
 def _dec_view(view: memoryview, pos: int, path: str) -> tuple[bytes | memoryview, int]:
-    raw, end = _dec_len(view, pos, path, "byte length")
-    if not isinstance(view.obj, bytes):
-        return _dec_bytes(view, pos, path)
-    if raw > MAX_FIELD_BYTES:
-        raise CodecError(f"{path}: byte length {raw} exceeds the limit of {MAX_FIELD_BYTES}")
-    _need(view, end, raw, path, f"{raw} bytes")
-    return view[end : end + raw], end + raw
+    span, end = _dec_span(view, pos, path)
+    # a view only of immutable bytes: a reused receive buffer would change under it
+    return (span if isinstance(view.obj, bytes) else bytes(span)), end
 
 
 def _enc_str(v: Any, out: list[bytes], path: str) -> None:
