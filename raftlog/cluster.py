@@ -41,6 +41,7 @@ import fcntl
 import json
 import os
 import pathlib
+import random
 import secrets
 import signal
 import socket
@@ -167,19 +168,51 @@ class LocalCluster:
         return health(node.address, timeout_s, ca_file=self.tls_ca_file, token=self.auth_token)
 
 
-def free_ports(count: int, hosts: list[str] | None = None) -> list[int]:
-    """``count`` distinct free TCP ports (held open together while picking): port i on
-    ``hosts[i]`` when given (IPv4 addresses), else all on 127.0.0.1."""
-    socks = []
+EPHEMERAL_RANGE_FILE = pathlib.Path("/proc/sys/net/ipv4/ip_local_port_range")
+LOWEST_SERVER_PORT = 10000
+"""Ports are picked from here up to the start of the kernel's ephemeral range."""
+_PORT_TRIES = 200
+
+
+def ephemeral_range() -> tuple[int, int]:
+    """The kernel's range of source ports for outgoing connections (Linux's default when
+    it cannot be read)."""
     try:
-        for i in range(count):
-            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            s.bind((hosts[i] if hosts else "127.0.0.1", 0))
-            socks.append(s)
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
+        low, high = (int(x) for x in EPHEMERAL_RANGE_FILE.read_text().split())
+    except (OSError, ValueError):
+        return 32768, 60999
+    return low, high
+
+
+def free_ports(count: int, hosts: list[str] | None = None) -> list[int]:
+    """``count`` distinct TCP ports free right now (held open together while picking):
+    port i on ``hosts[i]`` when given (IPv4 addresses), else all on 127.0.0.1.
+
+    They lie below the kernel's ephemeral range, never in it. A server port in that
+    range can be handed out as the source port of an outgoing connection while its
+    node is down: its restart then fails to bind (EADDRINUSE), and a peer that
+    reconnects to the port can be given that very port as its source, a TCP
+    self-connect that echoes the peer's own messages back to it (seen as "two
+    leaders in term 1 (2, 2)"). Raises ClusterError when no port is found."""
+    low = LOWEST_SERVER_PORT
+    high = ephemeral_range()[0] - 1
+    if high - low < 10 * count:  # a machine whose ephemeral range starts low
+        low = 1024
+    candidates = random.sample(range(low, high + 1), min(_PORT_TRIES + count, high - low + 1))
+    with contextlib.ExitStack() as stack:
+        ports: list[int] = []
+        for port in candidates:
+            if len(ports) == count:
+                break
+            s = stack.enter_context(socket.socket(socket.AF_INET, socket.SOCK_STREAM))
+            try:
+                s.bind((hosts[len(ports)] if hosts else "127.0.0.1", port))
+            except OSError:
+                continue  # in use (a listener, a connection, or a TIME_WAIT left by one)
+            ports.append(port)
+        if len(ports) < count:
+            raise ClusterError(f"found only {len(ports)} of {count} free ports in {low}-{high}")
+        return ports
 
 
 @contextlib.contextmanager

@@ -3,7 +3,8 @@
 Per-group gauges, the per-partition gauges (``raftlog_partition_*``: log start,
 log end, high watermark, LSO, bytes on disk, replication lag; labels ``topic``
 and ``partition``, plus ``node``) and the per-group counters
-``raftlog_fsyncs_total`` and ``raftlog_recovery_requests_total`` are read from
+``raftlog_fsyncs_total``, ``raftlog_recovery_requests_total`` and
+``raftlog_stm_apply_errors_total`` are read from
 the live groups at scrape time (and the node's ``raftlog_syncfs_total`` from its
 flusher) (a custom collector), so they cost nothing
 between scrapes. Counters and histograms that must be observed as events happen
@@ -35,8 +36,9 @@ class GroupView(Protocol):
     def gauges(self) -> dict[str, float]:
         """Keys: is_leader, term, commit_index, flushed_offset, dirty_offset,
         batcher_queue_bytes, and the counters fsyncs (durability barriers of the
-        group's log since it was opened) and recovery_requests (appends sent by
-        recovery while leading); and, for a partition, the keys of
+        group's log since it was opened), recovery_requests (appends sent by
+        recovery while leading) and stm_apply_errors (committed batches a state
+        machine's apply raised on, each skipped); and, for a partition, the keys of
         ``PARTITION_GAUGES`` (a key that is absent is not exported)."""
         ...
 
@@ -114,6 +116,13 @@ class _GroupCollector(Collector):
             "appends a leader sent to followers from recovery (read back from its log)",
             labels=labels,
         )
+        # Each one is a bug or a bad value in the log, skipped by the state machine: never
+        # expected, so any increase is worth an alert (see raft/state_machines.py).
+        apply_errors = CounterMetricFamily(
+            "raftlog_stm_apply_errors",
+            "committed batches a state machine's apply raised on (each skipped by it)",
+            labels=labels,
+        )
         part_labels = ["node", "topic", "partition"]
         partition = {
             k: GaugeMetricFamily(name, doc, labels=part_labels)
@@ -132,6 +141,7 @@ class _GroupCollector(Collector):
                 fam.add_metric(lv, float(values.get(k, 0.0)))
             fsyncs.add_metric(lv, float(values.get("fsyncs", 0.0)))
             recovery.add_metric(lv, float(values.get("recovery_requests", 0.0)))
+            apply_errors.add_metric(lv, float(values.get("stm_apply_errors", 0.0)))
             plv = [self._node_id, g.topic, str(g.partition)]
             for k, fam in partition.items():
                 if k in values:
@@ -142,6 +152,7 @@ class _GroupCollector(Collector):
         yield from families.values()
         yield fsyncs
         yield recovery
+        yield apply_errors
         yield from partition.values()
         yield follower_lag
 

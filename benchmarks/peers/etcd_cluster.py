@@ -8,10 +8,8 @@ with a bounded deadline.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import json
-import socket
 import subprocess
 import time
 import urllib.error
@@ -20,6 +18,7 @@ from pathlib import Path
 from types import TracebackType
 
 from benchmarks.peers.detect import ETCD_INSTALL_HINT, etcd_binary
+from raftlog.cluster import free_ports
 
 HOST = "127.0.0.1"
 STOP_GRACE_S = 5.0
@@ -27,22 +26,6 @@ STOP_GRACE_S = 5.0
 
 class EtcdError(RuntimeError):
     """etcd could not be started; the message says which member and shows its log tail."""
-
-
-def free_ports(count: int) -> list[int]:
-    """``count`` distinct TCP ports free on 127.0.0.1 right now (the kernel picks them).
-
-    All sockets are held open until every port is picked, so the ports differ.
-    A port may still be taken by someone else before etcd binds it; start-up
-    then fails with a clear error rather than hanging.
-    """
-    with contextlib.ExitStack() as stack:
-        ports = []
-        for _ in range(count):
-            sock = stack.enter_context(socket.socket(socket.AF_INET, socket.SOCK_STREAM))
-            sock.bind((HOST, 0))
-            ports.append(sock.getsockname()[1])
-        return ports
 
 
 @dataclasses.dataclass

@@ -19,7 +19,8 @@ from types import TracebackType
 from typing import IO, Any
 
 from benchmarks.peers.detect import PYSYNCOBJ_INSTALL_HINT, pysyncobj_missing
-from benchmarks.peers.etcd_cluster import HOST, STOP_GRACE_S, free_ports
+from benchmarks.peers.etcd_cluster import HOST, STOP_GRACE_S
+from raftlog.cluster import free_ports
 
 NODE_SCRIPT = Path(__file__).with_name("pysyncobj_node.py")
 ANSWER_TIMEOUT_S = 15.0

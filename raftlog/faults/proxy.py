@@ -228,6 +228,13 @@ class TcpProxy:
             except (OSError, TimeoutError) as exc:
                 logger.info("proxy %s: cannot reach target %s: %s", self.name, self.target, exc)
                 return
+            if target_writer.get_extra_info("sockname") == target_writer.get_extra_info("peername"):
+                # A TCP self-connect (the target is down and the kernel gave this
+                # connection the target's port as its source): relaying it would echo
+                # the client's own messages back to it.
+                logger.info("proxy %s: self-connected to %s; dropped", self.name, self.target)
+                target_writer.transport.abort()
+                return
             link.target = target_writer
             _set_nodelay(target_writer)
             if link not in self._links:  # cut while connecting

@@ -367,6 +367,7 @@ class PartitionReplica:
             "batcher_queue_bytes": queued,
             "fsyncs": getattr(c.log, "fsyncs", 0),
             "recovery_requests": c.recovery.requests_sent,
+            "stm_apply_errors": c.stm_apply_errors,
             "log_start_offset": self.log_start,
             "log_end_offset": c.dirty_offset + 1,
             "high_watermark": c.high_watermark,

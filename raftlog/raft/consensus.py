@@ -637,6 +637,11 @@ class Consensus:
         """The last offset applied to the state machines (the commit index without any)."""
         return self._applier.last_applied
 
+    @property
+    def stm_apply_errors(self) -> int:
+        """Committed batches a state machine's apply() raised on (and skipped) so far."""
+        return self._applier.apply_errors
+
     def save_commit_context(self) -> None:
         """Save the latest commit context (only offsets this replica has flushed)."""
         self._applier.save_commit_context()

@@ -17,6 +17,15 @@ otherwise, and past the budget, the applier reads the log as before.
 A state machine that never looks at the payload of a DATA batch (rm_stm reads
 producer ids, sequences and offsets; the log start's state machine reads its
 own kind) says so with ``reads_data_payloads = False``.
+
+A state machine whose ``apply`` raises on a batch skips that batch: the error is
+logged with the group, the offsets and the state machine, counted in
+:attr:`Applier.apply_errors` (``raftlog_stm_apply_errors_total``), and the applier
+goes on. ``apply`` is a function of the committed log, so every replica fails on
+the same batch and skipping it keeps them identical. Retrying could not help: the
+batch never changes, and an applier that stops holds back ``last_applied``, so the
+read barrier, the coordinator's waiters and every later batch of the group would
+wait for good (one bad value would stop the partition).
 When every state machine of a group says so, a DATA batch waits in memory as its
 header alone (:meth:`RecordBatch.without_payload`) and counts only that against
 the budget: a follower with several MiB-sized appends in flight before it learns
@@ -29,6 +38,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import inspect
+import logging
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
@@ -51,6 +61,8 @@ class StateMachine(Protocol):
 
     def restore(self, data: bytes) -> None: ...
 
+
+log_ = logging.getLogger(__name__)
 
 PENDING_MAX_BYTES = 8 * 1024 * 1024
 """Bytes of appended, not yet applied batches the applier keeps in memory; an applier
@@ -78,6 +90,8 @@ class Applier:
         # Every state machine declared reads_data_payloads = False: DATA batches wait
         # as headers (see the module doc). Set by add(), as the set is fixed at start.
         self._headers_only = False
+        # Batches a state machine's apply() raised on (each skipped by it; see the module doc).
+        self.apply_errors = 0
 
     def add(self, stm: StateMachine) -> None:
         """Feed ``stm`` too (before the group starts: the set is fixed from then on)."""
@@ -173,14 +187,27 @@ class Applier:
                 if b.last_offset <= self.last_applied:
                     continue
                 for stm in self.stms:
-                    res = stm.apply(b)
-                    if inspect.isawaitable(res):
-                        await res
+                    await self._apply_one(stm, b)
                 if generation != self._generation:
                     break  # a snapshot was installed meanwhile: its state stands
                 self.last_applied = b.last_offset
                 for listener in self.applied_listeners:
                     listener(b.last_offset)
+
+    async def _apply_one(self, stm: StateMachine, batch: RecordBatch) -> None:
+        """``stm.apply(batch)``; an exception skips the batch for ``stm``, loudly."""
+        try:
+            res = stm.apply(batch)
+            if inspect.isawaitable(res):
+                await res
+        except Exception:
+            self.apply_errors += 1
+            log_.error(
+                "group %d on node %s: %s.apply raised on the committed %s batch at offsets "
+                "%d-%d; that state machine skips it (as every replica does) and goes on",
+                self._c.group, self._c.node_id, type(stm).__name__, batch.kind.name,
+                batch.base_offset, batch.last_offset, exc_info=True,
+            )  # fmt: skip
 
     def snapshot(self) -> tuple[int, bytes]:
         """(offset, data): the group's state as of ``offset`` (the configuration effective

@@ -3,8 +3,9 @@
 The run happens once per test session (a module fixture); the tests check that it
 completes and writes its files -- every registered scenario present, ok or
 skipped with a reason, results.md and a PNG per scenario that ran -- not that any
-figure is reached. A scenario needing a tool that is not installed (``peers``
-without etcd) skips itself.
+figure is reached, except where a figure is a correctness check (the chaos
+checker's anomalies, the Spark sink's rows read back once). A scenario needing a
+tool that is not installed (``peers`` without etcd) skips itself.
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 RUN_TIMEOUT_S = 420
 """A safety bound only (subprocess.run kills the run past it); --quick aims at < 3 minutes."""
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+NEMESES = {"crash", "drop", "kill", "partition", "sigstop", "torn"}
+FATAL = ("lost", "duplicated", "inconsistent", "failed_visible", "order")
 
 pytestmark = pytest.mark.timeout(RUN_TIMEOUT_S + 60)
 
@@ -96,6 +99,27 @@ def test_disk_always_measures_and_derives_the_r3_ceiling(quick_run: dict[str, An
         assert row["MB/s"] > 0 and row["fsyncs/s"] > 0
     one_mib = cases["sequential write, fsync every 1 MiB"]
     assert one_mib["R=3 ceiling MB/s"] == pytest.approx(one_mib["MB/s"] / 3)
+
+
+def test_chaos_runs_every_nemesis_once_and_the_checker_finds_no_anomaly(
+    quick_run: dict[str, Any],
+) -> None:
+    """``chaos --quick``: every nemesis once against idempotent producers; every value
+    written is read back exactly once."""
+    proc = quick_run["proc"]
+    chaos = _scenarios(quick_run)["chaos"]
+    assert chaos["status"] == "ok", chaos
+    rows = {row["nemesis"]: row for row in chaos["rows"]}
+    assert set(rows) == NEMESES | {"all"}, rows
+    for name, row in rows.items():
+        for kind in FATAL:
+            assert row[kind] == 0, (name, kind, row, proc.stdout[-5000:])
+        assert row["incomplete rounds"] == 0, (name, row, proc.stdout[-5000:])
+        assert row["operations"] > 0 and row["produce_ok"] > 0, row
+        assert row["values_in_final_reads"] == row["values expected"], row
+    assert rows["all"]["rounds"] == len(NEMESES)
+    assert proc.stdout.count("checker: OK") == len(NEMESES), proc.stdout[-5000:]
+    assert not (quick_run["out"] / "chaos-histories").exists()
 
 
 def test_spark_compares_every_sink_and_both_reads(quick_run: dict[str, Any]) -> None:

@@ -4,15 +4,20 @@ from __future__ import annotations
 
 import json
 import pathlib
+import random
+import socket
 
 import pytest
 
+from raftlog import cluster as cluster_module
 from raftlog.cli import main
 from raftlog.cluster import (
     ClusterError,
     LocalCluster,
     NodeFailure,
     NodeProcess,
+    ephemeral_range,
+    free_ports,
     load_cluster,
     log_tail,
     majority,
@@ -33,6 +38,44 @@ def _recorded(root: pathlib.Path, nodes: int) -> LocalCluster:
     root.mkdir(parents=True, exist_ok=True)
     (root / "cluster.json").write_text(cluster.to_json())
     return cluster
+
+
+def test_free_ports_are_distinct_bindable_and_below_the_ephemeral_range() -> None:
+    """A node's port in the ephemeral range can become an outgoing connection's source
+    port while the node is down (its restart fails to bind) or a peer's self-connect."""
+    low, _high = ephemeral_range()
+    for _ in range(20):
+        ports = free_ports(8)
+        assert len(set(ports)) == 8
+        assert all(1024 <= p < low for p in ports), (ports, low)
+        with socket.socket() as a, socket.socket() as b:
+            a.bind(("127.0.0.1", ports[0]))
+            b.bind(("127.0.0.1", ports[-1]))
+
+
+def test_free_ports_skips_a_port_in_use(monkeypatch: pytest.MonkeyPatch) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        busy = taken.getsockname()[1]
+        sample = random.sample
+        monkeypatch.setattr(
+            cluster_module.random,
+            "sample",
+            lambda population, k: [busy, *sample(population, k)],
+        )
+        ports = free_ports(3)
+    assert busy not in ports and len(set(ports)) == 3
+
+
+def test_free_ports_says_when_none_is_found(monkeypatch: pytest.MonkeyPatch) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        busy = taken.getsockname()[1]
+        monkeypatch.setattr(cluster_module.random, "sample", lambda population, k: [busy] * k)
+        with pytest.raises(ClusterError, match="found only 0 of 2 free ports"):
+            free_ports(2)
 
 
 def test_majority() -> None:
