@@ -21,7 +21,7 @@ from typing import Any, TypeVar
 import pytest
 
 from benchmarks.workloads.cluster_handle import ClusterHandle, running_cluster
-from raftlog.client import BlockingRaftlogClient, unframe_records
+from raftlog.client import BlockingRaftlogClient, OffsetOutOfRangeError, unframe_records
 
 T = TypeVar("T")
 
@@ -73,7 +73,19 @@ def wait_until(check: Callable[[], T], timeout_s: float, what: str) -> T:
 
 def read_partition(client: BlockingRaftlogClient, topic: str, partition: int) -> list[bytes]:
     """Every record of ``topic/partition`` from its log start to its high watermark
-    (CLI framing), in offset order; each fetch must make progress."""
+    (CLI framing), in offset order; each fetch must make progress. When retention
+    moves the log start past the reader meanwhile (the partition is being written),
+    the read starts over from the new start, as a Kafka consumer reset to earliest
+    would (at most 5 times)."""
+    for _ in range(5):
+        try:
+            return _read_from_start(client, topic, partition)
+        except OffsetOutOfRangeError:
+            continue
+    raise AssertionError(f"retention outran every read of {topic}/{partition} from its start")
+
+
+def _read_from_start(client: BlockingRaftlogClient, topic: str, partition: int) -> list[bytes]:
     start, hwm, _lso = client.list_offsets(topic, partition)
     out: list[bytes] = []
     offset = start

@@ -571,21 +571,25 @@ class ModelFileSystem:
             _make_durable(inode)
         self.io("fsync", path)
 
-    def _split(self, path: pathlib.Path) -> list[str]:
-        parts = [p for p in pathlib.PurePosixPath(os.path.abspath(path)).parts if p != "/"]
-        return parts
+    def _split(self, path: pathlib.Path | str) -> list[str]:
+        # os.path, not pathlib: the simulation looks paths up on every IO call, and
+        # pathlib's parsing was a sixth of a power-loss seed's time
+        return [p for p in os.path.abspath(path).split("/") if p]
 
-    def _lookup(self, path: pathlib.Path) -> _Inode | _Dir | None:
+    def _walk(self, parts: list[str]) -> _Inode | _Dir | None:
         node: _Inode | _Dir | None = self.root
-        for part in self._split(path):
+        for part in parts:
             if not isinstance(node, _Dir):
                 return None
             node = node.entries.get(part)
         return node
 
+    def _lookup(self, path: pathlib.Path | str) -> _Inode | _Dir | None:
+        return self._walk(self._split(path))
+
     def _parent(self, path: pathlib.Path) -> tuple[_Dir, str]:
         parts = self._split(path)
-        parent = self._lookup(pathlib.Path("/", *parts[:-1]))
+        parent = self._walk(parts[:-1])
         if not isinstance(parent, _Dir):
             raise FileNotFoundError(errno.ENOENT, "No such directory", str(path.parent))
         return parent, parts[-1]
@@ -614,7 +618,7 @@ class ModelFileSystem:
 
     def read_file(self, path: pathlib.Path) -> bytes | None:
         with self.lock:
-            node = self._lookup(pathlib.Path(path))
+            node = self._lookup(path)
             if node is None:
                 return None
             if isinstance(node, _Dir):
@@ -659,25 +663,25 @@ class ModelFileSystem:
 
     def listdir(self, path: pathlib.Path) -> list[str]:
         with self.lock:
-            node = self._lookup(pathlib.Path(path))
+            node = self._lookup(path)
             if not isinstance(node, _Dir):
                 raise FileNotFoundError(errno.ENOENT, "No such directory", str(path))
             return sorted(node.entries)
 
     def exists(self, path: pathlib.Path) -> bool:
         with self.lock:
-            return self._lookup(pathlib.Path(path)) is not None
+            return self._lookup(path) is not None
 
     def is_dir(self, path: pathlib.Path) -> bool:
         with self.lock:
-            return isinstance(self._lookup(pathlib.Path(path)), _Dir)
+            return isinstance(self._lookup(path), _Dir)
 
     def mkdirs(self, path: pathlib.Path) -> list[pathlib.Path]:
         with self.lock:
             changed = []
             node = self.root
             current = pathlib.Path("/")
-            for part in self._split(pathlib.Path(path)):
+            for part in self._split(path):
                 child = node.entries.get(part)
                 if child is None:
                     child = _Dir()
@@ -782,7 +786,7 @@ class ModelFileSystem:
     def durable_view(self, path: pathlib.Path) -> dict[str, bytes]:
         """Names and contents under directory ``path`` as they are now (for tests)."""
         with self.lock:
-            node = self._lookup(pathlib.Path(path))
+            node = self._lookup(path)
             if not isinstance(node, _Dir):
                 return {}
             return {
