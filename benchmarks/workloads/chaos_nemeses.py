@@ -175,12 +175,27 @@ async def _crash(c: ProxiedCluster, w: Workload, rng: random.Random, plan: Round
     return f"node {victim} {how} at its flush #{at} with {acked} batches acknowledged"
 
 
+_TORN_WAIT_STEPS = 300
+"""Tenths of a second the torn nemesis waits for its victim's log of the round's topic."""
+
+
 async def _torn(c: ProxiedCluster, w: Workload, rng: random.Random, plan: RoundPlan) -> str:
     victim = rng.choice(NODES)
     partition = rng.randrange(PARTITIONS)
     nbytes = rng.randint(1, 40)
-    await asyncio.to_thread(c.kill, victim, signal.SIGKILL)
     log_dir = c.data_dir / f"node-{victim}" / w.topic / str(partition)
+    # The round's topic has leaders once two replicas serve; a victim restarted by the
+    # round before creates its replica when it catches up with the controller.
+    for _ in range(_TORN_WAIT_STEPS):
+        if log_dir.is_dir():
+            break
+        await asyncio.sleep(0.1)
+    else:
+        raise RuntimeError(
+            f"node {victim} has no log of {w.topic}/{partition} "
+            f"{_TORN_WAIT_STEPS / 10:g} s into the round: it never created its replica"
+        )
+    await asyncio.to_thread(c.kill, victim, signal.SIGKILL)
     cut = await asyncio.to_thread(tear_tail, log_dir, nbytes)
     w.release(plan.step(0.6))  # written while it is down
     await w.wait_acked(plan.acked(0.6))
