@@ -283,22 +283,32 @@ class RmStm:
     # -- the state machine interface (called by consensus) -------------------
 
     def apply(self, batch: RecordBatch) -> None:
-        """Apply a committed batch: update the table, retire its in-flight entry."""
-        self.table.apply(batch)
-        entries = self._inflight.get(batch.producer_id)
-        if entries:
-            for i, e in enumerate(entries):
-                if (
-                    e.kind is batch.kind
-                    and e.epoch == batch.producer_epoch
-                    and e.first_sequence == batch.first_sequence
-                ):
-                    del entries[i]
-                    break
-            if not entries:
-                del self._inflight[batch.producer_id]
-        if batch.producer_id in self._reorder:
-            self._tail_changed(batch.producer_id)
+        """Apply a committed batch: update the table, retire its in-flight entry.
+
+        The callers waiting for the table to reach this batch (a new leader's read
+        barrier among them) are woken even when the table raises on it: the applier
+        then skips the batch (``raft/state_machines.py``), and nothing else would
+        wake them until the partition's next batch."""
+        try:
+            self.table.apply(batch)
+            entries = self._inflight.get(batch.producer_id)
+            if entries:
+                for i, e in enumerate(entries):
+                    if (
+                        e.kind is batch.kind
+                        and e.epoch == batch.producer_epoch
+                        and e.first_sequence == batch.first_sequence
+                    ):
+                        del entries[i]
+                        break
+                if not entries:
+                    del self._inflight[batch.producer_id]
+            if batch.producer_id in self._reorder:
+                self._tail_changed(batch.producer_id)
+        finally:
+            self._wake_waiters()
+
+    def _wake_waiters(self) -> None:
         applied = self.table.applied_offset
         while self._waiters and self._waiters[0][0] <= applied:
             _, _, fut = heapq.heappop(self._waiters)

@@ -346,3 +346,24 @@ async def test_a_waiting_request_fails_as_not_leader_after_a_leadership_loss() -
     c.step_down()
     with pytest.raises(NotLeaderError):
         await waiting
+
+
+async def test_a_batch_the_table_raises_on_still_wakes_the_callers_waiting_for_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The applier skips a batch whose apply raised; whoever waits for the table to
+    reach it (a new leader's read barrier) must not wait for the partition's next one."""
+    stm = RmStm(FakeConsensus())
+    batch = data(0).stamped(7, 1)
+
+    def broken(state, b) -> None:
+        raise ValueError("a bug in applying this batch")
+
+    monkeypatch.setattr(stm.table, "_apply_data", broken)
+    waiting = asyncio.ensure_future(stm._wait_applied(7, timeout=5.0))
+    await _steps()
+    assert not waiting.done()
+    with pytest.raises(ValueError, match="a bug in applying"):
+        stm.apply(batch)
+    await asyncio.wait_for(waiting, 1.0)
+    assert stm.table.applied_offset == 7
