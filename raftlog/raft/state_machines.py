@@ -17,6 +17,11 @@ otherwise, and past the budget, the applier reads the log as before.
 A state machine that never looks at the payload of a DATA batch (rm_stm reads
 producer ids, sequences and offsets; the log start's state machine reads its
 own kind) says so with ``reads_data_payloads = False``.
+When every state machine of a group says so, a DATA batch waits in memory as its
+header alone (:meth:`RecordBatch.without_payload`) and counts only that against
+the budget: a follower with several MiB-sized appends in flight before it learns
+the commit index no longer reads them back from its log (with 4 MiB batches,
+4 in flight, each follower of a partition read back every byte it wrote).
 
 A state machine whose ``apply`` raises on a batch skips that batch: the error is
 logged with the group, the offsets and the state machine, counted in
@@ -26,11 +31,6 @@ the same batch and skipping it keeps them identical. Retrying could not help: th
 batch never changes, and an applier that stops holds back ``last_applied``, so the
 read barrier, the coordinator's waiters and every later batch of the group would
 wait for good (one bad value would stop the partition).
-When every state machine of a group says so, a DATA batch waits in memory as its
-header alone (:meth:`RecordBatch.without_payload`) and counts only that against
-the budget: a follower with several MiB-sized appends in flight before it learns
-the commit index no longer reads them back from its log (with 4 MiB batches,
-4 in flight, each follower of a partition read back every byte it wrote).
 """
 
 from __future__ import annotations
