@@ -595,10 +595,9 @@ class Consensus:
         return reply
 
     def heartbeats(self) -> list[tuple[int, Heartbeat]]:
-        """Leader: one heartbeat per follower (for the node's HeartbeatManager)."""
-        if not self.core.is_leader:
-            return []
-        return [(node, self.core.heartbeat_for(node)) for node in sorted(self.core.progress)]
+        """Leader: this round's heartbeats, by follower (for the node's HeartbeatManager;
+        the core leaves out idle followers on most rounds, see ``heartbeats_due``)."""
+        return self.core.heartbeats_due()
 
     def on_heartbeat_reply(self, peer: int, hb: Heartbeat, reply: HeartbeatReply) -> None:
         if reply.result == APPEND_GROUP_UNAVAILABLE:

@@ -127,6 +127,11 @@ class CoreOptions:
     # Recovery's window: once a follower's match point is known, at most this many chunks
     # in flight to it at once (1: one round trip per chunk, as before pipelining).
     recovery_max_inflight: int = 4
+    # A follower with nothing to learn (see RaftCore.heartbeats_due) gets a heartbeat once
+    # in this many ticks, not every round: an idle group's cost is its heartbeats. Keep it
+    # at most election_timeout_ticks // 3, so that three reach a follower, and three
+    # replies the leader's quorum check, within any election timeout.
+    idle_heartbeat_ticks: int = 3
 
 
 @dataclasses.dataclass(slots=True)
@@ -679,8 +684,45 @@ class RaftCore:
         self._sent_seq[node] = seq
         return seq
 
+    def heartbeats_due(self) -> list[tuple[int, Heartbeat]]:
+        """Leader: the heartbeats of this round (the node's heartbeat manager sends them),
+        one per follower, except that an idle follower gets one only every
+        ``idle_heartbeat_ticks`` ticks.
+
+        Idle: it holds the leader's whole log, all of it flushed, in REPLICATE with
+        nothing in flight, and its last heartbeat told it the current commit index; so
+        a heartbeat would only reset its election timer and refresh the quorum check,
+        which need one a few times per election timeout, not every round. Anything new
+        (a write, a commit, a reply that shows a gap or an unflushed tail, a transfer)
+        makes it due at once. Only liveness depends on this, never safety: a heartbeat
+        carries nothing that an append does not."""
+        if self.role is not Role.LEADER:
+            return []
+        every = self.options.idle_heartbeat_ticks
+        due = []
+        for node in sorted(self.progress):
+            p = self.progress[node]
+            if self.ticks - p.heartbeat_tick < every and self._heartbeat_idle(p):
+                continue
+            due.append((node, self.heartbeat_for(node)))
+        return due
+
+    def _heartbeat_idle(self, p: FollowerProgress) -> bool:
+        end = self.log.dirty_offset
+        return (
+            self.transfer_target == -1
+            and p.state is ProgressState.REPLICATE
+            and p.in_flight == 0
+            and p.match_offset == end
+            and p.dirty_offset == end
+            and p.flushed_offset >= end
+            and p.heartbeat_commit == self.commit_index
+        )
+
     def heartbeat_for(self, node: int) -> Heartbeat:
         p = self.progress[node]
+        p.heartbeat_tick = self.ticks
+        p.heartbeat_commit = self.commit_index
         prev = max(p.match_offset, self.log.start_offset - 1)
         term = self.term_at(prev)
         return Heartbeat(

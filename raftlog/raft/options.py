@@ -46,6 +46,7 @@ class ConsensusOptions:
     max_in_flight_bytes: int = _CORE.max_in_flight_bytes
     recovery_chunk_bytes: int = _CORE.recovery_chunk_bytes
     recovery_max_inflight: int = _CORE.recovery_max_inflight
+    idle_heartbeat_ticks: int = _CORE.idle_heartbeat_ticks
     check_quorum: bool = _CORE.check_quorum
     transfer_timeout_ticks: int = _CORE.transfer_timeout_ticks
     # Save the commit context (and state machine snapshots) every this many ticks.
@@ -67,6 +68,7 @@ class ConsensusOptions:
             "max_in_flight_bytes",
             "recovery_chunk_bytes",
             "recovery_max_inflight",
+            "idle_heartbeat_ticks",
             "transfer_timeout_ticks",
             "commit_context_interval_ticks",
         ):

@@ -149,6 +149,10 @@ class FollowerProgress:
     dirty_offset: int = -1
     # Ticks (leader's clock) of the last reply heard from this follower.
     last_heard_tick: int = 0
+    # The tick of the last heartbeat made for it, and the commit index that one carried
+    # (RaftCore.heartbeats_due: an idle follower is heartbeated less often).
+    heartbeat_tick: int = -(2**62)
+    heartbeat_commit: int = -2
     # The seq of the newest reply applied (replies at or below it are stale).
     last_reply_seq: int = -1
     # Recovery requests in a row that got no usable reply (see RaftCore.recovery_failed).
@@ -184,6 +188,7 @@ class FollowerProgress:
         self.dirty_offset = -1
         self.last_heard_tick = tick
         self.last_reply_seq = -1
+        self.heartbeat_commit = -2  # the new leader's first round heartbeats everyone
         self.next_offset = leader_dirty_offset + 1
         self.become_replicate(leader_dirty_offset)
 

@@ -18,6 +18,7 @@ from raftlog.raft.consensus import ConsensusOptions
 from raftlog.raft.errors import RaftError
 from raftlog.sim.network import NetworkOptions, SimNetwork
 from raftlog.sim.node import SimNode
+from raftlog.storage.batch import RecordBatch
 
 
 def sim_options() -> ConsensusOptions:
@@ -114,6 +115,19 @@ class SimCluster:
                 return node
             await asyncio.sleep(step)
         raise TimeoutError(f"no leader within {timeout_s} virtual seconds")
+
+    async def write(self, payload: bytes, attempts: int = 20) -> None:
+        """Replicate one batch of ``payload`` through the leader and wait for its commit;
+        a leader change under it is retried (at most ``attempts`` times, 0.2 s apart)."""
+        for _ in range(attempts):
+            leader = await self.wait_for_leader(timeout_s=10.0)
+            try:
+                stages = leader.consensus.replicate([RecordBatch.create(payload, 1)])
+                await asyncio.wait_for(stages.finished, 2.0)
+                return
+            except (RaftError, TimeoutError):
+                await asyncio.sleep(0.2)
+        raise AssertionError(f"the write of {payload!r} never committed")
 
     async def settle(self, seconds: float) -> None:
         await asyncio.sleep(seconds)

@@ -15,7 +15,6 @@ import asyncio
 import pytest
 
 from raftlog.metrics import NodeMetrics
-from raftlog.raft.errors import RaftError
 from raftlog.sim.cluster import SimCluster
 from raftlog.sim.loop import run_virtual
 from raftlog.sim.node import SimNode
@@ -81,18 +80,6 @@ def _node_class(awaited: bool) -> type[SimNode]:
     return PickyNode
 
 
-async def _write(cluster: SimCluster, payload: bytes) -> None:
-    for _ in range(20):  # bounded: a leader change under the write is retried
-        leader = await cluster.wait_for_leader(timeout_s=10.0)
-        try:
-            stages = leader.consensus.replicate([RecordBatch.create(payload, 1)])
-            await asyncio.wait_for(stages.finished, 2.0)
-            return
-        except (RaftError, TimeoutError):
-            await asyncio.sleep(0.2)
-    raise AssertionError(f"the write of {payload!r} never committed")
-
-
 @pytest.mark.parametrize("awaited", [False, True], ids=["plain", "awaitable"])
 def test_a_state_machine_raising_on_one_batch_skips_it_and_the_group_serves_on(
     awaited: bool,
@@ -102,13 +89,13 @@ def test_a_state_machine_raising_on_one_batch_skips_it_and_the_group_serves_on(
         cluster.rebuild_nodes(_node_class(awaited))
         await cluster.start()
         leader = await cluster.wait_for_leader()
-        await _write(cluster, b"before")
-        await _write(cluster, POISON)
+        await cluster.write(b"before")
+        await cluster.write(POISON)
         await asyncio.sleep(2.0)  # several ticks: a dying applier would have stepped down
         assert cluster.leader() is leader, "the leader stepped down over the bad batch"
         later = [f"after-{i}".encode() for i in range(10)]
         for payload in later:
-            await _write(cluster, payload)
+            await cluster.write(payload)
         await asyncio.sleep(1.0)  # heartbeats carry the commit index to the followers
         for node in cluster.nodes.values():
             c = node.consensus

@@ -290,12 +290,14 @@ def test_heartbeats_are_batched_per_peer_node() -> None:
         config = Configuration.of([1, 2, 3], (), {1: 10})  # node 1 leads both groups
         recorders = {}
         groups = {}
+        options = sim_options()
+        options.idle_heartbeat_ticks = 1  # every follower every round, idle or not
         for node in (1, 2, 3):
             rec = recorders[node] = _Recorder(network, node)
             hb = HeartbeatManager(node, rec, interval_s=0.1)
             network.register(node, PeerDispatcher(node, hb).handle)
             for g in (10, 20):
-                c = Consensus(g, node, config, MemoryLog(), rec, sim_options(), 0, hb)
+                c = Consensus(g, node, config, MemoryLog(), rec, options, 0, hb)
                 groups[(node, g)] = c
                 await c.start()
             await hb.start()
