@@ -21,7 +21,7 @@ from typing import Any
 from benchmarks.context import RunContext
 from benchmarks.registry import Row, require, scenario
 
-QUICK_SEEDS, FULL_SEEDS = 200, 10_000
+QUICK_SEEDS, FULL_SEEDS = 50, 10_000
 QUICK_MUTATION_SEEDS, FULL_MUTATION_SEEDS = 50, 300
 CHUNK = 50
 """Seeds per call of run_seeds: small enough for a lively bar, large enough to amortize."""

@@ -79,13 +79,21 @@ def private_cluster(request: pytest.FixtureRequest):
     return request.getfixturevalue("fresh_cluster")
 
 
-@pytest.fixture
-def spark_standalone(tmp_path: Path) -> Iterator[object]:
-    """A Spark standalone master and two workers on 127.0.0.1 (pyspark's ``spark-class``),
-    stopped by PID afterwards, even when the test fails."""
-    from standalone_cluster import start_standalone
+@pytest.fixture(scope="session")
+def spark_standalone(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
+    """A Spark standalone master on 127.0.0.1 and two workers, one on each of
+    ``standalone_cluster.WORKER_HOSTS`` (pyspark's ``spark-class``), shared by the tests that
+    need one (starting it takes half a minute), stopped by PID at the end of the
+    session, even when a test fails. Each test runs its own application on it."""
+    if importlib.util.find_spec("pyspark") is None:
+        pytest.fail("pyspark is not installed; install it with pip install -e '.[test]'")
+    from standalone_cluster import WORKER_HOSTS, start_standalone
 
-    cluster = start_standalone(tmp_path / "spark-standalone", workers=2)
+    cluster = start_standalone(
+        tmp_path_factory.mktemp("spark-standalone"),
+        workers=2,
+        worker_hosts=WORKER_HOSTS,
+    )
     try:
         yield cluster
     finally:

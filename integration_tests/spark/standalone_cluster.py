@@ -98,6 +98,11 @@ def _spawn(
     cluster.procs.append(proc)
 
 
+WORKER_HOSTS = ("127.0.0.2", "127.0.0.3")
+"""Distinct loopback hosts for two workers, so that Spark sees two hosts (it never runs
+a speculative copy of a task on a host where an attempt of it already runs)."""
+
+
 def start_standalone(
     work: Path, workers: int = 2, worker_hosts: Sequence[str] | None = None
 ) -> StandaloneCluster:

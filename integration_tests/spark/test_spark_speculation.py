@@ -20,20 +20,15 @@ the loser committed instead of aborted (its rows read twice).
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from collections import Counter
-from collections.abc import Iterator
-from pathlib import Path
 
-import pytest
 from spark_drivers import run_driver
-from standalone_cluster import StandaloneCluster, start_standalone
+from standalone_cluster import WORKER_HOSTS
 from stream_checks import assert_exactly_once, unique_topic
 
 from raftlog.client import BlockingRaftlogClient
 
-WORKER_HOSTS = ("127.0.0.2", "127.0.0.3")
 SLOW = "b1-p0"  # micro-batch 1, partition 0: see speculative_sink.py
 
 
@@ -57,19 +52,7 @@ def rows_in_log(servers: str, topic: str) -> list[list[int]]:
     return rows
 
 
-@pytest.fixture
-def two_host_cluster(tmp_path: Path) -> Iterator[StandaloneCluster]:
-    """A master on 127.0.0.1 and one worker on each of ``WORKER_HOSTS``, stopped by PID."""
-    if importlib.util.find_spec("pyspark") is None:
-        pytest.fail("pyspark is not installed; install it with pip install -e '.[test]'")
-    cluster = start_standalone(tmp_path / "spark", workers=2, worker_hosts=WORKER_HOSTS)
-    try:
-        yield cluster
-    finally:
-        cluster.stop()
-
-
-def test_speculative_loser_rows_never_appear(two_host_cluster, servers, tmp_path) -> None:
+def test_speculative_loser_rows_never_appear(spark_standalone, servers, tmp_path) -> None:
     markers = tmp_path / "markers"
     markers.mkdir()
     checkpoint = tmp_path / "ck"
@@ -77,12 +60,12 @@ def test_speculative_loser_rows_never_appear(two_host_cluster, servers, tmp_path
     topic = unique_topic("speculation")
     done = run_driver(
         "speculative_sink.py",
-        *(two_host_cluster.url, servers, topic, str(checkpoint)),
+        *(spark_standalone.url, servers, topic, str(checkpoint)),
         *(str(markers), str(out)),
         cwd=tmp_path,
         timeout_s=240,
     )
-    assert done.returncode == 0, f"{done.stderr[-4000:]}\n{two_host_cluster.logs()}"
+    assert done.returncode == 0, f"{done.stderr[-4000:]}\n{spark_standalone.logs()}"
     result = json.loads(out.read_text())
     assert result["hosts"] == sorted(WORKER_HOSTS)  # two executors, on distinct hosts
 

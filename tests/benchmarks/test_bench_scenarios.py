@@ -102,13 +102,13 @@ def test_sim_counts_seeds_and_failures(tmp_path: Path) -> None:
 
     def run_seeds(seeds: list[int]) -> SimpleNamespace:
         calls.append(seeds)
-        return SimpleNamespace(failed=[SimpleNamespace(seed=s) for s in seeds if s in (7, 160)])
+        return SimpleNamespace(failed=[SimpleNamespace(seed=s) for s in seeds if s in (7, 40)])
 
     ctx = _ctx(tmp_path, seeds=None)
     (row,) = sim.measure(ctx, run_seeds)
     assert sorted(s for chunk in calls for s in chunk) == list(range(sim.QUICK_SEEDS))
     assert row["failures"] == 2 and row["seeds/s"] > 0
-    assert "[7, 160]" in ctx.notes[0]
+    assert "[7, 40]" in ctx.notes[0]
 
     calls.clear()
     (row,) = sim.measure(_ctx(tmp_path, seeds=3), run_seeds)
