@@ -13,6 +13,14 @@ import random
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from tenacity import (
+    AsyncRetrying,
+    RetryError,
+    retry_if_exception_type,
+    stop_after_attempt,
+    wait_fixed,
+)
+
 from raftlog.raft.configuration import Configuration
 from raftlog.raft.consensus import ConsensusOptions
 from raftlog.raft.errors import RaftError
@@ -119,15 +127,19 @@ class SimCluster:
     async def write(self, payload: bytes, attempts: int = 20) -> None:
         """Replicate one batch of ``payload`` through the leader and wait for its commit;
         a leader change under it is retried (at most ``attempts`` times, 0.2 s apart)."""
-        for _ in range(attempts):
-            leader = await self.wait_for_leader(timeout_s=10.0)
-            try:
-                stages = leader.consensus.replicate([RecordBatch.create(payload, 1)])
-                await asyncio.wait_for(stages.finished, 2.0)
-                return
-            except (RaftError, TimeoutError):
-                await asyncio.sleep(0.2)
-        raise AssertionError(f"the write of {payload!r} never committed")
+        retrying = AsyncRetrying(
+            stop=stop_after_attempt(attempts),
+            wait=wait_fixed(0.2),
+            retry=retry_if_exception_type((RaftError, TimeoutError)),
+        )
+        try:
+            async for attempt in retrying:
+                leader = await self.wait_for_leader(timeout_s=10.0)
+                with attempt:
+                    stages = leader.consensus.replicate([RecordBatch.create(payload, 1)])
+                    await asyncio.wait_for(stages.finished, 2.0)
+        except RetryError as exc:
+            raise AssertionError(f"the write of {payload!r} never committed") from exc
 
     async def settle(self, seconds: float) -> None:
         await asyncio.sleep(seconds)
