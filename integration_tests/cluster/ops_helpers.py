@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
 import pytest
+from tenacity import RetryError, Retrying, retry_if_exception_type, stop_after_attempt
 
 from benchmarks.workloads.cluster_handle import ClusterHandle, running_cluster
 from raftlog.client import BlockingRaftlogClient, OffsetOutOfRangeError, unframe_records
@@ -77,12 +78,15 @@ def read_partition(client: BlockingRaftlogClient, topic: str, partition: int) ->
     moves the log start past the reader meanwhile (the partition is being written),
     the read starts over from the new start, as a Kafka consumer reset to earliest
     would (at most 5 times)."""
-    for _ in range(5):
-        try:
-            return _read_from_start(client, topic, partition)
-        except OffsetOutOfRangeError:
-            continue
-    raise AssertionError(f"retention outran every read of {topic}/{partition} from its start")
+    retrying = Retrying(
+        stop=stop_after_attempt(5), retry=retry_if_exception_type(OffsetOutOfRangeError)
+    )
+    try:
+        return retrying(_read_from_start, client, topic, partition)
+    except RetryError as exc:
+        raise AssertionError(
+            f"retention outran every read of {topic}/{partition} from its start"
+        ) from exc
 
 
 def _read_from_start(client: BlockingRaftlogClient, topic: str, partition: int) -> list[bytes]:

@@ -20,9 +20,15 @@ import time
 from collections.abc import Iterator
 
 import pytest
+from ops_helpers import read_partition
 
 from benchmarks.workloads.cluster_handle import ClusterHandle, running_cluster
-from raftlog.client import OffsetOutOfRangeError, RaftlogClient, frame_records, unframe_records
+from raftlog.client import (
+    BlockingRaftlogClient,
+    OffsetOutOfRangeError,
+    RaftlogClient,
+    frame_records,
+)
 
 MIB = 1024 * 1024
 RECORD_BYTES = 4096
@@ -81,34 +87,12 @@ async def _produce_sequence(client: RaftlogClient, topic: str, total_bytes: int)
     return seq
 
 
-async def _read_all(client: RaftlogClient, topic: str, start: int, end: int) -> list[bytes]:
-    """Every record of partition 0 from ``start`` (or the log start, once retention has
-    deleted past it) up to ``end``. Retention may still be deleting segments while this
-    reads: then the read starts over from the new log start, as a Kafka consumer reset to
-    earliest would (at most 5 times)."""
-    for _ in range(5):
-        try:
-            return await _read_range(client, topic, start, end)
-        except OffsetOutOfRangeError:
-            start, _hwm, _lso = await client.list_offsets(topic, 0)
-    raise AssertionError(f"retention outran every read of {topic}/0 from its log start")
-
-
-async def _read_range(client: RaftlogClient, topic: str, start: int, end: int) -> list[bytes]:
-    """Every record of partition 0 in ``[start, end)`` (records below ``start`` dropped)."""
-    out: list[bytes] = []
-    offset = start
-    for _ in range(10_000):
-        if offset >= end:
-            break
-        r = await client.fetch(topic, 0, offset, max_bytes=4 * MIB)
-        for b in r.batches:
-            for i, rec in enumerate(unframe_records(b.payload, b.record_count)):
-                if offset <= b.base_offset + i < end:
-                    out.append(rec)
-        assert r.next_offset > offset, f"fetch at {offset} made no progress"
-        offset = r.next_offset
-    return out
+def _read_tail(servers: list[str], topic: str) -> list[bytes]:
+    """Every record of ``topic``/0 from its log start to its high watermark
+    (:func:`ops_helpers.read_partition`, which starts over when retention deletes past
+    the reader meanwhile)."""
+    with BlockingRaftlogClient(servers, request_timeout_s=30.0) as reader:
+        return read_partition(reader, topic, 0)
 
 
 async def _wait_for(predicate, timeout_s: float, what: str) -> None:  # type: ignore[no-untyped-def]
@@ -174,7 +158,7 @@ async def test_40mb_into_8mib_retention_keeps_every_node_under_24mib(cluster) ->
 
         # The retained tail reads back intact, in order, without duplicates or gaps,
         # and it ends with the last record written.
-        tail = await _read_all(client, "retained", start, hwm)
+        tail = _read_tail(cluster.servers, "retained")
         seqs = [struct.unpack_from("<Q", rec)[0] for rec in tail]
         assert seqs == list(range(seqs[0], written)), "retained tail has gaps or duplicates"
         assert all(rec == _record(s) for s, rec in zip(seqs, tail, strict=True))
@@ -217,7 +201,7 @@ async def test_alter_config_live_and_bad_input_refused_by_name(cluster) -> None:
 
         await _wait_for(moved, 20.0, "the log start to move after alter-config")
         start, hwm, _ = await client.list_offsets("live", 0)
-        tail = await _read_all(client, "live", start, hwm)
+        tail = _read_tail(servers, "live")
         seqs = [struct.unpack_from("<Q", rec)[0] for rec in tail]
         assert seqs == list(range(seqs[0], written))
         assert 262144 * 0.9 <= len(tail) * RECORD_BYTES < 2 * MIB
@@ -286,7 +270,7 @@ async def test_retention_ms_deletes_old_segments_and_restart_keeps_log_start(clu
         assert all(b and min(b) > 0 for b in bases().values()), bases()
         again, hwm2, _ = await client.list_offsets("aged", 0)
         assert again >= start and hwm2 >= hwm
-        tail = await _read_all(client, "aged", again, hwm2)
+        tail = _read_tail(cluster.servers, "aged")
         seqs = [struct.unpack_from("<Q", rec)[0] for rec in tail]
         assert seqs == list(range(written - len(seqs), written))
         assert all(rec == _record(s) for s, rec in zip(seqs, tail, strict=True))
