@@ -128,9 +128,12 @@ class CoreOptions:
     # in flight to it at once (1: one round trip per chunk, as before pipelining).
     recovery_max_inflight: int = 4
     # A follower with nothing to learn (see RaftCore.heartbeats_due) gets a heartbeat once
-    # in this many ticks, not every round: an idle group's cost is its heartbeats. Keep it
-    # at most election_timeout_ticks // 3, so that three reach a follower, and three
-    # replies the leader's quorum check, within any election timeout.
+    # in this many ticks, not every round: an idle group's cost is its heartbeats. It must
+    # be below election_timeout_ticks (ConsensusOptions.validate refuses more): at that
+    # interval an idle follower times out between two heartbeats and calls an election.
+    # The default leaves three per election timeout of 10, so that a lost heartbeat, or
+    # a late reply to the leader's quorum check, costs nothing. The simulator runs 3
+    # against its timeout of 5: less margin, on purpose.
     idle_heartbeat_ticks: int = 3
 
 

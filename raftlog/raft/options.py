@@ -74,6 +74,12 @@ class ConsensusOptions:
         ):
             if getattr(self, name) < 1:
                 raise ValueError(f"ConsensusOptions.{name} must be >= 1, got {getattr(self, name)}")
+        if self.idle_heartbeat_ticks >= self.election_timeout_ticks:
+            raise ValueError(
+                "ConsensusOptions.idle_heartbeat_ticks must be below election_timeout_ticks "
+                f"({self.election_timeout_ticks}), got {self.idle_heartbeat_ticks}: idle "
+                "followers would time out between heartbeats"
+            )
         if self.flush_linger_s < 0:
             raise ValueError(
                 f"ConsensusOptions.flush_linger_s must be >= 0, got {self.flush_linger_s}"

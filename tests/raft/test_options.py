@@ -26,3 +26,13 @@ def test_every_core_field_set_on_the_group_reaches_the_core(field: str) -> None:
 def test_a_bad_window_names_the_option() -> None:
     with pytest.raises(ValueError, match=r"ConsensusOptions\.max_in_flight_bytes must be >= 1"):
         ConsensusOptions(max_in_flight_bytes=0).validate()
+
+
+def test_idle_heartbeats_as_rare_as_the_election_timeout_are_refused_by_name() -> None:
+    ConsensusOptions(idle_heartbeat_ticks=9, election_timeout_ticks=10).validate()
+    with pytest.raises(
+        ValueError,
+        match=r"ConsensusOptions\.idle_heartbeat_ticks must be below election_timeout_ticks "
+        r"\(10\), got 10",
+    ):
+        ConsensusOptions(idle_heartbeat_ticks=10, election_timeout_ticks=10).validate()
