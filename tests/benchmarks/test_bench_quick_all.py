@@ -1,6 +1,7 @@
 """``python -m benchmarks --quick`` as CI runs it: every scenario, once, from the repo root.
 
-The run happens once per test session (a module fixture); the tests check that it
+The run happens once per test session, beside the other tests (conftest.py starts
+it with the session and moves these tests to its end); the tests check that it
 completes and writes its files -- every registered scenario present, ok or
 skipped with a reason, results.md and a PNG per scenario that ran -- not that any
 figure is reached, except where a figure is a correctness check (the chaos
@@ -13,39 +14,26 @@ from __future__ import annotations
 import json
 import math
 import numbers
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import _bench_repo_path  # noqa: F401  (puts the repo root on sys.path)
 import pytest
+from _quick_run import QUICK_RUN_TIMEOUT_S, STOP_GRACE_S, QuickRun
 
 from benchmarks.registry import load_all
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-RUN_TIMEOUT_S = 420
-"""A safety bound only (subprocess.run kills the run past it); --quick aims at < 3 minutes."""
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 NEMESES = {"crash", "drop", "kill", "partition", "sigstop", "torn"}
 FATAL = ("lost", "duplicated", "inconsistent", "failed_visible", "order")
 
-pytestmark = pytest.mark.timeout(RUN_TIMEOUT_S + 60)
+pytestmark = pytest.mark.timeout(QUICK_RUN_TIMEOUT_S + STOP_GRACE_S + 60)
 
 
 @pytest.fixture(scope="module")
-def quick_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    out = tmp_path_factory.mktemp("bench-quick") / "results"
-    proc = subprocess.run(
-        # one chaos order for every run (each nemesis once, as seed 7 shuffles them)
-        [sys.executable, "-m", "benchmarks", "--quick", "--chaos-seed", "7", "--out", str(out)],
-        cwd=REPO_ROOT,
-        capture_output=True,
-        text=True,
-        timeout=RUN_TIMEOUT_S,
-        check=False,
-    )
-    return {"proc": proc, "out": out}
+def quick_run(quick_run_in_background: QuickRun) -> dict[str, Any]:
+    """The run started at the session's start (conftest.py), once it has finished."""
+    return {"proc": quick_run_in_background.finished(), "out": quick_run_in_background.out}
 
 
 def _scenarios(quick_run: dict[str, Any]) -> dict[str, dict[str, Any]]:
