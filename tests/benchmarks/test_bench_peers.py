@@ -13,7 +13,6 @@ import pytest
 
 from benchmarks.peers import detect, etcd_cluster
 from benchmarks.peers.etcd_cluster import EtcdCluster, EtcdError
-from raftlog.cluster import ephemeral_range
 
 
 @pytest.fixture
@@ -47,11 +46,6 @@ def test_start_without_etcd_is_a_clear_error(
     monkeypatch.setattr(etcd_cluster, "etcd_binary", lambda: None)
     with pytest.raises(EtcdError, match="apt-get install etcd-server"):
         EtcdCluster(tmp_path).start()
-
-
-def test_free_ports_are_distinct_loopback_ports() -> None:
-    ports = etcd_cluster.free_ports(6)
-    assert len(set(ports)) == 6 and all(0 < p < ephemeral_range()[0] for p in ports)
 
 
 def test_bad_arguments_are_rejected(tmp_path: Path) -> None:
