@@ -1,0 +1,110 @@
+"""Scenario ``idle``: what a cluster costs while nobody writes, by partition count.
+
+Kafka and Redpanda users keep hundreds or thousands of partitions, most of them
+idle at any moment. Each partition here is a Raft group with its own ticks and
+heartbeats (an idle follower gets one every ``idle_heartbeat_ticks``), so an idle
+cluster's CPU grows with its partitions. A 3-node local cluster gets topics of
+``TOPIC_PARTITIONS`` partitions (3 replicas each) in steps; after each step every
+partition has a leader, the groups settle, and then the nodes' CPU (user +
+system of every process of every node, from ``/proc``) is measured over a window
+in which no client calls. Local cluster only: it reads the nodes' CPU by PID.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import time
+from typing import Any
+
+from benchmarks.context import RunContext
+from benchmarks.registry import Row, Skip, scenario
+from benchmarks.workloads import raftlog_local
+from benchmarks.workloads.process_cpu import tree_cpu_seconds
+
+TOPIC_PARTITIONS = 30
+FULL_STEPS, QUICK_STEPS = (0, 150, 450), (0, 30)
+"""Partition counts measured, in increasing order, each a multiple of TOPIC_PARTITIONS."""
+FULL_WINDOW_S, QUICK_WINDOW_S = 10, 3
+SETTLE_S = 3.0
+"""After the last leader is elected: the commit index reaches every follower, whose
+groups only then count as idle."""
+
+
+def add_arguments(group: argparse._ArgumentGroup) -> None:
+    group.add_argument(
+        "--idle-seconds", type=int, default=None, help="CPU window per partition count"
+    )
+
+
+async def _grow(client: Any, have: int, want: int) -> int:
+    """Create topics of TOPIC_PARTITIONS partitions until ``want``; the count now."""
+    while have < want:
+        name = f"bench-idle-{have // TOPIC_PARTITIONS}"
+        await raftlog_local.create_topic(client, name, TOPIC_PARTITIONS)
+        have += TOPIC_PARTITIONS
+    return have
+
+
+async def _cores(pids: list[int], window_s: float) -> float:
+    """Cores the processes ``pids`` (and their children) used over ``window_s``."""
+    start_cpu, start = tree_cpu_seconds(pids), time.monotonic()
+    await asyncio.sleep(window_s)
+    return (tree_cpu_seconds(pids) - start_cpu) / (time.monotonic() - start)
+
+
+async def measure(
+    ctx: RunContext, cluster: object, steps: tuple[int, ...], window_s: float
+) -> list[Row]:
+    servers = cluster.servers  # type: ignore[attr-defined]
+    pids = [node.pid for node in cluster.nodes]  # type: ignore[attr-defined]
+    client = raftlog_local.client_class()(
+        servers, request_timeout_s=raftlog_local.REQUEST_TIMEOUT_S
+    )
+    rows: list[Row] = []
+    have = 0
+    try:
+        for want in steps:
+            have = await _grow(client, have, want)
+            await asyncio.sleep(SETTLE_S)
+            cores = await _cores(pids, window_s)
+            row: Row = {"partitions": f"{have}", "cores (3 nodes)": cores}
+            if have and rows:
+                base = float(rows[0]["cores (3 nodes)"])
+                row["cores per 100 partitions"] = (cores - base) * 100 / have
+            rows.append(row)
+            ctx.advance(1)
+    finally:
+        await client.close()
+    ctx.add_series(
+        "an idle 3-node cluster's CPU by partition count",
+        "raftlog",
+        "partitions (3 replicas each)",
+        "cores used by the 3 nodes",
+        [(float(r["partitions"]), float(r["cores (3 nodes)"])) for r in rows],
+    )
+    return rows
+
+
+@scenario(
+    "idle",
+    "an idle 3-node cluster's CPU by partition count (0, 150, 450; quick 0, 30)",
+    add_arguments=add_arguments,
+)
+def run(ctx: RunContext) -> list[Row]:
+    if getattr(ctx.args, "servers", None):
+        raise Skip("it reads the nodes' CPU from /proc by PID, so it runs only on a local cluster")
+    steps = QUICK_STEPS if ctx.quick else FULL_STEPS
+    window_s = ctx.option("idle_seconds", quick=QUICK_WINDOW_S, full=FULL_WINDOW_S)
+    ctx.set_total(len(steps))
+    with (
+        ctx.scratch_dir("idle") as data_dir,
+        raftlog_local.local_cluster(data_dir, ctx=ctx) as cluster,
+    ):
+        rows = asyncio.run(measure(ctx, cluster, steps, window_s))
+    ctx.note(
+        f"3-node local cluster; topics of {TOPIC_PARTITIONS} partitions, 3 replicas each, "
+        f"every partition led, then {SETTLE_S:.0f} s to settle; CPU = user + system of the "
+        f"nodes' processes (from /proc) over {window_s} s with no client calling"
+    )
+    return rows
