@@ -143,7 +143,7 @@ async def test_40mb_into_8mib_retention_keeps_every_node_under_24mib(cluster) ->
         print(f"node directory sizes after writing {TOTAL_BYTES} bytes: {sizes}")
         assert all(size < 24 * MIB for size in sizes.values()), sizes
 
-        start, hwm, _lso = await client.list_offsets("retained", 0)
+        start, _hwm, _lso = await client.list_offsets("retained", 0)
         assert start > 0, "nothing was deleted"
         # Every replica deleted whole segments: each one's first segment starts above 0,
         # and none starts past the agreed log start (a replica keeps more, never less).
@@ -200,7 +200,7 @@ async def test_alter_config_live_and_bad_input_refused_by_name(cluster) -> None:
             return (await client.list_offsets("live", 0))[0] > 0
 
         await _wait_for(moved, 20.0, "the log start to move after alter-config")
-        start, hwm, _ = await client.list_offsets("live", 0)
+        start, _hwm, _ = await client.list_offsets("live", 0)
         tail = _read_tail(servers, "live")
         seqs = [struct.unpack_from("<Q", rec)[0] for rec in tail]
         assert seqs == list(range(seqs[0], written))
