@@ -31,8 +31,12 @@ first batch (Python worker start-up, topic creation, planning) when there are
 more. Each exactly-once topic is then checked by a batch read (count, min, max
 and sum of ``value``): every committed micro-batch's rows once, none lost, none
 twice; a run that fails the check fails the scenario. Last, the round-1
-exactly-once topic and parquet output are each read back as a stream with
-``Trigger.AvailableNow`` into ``noop``: rows/s the same way, every batch.
+exactly-once topic, ``bench_replay`` (a Python source that replays one Arrow
+batch from memory, with the raftlog read's schema, rows and stored batch size:
+the ceiling of any Python source, see
+:mod:`benchmarks.workloads.spark_replay_source`) and the parquet output are each
+read as a stream with ``Trigger.AvailableNow`` into ``noop``: rows/s the same
+way, every batch.
 """
 
 from __future__ import annotations
@@ -51,7 +55,7 @@ from typing import Any
 from benchmarks.context import RunContext
 from benchmarks.registry import Row, Skip, require, scenario
 from benchmarks.scenarios.small import seconds_per_step
-from benchmarks.workloads import raftlog_local, spark_count_sink
+from benchmarks.workloads import raftlog_local, spark_count_sink, spark_replay_source
 
 FULL_SECONDS, QUICK_SECONDS = 30.0, 2.0
 """Seconds per sink and round, counted from the end of the query's first micro-batch."""
@@ -288,6 +292,7 @@ def spark_session() -> Iterator[Any]:
         spark = build_session("raftlog-bench-spark", master=f"local[{SPARK_PARTITIONS}]")
         spark.conf.set("spark.sql.streaming.numRecentProgressUpdates", str(MAX_PROGRESS))
         spark.dataSource.register(spark_count_sink.CountingDataSource)
+        spark.dataSource.register(spark_replay_source.ReplayDataSource)
         yield spark
     finally:
         if spark is not None:
@@ -343,6 +348,22 @@ def read_back(spark: Any, servers: list[str], topic: str) -> tuple[int, Any, Any
     return int(row[0]), row[1], row[2], row[3]
 
 
+def stored_batch_rows(servers: list[str], topic: str) -> int:
+    """Rows per stored record batch of ``topic`` (the median over its partition 0's first
+    fetch; a transaction marker's one record left out): the rows of each Arrow batch
+    the raftlog source hands Spark, which the Python ceiling read replays."""
+    client = raftlog_local.blocking_client_class()(servers)
+    try:
+        start = client.list_offsets(topic, 0)[0]
+        counts = [b.record_count for b in client.fetch(topic, 0, start, 4 << 20).batches]
+    finally:
+        client.close()
+    data = sorted(c for c in counts if c > 1)
+    if not data:
+        raise RuntimeError(f"topic {topic!r} partition 0 holds no data batch to size from")
+    return data[len(data) // 2]
+
+
 def raftlog_options(
     servers: list[str], topic: str, guarantee: str, compression: str | None = None
 ) -> dict[str, str]:
@@ -390,7 +411,7 @@ def measure(ctx: RunContext, spark: Any, servers: list[str], scratch: Path) -> l
     per_batch = ctx.option("spark_rows_per_batch", QUICK_ROWS_PER_BATCH, FULL_ROWS_PER_BATCH)
     rounds = ctx.option("spark_rounds", QUICK_ROUNDS, FULL_ROUNDS)
     once = [name for name in SINKS if GUARANTEES.get(name) == "exactly-once"]
-    ctx.set_total(len(SINKS) * rounds + len(once) * rounds + 2)
+    ctx.set_total(len(SINKS) * rounds + len(once) * rounds + 3)
 
     def configure(name: str, round_no: int) -> Configure:
         if name == "noop":
@@ -450,24 +471,45 @@ def measure(ctx: RunContext, spark: Any, servers: list[str], scratch: Path) -> l
         topics = [topic_of(name, r) for r in range(1, rounds + 1)]
         by_case[name]["stored bytes per row"] = stored_bytes_per_record(servers, topics)
 
-    readers = {
-        "raftlog": spark.readStream.format("raftlog")
-        .option("topic", topic_of(EXACTLY_ONCE, 1))
+    eo_topic = topic_of(EXACTLY_ONCE, 1)
+    raftlog_reader = (
+        spark.readStream.format("raftlog")
+        .option("topic", eo_topic)
         .option("servers", ",".join(servers))
         .option("startingOffsets", "earliest")
-        .load(),
-        "parquet": spark.readStream.schema(
+        .load()
+    )
+    read_rate: dict[str, float] = {}
+    read_rows: list[Row] = []
+
+    def replay_reader() -> Any:
+        # The same rows, columns and Arrow batch size as the raftlog read, from memory.
+        return (
+            spark.readStream.format(spark_replay_source.NAME)
+            .schema(raftlog_reader.schema)
+            .option("rows", str(read_rows[0]["rows"]))
+            .option("batchRows", str(stored_batch_rows(servers, eo_topic)))
+            .option("partitions", str(SPARK_PARTITIONS))
+            .option("payloadBytes", str(PAYLOAD_BYTES))
+            .option("topic", eo_topic)
+            .load()
+        )
+
+    readers: dict[str, Callable[[], Any]] = {
+        "raftlog": lambda: raftlog_reader,
+        "python ceiling": replay_reader,
+        "parquet": lambda: spark.readStream.schema(
             spark.read.parquet(str(scratch / "parquet-1")).schema
         ).parquet(str(scratch / "parquet-1")),
     }
-    read_rate: dict[str, float] = {}
-    read_rows: list[Row] = []
-    for name, reader in readers.items():
+    for name, make_reader in readers.items():
+        reader = make_reader()
         # One untimed read first, for each source alike: the first query of a kind
         # pays Spark's cold start (a planning daemon, fresh Python workers, imports),
         # which would otherwise dominate a read of a few seconds' data.
-        available_now_read(reader, scratch / f"cp-warmup-{name}")
-        read_progress = available_now_read(reader, scratch / f"cp-read-{name}")
+        slug = name.replace(" ", "-")
+        available_now_read(reader, scratch / f"cp-warmup-{slug}")
+        read_progress = available_now_read(reader, scratch / f"cp-read-{slug}")
         count, batches, read_rate[name] = batch_figures(read_progress, skip_first=False)
         if count == 0:
             raise RuntimeError(f"the AvailableNow read of {name} read no rows")
@@ -480,6 +522,7 @@ def measure(ctx: RunContext, spark: Any, servers: list[str], scratch: Path) -> l
             }
         )
         ctx.advance(1)
+    read_rows[0]["raftlog / python ceiling"] = read_rate["raftlog"] / read_rate["python ceiling"]
     read_rows[0]["raftlog / parquet"] = read_rate["raftlog"] / read_rate["parquet"]
     if rounds > 1:
         per_round = "; ".join(
@@ -502,7 +545,9 @@ def measure(ctx: RunContext, spark: Any, servers: list[str], scratch: Path) -> l
         "exactly-once = the default (one two-phase commit per micro-batch through the "
         "transaction coordinator), checked by a batch read: count, min, max, sum of value "
         "= every committed row once; reads: Trigger.AvailableNow into noop of the round-1 "
-        "exactly-once topic and parquet output"
+        "exactly-once topic, of bench_replay (the Python read ceiling: one Arrow batch of the "
+        "topic's stored batch size replayed from memory, the same schema and rows) and of the "
+        "parquet output"
     )
     ctx.note(
         "compression: exactly-once again with option compression lz4 and zstd (level 3), "

@@ -37,6 +37,11 @@ def client_class() -> Any:
     return require("raftlog.client", "RaftlogClient")
 
 
+def blocking_client_class() -> Any:
+    """``raftlog.client.BlockingRaftlogClient`` (Skip until it exists)."""
+    return require("raftlog.client", "BlockingRaftlogClient")
+
+
 def server_flags(ctx: Any = None) -> list[str]:
     """The run's ``--shards`` and ``--flush-scope`` (defaults 1 and node) as the flags
     of the nodes a scenario starts; each is noted in the results."""

@@ -128,6 +128,7 @@ def test_spark_compares_every_sink_and_both_reads(quick_run: dict[str, Any]) -> 
     )
     assert list(rows) == [f"write: rate-micro-batch -> {s}" for s in sinks] + [
         "read (AvailableNow): raftlog -> noop",
+        "read (AvailableNow): python ceiling -> noop",
         "read (AvailableNow): parquet -> noop",
     ]
     for row in rows.values():
@@ -156,6 +157,10 @@ def test_spark_compares_every_sink_and_both_reads(quick_run: dict[str, Any]) -> 
     assert read["raftlog / parquet"] == pytest.approx(
         read["rows/s"] / rows["read (AvailableNow): parquet -> noop"]["rows/s"]
     )
+    # the Python read ceiling replays exactly the rows the raftlog read returned
+    replay = rows["read (AvailableNow): python ceiling -> noop"]
+    assert replay["rows"] == read["rows"]
+    assert read["raftlog / python ceiling"] == pytest.approx(read["rows/s"] / replay["rows/s"])
 
 
 def test_markdown_and_a_png_per_scenario_that_ran(quick_run: dict[str, Any]) -> None:

@@ -14,7 +14,7 @@ import pytest
 
 from benchmarks.registry import load_all
 from benchmarks.scenarios import spark
-from benchmarks.workloads import spark_count_sink
+from benchmarks.workloads import spark_count_sink, spark_replay_source
 
 
 def _progress(batch_id: int, rows: int, millis: int) -> SimpleNamespace:
@@ -135,6 +135,78 @@ def test_counting_writer_counts_every_row_of_every_batch() -> None:
     assert pickle.loads(pickle.dumps(message)) == message
     assert isinstance(pickle.loads(pickle.dumps(writer)), spark_count_sink.CountingStreamWriter)
     assert spark_count_sink.CountingDataSource.name() == spark_count_sink.NAME
+
+
+def test_replay_source_hands_each_task_its_rows_in_batches_of_the_schema() -> None:
+    from pyspark.sql.types import (
+        IntegerType,
+        LongType,
+        StringType,
+        StructField,
+        StructType,
+        TimestampType,
+    )
+
+    schema = StructType(
+        [
+            StructField("value", LongType()),
+            StructField("payload", StringType()),
+            StructField("__raftlog_topic", StringType(), nullable=False),
+            StructField("__raftlog_partition", IntegerType(), nullable=False),
+            StructField("__raftlog_timestamp", TimestampType(), nullable=False),
+        ]
+    )
+    options = {"rows": "10003", "batchrows": "4000", "partitions": "2", "topic": "t-1"}
+    source = spark_replay_source.ReplayDataSource(options=options)
+    reader = source.streamReader(schema)
+    start = reader.initialOffset()
+    end = reader.latestOffset(start, reader.getDefaultReadLimit())
+    parts = reader.partitions(start, end)
+    assert [(p.start, p.end) for p in parts] == [(0, 5002), (5002, 10003)]
+    # Spark ships the partitions to its Python workers by pickle.
+    parts = [pickle.loads(pickle.dumps(p)) for p in parts]
+    batches = [list(reader.read(p)) for p in parts]
+    assert [[b.num_rows for b in task] for task in batches] == [[4000, 1002], [4000, 1001]]
+    first = batches[0][0]
+    assert first.schema.names == schema.fieldNames()
+    assert first.column("value").to_pylist()[:3] == [0, 1, 2]
+    assert {len(v) for v in first.column("payload").to_pylist()} == {100}
+    assert len(set(first.column("payload").to_pylist())) == 4000
+    assert set(first.column("__raftlog_topic").to_pylist()) == {"t-1"}
+    with pytest.raises(ValueError, match="schema"):
+        source.schema()
+    with pytest.raises(ValueError, match="batchRows"):
+        spark_replay_source.ReplayDataSource(options={**options, "batchrows": "0"}).streamReader(
+            schema
+        )
+
+
+def test_stored_batch_rows_is_the_median_data_batch(monkeypatch: pytest.MonkeyPatch) -> None:
+    class FakeClient:
+        def __init__(self, servers: list[str]) -> None:
+            self.closed = False
+
+        def list_offsets(self, topic: str, partition: int) -> tuple[int, int, int]:
+            return (2, 100, 100)
+
+        def fetch(self, topic: str, partition: int, offset: int, max_bytes: int) -> object:
+            assert offset == 2
+            counts = [1, 35_000, 34_000, 36_000, 1, 500]
+            return SimpleNamespace(batches=[SimpleNamespace(record_count=c) for c in counts])
+
+        def close(self) -> None:
+            self.closed = True
+
+    monkeypatch.setattr(spark.raftlog_local, "blocking_client_class", lambda: FakeClient)
+    assert spark.stored_batch_rows(["a:1"], "t") == 35_000
+
+    class EmptyClient(FakeClient):
+        def fetch(self, topic: str, partition: int, offset: int, max_bytes: int) -> object:
+            return SimpleNamespace(batches=[SimpleNamespace(record_count=1)])
+
+    monkeypatch.setattr(spark.raftlog_local, "blocking_client_class", lambda: EmptyClient)
+    with pytest.raises(RuntimeError, match="no data batch"):
+        spark.stored_batch_rows(["a:1"], "t")
 
 
 def test_worker_pythonpath_puts_the_repo_root_first_once() -> None:
