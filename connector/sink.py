@@ -398,15 +398,12 @@ class _Router:
 
 
 def _ensure_blocking(writer: _WriterBase, topic: str, raw: bool) -> tuple[int, pa.Schema]:
-    """ensure_topic through a blocking client (run in a thread from the task's event loop)."""
-    from pyspark_raftlog.connection import open_blocking_client
+    """ensure_topic through the worker process's blocking client (run in a thread from the
+    task's event loop; the client outlives the task, as the source's does)."""
     from pyspark_raftlog.topics import ensure_topic
 
-    client = open_blocking_client(writer.servers, writer.opts.request_timeout_s)
-    try:
-        return ensure_topic(client, writer.opts, writer.schema, topic, raw=raw)
-    finally:
-        client.close()
+    client = worker_loop.shared_blocking_client(writer.servers, writer.opts.request_timeout_s)
+    return ensure_topic(client, writer.opts, writer.schema, topic, raw=raw)
 
 
 class RaftlogStreamWriter(_WriterBase, DataSourceStreamArrowWriter):
