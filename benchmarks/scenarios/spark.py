@@ -483,7 +483,8 @@ def measure(ctx: RunContext, spark: Any, servers: list[str], scratch: Path) -> l
     read_rows: list[Row] = []
 
     def replay_reader() -> Any:
-        # The same rows, columns and Arrow batch size as the raftlog read, from memory.
+        # The same rows, columns and Arrow batch size as the raftlog read, from memory;
+        # made after that read (readers run in order), whose row count it replays.
         return (
             spark.readStream.format(spark_replay_source.NAME)
             .schema(raftlog_reader.schema)
