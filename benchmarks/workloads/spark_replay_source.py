@@ -26,13 +26,13 @@ from collections.abc import Iterator, Sequence
 import numpy as np
 import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
-from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.streaming.datasource import (
     ReadAllAvailable,
     ReadLimit,
     SupportsTriggerAvailableNow,
 )
 from pyspark.sql.types import StructType
+from pyspark_raftlog.spark_schema import arrow_schema_of
 from pyspark_raftlog.splits import split_ranges
 
 NAME = "bench_replay"
@@ -101,7 +101,7 @@ class ReplayStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def read(self, partition: ReplayPartition) -> Iterator[pa.RecordBatch]:  # type: ignore[override]
         batch = replay_batch(
-            to_arrow_schema(self.schema, timezone="UTC"),
+            arrow_schema_of(self.schema),
             min(self.batch_rows, partition.end - partition.start),
             self.payload_bytes,
             self.topic,
