@@ -116,3 +116,40 @@ def test_a_body_past_the_limit_is_refused_and_the_server_goes_on(chunked):
             await runner.cleanup()
 
     asyncio.run(main())
+
+
+def test_a_chunk_end_that_arrives_after_its_data_does_not_end_the_body():
+    """A chunked body sent raw: each chunk's data, a pause (the server takes the data),
+    then the chunk's closing CRLF. aiohttp then reports the chunk's end with no data,
+    which must not be taken for the end of the body."""
+    payload = os.urandom(200_000)
+    body = produce_body(payload)
+    pieces_of = [body[i : i + 50_000] for i in range(0, len(body), 50_000)]
+
+    async def main() -> None:
+        node = EchoNode()
+        runner, url = await serve(node)
+        host, port = url.removeprefix("http://").split(":")
+        try:
+            async with asyncio.timeout(BOUND_S):
+                reader, writer = await asyncio.open_connection(host, int(port))
+                writer.write(
+                    f"POST /v1/produce HTTP/1.1\r\nHost: {host}\r\nContent-Type: {CONTENT_TYPE}"
+                    "\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n".encode()
+                )
+                for piece in pieces_of:
+                    writer.write(f"{len(piece):x}\r\n".encode() + piece)
+                    await writer.drain()
+                    await asyncio.sleep(0.02)  # the server reads the data before its end
+                    writer.write(b"\r\n")
+                writer.write(b"0\r\n\r\n")
+                await writer.drain()
+                head, _, answer = (await reader.read()).partition(b"\r\n\r\n")
+                writer.close()
+                assert head.startswith(b"HTTP/1.1 200"), head
+                assert codec.decode(answer) == ProduceResponse(len(payload), 7)
+                assert node.payloads == [payload]
+        finally:
+            await runner.cleanup()
+
+    asyncio.run(main())
