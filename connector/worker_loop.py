@@ -70,6 +70,19 @@ def _this_process() -> _Process:
     return _state
 
 
+def _new_loop() -> asyncio.AbstractEventLoop:
+    """uvloop's loop when it is installed (extra ``fast``), as the node runs; else asyncio's.
+
+    On Python 3.11 asyncio's socket transport copies what a send leaves over into
+    its buffer (a 4 MiB request mostly does); uvloop hands the buffer to libuv.
+    """
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.new_event_loop()
+    return uvloop.new_event_loop()
+
+
 def _running_loop() -> asyncio.AbstractEventLoop:
     """This process's loop, started on first use (again after a fork)."""
     with _lock:
@@ -79,7 +92,7 @@ def _running_loop() -> asyncio.AbstractEventLoop:
 
             # a chunk and its request are 4 MiB each: reuse heap pages, as the node does
             keep_large_buffers_in_heap()
-            state.loop = asyncio.new_event_loop()
+            state.loop = _new_loop()
             threading.Thread(
                 target=state.loop.run_forever, name="raftlog-worker-loop", daemon=True
             ).start()

@@ -76,6 +76,7 @@ from raftlog.rpc.messages import (
     MetadataRequest,
     MetadataResponse,
 )
+from raftlog.rpc.parts_payload import PartsPayload
 from raftlog.rpc.transport import (
     AUTH_HEADER,
     FrameStream,
@@ -465,14 +466,16 @@ class CallRouting:
     async def _send(self, address: str, req: Any, resp_type: type[R]) -> R:
         """One attempt of ``req`` at the node at ``address``: on its client stream when
         small, else (or when the node refuses the stream) as a POST."""
-        body = codec.encode(req)
+        # A large request (a produce's payload) stays in parts up to the socket: no copy.
+        parts = codec.encode_parts(req)
+        size = sum(len(p) for p in parts)
         bound = self._attempt_timeout()
         answer: bytes | memoryview | None = None
         status = 200
-        if len(body) <= STREAM_MAX_REQUEST_BYTES:
-            answer = await self._stream_call(address, body, bound)
+        if size <= STREAM_MAX_REQUEST_BYTES:
+            answer = await self._stream_call(address, b"".join(parts), bound)
         if answer is None:
-            status, answer = await self._post(address, ROUTES[type(req)], body, bound)
+            status, answer = await self._post(address, ROUTES[type(req)], parts, bound)
         self._answered = True
         try:
             msg = codec.decode(answer)
@@ -494,9 +497,12 @@ class CallRouting:
             )
         return msg
 
-    async def _post(self, address: str, route: str, body: bytes, bound: float) -> tuple[int, bytes]:
-        """(HTTP status, body) of ``POST /v1/<route>``."""
+    async def _post(
+        self, address: str, route: str, parts: list[bytes | memoryview], bound: float
+    ) -> tuple[int, bytes]:
+        """(HTTP status, body) of ``POST /v1/<route>`` with the body ``b"".join(parts)``."""
         headers = {"Content-Type": CONTENT_TYPE, **self._auth_headers()}
+        body = PartsPayload(parts, content_type=CONTENT_TYPE)
         timeout = aiohttp.ClientTimeout(total=bound, connect=min(5.0, bound))
         try:
             async with self._http().post(
