@@ -205,12 +205,16 @@ async def read_bounded_body(request: web.Request, limit: int) -> bytes:
     request.content.set_read_chunk_size(limit)
     blocks: list[bytes] = []
     size = 0
+    content = request.content
     while True:
-        block, chunk_end = await request.content.readchunk()
+        block, _ = await content.readchunk()
         if not block:
-            if chunk_end:  # the end of an HTTP chunk (chunked encoding), not of the body
-                continue
-            break
+            # The end of the body, or only the end of an HTTP chunk (chunked encoding),
+            # reported apart from its data. aiohttp's reader of an empty body is one shared
+            # object that says "end of chunk" from its second read on, so at_eof decides.
+            if content.at_eof():
+                break
+            continue
         size += len(block)
         if size > limit:
             raise too_large

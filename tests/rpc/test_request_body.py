@@ -10,7 +10,9 @@ is bounded (``asyncio.timeout``).
 from __future__ import annotations
 
 import asyncio
+import http.client
 import os
+import threading
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -153,3 +155,46 @@ def test_a_chunk_end_that_arrives_after_its_data_does_not_end_the_body():
             await runner.cleanup()
 
     asyncio.run(main())
+
+
+def test_empty_bodies_one_after_another_are_answered_and_the_server_goes_on():
+    """aiohttp gives every empty body one shared reader, which reports the end of an HTTP
+    chunk from its second read on: a body reader that took that for more data to come
+    spun on the second empty POST, and the node answered nothing more. The server runs
+    on a loop in its own thread here, so that a spinning server fails the client's
+    timeout instead of hanging the test."""
+    loop = asyncio.new_event_loop()
+    started: list[tuple[web.AppRunner, str]] = []
+    ready = threading.Event()
+
+    def serve_forever() -> None:
+        asyncio.set_event_loop(loop)
+        started.append(loop.run_until_complete(serve(EchoNode())))
+        ready.set()
+        loop.run_forever()
+
+    thread = threading.Thread(target=serve_forever, daemon=True)
+    thread.start()
+    try:
+        assert ready.wait(BOUND_S)
+        host, port = started[0][1].removeprefix("http://").split(":")
+        for body in (b"", b"", b"", produce_body(b"x" * 100, 3)):
+            conn = http.client.HTTPConnection(host, int(port), timeout=5.0)
+            try:
+                conn.request("POST", "/v1/produce", body=body)
+                resp = conn.getresponse()
+                status, reply = resp.status, codec.decode(resp.read())
+            finally:
+                conn.close()
+            if body:
+                assert (status, reply) == (200, ProduceResponse(100, 3))
+            else:
+                assert status == 400 and isinstance(reply, ErrorResponse)
+                assert "malformed produce body" in reply.message
+    finally:
+        if started:
+            asyncio.run_coroutine_threadsafe(started[0][0].cleanup(), loop).result(BOUND_S)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(BOUND_S)
+        if not thread.is_alive():
+            loop.close()
