@@ -18,6 +18,9 @@ the same source for the same time into each sink in turn:
   (the payloads compressed in the Spark tasks): rows/s beside the uncompressed
   run, and for every raftlog sink the bytes stored on disk per row (one
   replica's segment bytes over its records, from the nodes' ``/metrics``).
+  Beside every sink, the nodes' CPU per million rows it committed (from
+  ``/proc``): the sinks are CPU-bound on 2 cores, so that is what raftlog takes
+  from Spark (beside a non-raftlog sink, the idle cluster's).
 
 With ``--spark-rounds R`` (full run: 2) every sink runs R times, in the order
 above each round, so that the two raftlog sinks run next to each other in time
@@ -56,6 +59,7 @@ from benchmarks.context import RunContext
 from benchmarks.registry import Row, Skip, require, scenario
 from benchmarks.scenarios.small import seconds_per_step
 from benchmarks.workloads import raftlog_local, spark_count_sink, spark_replay_source
+from benchmarks.workloads.process_cpu import tree_cpu_seconds
 
 FULL_SECONDS, QUICK_SECONDS = 30.0, 2.0
 """Seconds per sink and round, counted from the end of the query's first micro-batch."""
@@ -95,6 +99,7 @@ GUARANTEES = {
 """The raftlog sinks' ``deliveryGuarantee``."""
 COMPRESSION = {EXACTLY_ONCE_LZ4: "lz4", EXACTLY_ONCE_ZSTD: "zstd"}
 """The raftlog sinks' option ``compression`` (the others: none, the topic's default)."""
+NODE_CPU_KEY = "node CPU-s per 1M rows"
 
 Configure = Callable[[Any], Any]
 
@@ -406,7 +411,15 @@ def stored_bytes_per_record(servers: list[str], topics: Sequence[str]) -> float:
     return sums["size_bytes"] / records if records > 0 else 0.0
 
 
-def measure(ctx: RunContext, spark: Any, servers: list[str], scratch: Path) -> list[Row]:
+def measure(
+    ctx: RunContext,
+    spark: Any,
+    servers: list[str],
+    scratch: Path,
+    node_pids: Sequence[int] = (),
+) -> list[Row]:
+    """Every sink in turn, then the reads; with ``node_pids`` (the local cluster's nodes)
+    each sink's row also gets the nodes' CPU per million rows it committed."""
     seconds = seconds_per_step(ctx, QUICK_SECONDS, FULL_SECONDS, "spark_seconds")
     per_batch = ctx.option("spark_rows_per_batch", QUICK_ROWS_PER_BATCH, FULL_ROWS_PER_BATCH)
     rounds = ctx.option("spark_rounds", QUICK_ROUNDS, FULL_ROUNDS)
@@ -427,10 +440,13 @@ def measure(ctx: RunContext, spark: Any, servers: list[str], scratch: Path) -> l
         return lambda w: w.format("raftlog").options(**opts)
 
     progress: dict[str, list[list[Any]]] = {name: [] for name in SINKS}
+    node_cpu = dict.fromkeys(SINKS, 0.0)
     for round_no in range(1, rounds + 1):
         for name in SINKS:
             checkpoint = scratch / f"cp-{name.replace(' ', '-')}-{round_no}"
+            cpu_before = tree_cpu_seconds(node_pids)
             runs = timed_write(spark, configure(name, round_no), checkpoint, per_batch, seconds)
+            node_cpu[name] += tree_cpu_seconds(node_pids) - cpu_before
             if batch_time(runs, skip_first=True)[0] == 0:
                 raise RuntimeError(f"sink {name}: no micro-batch completed in {seconds:g} s")
             progress[name].append(runs)
@@ -461,6 +477,10 @@ def measure(ctx: RunContext, spark: Any, servers: list[str], scratch: Path) -> l
             }
         )
     by_case = {name: row for name, row in zip(SINKS, rows, strict=True)}
+    if node_pids:
+        for name in SINKS:
+            committed = sum(committed_rows(runs) for runs in progress[name])
+            by_case[name][NODE_CPU_KEY] = node_cpu[name] / committed * 1e6
     for name in (AT_LEAST_ONCE, EXACTLY_ONCE):
         by_case[name]["raftlog / python ceiling"] = rate[name] / rate["python ceiling"]
         by_case[name]["raftlog / parquet"] = rate[name] / rate["parquet"]
@@ -550,6 +570,14 @@ def measure(ctx: RunContext, spark: Any, servers: list[str], scratch: Path) -> l
         "topic's stored batch size replayed from memory, the same schema and rows) and of the "
         "parquet output"
     )
+    if node_pids:
+        ctx.note(
+            f"{NODE_CPU_KEY}: user + system CPU of the 3 nodes' processes (from /proc) while "
+            "the sink's queries ran, over every row they committed (first micro-batches "
+            "included); beside a sink that is not raftlog it is the idle cluster's. The "
+            "sinks are CPU-bound on a 2-core machine, so every node CPU-second is taken "
+            "from Spark"
+        )
     ctx.note(
         "compression: exactly-once again with option compression lz4 and zstd (level 3), "
         "compressed in the Spark tasks, decompressed by the reader; stored bytes per row = "
@@ -575,7 +603,7 @@ def run(ctx: RunContext) -> list[Row]:
         spark_session() as spark,
     ):
         try:
-            return measure(ctx, spark, cluster.servers, scratch)
+            return measure(ctx, spark, cluster.servers, scratch, [n.pid for n in cluster.nodes])
         except Exception as exc:
             # A pyspark exception turns into text through the JVM: do it while the JVM
             # is up, or the harness's own report of the failure raises instead.

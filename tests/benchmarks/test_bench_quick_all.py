@@ -133,6 +133,14 @@ def test_spark_compares_every_sink_and_both_reads(quick_run: dict[str, Any]) -> 
     ]
     for row in rows.values():
         assert row["rows/s"] > 0 and row["micro-batches"] >= 1
+    # the local cluster's nodes, read from /proc by PID: some CPU beside every sink (their
+    # timers), and the raftlog sink's writes cost them more than an idle cluster's
+    for sink in sinks:
+        assert rows[f"write: rate-micro-batch -> {sink}"]["node CPU-s per 1M rows"] > 0
+    assert (
+        rows["write: rate-micro-batch -> raftlog at-least-once"]["node CPU-s per 1M rows"]
+        > rows["write: rate-micro-batch -> noop"]["node CPU-s per 1M rows"]
+    )
     ceiling = rows["write: rate-micro-batch -> python ceiling"]["rows/s"]
     parquet = rows["write: rate-micro-batch -> parquet"]["rows/s"]
     for sink in ("raftlog at-least-once", "raftlog exactly-once"):
