@@ -416,10 +416,10 @@ def measure(
     spark: Any,
     servers: list[str],
     scratch: Path,
-    node_pids: Sequence[int] = (),
+    node_pids: Sequence[int],
 ) -> list[Row]:
-    """Every sink in turn, then the reads; with ``node_pids`` (the local cluster's nodes)
-    each sink's row also gets the nodes' CPU per million rows it committed."""
+    """Every sink in turn, then the reads; each sink's row also gets the CPU of the local
+    cluster's nodes (``node_pids``) per million rows it committed."""
     seconds = seconds_per_step(ctx, QUICK_SECONDS, FULL_SECONDS, "spark_seconds")
     per_batch = ctx.option("spark_rows_per_batch", QUICK_ROWS_PER_BATCH, FULL_ROWS_PER_BATCH)
     rounds = ctx.option("spark_rounds", QUICK_ROUNDS, FULL_ROUNDS)
@@ -477,10 +477,9 @@ def measure(
             }
         )
     by_case = {name: row for name, row in zip(SINKS, rows, strict=True)}
-    if node_pids:
-        for name in SINKS:
-            committed = sum(committed_rows(runs) for runs in progress[name])
-            by_case[name][NODE_CPU_KEY] = node_cpu[name] / committed * 1e6
+    for name in SINKS:
+        committed = sum(committed_rows(runs) for runs in progress[name])
+        by_case[name][NODE_CPU_KEY] = node_cpu[name] / committed * 1e6
     for name in (AT_LEAST_ONCE, EXACTLY_ONCE):
         by_case[name]["raftlog / python ceiling"] = rate[name] / rate["python ceiling"]
         by_case[name]["raftlog / parquet"] = rate[name] / rate["parquet"]
@@ -570,14 +569,13 @@ def measure(
         "topic's stored batch size replayed from memory, the same schema and rows) and of the "
         "parquet output"
     )
-    if node_pids:
-        ctx.note(
-            f"{NODE_CPU_KEY}: user + system CPU of the 3 nodes' processes (from /proc) while "
-            "the sink's queries ran, over every row they committed (first micro-batches "
-            "included); beside a sink that is not raftlog it is the idle cluster's. The "
-            "sinks are CPU-bound on a 2-core machine, so every node CPU-second is taken "
-            "from Spark"
-        )
+    ctx.note(
+        f"{NODE_CPU_KEY}: user + system CPU of the 3 nodes' processes (from /proc) while "
+        "the sink's queries ran, over every row they committed (first micro-batches "
+        "included); beside a sink that is not raftlog it is the idle cluster's. The "
+        "sinks are CPU-bound on a 2-core machine, so every node CPU-second is taken "
+        "from Spark"
+    )
     ctx.note(
         "compression: exactly-once again with option compression lz4 and zstd (level 3), "
         "compressed in the Spark tasks, decompressed by the reader; stored bytes per row = "

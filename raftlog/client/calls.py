@@ -502,7 +502,7 @@ class CallRouting:
     ) -> tuple[int, bytes]:
         """(HTTP status, body) of ``POST /v1/<route>`` with the body ``b"".join(parts)``."""
         headers = {"Content-Type": CONTENT_TYPE, **self._auth_headers()}
-        body = PartsPayload(parts, content_type=CONTENT_TYPE)
+        body = PartsPayload(parts)
         timeout = aiohttp.ClientTimeout(total=bound, connect=min(5.0, bound))
         try:
             async with self._http().post(
