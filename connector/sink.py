@@ -37,7 +37,8 @@ The rows of Spark's Arrow batches are cut into Arrow IPC payloads of at most
 micro-batch the nodes spent 0.65-0.69 CPU-seconds per micro-batch with it,
 0.75-0.81 with 1 MiB, 2 runs each; 8 MiB gained nothing more), joined
 across batches (:class:`~pyspark_raftlog.arrow_payload.RowChunker`; rows wait
-at most 20 ms once Spark's input stalls, as Kafka's ``linger.ms``), and sent
+for a full payload at most ``lingerMs``, default 1 s, from the first that waits, as
+Kafka's ``linger.ms``: see :data:`~pyspark_raftlog.options.DEFAULT_LINGER_MS`), and sent
 as they are; rows are never converted one by one. A DataFrame of ``value``
 and only Kafka's columns is written as raw records instead (:mod:`pyspark_raftlog.raw_records`).
 
@@ -93,9 +94,6 @@ TOPIC_COMPRESSION_CONFIG = "compression.type"
 # Chunks queued per topic partition ahead of its writer: bounds a task's memory while
 # one partition's writes are slower than the others'.
 _QUEUE_CHUNKS = 8
-# Rows wait in a RowChunker for a full payload at most this long once Spark's input
-# stalls (Kafka's linger.ms): a slow upstream's rows still reach the log as they come.
-_LINGER_S = 0.02
 
 
 @dataclasses.dataclass
@@ -159,30 +157,50 @@ class _WriterBase:
                 )
                 return queue
 
+            loop = asyncio.get_running_loop()
+            linger_s = opts.linger_ms / 1000.0
+            # (topic, partition) -> when its chunker's oldest waiting row arrived (loop time)
+            waiting_since: dict[tuple[str, int], float] = {}
+
+            async def flush(where: tuple[str, int]) -> None:
+                waiting_since.pop(where, None)
+                for chunk in chunkers[where].flush():
+                    await _put(queues[where], writers[where], chunk)
+
+            async def flush_lingered() -> None:
+                now = loop.time()
+                for where in [w for w, since in waiting_since.items() if since + linger_s <= now]:
+                    await flush(where)
+
             try:
-
-                async def flush_waiting() -> None:
-                    for where, chunker in chunkers.items():
-                        for chunk in chunker.flush():
-                            await _put(queues[where], writers[where], chunk)
-
                 # Spark's input is pulled in a thread: while it blocks (an upstream operator
                 # still computing the next batch), the partition writers keep sending, and
-                # rows waiting for a full payload go after _LINGER_S.
+                # rows that wait for a full payload go once the first of them has waited
+                # lingerMs (Kafka's linger.ms).
                 while True:
                     pulled = asyncio.ensure_future(asyncio.to_thread(next, batches, None))
-                    if any(c.waiting for c in chunkers.values()):
-                        await asyncio.wait((pulled,), timeout=_LINGER_S)
-                        if not pulled.done():
-                            await flush_waiting()
+                    while waiting_since and not pulled.done():
+                        left = min(waiting_since.values()) + linger_s - loop.time()
+                        if left > 0:
+                            await asyncio.wait((pulled,), timeout=left)
+                        await flush_lingered()
                     batch = await pulled
                     if batch is None:
                         break
-                    for (topic, partition), rows in await router.split(batch):
-                        queue = queues.get((topic, partition)) or start(topic, partition)
-                        for chunk in self._encode(topic, rows, chunkers[(topic, partition)]):
-                            await _put(queue, writers[(topic, partition)], chunk)
-                await flush_waiting()
+                    for where, rows in await router.split(batch):
+                        queue = queues.get(where) or start(*where)
+                        sent = False
+                        for chunk in self._encode(where[0], rows, chunkers[where]):
+                            await _put(queue, writers[where], chunk)
+                            sent = True
+                        if not chunkers[where].waiting:
+                            waiting_since.pop(where, None)
+                        elif sent or where not in waiting_since:
+                            # what a full payload left over is (nearly all) this batch's rows
+                            waiting_since[where] = loop.time()
+                    await flush_lingered()
+                for where in list(chunkers):
+                    await flush(where)
                 for where, queue in queues.items():
                     await _put(queue, writers[where], None)
                 done = await asyncio.gather(*writers.values())

@@ -149,7 +149,8 @@ def test_chunks_cut_between_rows_and_a_large_row_travels_alone() -> None:
     [
         ("kafka.bootstrap.servers", "use option 'servers' instead"),
         ("kafka.request.timeout.ms", "use option 'requestTimeoutMs'"),
-        ("kafka.linger.ms", "option 'kafka.linger.ms' is a Kafka client setting"),
+        ("kafka.linger.ms", "use option 'lingerMs'"),
+        ("kafka.buffer.memory", "option 'kafka.buffer.memory' is a Kafka client setting"),
         ("kafka.group.id", "no consumer groups"),
         ("totallyUnknown", "unknown option 'totallyunknown'"),
     ],

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 from pyspark_raftlog.options import (
     DEFAULT_CHUNK_BYTES,
+    DEFAULT_LINGER_MS,
     DEFAULT_MAX_TRIGGER_DELAY_MS,
     OffsetSpec,
     OptionError,
@@ -110,6 +111,8 @@ def test_servers_parsed_and_validated() -> None:
         ("chunkBytes", "12", r"option 'chunkBytes' must be a size in bytes between 1024 and"),
         ("chunkBytes", "1 parsec", r"option 'chunkBytes' must be a size in bytes .* '1m'"),
         ("chunkBytes", "65m", r"option 'chunkBytes' .*got '65m' \(68157440 bytes\)"),
+        ("lingerMs", "-1", r"option 'lingerMs' must be an integer between 0 and 3600000; got '-1'"),
+        ("lingerMs", "1s", r"option 'lingerMs' must be an integer between 0 and 3600000"),
     ],
 )
 def test_bad_sink_numbers(name: str, raw: str, pattern: str) -> None:
@@ -243,6 +246,15 @@ def test_bad_compression_is_refused_naming_the_allowed_values(bad: str) -> None:
     with pytest.raises(OptionError) as err:
         sink(compression=bad)
     assert str(err.value) == f"option 'compression' must be one of none, lz4, zstd, got {bad!r}"
+
+
+def test_linger_ms_default_zero_and_kafkas_name_points_to_it() -> None:
+    assert sink().linger_ms == DEFAULT_LINGER_MS == 1000
+    assert (sink(lingerMs="0").linger_ms, sink(lingerms="250").linger_ms) == (0, 250)
+    with pytest.raises(OptionError, match="use option 'lingerMs' instead"):
+        sink(**{"kafka.linger.ms": "5"})
+    with pytest.raises(OptionError, match="option 'lingerMs' applies to writes, not reads"):
+        source(lingerMs="5")
 
 
 def test_compression_is_a_write_option_and_kafkas_name_points_to_it() -> None:
