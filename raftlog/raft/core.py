@@ -689,23 +689,30 @@ class RaftCore:
 
     def heartbeats_due(self) -> list[tuple[int, Heartbeat]]:
         """Leader: the heartbeats of this round (the node's heartbeat manager sends them),
-        one per follower, except that an idle follower gets one only every
-        ``idle_heartbeat_ticks`` ticks.
+        one per follower, except that an idle follower, and one that an append went to
+        lately, get one only every ``idle_heartbeat_ticks`` ticks.
 
         Idle: it holds the leader's whole log, all of it flushed, in REPLICATE with
         nothing in flight, and its last heartbeat told it the current commit index; so
         a heartbeat would only reset its election timer and refresh the quorum check,
         which need one a few times per election timeout, not every round. Anything new
         (a write, a commit, a reply that shows a gap or an unflushed tail, a transfer)
-        makes it due at once. Only liveness depends on this, never safety: a heartbeat
-        carries nothing that an append does not."""
+        makes it due at once. Sent an append within the last ``idle_heartbeat_ticks``
+        ticks (Redpanda's heartbeat manager skips those too): the append carries the
+        term and the commit index, resets the follower's timer, and its reply refreshes
+        the quorum check, so a group under writes is heartbeated as an idle one is; the
+        commit index that the last appends did not carry reaches the follower within
+        ``idle_heartbeat_ticks`` ticks of them. Only liveness depends on this, never
+        safety: a heartbeat carries nothing that an append does not."""
         if self.role is not Role.LEADER:
             return []
         every = self.options.idle_heartbeat_ticks
         due = []
         for node in sorted(self.progress):
             p = self.progress[node]
-            if self.ticks - p.heartbeat_tick < every and self._heartbeat_idle(p):
+            if self.ticks - p.heartbeat_tick < every and (
+                self._heartbeat_idle(p) or self._appended_lately(p)
+            ):
                 continue
             due.append((node, self.heartbeat_for(node)))
         return due
@@ -720,6 +727,13 @@ class RaftCore:
             and p.dirty_offset == end
             and p.flushed_offset >= end
             and p.heartbeat_commit == self.commit_index
+        )
+
+    def _appended_lately(self, p: FollowerProgress) -> bool:
+        return (
+            self.transfer_target == -1
+            and p.state is ProgressState.REPLICATE
+            and self.ticks - p.append_tick < self.options.idle_heartbeat_ticks
         )
 
     def heartbeat_for(self, node: int) -> Heartbeat:
@@ -921,6 +935,7 @@ class RaftCore:
                 seq=self.next_seq(p.node),
             )
             p.last_sent_offset = last
+            p.append_tick = self.ticks
             p.inflights.add(req.seq, last, nbytes)
             self._ready.appends.append((p.node, req))
         return placed

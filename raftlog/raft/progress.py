@@ -153,6 +153,10 @@ class FollowerProgress:
     # (RaftCore.heartbeats_due: an idle follower is heartbeated less often).
     heartbeat_tick: int = -(2**62)
     heartbeat_commit: int = -2
+    # The tick of the last append made for it in REPLICATE (RaftCore.propose): an append
+    # does what a heartbeat does, so a follower that got one lately is heartbeated as
+    # seldom as an idle one.
+    append_tick: int = -(2**62)
     # The seq of the newest reply applied (replies at or below it are stale).
     last_reply_seq: int = -1
     # Recovery requests in a row that got no usable reply (see RaftCore.recovery_failed).
