@@ -42,12 +42,15 @@ __all__ = [
     "decode_records",
     "encode_records",
     "is_records_schema",
+    "records_bytes",
     "records_marker_schema",
 ]
 
 HEADERS_TYPE = pa.list_(pa.struct([pa.field("key", pa.string()), pa.field("value", pa.binary())]))
 RECORDS_FORMAT_KEY = b"raftlog.format"
 _HEAD = struct.Struct("<4sII")
+# A record's bytes besides its key, value and headers: lengths, timestamp, header count.
+ROW_OVERHEAD = 24
 
 
 def records_marker_schema() -> pa.Schema:
@@ -125,16 +128,10 @@ def encode_records(batch: pa.RecordBatch) -> bytes:
     )
 
 
-def chunk_records(batch: pa.RecordBatch, chunk_bytes: int) -> Iterator[Chunk]:
-    """Cut ``batch`` into keyed payloads of at most about ``chunk_bytes`` (rows never split).
-
-    A row larger than ``chunk_bytes`` travels alone; one beyond the engine's
-    64 MiB limit is an error naming the row.
-    """
+def _record_sizes(batch: pa.RecordBatch) -> np.ndarray:
+    """Each row's bytes as a framed record (an upper bound where it has headers)."""
     n = batch.num_rows
-    if n == 0:
-        return
-    size = np.full(n, 24, np.int64)  # lengths, timestamp, header count
+    size = np.full(n, ROW_OVERHEAD, np.int64)
     for name in ("key", "value"):
         if name in batch.schema.names:
             lens, _ = _lengths_and_bytes(batch.column(name))
@@ -148,6 +145,25 @@ def chunk_records(batch: pa.RecordBatch, chunk_bytes: int) -> Iterator[Chunk]:
             per = np.maximum(klen, 0) + np.maximum(vlen, 0) + 8
             parents = pc.list_parent_indices(batch.column("headers")).to_numpy()
             size += np.bincount(parents, weights=per, minlength=n).astype(np.int64)
+    return size
+
+
+def records_bytes(batch: pa.RecordBatch) -> int:
+    """The bytes of ``batch``'s rows as framed records (what :func:`chunk_records` cuts
+    by): a :class:`~pyspark_raftlog.arrow_payload.RowChunker`'s measure for them."""
+    return int(_record_sizes(batch).sum())
+
+
+def chunk_records(batch: pa.RecordBatch, chunk_bytes: int) -> Iterator[Chunk]:
+    """Cut ``batch`` into keyed payloads of at most about ``chunk_bytes`` (rows never split).
+
+    A row larger than ``chunk_bytes`` travels alone; one beyond the engine's
+    64 MiB limit is an error naming the row.
+    """
+    n = batch.num_rows
+    if n == 0:
+        return
+    size = _record_sizes(batch)
     ends = np.cumsum(size)
     start = 0
     while start < n:

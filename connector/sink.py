@@ -40,7 +40,8 @@ across batches (:class:`~pyspark_raftlog.arrow_payload.RowChunker`; rows wait
 for a full payload at most ``lingerMs``, default 1 s, from the first that waits, as
 Kafka's ``linger.ms``: see :data:`~pyspark_raftlog.options.DEFAULT_LINGER_MS`), and sent
 as they are; rows are never converted one by one. A DataFrame of ``value``
-and only Kafka's columns is written as raw records instead (:mod:`pyspark_raftlog.raw_records`).
+and only Kafka's columns is written as raw records instead (:mod:`pyspark_raftlog.raw_records`),
+joined across Spark's batches in the same way.
 
 ``compression`` (none, lz4, zstd) compresses each payload in the task before
 it is sent (``chunkBytes`` counts uncompressed bytes); without the option, each
@@ -112,13 +113,20 @@ class _WriterBase:
         ``chunker`` is its (topic, partition)'s, and holds the rows that wait for more."""
         layout = self.layout
         if layout is not None and layout.raw:
-            from pyspark_raftlog.raw_records import chunk_records
-
-            yield from chunk_records(batch, self.opts.chunk_bytes)
+            yield from chunker.add(batch)
             return
         if layout is not None and len(layout.data_columns) != batch.num_columns:
             batch = batch.select(list(layout.data_columns))
         yield from chunker.add(conform_batch(topic, batch, self.schema))
+
+    def _chunker(self) -> RowChunker:
+        """A (topic, partition)'s chunker: of Arrow IPC payloads, or of Kafka-style records
+        when the rows are written raw."""
+        if self.layout is not None and self.layout.raw:
+            from pyspark_raftlog.raw_records import chunk_records, records_bytes
+
+            return RowChunker(self.opts.chunk_bytes, chunk_records, records_bytes)
+        return RowChunker(self.opts.chunk_bytes)
 
     def _write(
         self, batches: Iterator[pa.RecordBatch], key: tuple[str, int, str] | None
@@ -147,7 +155,7 @@ class _WriterBase:
             def start(topic: str, partition: int) -> asyncio.Queue:
                 queue: asyncio.Queue = asyncio.Queue(_QUEUE_CHUNKS)
                 queues[(topic, partition)] = queue
-                chunkers[(topic, partition)] = RowChunker(opts.chunk_bytes)
+                chunkers[(topic, partition)] = self._chunker()
                 if topic not in codecs:
                     codecs[topic] = asyncio.ensure_future(_codec(client, opts, topic))
                 writers[(topic, partition)] = asyncio.ensure_future(

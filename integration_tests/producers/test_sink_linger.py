@@ -18,26 +18,37 @@ import uuid
 from collections.abc import Iterator
 
 import pyarrow as pa
-from pyspark.sql.types import LongType, StringType, StructField, StructType
+import pytest
+from pyspark.sql.types import BinaryType, LongType, StringType, StructField, StructType
 from pyspark_raftlog.datasource import DefaultSource
 from pyspark_raftlog.sink import RaftlogCommitMessage
 
 from raftlog.client import RaftlogClient
 
 SCHEMA = StructType([StructField("value", LongType()), StructField("payload", StringType())])
+# Kafka's columns: written as raw records (Kafka's framing), not as Arrow IPC
+KAFKA_SCHEMA = StructType([StructField("key", BinaryType()), StructField("value", BinaryType())])
 ROW_BYTES = 100
 WAIT_S = 30.0  # bound on every wait below
 
 
-def arrow_batch(start: int, rows: int) -> pa.RecordBatch:
+def arrow_batch(start: int, rows: int, kafka: bool = False) -> pa.RecordBatch:
     values = list(range(start, start + rows))
+    if kafka:
+        return pa.record_batch(
+            [
+                pa.array([b"k%d" % v for v in values], pa.binary()),
+                pa.array([b"%0*d" % (ROW_BYTES, v) for v in values], pa.binary()),
+            ],
+            names=["key", "value"],
+        )
     return pa.record_batch(
         [pa.array(values, pa.int64()), pa.array([f"{v:0{ROW_BYTES}d}" for v in values])],
         names=["value", "payload"],
     )
 
 
-def stream_writer(servers: str, topic: str, **options: str):
+def stream_writer(servers: str, topic: str, schema: StructType = SCHEMA, **options: str):
     opts = {
         "topic": topic,
         "servers": servers,
@@ -46,7 +57,7 @@ def stream_writer(servers: str, topic: str, **options: str):
         "replicationFactor": "3",
         **options,
     }
-    return DefaultSource(opts).streamWriter(SCHEMA, False)
+    return DefaultSource(opts).streamWriter(schema, False)
 
 
 def stored_batches(servers: list[str], topic: str) -> list[tuple[int, int]]:
@@ -69,18 +80,23 @@ def stored_batches(servers: list[str], topic: str) -> list[tuple[int, int]]:
     return asyncio.run(read())
 
 
-def test_rows_of_slow_spark_batches_are_joined_into_full_payloads(raftlog_cluster) -> None:
+@pytest.mark.parametrize("kafka", [False, True], ids=["arrow", "kafka-records"])
+def test_rows_of_slow_spark_batches_are_joined_into_full_payloads(
+    raftlog_cluster, kafka: bool
+) -> None:
     """Spark batches 80 ms apart (the old 20 ms stall rule sent each one alone) are
     joined into payloads of ``chunkBytes``: 24 batches of 2,500 rows (~0.3 MB each) into
-    1 MiB payloads, so 7-9 stored batches, not 24."""
+    1 MiB payloads, so 7-9 stored batches, not 24. The same for Kafka's columns, written
+    as raw records (which went one payload per Spark batch, whatever the linger)."""
     topic = f"linger-join-{uuid.uuid4().hex[:8]}"
-    writer = stream_writer(raftlog_cluster.bootstrap, topic, chunkBytes="1m")
+    schema = KAFKA_SCHEMA if kafka else SCHEMA
+    writer = stream_writer(raftlog_cluster.bootstrap, topic, schema, chunkBytes="1m")
     rows, count = 2_500, 24
 
     def spark_input() -> Iterator[pa.RecordBatch]:
         for i in range(count):
             time.sleep(0.08)
-            yield arrow_batch(i * rows, rows)
+            yield arrow_batch(i * rows, rows, kafka)
 
     message = writer.write(spark_input())
     assert isinstance(message, RaftlogCommitMessage)

@@ -9,6 +9,7 @@ from datetime import UTC, datetime
 import numpy as np
 import pyarrow as pa
 import pytest
+from pyspark_raftlog.arrow_payload import RowChunker
 from pyspark_raftlog.offsets import (
     OffsetDocumentError,
     format_topic_offsets,
@@ -21,7 +22,12 @@ from pyspark_raftlog.options import (
     parse_sink_options,
     parse_source_options,
 )
-from pyspark_raftlog.raw_records import HEADERS_TYPE, chunk_records, decode_records
+from pyspark_raftlog.raw_records import (
+    HEADERS_TYPE,
+    chunk_records,
+    decode_records,
+    records_bytes,
+)
 from pyspark_raftlog.routing import key_bytes, murmur2, murmur2_many, partitions_of
 
 from raftlog.client.framing import Record, frame_keyed, frame_records, unframe_any
@@ -142,6 +148,34 @@ def test_chunks_cut_between_rows_and_a_large_row_travels_alone() -> None:
     assert [rows for _, rows in chunks] == [1, 1, 1]
     values = [v for p, n in chunks for v in decode_records(p, n).value.to_pylist()]
     assert values == batch.column("value").to_pylist()
+
+
+def test_raw_records_of_many_spark_batches_are_joined_into_full_payloads() -> None:
+    """Spark hands a task 10,000 rows at a time; Kafka-style rows (key, value, headers)
+    are joined across those batches into payloads close to ``chunk_bytes``, as typed
+    rows are, not sent one payload per Spark batch; every row comes back, in order."""
+    chunk_bytes = 256 * 1024
+    chunker = RowChunker(chunk_bytes, chunk_records, records_bytes)
+    sent, chunks = [], []
+    for b in range(30):
+        rows = [f"{b}-{i}".encode() * 5 for i in range(300)]  # ~30 KiB per batch
+        sent += rows
+        batch = pa.record_batch(
+            {
+                "key": pa.array([r[:4] for r in rows], pa.binary()),
+                "value": pa.array(rows, pa.binary()),
+                "headers": pa.array([[("h", b"1")]] * len(rows), HEADERS_TYPE),
+            }
+        )
+        chunks += chunker.add(batch)
+    chunks += chunker.flush()
+    sizes = [len(p) for p, _ in chunks]
+    assert all(s <= chunk_bytes for s in sizes), sizes
+    assert len(chunks) <= 6, f"not joined: {len(chunks)} payloads for 30 batches: {sizes}"
+    assert all(s >= chunk_bytes * 0.75 for s in sizes[:-1]), sizes
+    decoded = [decode_records(p, n) for p, n in chunks]
+    assert [v for d in decoded for v in d.value.to_pylist()] == sent
+    assert [k for d in decoded for k in d.key.to_pylist()] == [r[:4] for r in sent]
 
 
 @pytest.mark.parametrize(
