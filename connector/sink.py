@@ -35,7 +35,10 @@ partition), all written in parallel, all named in the commit message.
 The rows of Spark's Arrow batches are cut into Arrow IPC payloads of at most
 ``chunkBytes`` (default 4 MiB: in ``benchmarks spark`` at 1,000,000 rows per
 micro-batch the nodes spent 0.65-0.69 CPU-seconds per micro-batch with it,
-0.75-0.81 with 1 MiB, 2 runs each; 8 MiB gained nothing more), joined
+0.75-0.81 with 1 MiB, 2 runs each, on 2026-11-25; 8 MiB gained nothing more. That
+was under an older linger rule that sent most of Spark's batches alone, in payloads
+of about 1.2 MB, whatever the option: on 2026-11-27 the nodes spent 1.72 CPU-s per
+million rows with that rule, 0.91 with full 4 MiB payloads), joined
 across batches (:class:`~pyspark_raftlog.arrow_payload.RowChunker`; rows wait
 for a full payload at most ``lingerMs``, default 1 s, from the first that waits, as
 Kafka's ``linger.ms``: see :data:`~pyspark_raftlog.options.DEFAULT_LINGER_MS`), and sent
