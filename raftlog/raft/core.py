@@ -698,7 +698,8 @@ class RaftCore:
         which need one a few times per election timeout, not every round. Anything new
         (a write, a commit, a reply that shows a gap or an unflushed tail, a transfer)
         makes it due at once. Sent an append within the last ``idle_heartbeat_ticks``
-        ticks (Redpanda's heartbeat manager skips those too): the append carries the
+        ticks, and all it has written is flushed (Redpanda's heartbeat manager skips
+        followers sent an append lately too): the append carries the
         term and the commit index, resets the follower's timer, and its reply refreshes
         the quorum check, so a group under writes is heartbeated as an idle one is; the
         commit index that the last appends did not carry reaches the follower within
@@ -730,10 +731,13 @@ class RaftCore:
         )
 
     def _appended_lately(self, p: FollowerProgress) -> bool:
+        # Not with an unflushed tail: the heartbeat replies of a follower that flushes by
+        # delay are how the leader learns its flushed offset (the quorum may need it).
         return (
             self.transfer_target == -1
             and p.state is ProgressState.REPLICATE
             and self.ticks - p.append_tick < self.options.idle_heartbeat_ticks
+            and p.flushed_offset >= p.dirty_offset
         )
 
     def heartbeat_for(self, node: int) -> Heartbeat:

@@ -5,10 +5,12 @@ rounds, election timeout 10 ticks, idle heartbeats every 3 ticks). Heartbeats ar
 counted where the leader's core makes them. Idle, each follower gets about a
 third of the rounds' heartbeats, and the group keeps its leader and term: three
 heartbeats per election timeout keep the followers' timers and the leader's quorum
-check satisfied. Under writes (one append a tick), each follower gets no more: the
-appends do a heartbeat's work (Redpanda's heartbeat manager skips followers an append
-went to lately); the group keeps its leader, and once the writes stop the followers
-learn the last commit index within a few ticks. With the
+check satisfied. Under writes (one append a tick), the follower that flushes each
+append gets no more: the appends do a heartbeat's work (Redpanda's heartbeat manager
+skips followers an append went to lately); the one that flushes by delay still gets
+one every round, since its heartbeat replies carry its flushes. The group keeps its
+leader, and once the writes stop the followers learn the last commit index within a
+few ticks. With the
 idle interval planted above the election timeout, the same idle check fails: the
 followers time out and elect another leader, so the check can fail.
 
@@ -98,11 +100,15 @@ def test_an_idle_follower_gets_a_heartbeat_every_third_tick_and_the_leader_stays
     assert len(set(terms)) == 1, f"terms moved while idle: {terms}"
 
 
-def test_a_follower_taking_appends_gets_no_more_heartbeats_and_learns_the_commit() -> None:
+def test_a_flushed_follower_taking_appends_gets_no_more_heartbeats_all_learn_the_commit() -> None:
     counts, kept, terms, commits = _watch(idle_heartbeat_ticks=3, writes=True)
     assert len(counts) == 2, counts
-    for follower, n in counts.items():
-        assert ROUNDS / 4.5 <= n <= ROUNDS / 2.5, (follower, n, ROUNDS)
+    # the follower asked to flush every append (the quorum's) gets a third of the rounds;
+    # the other flushes by delay, and its heartbeat replies are how the leader learns of
+    # those flushes: it still gets one every round
+    fewer, more = sorted(counts.values())
+    assert ROUNDS / 4.5 <= fewer <= ROUNDS / 2.5, (counts, ROUNDS)
+    assert more >= ROUNDS * 0.8, (counts, ROUNDS)
     assert kept, "the group taking writes lost its leader"
     assert len(set(terms)) == 1, f"terms moved under writes: {terms}"
     assert commits[0] >= ROUNDS * 0.9, commits  # the writes committed
