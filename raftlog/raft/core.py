@@ -711,8 +711,11 @@ class RaftCore:
         due = []
         for node in sorted(self.progress):
             p = self.progress[node]
-            if self.ticks - p.heartbeat_tick < every and (
-                self._heartbeat_idle(p) or self._appended_lately(p)
+            if (
+                self.ticks - p.heartbeat_tick < every
+                and self.transfer_target == -1
+                and p.state is ProgressState.REPLICATE
+                and (self._heartbeat_idle(p) or self._appended_lately(p))
             ):
                 continue
             due.append((node, self.heartbeat_for(node)))
@@ -721,9 +724,7 @@ class RaftCore:
     def _heartbeat_idle(self, p: FollowerProgress) -> bool:
         end = self.log.dirty_offset
         return (
-            self.transfer_target == -1
-            and p.state is ProgressState.REPLICATE
-            and p.in_flight == 0
+            p.in_flight == 0
             and p.match_offset == end
             and p.dirty_offset == end
             and p.flushed_offset >= end
@@ -734,9 +735,7 @@ class RaftCore:
         # Not with an unflushed tail: the heartbeat replies of a follower that flushes by
         # delay are how the leader learns its flushed offset (the quorum may need it).
         return (
-            self.transfer_target == -1
-            and p.state is ProgressState.REPLICATE
-            and self.ticks - p.append_tick < self.options.idle_heartbeat_ticks
+            self.ticks - p.append_tick < self.options.idle_heartbeat_ticks
             and p.flushed_offset >= p.dirty_offset
         )
 
