@@ -345,11 +345,15 @@ class ProducerTable:
 
     def _expire(self, now_ms: int) -> None:
         horizon = now_ms - self.config.producer_expiry_ms
-        for pid, state in list(self._producers.items()):
+        expired = []
+        # called for every applied batch: walk only the expired head, not a copy of all
+        for pid, state in self._producers.items():
             if state.open_tx is not None:
                 continue
             if state.last_activity_ms > horizon:
                 break  # recency order: later entries are (almost always) more recent
+            expired.append(pid)
+        for pid in expired:
             del self._producers[pid]
 
     def _enforce_bound(self) -> None:

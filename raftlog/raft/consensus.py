@@ -426,16 +426,13 @@ class Consensus:
             raise ValueError("replicate() needs at least one batch")
         if not self.running:
             raise RaftError(f"group {self.group} on node {self.node_id} is not running")
+        if not self.core.accepting_writes:
+            return ReplicateStages.failed(self.not_leader_error())
         stages, enqueue = self.batcher.replicate(
             batches, consistency, -1 if expected_term is None else expected_term
         )
-        if not self.core.accepting_writes:
-            enqueue.close()
-            err = self.not_leader_error()
-            stages.enqueued.set_exception(err)
-            stages.finished.set_exception(err)
-            return stages
-        self.spawn(enqueue)
+        if enqueue is not None:
+            self.spawn(enqueue)
         return stages
 
     def append_local(self, batches: list[RecordBatch]) -> None:

@@ -8,6 +8,13 @@ build up and go to ``replicate_entries`` as one append. The order in the log
 is fixed once ``enqueued`` resolves (the queue is FIFO and drained in order).
 The memory units are released by ``replicate_entries`` once the append has
 been handed to the transport.
+
+A request that finds no one waiting and the memory it needs free is queued at
+once, inside ``replicate()``: its ``enqueued`` is already resolved when the
+caller gets it, so ``await stages.enqueued`` does not yield. That keeps the
+requests that arrive in one turn of the event loop in one append; rm_stm holds
+a producer's lock until ``enqueued``, and when that took a task and a loop turn
+per request, a producer's pipelined requests were spread over several appends.
 """
 
 from __future__ import annotations
@@ -47,6 +54,16 @@ class ReplicateStages:
 
     enqueued: asyncio.Future[None]
     finished: asyncio.Future[ReplicateResult]
+
+    @classmethod
+    def failed(cls, exc: BaseException) -> ReplicateStages:
+        """Stages of a request refused before it was queued: both raise ``exc``."""
+        loop = asyncio.get_running_loop()
+        stages = cls(loop.create_future(), loop.create_future())
+        for fut in (stages.enqueued, stages.finished):
+            fut.add_done_callback(_consume_exception)
+            fut.set_exception(exc)
+        return stages
 
 
 @dataclasses.dataclass(slots=True)
@@ -97,11 +114,19 @@ class ReplicateBatcher:
         self._queue: list[ReplicateRequest] = []
         self._wake = asyncio.Event()
         self._closed_error: BaseException | None = None
+        self._waiting = 0
+        """Requests between ``replicate()`` and their place in the queue (slow path)."""
 
     def replicate(
         self, batches: list[RecordBatch], consistency: Consistency, expected_term: int
-    ) -> tuple[ReplicateStages, Coroutine[Any, Any, None]]:
-        """Create the stages and the coroutine that enqueues the request."""
+    ) -> tuple[ReplicateStages, Coroutine[Any, Any, None] | None]:
+        """Create the stages and queue the request.
+
+        Returns the stages and None when the request was queued at once (``enqueued``
+        resolved), or the coroutine that queues it, which the caller must run: the
+        request waits for memory, or behind requests that do (arrival order is log
+        order, so none may pass them).
+        """
         loop = asyncio.get_running_loop()
         stages = ReplicateStages(loop.create_future(), loop.create_future())
         stages.enqueued.add_done_callback(_consume_exception)
@@ -110,7 +135,17 @@ class ReplicateBatcher:
         # A request larger than the window takes all of it rather than wait forever.
         units = min(max(size, 1), self.memory.capacity)
         req = ReplicateRequest(list(batches), consistency, expected_term, units, stages)
+        if not self._waiting and self._closed_error is None and self.memory.available >= units:
+            self.memory.available -= units
+            self._push(req)
+            return stages, None
+        self._waiting += 1
         return stages, self._enqueue(req)
+
+    def _push(self, req: ReplicateRequest) -> None:
+        self._queue.append(req)
+        self._wake.set()
+        req.stages.enqueued.set_result(None)
 
     async def _enqueue(self, req: ReplicateRequest) -> None:
         try:
@@ -121,9 +156,7 @@ class ReplicateBatcher:
                 if self._closed_error is not None:
                     self.memory.release(req.units)
                     raise self._closed_error
-                self._queue.append(req)
-                self._wake.set()
-            req.stages.enqueued.set_result(None)
+                self._push(req)
         except BaseException as exc:
             for fut in (req.stages.enqueued, req.stages.finished):
                 if not fut.done():
@@ -133,6 +166,8 @@ class ReplicateBatcher:
                         fut.set_exception(exc)
             if not isinstance(exc, Exception):
                 raise
+        finally:
+            self._waiting -= 1
 
     def fail_queued(self, exc: BaseException) -> None:
         """Fail every queued request (leadership lost); their units are released."""

@@ -198,7 +198,8 @@ class Applier:
         """``stm.apply(batch)``; an exception skips the batch for ``stm``, loudly."""
         try:
             res = stm.apply(batch)
-            if inspect.isawaitable(res):
+            # most apply() are plain and return None: skip the ABC check for them
+            if res is not None and inspect.isawaitable(res):
                 await res
         except Exception:
             self.apply_errors += 1

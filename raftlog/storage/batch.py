@@ -84,6 +84,7 @@ SUPPORTED_COMPRESSION = (Compression.NONE, Compression.LZ4, Compression.ZSTD)
 _TX_BIT = 0x1
 _KIND_SHIFT = 1
 _KIND_MASK = 0xF
+_KIND_OF = {kind.value: kind for kind in BatchKind}
 _COMPRESSION_SHIFT = 5
 _COMPRESSION_MASK = 0x7
 
@@ -211,7 +212,10 @@ class RecordBatch:
 
     @property
     def kind(self) -> BatchKind:
-        return BatchKind((self.attributes >> _KIND_SHIFT) & _KIND_MASK)
+        value = (self.attributes >> _KIND_SHIFT) & _KIND_MASK
+        # a dict lookup, not BatchKind(value): every apply, fetch and replicate asks
+        kind = _KIND_OF.get(value)
+        return kind if kind is not None else BatchKind(value)  # ValueError names it
 
     @property
     def compression(self) -> Compression:

@@ -137,3 +137,33 @@ async def test_producer_locks_serialize_one_producer_and_are_dropped_when_unused
     await asyncio.gather(a, b)
     assert order == ["a in", "other", "a out", "b in"]
     assert len(locks) == 0
+
+
+async def test_producer_lock_of_a_cancelled_waiter_is_dropped() -> None:
+    locks = ProducerLocks()
+    entered = asyncio.Event()
+    release = asyncio.Event()
+
+    async def holder() -> None:
+        async with locks.hold(1):
+            entered.set()
+            await release.wait()
+
+    a = asyncio.create_task(holder())
+    await entered.wait()
+
+    async def waiter() -> None:
+        async with locks.hold(1):
+            raise AssertionError("a cancelled waiter must not get the lock")
+
+    b = asyncio.create_task(waiter())
+    await asyncio.sleep(0)
+    b.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await b
+    assert len(locks) == 1  # the holder still holds it
+    release.set()
+    await a
+    assert len(locks) == 0
+    async with locks.hold(1):  # and it can be taken again
+        assert len(locks) == 1

@@ -256,20 +256,28 @@ def test_batcher_memory_is_the_backpressure() -> None:
             await gate.wait()
             batcher.memory.release(sum(r.units for r in reqs))
 
-        batcher = ReplicateBatcher(append, memory_bytes=200)
+        batcher = ReplicateBatcher(append, memory_bytes=220)
         runner = asyncio.create_task(batcher.run())
         first, enq1 = batcher.replicate([data(b"1" * 100)], Consistency.QUORUM_ACK, -1)
+        assert enq1 is None and first.enqueued.done()  # memory free, no one waiting: at once
         second, enq2 = batcher.replicate([data(b"2" * 100)], Consistency.QUORUM_ACK, -1)
-        t1, t2 = asyncio.create_task(enq1), asyncio.create_task(enq2)
+        assert enq2 is not None  # 152 + 152 bytes > 220: waits for memory
+        # its 53 bytes fit in the 68 left, but it may not pass the request that waits
+        third, enq3 = batcher.replicate([data(b"3")], Consistency.QUORUM_ACK, -1)
+        assert enq3 is not None
+        t2, t3 = asyncio.create_task(enq2), asyncio.create_task(enq3)
         await asyncio.sleep(0.1)
-        assert first.enqueued.done()
-        assert not second.enqueued.done()  # 152 + 152 bytes > 200: waits for memory
+        assert not second.enqueued.done() and not third.enqueued.done()
         gate.set()
         await asyncio.sleep(0.1)
-        assert second.enqueued.done()
-        assert appended == [[b"1" * 100], [b"2" * 100]]
+        assert second.enqueued.done() and third.enqueued.done()
+        assert appended[0] == [b"1" * 100]  # appended alone, before the others were queued
+        assert [p for a in appended for p in a] == [b"1" * 100, b"2" * 100, b"3"]
+        # nothing waits any more: queued at once again
+        fourth, enq4 = batcher.replicate([data(b"4")], Consistency.QUORUM_ACK, -1)
+        assert enq4 is None and fourth.enqueued.done()
         runner.cancel()
-        await asyncio.gather(runner, t1, t2, return_exceptions=True)
+        await asyncio.gather(runner, t2, t3, return_exceptions=True)
 
     run_virtual(scenario())
 
