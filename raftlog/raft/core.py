@@ -70,9 +70,6 @@ from raftlog.storage.api import VoteState
 from raftlog.storage.batch import RecordBatch
 
 RECOVERY_MAX_FAILURES = 3
-FLUSHER_HYSTERESIS = 2
-"""A follower asked to flush at once keeps that role until this many more appends wait
-on it than on another (see ``RaftCore._quorum_flushers``)."""
 """Recovery requests in a row without a usable reply before recovery stops (the next
 heartbeat reply from the follower starts it again)."""
 TIMEOUT_NOW_RESEND_TICKS = 3
@@ -951,11 +948,14 @@ class RaftCore:
         The commit needs a majority durable, not every replica: the others write the
         append and flush it by bytes and delay (``flush_bytes``, ``flush_delay_s``), as
         Redpanda's followers do, which saves each of them an fsync per append. The
-        role is sticky: the ones asked last keep it until ``FLUSHER_HYSTERESIS`` more
-        appends wait on them than on another (flipping would have every follower fsync
-        now and then, and save nothing). A follower that stops answering fills its
-        window and is passed over; until then the others' flushes by delay still
-        complete the majority, later.
+        role is sticky: the ones asked last keep it while their window has room. A
+        follower asked to flush answers later than one that is not, so it always has
+        more appends unanswered; when the role went to the fewest unanswered as soon as
+        the gap reached 3, it moved back and forth under load, and both followers
+        fsynced nearly every append (`benchmarks small`, 64 clients: the follower not
+        asked made 55-60 syncfs a second, not the 20 of its delay). A follower that
+        stops answering fills its window and is passed over; until then the others'
+        flushes by delay still complete the majority, later.
         """
         config = self.configs.latest
         need = config.quorum() - (1 if self.node_id in config.voters else 0)
@@ -966,7 +966,8 @@ class RaftCore:
                 if p.node in config.voters and p.state is ProgressState.REPLICATE
             ),
             key=lambda p: (
-                len(p.inflights) - (FLUSHER_HYSTERESIS if p.node in self._flushers else 0),
+                not (p.node in self._flushers and not p.inflights.full()),
+                len(p.inflights),
                 p.node,
             ),
         )
