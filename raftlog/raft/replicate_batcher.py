@@ -97,6 +97,13 @@ class MemorySemaphore:
             await self._released.wait()
         self.available -= units
 
+    def try_acquire(self, units: int) -> bool:
+        """Take ``units`` if they are free now (never waits); False leaves them."""
+        if self.available < units:
+            return False
+        self.available -= units
+        return True
+
     def release(self, units: int) -> None:
         self.available += units
         self._released.set()
@@ -135,8 +142,7 @@ class ReplicateBatcher:
         # A request larger than the window takes all of it rather than wait forever.
         units = min(max(size, 1), self.memory.capacity)
         req = ReplicateRequest(list(batches), consistency, expected_term, units, stages)
-        if not self._waiting and self._closed_error is None and self.memory.available >= units:
-            self.memory.available -= units
+        if not self._waiting and self._closed_error is None and self.memory.try_acquire(units):
             self._push(req)
             return stages, None
         self._waiting += 1
