@@ -70,8 +70,10 @@ def stored_batches(servers: list[str], topic: str) -> list[tuple[int, int]]:
             for _ in range(10_000):
                 r = await client.fetch(topic, 0, offset, max_bytes=64 << 20)
                 out += [(b.base_offset, b.record_count) for b in r.batches]
-                if r.next_offset >= r.high_watermark or r.next_offset == offset:
+                if r.next_offset >= r.high_watermark:
                     return out
+                # a fetch that makes no progress short of the end is a failure, not the end
+                assert r.next_offset > offset, f"fetch at {offset} of {topic} made no progress"
                 offset = r.next_offset
             raise AssertionError(f"reading {topic} did not reach its end")
         finally:
