@@ -243,6 +243,7 @@ class Consensus:
             self.options.flush_latency_s,
             self.options.flush_linger_s,
             self._flush_barrier,
+            self._on_flush_failed,
         )
         self.batcher = ReplicateBatcher(self._entries, self.options.batcher_memory_bytes)
         self._applier.restore(self._restored_ctx)
@@ -324,6 +325,11 @@ class Consensus:
         self._on_task_failed(service or getattr(task.get_coro(), "__qualname__", "task"), exc)
         if service is not None and self.running:
             self._start_service(service, delay_s=self.options.tick_interval_s)
+
+    def _on_flush_failed(self, exc: BaseException) -> None:
+        """A flush the core asked for (``Ready.flush_now``) failed: as a failed task."""
+        if not isinstance(exc, (RaftError, TimeoutError)):
+            self._on_task_failed("flush", exc)
 
     def _on_task_failed(self, what: str, exc: BaseException) -> None:
         """Log, record, and step down: a replica that cannot serve must not lead."""
@@ -515,14 +521,16 @@ class Consensus:
             self._unsaved_vote = None
         if not ready:
             return
-        if ready.flush_now:
-            self.spawn(self.flusher.flush_now())
-        elif ready.flush_bytes:
-            self.flusher.note_append(ready.flush_bytes)
         for node, req in ready.appends:
             self._entries.send(node, req)
         for target, message in ready.messages:
             self.spawn(self._send_message(target, message))
+        # After the sends: their tasks then run before the flusher's, so the appends
+        # leave before the flush thread starts (and contends for the GIL with them).
+        if ready.flush_now:
+            self.flusher.request_flush()
+        elif ready.flush_bytes:
+            self.flusher.note_append(ready.flush_bytes)
         if ready.stepped_down:
             self._on_stepped_down()
         if ready.became_leader:

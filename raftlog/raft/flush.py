@@ -48,8 +48,12 @@ class FlushCoalescer:
         latency_s: float = 0.0,
         linger_s: float = 0.0,
         barrier: Callable[[], Awaitable[None]] | None = None,
+        on_failed: Callable[[BaseException], None] | None = None,
     ) -> None:
         self._log = log
+        # Told of a failed flush that a request_flush asked for (that caller does not
+        # wait, so nobody else would hear of it); a waiter gets the error itself.
+        self._on_failed = on_failed
         # Returns once a syncfs of the log's filesystem that started after the call
         # returned (NodeFlush.sync); None: the log fsyncs its own files.
         self._barrier = barrier
@@ -63,6 +67,7 @@ class FlushCoalescer:
         # appends to join it, once the last flush served more than one waiter.
         self._linger_s = linger_s
         self._last_waiters = 0
+        self._asked = 0  # request_flush calls since the last flush started
         self._pending_bytes = 0
         self._waiters: list[asyncio.Future[int]] = []
         self._wake = asyncio.Event()
@@ -82,6 +87,14 @@ class FlushCoalescer:
         self._pending_bytes += nbytes
         if self._pending_bytes >= self._flush_bytes:
             self._urgent.set()
+        self._wake.set()
+
+    def request_flush(self) -> None:
+        """Ask for a flush that starts after this call, without waiting for it (the
+        leader: its ``on_flushed`` callback, not a waiter, carries the result on). It
+        counts as a waiter for the group-commit linger, as :meth:`flush_now` does."""
+        self._asked += 1
+        self._urgent.set()
         self._wake.set()
 
     async def flush_now(self) -> int:
@@ -125,7 +138,8 @@ class FlushCoalescer:
             self._wake.clear()
             self._urgent.clear()
             waiters, self._waiters = self._waiters, []
-            self._last_waiters = len(waiters)
+            asked, self._asked = self._asked, 0
+            self._last_waiters = len(waiters) + asked
             self._pending_bytes = 0
             try:
                 if self._log.flushed_offset < self._log.dirty_offset:
@@ -135,6 +149,8 @@ class FlushCoalescer:
                 for w in waiters:
                     if not w.done():
                         w.set_exception(exc)
+                if asked and self._on_failed is not None:
+                    self._on_failed(exc)
                 continue
             flushed = self._log.flushed_offset
             self._on_flushed(flushed)

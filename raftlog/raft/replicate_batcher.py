@@ -56,13 +56,20 @@ class ReplicateStages:
     finished: asyncio.Future[ReplicateResult]
 
     @classmethod
-    def failed(cls, exc: BaseException) -> ReplicateStages:
-        """Stages of a request refused before it was queued: both raise ``exc``."""
+    def pending(cls) -> ReplicateStages:
+        """Stages of a new request: neither resolved; an error nobody awaits is not logged."""
         loop = asyncio.get_running_loop()
         stages = cls(loop.create_future(), loop.create_future())
-        for fut in (stages.enqueued, stages.finished):
-            fut.add_done_callback(_consume_exception)
-            fut.set_exception(exc)
+        stages.enqueued.add_done_callback(_consume_exception)
+        stages.finished.add_done_callback(_consume_exception)
+        return stages
+
+    @classmethod
+    def failed(cls, exc: BaseException) -> ReplicateStages:
+        """Stages of a request refused before it was queued: both raise ``exc``."""
+        stages = cls.pending()
+        stages.enqueued.set_exception(exc)
+        stages.finished.set_exception(exc)
         return stages
 
 
@@ -134,10 +141,7 @@ class ReplicateBatcher:
         request waits for memory, or behind requests that do (arrival order is log
         order, so none may pass them).
         """
-        loop = asyncio.get_running_loop()
-        stages = ReplicateStages(loop.create_future(), loop.create_future())
-        stages.enqueued.add_done_callback(_consume_exception)
-        stages.finished.add_done_callback(_consume_exception)
+        stages = ReplicateStages.pending()
         size = sum(b.size_bytes for b in batches)
         # A request larger than the window takes all of it rather than wait forever.
         units = min(max(size, 1), self.memory.capacity)

@@ -323,20 +323,21 @@ async def open_frame_stream(
     return FrameStream(ws, label)
 
 
-def _reply(body: memoryview, reply_type: type, peer: str) -> Any:
+def _reply(body: memoryview, reply_type: type, peer: Callable[[], str]) -> Any:
     """The reply in ``body``, or a TransportError (the request's outcome) when
-    it is an error reply, another type, or undecodable: only that request fails."""
+    it is an error reply, another type, or undecodable: only that request fails.
+    ``peer()`` names the sender in that error."""
     try:
         reply = codec.decode(body)
     except CodecError as exc:
-        return TransportError(f"bad reply from {peer}: {exc}")
+        return TransportError(f"bad reply from {peer()}: {exc}")
+    if type(reply) is reply_type:
+        return reply
     if isinstance(reply, ErrorResponse):
-        return TransportError(f"{peer} answered with an error: {reply.message}")
-    if type(reply) is not reply_type:
-        return TransportError(
-            f"bad reply from {peer}: expected a {reply_type.__name__}, got {type(reply).__name__}"
-        )
-    return reply
+        return TransportError(f"{peer()} answered with an error: {reply.message}")
+    return TransportError(
+        f"bad reply from {peer()}: expected a {reply_type.__name__}, got {type(reply).__name__}"
+    )
 
 
 class StreamTransport:
@@ -390,16 +391,19 @@ class StreamTransport:
         reply_type = REPLY_TYPES.get(type(message))
         if reply_type is None:
             raise TransportError(f"{type(message).__name__} is not a peer request")
-        what = f"{type(message).__name__} to {self._describe(target_node)}"
         try:
             body = await timed_request(
                 lambda: self._stream(target_node), lambda s: s.request(message), self._timeout_s
             )
         except TimeoutError as exc:
+            what = f"{type(message).__name__} to {self._describe(target_node)}"
             raise TransportError(f"{what} timed out after {self._timeout_s:g} s") from exc
         except CodecError as exc:
+            what = f"{type(message).__name__} to {self._describe(target_node)}"
             raise TransportError(f"{what}: cannot encode it: {exc}") from exc
-        outcome = _reply(body, reply_type, self._describe(target_node))
+        # Described only on failure: a send is on every write's path (an f-string and
+        # two lookups per append to each follower).
+        outcome = _reply(body, reply_type, lambda: self._describe(target_node))
         if isinstance(outcome, TransportError):
             raise outcome
         return outcome

@@ -45,8 +45,6 @@ class FakeConsensus:
     def replicate(
         self, batches: list[RecordBatch], consistency: Consistency, expected_term: int
     ) -> ReplicateStages:
-        loop = asyncio.get_running_loop()
-        stages = ReplicateStages(loop.create_future(), loop.create_future())
         error: Exception | None = None
         if self.fail_enqueue is not None:
             error, self.fail_enqueue = self.fail_enqueue, None
@@ -55,10 +53,8 @@ class FakeConsensus:
         elif expected_term not in (-1, self.term):
             error = TermMismatchError(self.group, expected_term, self.term)
         if error is not None:
-            stages.enqueued.set_exception(error)
-            stages.finished.set_exception(error)
-            stages.finished.exception()
-            return stages
+            return ReplicateStages.failed(error)
+        stages = ReplicateStages.pending()
         placed = []
         for b in batches:
             placed.append(b.stamped(self.next_offset, self.term))

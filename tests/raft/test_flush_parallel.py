@@ -322,3 +322,36 @@ async def test_a_flush_the_bytes_bound_asks_for_never_lingers():
     small = await _second_round_wait(b"x" * 16, 4096, linger)
     assert large < linger / 3, large
     assert small >= linger, small
+
+
+async def test_a_failed_flush_that_request_flush_asked_for_reaches_on_failed():
+    """The leader asks for its flush with ``request_flush`` and waits for nobody: a
+    failed one must still be heard (the group steps down), or the leader would go on
+    leading a log it cannot make durable. A failed flush nobody asked for (the bytes
+    or the delay started it) is not reported; a later asked one is, each time."""
+    fs = ModelFileSystem()
+    log = SegmentedLog.open(LOG_DIR, fs=fs)
+    failures: list[BaseException] = []
+    flusher = FlushCoalescer(
+        log, 1 << 20, 0.001, in_executor=False, on_flushed=lambda _: None,
+        on_failed=failures.append,
+    )  # fmt: skip
+    task = asyncio.get_running_loop().create_task(flusher.run())
+    try:
+        log.append([batch(b"a").stamped(0, 1)])
+        flusher.request_flush()
+        await _wait_for(lambda: log.flushed_offset == 0, "the asked-for flush")
+        assert failures == []
+        fs.fail_fsync_at = fs.fsync_calls + 1
+        log.append([batch(b"b").stamped(1, 1)])
+        flusher.note_append(10)  # flushed by the delay, asked by nobody
+        await _wait_for(lambda: fs.fsync_calls >= fs.fail_fsync_at, "the failing fsync")
+        await asyncio.sleep(0.01)
+        assert failures == [], "a flush nobody asked for was reported"
+        for n in (1, 2):
+            flusher.request_flush()  # the log is poisoned: every flush fails from now on
+            await _wait_for(lambda n=n: len(failures) == n, "the failure to be reported")
+        assert all("stopped after a failed fsync" in str(f) for f in failures), failures
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import asyncio
 import pathlib
+import threading
+from collections.abc import Callable
 
 import pytest
 from storage_helpers import make_batches
@@ -127,3 +129,104 @@ async def test_on_this_kernel_the_real_syncfs_makes_a_log_durable(tmp_path: path
         1,
         3,
     ]
+
+
+class HeldBarrier:
+    """A syncfs model that records its calls and blocks, in its thread, until the test
+    gives it a permit: the round in flight stays in flight until the test lets it go."""
+
+    def __init__(self, permits: int = 1 << 20) -> None:
+        self.permits = threading.Semaphore(permits)
+        self.entered = 0  # syncfs calls started
+        self.calls: list[str] = []  # "sync", "close", in the order they happened
+        self.fail_next: BaseException | None = None
+
+    def sync(self) -> None:
+        self.calls.append("sync")
+        self.entered += 1
+        assert self.permits.acquire(timeout=10), "the test never released the held syncfs"
+        if self.fail_next is not None:
+            exc, self.fail_next = self.fail_next, None
+            raise exc
+
+    def close(self) -> None:
+        self.calls.append("close")
+
+
+async def _until(predicate: Callable[[], bool], what: str) -> None:
+    for _ in range(2000):  # 10 s at most
+        if predicate():
+            return
+        await asyncio.sleep(0.005)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+async def test_a_sync_asked_during_a_round_waits_for_the_next_syncfs() -> None:
+    """The contract: sync() returns after a syncfs that *started after the call*. A
+    round in flight when a group asks does not serve it (its writes may have missed
+    that syncfs); the next round does. 3 times over."""
+    barrier = HeldBarrier(permits=0)
+    node_flush = NodeFlush(barrier)  # type: ignore[arg-type]
+    node_flush.start()
+    try:
+        for n in range(3):
+            first = asyncio.ensure_future(node_flush.sync())
+            await _until(lambda n=n: barrier.entered == 2 * n + 1, "the first round's syncfs")
+            second = asyncio.ensure_future(node_flush.sync())  # asks mid-round
+            await asyncio.sleep(0.01)
+            barrier.permits.release()  # round 1 returns
+            await asyncio.wait_for(first, 10)
+            await _until(lambda n=n: barrier.entered == 2 * n + 2, "the next round's syncfs")
+            await asyncio.sleep(0.01)
+            assert not second.done(), "a sync asked mid-round was answered by that round"
+            barrier.permits.release()
+            await asyncio.wait_for(second, 10)
+        assert (node_flush.syncs, node_flush.served) == (6, 6)
+    finally:
+        barrier.permits.release(10)
+        await node_flush.stop()
+
+
+async def test_stop_waits_for_the_syncfs_in_flight_before_closing_the_handle() -> None:
+    barrier = HeldBarrier(permits=0)
+    node_flush = NodeFlush(barrier)  # type: ignore[arg-type]
+    node_flush.start()
+    waiter = asyncio.ensure_future(node_flush.sync())
+    await _until(lambda: barrier.entered == 1, "the syncfs to start")
+    late = asyncio.ensure_future(node_flush.sync())  # would need a round that never runs
+    await asyncio.sleep(0)
+    stopping = asyncio.ensure_future(node_flush.stop())
+    await asyncio.sleep(0.05)
+    assert not stopping.done() and barrier.calls == ["sync"], "closed under the syncfs"
+    barrier.permits.release()
+    await asyncio.wait_for(stopping, 10)
+    assert barrier.calls == ["sync", "close"]
+    await waiter  # the round in flight still answers its waiter
+    with pytest.raises(ConnectionAbortedError, match="flusher stopped"):
+        await late
+    with pytest.raises(RuntimeError, match="not running"):
+        await node_flush.sync()
+
+
+async def test_a_failed_syncfs_poisons_the_node_flush_no_syncfs_runs_again() -> None:
+    """fsyncgate: after a failed syncfs the kernel may have dropped the dirty pages, so a
+    later syncfs would return 0 for data that is gone. The round's waiters, those that
+    asked meanwhile, and every later ask fail with the same error, and no syncfs runs."""
+    barrier = HeldBarrier(permits=0)
+    node_flush = NodeFlush(barrier)  # type: ignore[arg-type]
+    node_flush.start()
+    try:
+        barrier.fail_next = FsyncFailed("/data (syncfs)", OSError(5, "EIO"))
+        first = asyncio.ensure_future(node_flush.sync())
+        await _until(lambda: barrier.entered == 1, "the syncfs to start")
+        meanwhile = asyncio.ensure_future(node_flush.sync())
+        await asyncio.sleep(0.01)
+        barrier.permits.release(5)
+        for waiter in (first, meanwhile):
+            with pytest.raises(FsyncFailed, match="EIO"):
+                await asyncio.wait_for(waiter, 10)
+        with pytest.raises(FsyncFailed, match="EIO"):
+            await asyncio.wait_for(node_flush.sync(), 10)
+        assert (node_flush.syncs, barrier.calls) == (0, ["sync"])
+    finally:
+        await node_flush.stop()
