@@ -23,6 +23,7 @@ which frees the request's slot in the follower's window and applies the reply.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable
 
 from raftlog.raft.errors import TermMismatchError, TransportError
 from raftlog.raft.messages import APPEND_GROUP_UNAVAILABLE, AppendEntriesReply, AppendEntriesRequest
@@ -119,13 +120,18 @@ class ReplicateEntries:
         return True
 
     def send(self, node: int, req: AppendEntriesRequest) -> None:
-        """Send one pipelined append the core decided on; its outcome goes back to the core."""
-        self._c.spawn(self._send(node, req))
+        """Send one pipelined append the core decided on, written to the follower's
+        stream in this call where the transport can (``send_now``); its outcome goes
+        back to the core."""
+        c = self._c
+        c.spawn(self._send(node, req, c.transport.send_now(node, req)))
 
-    async def _send(self, node: int, req: AppendEntriesRequest) -> None:
+    async def _send(
+        self, node: int, req: AppendEntriesRequest, sent: Awaitable[object] | None
+    ) -> None:
         c = self._c
         try:
-            reply = await c.transport.send(node, req)
+            reply = await (sent if sent is not None else c.transport.send(node, req))
         except TransportError:
             reply = None
         finally:

@@ -21,3 +21,10 @@ class Transport(Protocol):
     async def send(self, target_node: int, message: object) -> object:
         """Deliver ``message`` to ``target_node``; its reply, or raise TransportError."""
         ...
+
+    def send_now(self, target_node: int, message: object) -> Awaitable[object] | None:
+        """:meth:`send` with ``message`` on its way in this call (the leader's appends:
+        they leave before its own disk write, not a loop turn later); awaiting the
+        result gives the reply or raises TransportError. None when it cannot go now:
+        then call :meth:`send`. A transport without such a path always returns None."""
+        ...

@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import ssl
 import struct
 from collections.abc import Awaitable, Callable
@@ -104,6 +105,19 @@ class UnmaskedWebSocket(aiohttp.ClientWebSocketResponse):
         closing; waits while the transport's buffer is over its high-water mark, as
         aiohttp's writer does.
         """
+        if self.write_parts(parts):
+            await self._frame_writer.protocol._drain_helper()
+
+    @property
+    def writing_paused(self) -> bool:
+        """The transport's buffer is over its high-water mark: a writer should wait."""
+        return bool(self._frame_writer.protocol.writing_paused)
+
+    def write_parts(self, parts: list[bytes | memoryview]) -> bool:
+        """:meth:`send_parts` without the wait: the frame goes to the transport in this
+        call. Returns whether the transport's buffer is now over its high-water mark
+        (the caller should wait before writing more). Raises ConnectionError when the
+        stream is closing."""
         writer = self._frame_writer
         transport = writer.transport
         if transport is None or transport.is_closing():
@@ -122,12 +136,21 @@ class UnmaskedWebSocket(aiohttp.ClientWebSocketResponse):
             transport.write(b"".join((header, *parts)))
         else:
             transport.writelines([header, *parts])
-        if writer.protocol.writing_paused:
-            await writer.protocol._drain_helper()
+        return bool(writer.protocol.writing_paused)
 
 
 class StreamClosedError(TransportError):
     """A :class:`FrameStream` ended, or was closed, with the request in flight."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class SentRequest:
+    """A request :meth:`FrameStream.send_now` wrote; ``reply`` resolves to the reply
+    frame's codec bytes, or fails with StreamClosedError."""
+
+    stream: FrameStream
+    request_id: int
+    reply: asyncio.Future[memoryview]
 
 
 class FrameStream:
@@ -158,6 +181,33 @@ class FrameStream:
     async def request_encoded(self, encoded: bytes | memoryview) -> memoryview:
         """:meth:`request` of a message that is already codec-encoded."""
         return await self._exchange(lambda request_id: encoded_frame_parts(request_id, encoded))
+
+    def send_now(self, message: Any) -> SentRequest | None:
+        """Write ``message`` in this call, and return the request it is on the stream;
+        None when it cannot go now without waiting (the stream is closed, or its
+        buffer is over its high-water mark): use :meth:`request`. Raises CodecError
+        when ``message`` cannot be encoded. The reply is :meth:`reply_of` the result."""
+        if self.closed or self.ws.writing_paused:
+            return None
+        self._next_id += 1
+        request_id = self._next_id
+        frame = stream_frame_parts(request_id, message)
+        future: asyncio.Future[memoryview] = asyncio.get_running_loop().create_future()
+        self._pending[request_id] = future
+        try:
+            self.ws.write_parts(frame)
+        except ConnectionError:
+            self._pending.pop(request_id, None)
+            return None
+        return SentRequest(self, request_id, future)
+
+    async def reply_of(self, sent: SentRequest) -> memoryview:
+        """The reply frame's codec bytes to a request :meth:`send_now` wrote (no timeout
+        here: the caller bounds it). Raises StreamClosedError."""
+        try:
+            return await sent.reply
+        finally:
+            self._pending.pop(sent.request_id, None)
 
     async def _exchange(self, frame_of: Callable[[int], list[bytes | memoryview]]) -> memoryview:
         if self.closed:
@@ -268,6 +318,11 @@ class StreamPool(Generic[K]):
             task.add_done_callback(lambda t: self._opened(key, t))
         return await asyncio.shield(task)
 
+    def opened(self, key: K) -> FrameStream | None:
+        """The open stream of ``key``; None when there is none (never opens one)."""
+        stream = self._streams.get(key)
+        return stream if stream is not None and not stream.closed else None
+
     def _opened(self, key: K, task: asyncio.Task[FrameStream]) -> None:
         if self._connecting.get(key) is task:
             del self._connecting[key]
@@ -323,7 +378,20 @@ async def open_frame_stream(
     return FrameStream(ws, label)
 
 
-def _reply(body: memoryview, reply_type: type, peer: Callable[[], str]) -> Any:
+class _Deferred:
+    """An awaitable that makes its coroutine only when awaited: a reply nobody waits
+    for (its sender was cancelled before it ran) leaves no coroutine never awaited."""
+
+    __slots__ = ("_make",)
+
+    def __init__(self, make: Callable[[], Awaitable[Any]]) -> None:
+        self._make = make
+
+    def __await__(self) -> Any:
+        return self._make().__await__()
+
+
+def _decode_reply(body: memoryview, reply_type: type, peer: Callable[[], str]) -> Any:
     """The reply in ``body``, or a TransportError (the request's outcome) when
     it is an error reply, another type, or undecodable: only that request fails.
     ``peer()`` names the sender in that error."""
@@ -388,13 +456,47 @@ class StreamTransport:
             raise TransportError("transport is closed")
         if self._gate is not None and (refused := self._gate()) is not None:
             raise TransportError(refused)
+        return await self._reply(
+            target_node, message, lambda: self._stream(target_node), lambda s: s.request(message)
+        )
+
+    def send_now(self, target_node: int, message: Any) -> Awaitable[Any] | None:
+        """:meth:`send`, with ``message`` written to ``target_node``'s open stream in this
+        call rather than in a later turn of the loop; the awaitable gives the reply or
+        raises TransportError, as :meth:`send` does. None when it cannot be written now
+        (no stream open, its buffer over the high-water mark, a send that would fail):
+        call :meth:`send`, which opens, waits and says why."""
+        if self._closed or (self._gate is not None and self._gate() is not None):
+            return None
+        stream = self._streams.opened(target_node)
+        if stream is None or type(message) not in REPLY_TYPES:
+            return None
+        try:
+            sent = stream.send_now(message)
+        except CodecError:
+            return None
+        if sent is None:
+            return None
+
+        async def opened() -> FrameStream:
+            return stream
+
+        return _Deferred(
+            lambda: self._reply(target_node, message, opened, lambda s: s.reply_of(sent))
+        )
+
+    async def _reply(
+        self,
+        target_node: int,
+        message: Any,
+        get_stream: Callable[[], Awaitable[FrameStream]],
+        request: Callable[[FrameStream], Awaitable[memoryview]],
+    ) -> Any:
         reply_type = REPLY_TYPES.get(type(message))
         if reply_type is None:
             raise TransportError(f"{type(message).__name__} is not a peer request")
         try:
-            body = await timed_request(
-                lambda: self._stream(target_node), lambda s: s.request(message), self._timeout_s
-            )
+            body = await timed_request(get_stream, request, self._timeout_s)
         except TimeoutError as exc:
             what = f"{type(message).__name__} to {self._describe(target_node)}"
             raise TransportError(f"{what} timed out after {self._timeout_s:g} s") from exc
@@ -403,7 +505,7 @@ class StreamTransport:
             raise TransportError(f"{what}: cannot encode it: {exc}") from exc
         # Described only on failure: a send is on every write's path (an f-string and
         # two lookups per append to each follower).
-        outcome = _reply(body, reply_type, lambda: self._describe(target_node))
+        outcome = _decode_reply(body, reply_type, lambda: self._describe(target_node))
         if isinstance(outcome, TransportError):
             raise outcome
         return outcome

@@ -55,5 +55,9 @@ class LocalTransport:
         self._network = network
         self.node = node
 
+    def send_now(self, target_node: int, message: object) -> None:
+        """No synchronous path in the model: every send is delivered as :meth:`send` is."""
+        return None
+
     async def send(self, target_node: int, message: object) -> object:
         return await self._network.deliver(self.node, target_node, message)

@@ -287,6 +287,9 @@ class _Recorder:
         self.inner = network.transport(node)
         self.sent: list[object] = []
 
+    def send_now(self, target_node: int, message: object) -> None:
+        return None
+
     async def send(self, target_node: int, message: object) -> object:
         self.sent.append(message)
         return await self.inner.send(target_node, message)

@@ -34,7 +34,7 @@ from raftlog.rpc import codec
 from raftlog.rpc.messages import ErrorCode, ErrorResponse
 from raftlog.rpc.peer import STREAM_PATH, split_frame, stream_frame
 from raftlog.rpc.server import AuthPolicy, RequestError, make_app
-from raftlog.rpc.transport import StreamTransport
+from raftlog.rpc.transport import StreamTransport, UnmaskedWebSocket
 from raftlog.storage.batch import RecordBatch
 
 CLIENT, PEER = "client-secret", "peer-secret"
@@ -565,3 +565,77 @@ def test_stream_frames_go_unmasked_and_the_server_reads_them(message):
             assert node.seen == [message]
 
     run(test)
+
+
+def test_send_now_writes_before_returning_and_falls_back_when_it_cannot(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``send_now`` puts the request on the open stream in the call itself: the peer
+    has it with no further turn of the sender's code (here: the sender never yields
+    between the call and the check, the peer reads it while the sender only waits).
+    No stream open yet, a closed transport, or a message that is not a peer request:
+    None, and ``send`` does it (opening the stream) or says why not. Its replies
+    match by id like any other, 20 at once, answered in reverse order."""
+
+    async def body() -> None:
+        node = ScriptedNode()
+        async with Server(node) as server, transport_to(server.address, timeout_s=BOUND_S) as t:
+            assert t.send_now(1, vote(1)) is None  # nothing open: send opens it
+            assert (await t.send(1, vote(1))).term == 1
+            terms = list(range(100, 120))
+            node.gates = {term: asyncio.Event() for term in terms}
+            written: list[int] = []
+            write_parts = UnmaskedWebSocket.write_parts
+
+            def recording(ws: UnmaskedWebSocket, parts: list[bytes | memoryview]) -> bool:
+                written.append(sum(len(p) for p in parts))
+                return write_parts(ws, parts)
+
+            monkeypatch.setattr(UnmaskedWebSocket, "write_parts", recording)
+            pending = []
+            for n, term in enumerate(terms, 1):
+                sent = t.send_now(1, vote(term))
+                assert sent is not None
+                assert len(written) == n, "send_now returned before the frame was written"
+                pending.append(sent)
+            await settle(lambda: len(node.seen) == 21, "the 20 requests written by send_now")
+            for term in reversed(terms):
+                node.gates[term].set()
+            replies = await asyncio.gather(*pending)
+            assert [r.term for r in replies] == terms
+            assert server.handshakes == 1
+            assert t.send_now(1, b"not a request") is None
+            with pytest.raises(TransportError, match="not a peer request"):
+                await t.send(1, b"not a request")
+        assert t.send_now(1, vote(2)) is None  # closed
+
+    run(body)
+
+
+def test_send_now_reply_fails_when_the_link_is_cut_and_times_out_on_a_silent_one() -> None:
+    async def body() -> None:
+        node = ScriptedNode()
+        node.gates = {7: asyncio.Event()}  # never answered
+        async with Server(node) as server:
+            host, _, port = server.address.rpartition(":")
+            async with (
+                TcpProxy(host, int(port), name="link") as proxy,
+                transport_to(server.address, routes={1: proxy.address}, timeout_s=0.5) as t,
+            ):
+                assert (await t.send(1, vote(1))).term == 1
+                stuck = t.send_now(1, vote(7))
+                assert stuck is not None
+                await settle(lambda: len(node.seen) == 2, "the stuck request to arrive")
+                proxy.cut()
+                with pytest.raises(TransportError, match="stream"):
+                    await stuck
+                proxy.heal()
+                assert (await t.send(1, vote(2))).term == 2  # reopened
+                proxy.drop_responses()
+                silent = t.send_now(1, vote(3))
+                assert silent is not None
+                with pytest.raises(TransportError, match="timed out"):
+                    await silent
+                assert t.send_now(1, vote(4)) is None  # the silent stream was dropped
+
+    run(body)
