@@ -181,3 +181,38 @@ def test_the_loop_is_uvloops_when_it_is_installed() -> None:
 
 async def _running() -> asyncio.AbstractEventLoop:
     return asyncio.get_running_loop()
+
+
+_EXIT_SCRIPT = """
+import contextlib
+from pyspark_raftlog import worker_loop
+from pyspark_raftlog.connection import ClusterServers
+
+servers = ClusterServers(["127.0.0.1:1"])  # refused: each call fails, after its session opened
+blocking = worker_loop.shared_blocking_client(servers, 1.0)
+with contextlib.suppress(Exception):
+    blocking.list_topics()
+
+async def call_async():
+    client = await worker_loop.shared_client(servers, 1.0)
+    with contextlib.suppress(Exception):
+        await client.list_topics()
+
+worker_loop.run(call_async())
+print("exiting", flush=True)
+"""
+
+
+def test_a_worker_that_exits_closes_its_clients_first() -> None:
+    """A Spark worker's clients live as long as its process. Left to the interpreter's
+    teardown, each open aiohttp session was reported on stderr ("Unclosed client
+    session", which Spark passes on to the driver's log); the exit hook closes them."""
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-c", _EXIT_SCRIPT], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "exiting" in done.stdout
+    assert "Unclosed" not in done.stderr, done.stderr[-2000:]
