@@ -118,6 +118,10 @@ __all__ = [
 
 log_ = logging.getLogger(__name__)
 
+_EXPECTED_ONE_SHOT_ERRORS = (RaftError, TimeoutError)
+"""How a one-shot task (a send, an asked-for flush) may end without a fault of the
+group's own: leadership lost, a timeout. Anything else is a failed task."""
+
 
 class Consensus:
     """One Raft group on this node (see the module docstring for the API contract)."""
@@ -320,7 +324,7 @@ class Consensus:
         exc = task.exception()
         if exc is None:
             return
-        if isinstance(exc, (RaftError, TimeoutError)) and service is None:
+        if isinstance(exc, _EXPECTED_ONE_SHOT_ERRORS) and service is None:
             return  # an expected outcome of a one-shot task (leadership lost, a timeout)
         self._on_task_failed(service or getattr(task.get_coro(), "__qualname__", "task"), exc)
         if service is not None and self.running:
@@ -328,7 +332,7 @@ class Consensus:
 
     def _on_flush_failed(self, exc: BaseException) -> None:
         """A flush the core asked for (``Ready.flush_now``) failed: as a failed task."""
-        if not isinstance(exc, (RaftError, TimeoutError)):
+        if not isinstance(exc, _EXPECTED_ONE_SHOT_ERRORS):
             self._on_task_failed("flush", exc)
 
     def _on_task_failed(self, what: str, exc: BaseException) -> None:
@@ -525,8 +529,9 @@ class Consensus:
             self._entries.send(node, req)
         for target, message in ready.messages:
             self.spawn(self._send_message(target, message))
-        # After the sends: their tasks then run before the flusher's, so the appends
-        # leave before the flush thread starts (and contends for the GIL with them).
+        # After the sends: the appends are on the wire already (send_now) or their tasks
+        # run before the flusher's, so they leave before the flush thread starts (and
+        # contends for the GIL with them).
         if ready.flush_now:
             self.flusher.request_flush()
         elif ready.flush_bytes:

@@ -148,7 +148,6 @@ class SentRequest:
     """A request :meth:`FrameStream.send_now` wrote; ``reply`` resolves to the reply
     frame's codec bytes, or fails with StreamClosedError."""
 
-    stream: FrameStream
     request_id: int
     reply: asyncio.Future[memoryview]
 
@@ -189,17 +188,15 @@ class FrameStream:
         when ``message`` cannot be encoded. The reply is :meth:`reply_of` the result."""
         if self.closed or self.ws.writing_paused:
             return None
-        self._next_id += 1
-        request_id = self._next_id
-        frame = stream_frame_parts(request_id, message)
-        future: asyncio.Future[memoryview] = asyncio.get_running_loop().create_future()
-        self._pending[request_id] = future
+        request_id, future, frame = self._register(
+            lambda request_id: stream_frame_parts(request_id, message)
+        )
         try:
             self.ws.write_parts(frame)
         except ConnectionError:
             self._pending.pop(request_id, None)
             return None
-        return SentRequest(self, request_id, future)
+        return SentRequest(request_id, future)
 
     async def reply_of(self, sent: SentRequest) -> memoryview:
         """The reply frame's codec bytes to a request :meth:`send_now` wrote (no timeout
@@ -209,14 +206,22 @@ class FrameStream:
         finally:
             self._pending.pop(sent.request_id, None)
 
-    async def _exchange(self, frame_of: Callable[[int], list[bytes | memoryview]]) -> memoryview:
-        if self.closed:
-            raise StreamClosedError(f"the stream to {self.peer} closed")
+    def _register(
+        self, frame_of: Callable[[int], list[bytes | memoryview]]
+    ) -> tuple[int, asyncio.Future[memoryview], list[bytes | memoryview]]:
+        """A new request id, the future of its reply (recorded as pending) and its frame;
+        nothing is recorded when ``frame_of`` raises (a message that cannot be encoded)."""
         self._next_id += 1
         request_id = self._next_id
         frame = frame_of(request_id)
         future: asyncio.Future[memoryview] = asyncio.get_running_loop().create_future()
         self._pending[request_id] = future
+        return request_id, future, frame
+
+    async def _exchange(self, frame_of: Callable[[int], list[bytes | memoryview]]) -> memoryview:
+        if self.closed:
+            raise StreamClosedError(f"the stream to {self.peer} closed")
+        request_id, future, frame = self._register(frame_of)
         try:
             await self.ws.send_parts(frame)
             return await future
