@@ -365,6 +365,22 @@ class RmStm:
                 self._synced_term = term
             return term
 
+    async def _confirm_term(self, term: int) -> None:
+        """Prove with a quorum round (a barrier committed in ``term``) that no newer leader
+        has been elected, before an answer that one could contradict: a session or an
+        epoch unknown here may have been granted by a newer leader while this one, cut
+        off, still leads in its own view (seed 131 of the producer simulation: its
+        "epoch 2 was never granted here" was a stale leader's). Raises SyncError
+        (retriable: the client tries the newer leader) when the round fails."""
+        barrier = RecordBatch.create(b"", kind=BatchKind.NOOP, timestamp_ms=self._clock_ms())
+        try:
+            stages = self._c.replicate([barrier], Consistency.QUORUM_ACK, term)
+            await asyncio.wait_for(stages.finished, self.config.sync_timeout_s)
+        except (TimeoutError, RaftError) as exc:
+            raise SyncError(
+                f"rm_stm could not confirm its leadership in term {term}: {exc!r}"
+            ) from exc
+
     def _leader_term(self) -> int:
         if not self._c.is_leader:
             raise NotLeaderError(
@@ -575,6 +591,7 @@ class RmStm:
                 retried = self._applied_retry(producer_id, key)
                 tail = self._tail(producer_id)
                 if tail is None:
+                    await self._confirm_term(term)
                     raise InvalidTxnStateError(
                         f"producer {producer_id} has no session on this partition: "
                         f"call init_producer first"
@@ -585,6 +602,7 @@ class RmStm:
                         return retried
                     raise ProducerFencedError(producer_id, tail.epoch, epoch)
                 if order > 0:
+                    await self._confirm_term(term)
                     raise InvalidProducerEpochError(
                         f"producer {producer_id}: epoch {epoch} was never granted here "
                         f"(current epoch {tail.epoch}); call init_producer"

@@ -41,6 +41,7 @@ Invariants:
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import enum
 import random
@@ -74,6 +75,10 @@ RECOVERY_MAX_FAILURES = 3
 heartbeat reply from the follower starts it again)."""
 TIMEOUT_NOW_RESEND_TICKS = 3
 """Ticks after a timeout-now before it is sent again (it or its reply may be lost)."""
+MAX_UNSENT_BATCHES = 1024
+"""The most batches the leader keeps for its paused followers (see ``RaftCore._unsent``;
+its bytes are bounded by ``max_in_flight_bytes``): small writes make many small
+batches, and each send walks them."""
 
 
 class LogView(Protocol):
@@ -234,8 +239,15 @@ class RaftCore:
         self._transfer_elapsed = 0
         self._timeout_now_sent_tick = -1  # the tick timeout-now last went to the target
         self._quorum_check_elapsed = 0
-        # The followers the last quorum_ack append asked to flush at once.
+        # The followers the last quorum_ack append asked to flush at once, and the last
+        # offset that append placed.
         self._flushers: set[int] = set()
+        self._quorum_upto = -1
+        # Leader: the batches placed in this term that a follower in REPLICATE, paused by
+        # a full in-flight window, has not been sent yet: contiguous, oldest first, up to
+        # the last placed offset (see _stream). Empty when no follower is paused.
+        self._unsent: collections.deque[RecordBatch] = collections.deque()
+        self._unsent_bytes = 0
         self._votes: dict[int, bool] = {}
         self._prevoting = False
         self._promoting: set[int] = set()
@@ -482,6 +494,7 @@ class RaftCore:
 
     def _become_follower(self, term: int, leader: int) -> None:
         was_leader = self.role is Role.LEADER
+        self._drop_unsent()
         if term > self.term:
             self.term = term
             self.voted_for = -1
@@ -502,6 +515,7 @@ class RaftCore:
 
     def _become_leader(self) -> None:
         self.role = Role.LEADER
+        self._drop_unsent()
         self.leader_id = self.node_id
         self.transfer_target = -1
         self._quorum_check_elapsed = 0
@@ -888,10 +902,14 @@ class RaftCore:
         The ready then lists them to append (no flush), the flush to ask for
         (``flush``: at once, for a ``quorum_ack`` write; otherwise coalesced by
         bytes), and the pipelined append to each follower in ``REPLICATE``
-        whose last sent offset is the log's end and whose in-flight window has
-        room; a follower whose window is full or that missed an append goes to
-        probe (``recovery`` catches it up, chunk by chunk). The caller
-        takes the ready before anything else proposes (no await in between).
+        whose in-flight window has room (:meth:`_stream`: what it was not sent
+        yet, from its last sent offset on). A follower whose window is full is
+        paused: the append that frees a slot sends it what it missed, from
+        memory (:meth:`handle_append_result`), as etcd's paused progress does.
+        Only when what the paused followers miss outgrows ``max_in_flight_bytes``
+        (or ``MAX_UNSENT_BATCHES``) do they go to probe (``recovery`` catches
+        them up from the log, chunk by chunk). The caller takes the ready before
+        anything else proposes (no await in between).
         """
         if self.role is not Role.LEADER:
             raise SafetyViolation(f"group {self.group}: propose on a {self.role.value}")
@@ -911,34 +929,93 @@ class RaftCore:
         self._ready.append = placed
         self._ready.flush_now = self._ready.flush_now or flush
         self._ready.flush_bytes += nbytes
-        last = placed[-1].last_offset
+        self._unsent.extend(placed)
+        self._unsent_bytes += nbytes
         flushers = self._quorum_flushers() if flush else set()
+        if flush:
+            self._quorum_upto = placed[-1].last_offset
         for p in self.progress.values():
             if p.state is not ProgressState.REPLICATE:
                 if p.state is ProgressState.PROBE and p.node not in self._ready.recover:
                     self._ready.recover.append(p.node)  # a recovery that gave up restarts
                 continue
-            room = not p.inflights.full() or mutations.active("ignore_inflight_bound")
-            if p.last_sent_offset != prev or not room:
-                self._probe(p, min(p.next_offset, p.last_sent_offset + 1))
-                continue
-            req = AppendEntriesRequest(
-                group=self.group,
-                source_node=self.node_id,
-                target_node=p.node,
-                term=self.term,
-                prev_log_offset=prev,
-                prev_log_term=prev_term if prev_term is not None else 0,
-                leader_commit=self.commit_index,
-                flush=p.node in flushers,
-                batches=placed,
-                seq=self.next_seq(p.node),
-            )
-            p.last_sent_offset = last
-            p.append_tick = self.ticks
-            p.inflights.add(req.seq, last, nbytes)
-            self._ready.appends.append((p.node, req))
+            self._stream(p, p.node in flushers, (prev, prev_term))
+        self._trim_unsent()
         return placed
+
+    def _stream(
+        self, p: FollowerProgress, flush: bool, known: tuple[int, int | None] | None = None
+    ) -> None:
+        """Send ``p`` (in ``REPLICATE``) one pipelined append of the batches placed after
+        its last sent offset, from ``_unsent``, at most ``max_in_flight_bytes`` of them
+        (at least one batch); nothing while its window is full (paused).
+
+        Every append starts right after the previous one to the same follower, so
+        appends are never sent with a gap. When ``_unsent`` no longer holds what
+        the follower misses, it goes to probe. ``known``: an offset and its term
+        that the log may not answer yet (the log's end before a propose, whose
+        placed batches are not appended until the ready is carried out).
+        """
+        if not self._unsent or p.last_sent_offset >= self._unsent[-1].last_offset:
+            if p.last_sent_offset < self.log.dirty_offset:
+                self._probe(p, min(p.next_offset, p.last_sent_offset + 1))
+            return
+        if p.inflights.full() and not mutations.active("ignore_inflight_bound"):
+            return
+        prev = p.last_sent_offset
+        batches: list[RecordBatch] = []
+        size = 0
+        for b in self._unsent:
+            if b.last_offset <= prev:
+                continue
+            if batches and size + b.size_bytes > self.options.max_in_flight_bytes:
+                break
+            batches.append(b)
+            size += b.size_bytes
+        if batches[0].base_offset != prev + 1:
+            self._probe(p, min(p.next_offset, prev + 1))  # what it misses was dropped
+            return
+        if mutations.active("paused_backlog_gap") and len(batches) > 1:
+            batches = batches[1:]
+        prev_term = known[1] if known is not None and prev == known[0] else self.term_at(prev)
+        last = batches[-1].last_offset
+        req = AppendEntriesRequest(
+            group=self.group,
+            source_node=self.node_id,
+            target_node=p.node,
+            term=self.term,
+            prev_log_offset=prev,
+            prev_log_term=prev_term if prev_term is not None else 0,
+            leader_commit=self.commit_index,
+            flush=flush,
+            batches=batches,
+            seq=self.next_seq(p.node),
+        )
+        p.last_sent_offset = last
+        p.append_tick = self.ticks
+        p.inflights.add(req.seq, last, size)
+        self._ready.appends.append((p.node, req))
+
+    def _trim_unsent(self) -> None:
+        """Keep in ``_unsent`` only what a follower in ``REPLICATE`` was not sent yet; past
+        its bounds, send the followers that miss it to probe and keep nothing."""
+        replicating = [p for p in self.progress.values() if p.state is ProgressState.REPLICATE]
+        low = min((p.last_sent_offset for p in replicating), default=None)
+        while self._unsent and (low is None or self._unsent[0].last_offset <= low):
+            self._unsent_bytes -= self._unsent.popleft().size_bytes
+        if (
+            self._unsent_bytes > self.options.max_in_flight_bytes
+            or len(self._unsent) > MAX_UNSENT_BATCHES
+        ):
+            end = self._unsent[-1].last_offset
+            for p in replicating:
+                if p.last_sent_offset < end:
+                    self._probe(p, min(p.next_offset, p.last_sent_offset + 1))
+            self._drop_unsent()
+
+    def _drop_unsent(self) -> None:
+        self._unsent.clear()
+        self._unsent_bytes = 0
 
     def _quorum_flushers(self) -> set[int]:
         """The followers a ``quorum_ack`` append asks to flush at once: as many voters as
@@ -974,20 +1051,13 @@ class RaftCore:
         self._flushers = {p.node for p in ready[:need]}
         return self._flushers
 
-    def pipeline_saturated(self) -> bool:
-        """A follower in ``REPLICATE`` has a full in-flight window (the next append would
-        send it to probe; ``replicate_entries`` waits a little for a slot instead)."""
-        return any(
-            p.state is ProgressState.REPLICATE and p.inflights.full()
-            for p in self.progress.values()
-        )
-
     def handle_append_result(
         self, peer: int, req: AppendEntriesRequest, reply: AppendEntriesReply | None
     ) -> None:
         """A pipelined append completed: frees its slot in ``peer``'s window, then applies
         the reply, or (``reply`` None: not delivered, or the group unavailable there)
-        moves the follower to probe."""
+        moves the follower to probe. A follower that was paused (its window full) is
+        sent what it missed meanwhile (:meth:`_stream`)."""
         p = self.progress.get(peer)
         if p is not None and req.term == self.term:
             p.inflights.release(req.seq)
@@ -995,6 +1065,11 @@ class RaftCore:
             self.on_send_failed(peer, req.term)
         else:
             self.handle_append_reply(peer, req.term, req.prev_log_offset, reply)
+        p = self.progress.get(peer)
+        if self.role is Role.LEADER and p is not None and p.state is ProgressState.REPLICATE:
+            # It asks for a flush when it carries what a quorum_ack append placed.
+            self._stream(p, p.node in self._flushers and self._quorum_upto > p.last_sent_offset)
+            self._trim_unsent()
 
     def recovery_chunk(self, node: int, term: int) -> RecoveryChunk | None:
         """What ``recovery`` of ``node`` (started in ``term``) reads next; None: nothing

@@ -24,6 +24,8 @@ The names and what each one breaks:
   to a follower whose match point is not known yet (a fresh probe, or right
   after a mismatch: the return to one chunk at a time is skipped) (flow
   control: etcd's probe state).
+- ``paused_backlog_gap``: the append that catches up a paused follower leaves out
+  the first batch it missed (log matching: appends never leave a gap).
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ MUTATIONS: tuple[str, ...] = (
     "accept_stale_replies",
     "ignore_inflight_bound",
     "recovery_pipelines_unmatched",
+    "paused_backlog_gap",
 )
 
 ACTIVE: set[str] = set()

@@ -7,7 +7,8 @@ For one drained batch of requests from the ``replicate_batcher``:
    ``NotLeaderError`` when this node does not accept writes;
 2. the core places the batches (:meth:`RaftCore.propose`: offset, term) and
    decides, per follower, whether the append is streamed to it (``REPLICATE``
-   with room in its in-flight window) or the follower goes to ``recovery``;
+   with room in its in-flight window), waits (a full window: the follower is
+   paused until a reply frees a slot) or the follower goes to ``recovery``;
    the group carries out that ready: the local append (no flush), then the
    leader's flush (at once when a ``quorum_ack`` request is present;
    otherwise coalesced) in parallel with the append entries (:meth:`send`);
@@ -17,7 +18,8 @@ For one drained batch of requests from the ``replicate_batcher``:
    passes their last offset.
 
 Each send's outcome goes back to the core (:meth:`RaftCore.handle_append_result`),
-which frees the request's slot in the follower's window and applies the reply.
+which frees the request's slot in the follower's window, applies the reply and,
+for a paused follower, sends what it missed as one append.
 """
 
 from __future__ import annotations
@@ -35,8 +37,6 @@ class ReplicateEntries:
     def __init__(self, consensus: GroupContext) -> None:
         self._c = consensus
         self.appends = 0
-        # Set (and replaced) whenever a pipelined append to a follower completes.
-        self._slot_freed = asyncio.Event()
 
     async def __call__(self, reqs: list[ReplicateRequest]) -> None:
         c = self._c
@@ -46,31 +46,10 @@ class ReplicateEntries:
         finally:
             c.batcher.memory.release(units)
 
-    async def _await_follower_slots(self) -> None:
-        """Wait (at most a tick) while a follower in the pipeline has no append slot free.
-
-        The leader appends faster than a follower that fsyncs can reply. Sending
-        anyway would hand that follower to recovery (one request per round trip,
-        which then chases the leader); waiting instead lets the queued requests
-        build up in the batcher and go as one larger append: fewer requests, fewer
-        fsyncs. A follower still saturated after the wait goes to probe (the core's
-        decision in ``propose``).
-        """
-        c = self._c
-        deadline = asyncio.get_running_loop().time() + c.options.tick_interval_s
-        for _ in range(c.options.max_in_flight_appends * 8):
-            if not c.core.pipeline_saturated():
-                return
-            remaining = deadline - asyncio.get_running_loop().time()
-            if remaining <= 0:
-                return
-            try:
-                await asyncio.wait_for(self._slot_freed.wait(), remaining)
-            except TimeoutError:
-                return
-
     async def _replicate(self, reqs: list[ReplicateRequest]) -> None:
-        await self._await_follower_slots()
+        # No wait for a follower whose in-flight window is full: the core pauses it, and
+        # the reply that frees a slot sends it all it missed as one append. (Waiting here
+        # for a slot, up to a tick, cost the sink's load 7 % more node CPU per row.)
         # No lock: the append runs while a flush's fsync does (that flush covers only
         # what was written before it started; the next one covers this append).
         appended = self._append(reqs)
@@ -93,7 +72,7 @@ class ReplicateEntries:
         for r in reqs:
             if r.stages.finished.done():
                 # The caller gave up (cancelled ``finished``) while the request waited
-                # for a follower slot: it is not appended.
+                # in the batcher: it is not appended.
                 continue
             if r.expected_term not in (-1, term):
                 r.stages.finished.set_exception(TermMismatchError(c.group, r.expected_term, term))
@@ -134,9 +113,6 @@ class ReplicateEntries:
             reply = await (sent if sent is not None else c.transport.send(node, req))
         except TransportError:
             reply = None
-        finally:
-            self._slot_freed.set()
-            self._slot_freed = asyncio.Event()
         if not c.running:
             return
         if not isinstance(reply, AppendEntriesReply) or reply.result == APPEND_GROUP_UNAVAILABLE:

@@ -91,6 +91,13 @@ class _Sim:
         options.recovery_chunk_bytes = (
             1 if chunks.random() < 0.85 else chunks.choice([256, 512 * 1024])
         )
+        # In-flight windows, on a stream of their own too: mostly small, so that followers
+        # are paused (a full window), sent what they missed, and sent to probe when that
+        # outgrows the byte bound; the default 4 appends and 32 MiB rarely fill here.
+        windows = random.Random(seed * 37 + 5)
+        if windows.random() < 0.75:
+            options.max_in_flight_appends = windows.choice([1, 2, 3])
+            options.max_in_flight_bytes = windows.choice([150, 600, 32 * 1024 * 1024])
         self.cluster = SimCluster(
             self.n,
             seed,

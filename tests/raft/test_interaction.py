@@ -304,6 +304,14 @@ class Interpreter:
         out += self._after_ready(leader)
         return out
 
+    def _process_reply(self, leader: int) -> list[str]:
+        """Carry out the leader's ready after a reply: the appends it sends (a paused
+        follower's backlog), the recoveries and promotions it starts."""
+        queued = len(self.net.outbox)
+        self.net.process(leader)
+        out = [f"then {self._describe(o.request)}" for o in self.net.outbox[queued:]]
+        return out + self._after_ready(leader)
+
     def _after_ready(self, leader: int) -> list[str]:
         core = self.net.cores[leader]
         out = [
@@ -361,8 +369,7 @@ class Interpreter:
                     lcore.handle_recovery_reply(follower, req.term, req, reply)
                 else:
                     lcore.handle_append_result(follower, req, reply)
-            self.net.process(leader)
-            out += self._after_ready(leader)
+            out += self._process_reply(leader)
         return [*(out or ["(nothing queued)"]), *self._progress(leader, follower),
                 f"commit={lcore.commit_index}"]  # fmt: skip
 
@@ -383,7 +390,7 @@ class Interpreter:
                 lcore.handle_recovery_reply(follower, o.request.term, o.request, reply)
             else:
                 lcore.handle_append_result(follower, o.request, reply)
-            self.net.process(leader)
+            out += self._process_reply(leader)
         return [*(out or ["(nothing held)"]), *self._progress(leader, follower),
                 f"commit={lcore.commit_index}"]  # fmt: skip
 
@@ -662,6 +669,7 @@ def test_parse_rejects_a_command_without_separator() -> None:
         ("recovery_mismatch_walks_back", "skip_truncation"),
         ("flush_coalescing", "commit_on_leader_flush"),
         ("recovery_pipelined", "recovery_pipelines_unmatched"),
+        ("inflight_window_full", "paused_backlog_gap"),
     ],
 )
 def test_a_planted_fault_breaks_its_script(script: str, mutation: str) -> None:
