@@ -387,8 +387,9 @@ def _dec_bytes(view: memoryview, pos: int, path: str) -> tuple[bytes, int]:
 
 def _dec_view(view: memoryview, pos: int, path: str) -> tuple[bytes | memoryview, int]:
     span, end = _dec_span(view, pos, path)
-    # a view only of immutable bytes: a reused receive buffer would change under it
-    return (span if isinstance(view.obj, bytes) else bytes(span)), end
+    # a view only of a frozen (read-only) buffer: a reused receive buffer would change
+    # under it (see storage.batch.frozen_buffer)
+    return (span if view.readonly else bytes(span)), end
 
 
 def _enc_str(v: Any, out: list[bytes], path: str) -> None:

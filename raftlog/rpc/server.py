@@ -48,6 +48,7 @@ from aiohttp import WSCloseCode, WSMsgType, web
 
 from raftlog.rpc import codec
 from raftlog.rpc.codec import CodecError
+from raftlog.rpc.frame_receiver import FrameReceiver, take_over
 from raftlog.rpc.messages import CLIENT_ROUTES, CLIENT_STREAM_PATH, ErrorCode, ErrorResponse
 from raftlog.rpc.peer import (
     REPLY_TYPES,
@@ -258,21 +259,49 @@ def make_app(
             404,
         )
 
-    streams: set[web.WebSocketResponse] = set()
+    streams: set[web.WebSocketResponse] = set()  # read by aiohttp (TLS)
+    receivers: set[FrameReceiver] = set()
     # strong references to the handlers of stream requests (the loop keeps weak ones)
     answering: set[asyncio.Task[None]] = set()
 
     async def serve_stream(
         request: web.Request, answer: Callable[[web.WebSocketResponse, int, memoryview], Any]
     ) -> web.WebSocketResponse:
-        """Read a stream's frames and hand each to ``answer`` in a task of its own."""
+        """Read a stream's frames and hand each to ``answer`` in a task of its own: with a
+        :class:`~raftlog.rpc.frame_receiver.FrameReceiver` (no copy of a frame's bytes),
+        or with aiohttp's reader on a TLS connection."""
         # the middleware already admitted the token of the stream's path at the upgrade
-        ws = web.WebSocketResponse(max_msg_size=max_request_bytes + REQUEST_ID_SIZE, compress=False)
+        max_frame = max_request_bytes + REQUEST_ID_SIZE
+        ws = web.WebSocketResponse(max_msg_size=max_frame, compress=False)
         try:
             await ws.prepare(request)
         except ConnectionError:
             # the other side gave up on the handshake before it was answered (its
             # connect timed out, e.g. while this node was stopped): nothing to serve
+            return ws
+        loop = asyncio.get_running_loop()
+        receiver: FrameReceiver | None = None
+
+        def on_frame(frame: bytes | memoryview) -> None:
+            try:
+                request_id, body = split_frame(frame)
+            except CodecError as exc:
+                assert receiver is not None
+                receiver.close(WSCloseCode.PROTOCOL_ERROR, str(exc).encode()[:123])
+                return
+            task = loop.create_task(answer(ws, request_id, body))
+            answering.add(task)
+            task.add_done_callback(answering.discard)
+
+        # No await since prepare: no frame can have reached aiohttp's reader yet (the
+        # other side sends only once it has the upgrade's answer).
+        receiver = take_over(request, on_frame, max_frame)
+        if receiver is not None:
+            receivers.add(receiver)
+            try:
+                await receiver.done
+            finally:
+                receivers.discard(receiver)
             return ws
         streams.add(ws)
         try:
@@ -366,6 +395,8 @@ def make_app(
 
     async def close_streams(app: web.Application) -> None:
         # a stream never ends by itself: close them, or shutdown waits for its timeout
+        for receiver in list(receivers):
+            receiver.close(WSCloseCode.GOING_AWAY, b"node shutting down")
         for ws in list(streams):
             await ws.close(code=WSCloseCode.GOING_AWAY, message=b"node shutting down")
 

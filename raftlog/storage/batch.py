@@ -323,14 +323,17 @@ class RecordBatch:
                 f"stored {crc:#010x}, computed {computed:#010x}",
                 pos,
             )
-        if not isinstance(view.obj, bytes):  # the buffer may change: copy the payload
+        # A read-only buffer is frozen (see frozen_buffer): bytes, or a stream frame's
+        # buffer that nothing writes to once received (raftlog.rpc.frame_receiver).
+        frozen = view.readonly
+        if not frozen:  # the buffer may change: copy the payload
             payload: bytes | memoryview = bytes(view[end_header:end])
         elif (attrs >> _KIND_SHIFT) & _KIND_MASK == BatchKind.DATA:
             payload = view[end_header:end]  # immutable: a view stays valid
         else:
             payload = bytes(view[end_header:end])  # a control payload, parsed as bytes
         batch = cls(base, count, term, attrs, pid, epoch, seq, ts, payload)
-        if isinstance(view.obj, bytes):
+        if frozen:
             object.__setattr__(batch, "_encoded", view[pos:end])
         return batch, end
 

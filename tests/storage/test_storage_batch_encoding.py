@@ -137,3 +137,13 @@ def test_a_segment_writes_a_restamped_batch_as_its_encoded_bytes(tmp_path):
     finally:
         log.close()
     assert [(b.base_offset, bytes(b.payload)) for b in got] == [(0, frame), (2, frame[4000:])]
+
+
+def test_a_payload_decoded_from_a_read_only_view_is_a_view_of_it():
+    """A stream frame's own buffer, handed on read-only (raftlog.rpc.frame_receiver): the
+    payload and the encoded form point into it, no copy."""
+    buf = bytearray(encode_batches([batch()]))
+    (decoded,) = decode_batches(memoryview(buf).toreadonly())
+    assert isinstance(decoded.payload, memoryview) and decoded.payload.obj is buf
+    assert decoded.payload == b"p" * 64
+    assert isinstance(decoded.encode(), memoryview) and decoded.encode().obj is buf
