@@ -33,6 +33,7 @@ import struct
 from collections.abc import Callable
 from typing import Any
 
+import numpy
 from aiohttp import WSCloseCode, web
 from aiohttp._websocket.helpers import websocket_mask
 
@@ -73,7 +74,7 @@ class FrameReceiver(asyncio.BufferedProtocol):
         self._start = 0  # the unparsed bytes are _head[_start:_end]
         self._end = 0
         # A large frame being filled: its buffer, bytes filled, mask (None: unmasked).
-        self._frame: bytearray | None = None
+        self._frame: numpy.ndarray | bytearray | None = None
         self._filled = 0
         self._mask: bytes | None = None
         self._closing = False
@@ -157,10 +158,13 @@ class FrameReceiver(asyncio.BufferedProtocol):
             if header + size <= _HEAD_BYTES:
                 break  # it fits in the shared buffer: wait for the rest (control frames too)
             # A frame larger than the shared buffer (a binary one: control frames are
-            # short): a buffer of its own, which the socket fills from here on.
-            frame = bytearray(size)
+            # short): a buffer of its own, which the socket fills from here on. Not
+            # zeroed first (numpy.empty): bytearray(size) zero-filled every frame, 7 %
+            # of a follower's CPU under the sink's load. A masked frame is unmasked in
+            # place, which aiohttp's helper does on a bytearray.
+            frame = numpy.empty(size, numpy.uint8) if mask is None else bytearray(size)
             have = avail - header
-            frame[:have] = head[body : self._end]
+            memoryview(frame)[:have] = head[body : self._end]
             self._frame, self._filled, self._mask = frame, have, mask
             self._start = self._end = 0
             return
