@@ -354,10 +354,8 @@ class RmStm:
             self._inflight.clear()  # requests of older terms resolve through their own stages
             for pid in list(self._reorder):
                 self._tail_changed(pid)
-            barrier = RecordBatch.create(b"", kind=BatchKind.NOOP, timestamp_ms=self._clock_ms())
+            res = await self._barrier(term, "sync to")
             try:
-                stages = self._c.replicate([barrier], Consistency.QUORUM_ACK, term)
-                res = await asyncio.wait_for(stages.finished, self.config.sync_timeout_s)
                 await self._wait_applied(res.last_offset, self.config.sync_timeout_s)
             except (TimeoutError, RaftError) as exc:
                 raise SyncError(f"rm_stm could not sync to term {term}: {exc!r}") from exc
@@ -372,14 +370,18 @@ class RmStm:
         off, still leads in its own view (seed 131 of the producer simulation: its
         "epoch 2 was never granted here" was a stale leader's). Raises SyncError
         (retriable: the client tries the newer leader) when the round fails."""
+        await self._barrier(term, "confirm its leadership in")
+
+    async def _barrier(self, term: int, what: str) -> Any:
+        """Commit a no-op batch in ``term`` with a quorum (the one round that proves this
+        node leads in ``term``); its replicate result. Raises SyncError ("rm_stm could
+        not {what} term ...") when it fails or times out."""
         barrier = RecordBatch.create(b"", kind=BatchKind.NOOP, timestamp_ms=self._clock_ms())
         try:
             stages = self._c.replicate([barrier], Consistency.QUORUM_ACK, term)
-            await asyncio.wait_for(stages.finished, self.config.sync_timeout_s)
+            return await asyncio.wait_for(stages.finished, self.config.sync_timeout_s)
         except (TimeoutError, RaftError) as exc:
-            raise SyncError(
-                f"rm_stm could not confirm its leadership in term {term}: {exc!r}"
-            ) from exc
+            raise SyncError(f"rm_stm could not {what} term {term}: {exc!r}") from exc
 
     def _leader_term(self) -> int:
         if not self._c.is_leader:

@@ -282,6 +282,13 @@ def make_app(
         loop = asyncio.get_running_loop()
         receiver: FrameReceiver | None = None
 
+        def spawn_answer(request_id: int, body: memoryview) -> None:
+            # each request is handled on its own: a slow append does not hold back
+            # the heartbeats and votes behind it on the stream
+            task = loop.create_task(answer(ws, request_id, body))
+            answering.add(task)
+            task.add_done_callback(answering.discard)
+
         def on_frame(frame: bytes | memoryview) -> None:
             try:
                 request_id, body = split_frame(frame)
@@ -289,9 +296,7 @@ def make_app(
                 assert receiver is not None
                 receiver.close(WSCloseCode.PROTOCOL_ERROR, str(exc).encode()[:123])
                 return
-            task = loop.create_task(answer(ws, request_id, body))
-            answering.add(task)
-            task.add_done_callback(answering.discard)
+            spawn_answer(request_id, body)
 
         # No await since prepare: no frame can have reached aiohttp's reader yet (the
         # other side sends only once it has the upgrade's answer).
@@ -317,11 +322,7 @@ def make_app(
                 except CodecError as exc:
                     await ws.close(code=WSCloseCode.PROTOCOL_ERROR, message=str(exc).encode())
                     break
-                # each request is handled on its own: a slow append does not hold back
-                # the heartbeats and votes behind it on the stream
-                task = asyncio.get_running_loop().create_task(answer(ws, request_id, body))
-                answering.add(task)
-                task.add_done_callback(answering.discard)
+                spawn_answer(request_id, body)
         finally:
             streams.discard(ws)
         return ws
