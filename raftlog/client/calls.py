@@ -93,10 +93,14 @@ CONTENT_TYPE = "application/x-raftlog"
 ROUTES = CLIENT_ROUTES
 
 #: Calls whose encoded request is at most this many bytes go on the node's client
-#: stream (a frame on one WebSocket, no HTTP request per call: a 100-byte produce
-#: cost the client a third less CPU). Larger ones (the connector's IPC chunks) go as
-#: a POST, whose body the node reads in one copy and refuses past its bound with a
-#: 413, where a frame past the stream's bound would end the stream.
+#: stream as one buffer (a frame on one WebSocket, no HTTP request per call: a
+#: 100-byte produce cost the client a third less CPU). Larger ones (the connector's
+#: IPC chunks) go on it too, as their parts (no copy), unless the connection is TLS:
+#: the node then reads its streams with aiohttp's reader, which ends a stream at a
+#: frame past its bound, so they go as a POST, refused past the bound with a 413.
+#: On a plain connection the node reads a large frame straight into a buffer of its
+#: own (a POST's body was copied twice), and answers one past its bound with the
+#: POST's RECORD_TOO_LARGE under the request's id (``raftlog.rpc.frame_receiver``).
 STREAM_MAX_REQUEST_BYTES = 64 * 1024
 
 #: Upper bound of the default per-attempt timeout (see the module doc).
@@ -473,7 +477,9 @@ class CallRouting:
         answer: bytes | memoryview | None = None
         status = 200
         if size <= STREAM_MAX_REQUEST_BYTES:
-            answer = await self._stream_call(address, b"".join(parts), bound)
+            answer = await self._stream_call(address, [b"".join(parts)], bound)
+        elif not self._ssl:
+            answer = await self._stream_call(address, parts, bound)
         if answer is None:
             status, answer = await self._post(address, ROUTES[type(req)], parts, bound)
         self._answered = True
@@ -514,13 +520,16 @@ class CallRouting:
         except aiohttp.ClientError as exc:
             raise self._unreachable(address, exc) from exc
 
-    async def _stream_call(self, address: str, body: bytes, bound: float) -> memoryview | None:
-        """The answer to the encoded call ``body`` on ``address``'s client stream; None
-        when the node refuses the stream (a wrong token: the POST's answer says why)."""
+    async def _stream_call(
+        self, address: str, parts: list[bytes | memoryview], bound: float
+    ) -> memoryview | None:
+        """The answer to the encoded call ``parts`` (its buffers in order) on ``address``'s
+        client stream; None when the node refuses the stream (a wrong token: the POST's
+        answer says why)."""
         try:
             return await timed_request(
                 lambda: self._streams.get(address, lambda: self._open_stream(address, bound)),
-                lambda s: s.request_encoded(body),
+                lambda s: s.request_encoded(*parts),
                 bound,
             )
         except _StreamRefused:

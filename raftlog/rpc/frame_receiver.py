@@ -18,9 +18,14 @@ directly, and is handed on as a read-only view: nothing writes to it afterwards,
 so a batch decoded from it keeps pointing into it (``RecordBatch.decode``).
 
 Only what raftlog's streams send is accepted: whole binary frames, masked or
-not, never compressed or fragmented. A text, fragmented or oversized frame
-closes the stream with the WebSocket close code that says why, as aiohttp's
-reader did. Pings are answered; a close frame is answered and ends the stream.
+not, never compressed or fragmented. A text or fragmented frame closes the
+stream with the WebSocket close code that says why, as aiohttp's reader did. A
+binary frame past the limit does too, unless the owner takes ``on_oversized``:
+then the frame's first :data:`OVERSIZED_HEAD_BYTES` bytes go to it (a client
+stream's request id, to answer "too large" under it, as a POST's 413 does) and
+the rest of the frame is read into the shared buffer and dropped, never held:
+the stream goes on with the next frame. Pings are answered; a close frame is
+answered and ends the stream.
 Writing stays aiohttp's: the handler answers through the ``WebSocketResponse``,
 whose protocol still gets the transport's flow-control and connection-lost
 callbacks from here.
@@ -34,10 +39,13 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy
-from aiohttp import WSCloseCode, web
+from aiohttp import WSCloseCode
 from aiohttp._websocket.helpers import websocket_mask
 
-__all__ = ["FrameReceiver", "take_over"]
+__all__ = ["OVERSIZED_HEAD_BYTES", "FrameReceiver", "take_over"]
+
+OVERSIZED_HEAD_BYTES = 16
+"""How much of an oversized frame's payload ``on_oversized`` is given (at most)."""
 
 _HEAD_BYTES = 64 * 1024
 _LEN16 = struct.Struct("!H")
@@ -65,11 +73,14 @@ class FrameReceiver(asyncio.BufferedProtocol):
         inner: asyncio.BaseProtocol,
         on_frame: Callable[[bytes | memoryview], None],
         max_frame_bytes: int,
+        on_oversized: Callable[[bytes, int], None] | None = None,
     ) -> None:
         self._transport = transport
         self._inner = inner
         self._on_frame = on_frame
         self._max = max_frame_bytes
+        self._on_oversized = on_oversized
+        self._skip = 0  # bytes of an oversized frame still to drop as they arrive
         self._head = bytearray(_HEAD_BYTES)
         self._start = 0  # the unparsed bytes are _head[_start:_end]
         self._end = 0
@@ -78,6 +89,8 @@ class FrameReceiver(asyncio.BufferedProtocol):
         self._filled = 0
         self._mask: bytes | None = None
         self._closing = False
+        #: why the stream ended, once it has ('' before)
+        self.reason = ""
         self.done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
 
     # -- asyncio.BufferedProtocol
@@ -108,6 +121,8 @@ class FrameReceiver(asyncio.BufferedProtocol):
         return False  # close the transport
 
     def connection_lost(self, exc: Exception | None) -> None:
+        if not self.reason:
+            self.reason = f"connection lost: {exc}" if exc else "the connection closed"
         self._inner.connection_lost(exc)
         if not self.done.done():
             self.done.set_result(None)
@@ -126,6 +141,11 @@ class FrameReceiver(asyncio.BufferedProtocol):
         head = self._head
         while not self._closing:
             avail = self._end - self._start
+            if self._skip:
+                dropped = min(self._skip, avail)
+                self._start += dropped
+                self._skip -= dropped
+                avail -= dropped
             if avail < 2:
                 break
             pos = self._start
@@ -148,9 +168,20 @@ class FrameReceiver(asyncio.BufferedProtocol):
                     break
                 mask = bytes(head[pos + header : pos + header + 4])
                 header += 4
+            body = pos + header
+            oversized = self._max and size > self._max
+            if oversized and self._on_oversized is not None and first & 0x0F == _OP_BINARY:
+                if not self._acceptable(first, 0):  # compressed, fragmented
+                    return
+                head_bytes = min(size, OVERSIZED_HEAD_BYTES)
+                if avail - header < head_bytes:
+                    break  # its head is not all here yet (the buffer holds far more)
+                self._start = body
+                self._skip = size
+                self._deliver_oversized(_unmasked(head[body : body + head_bytes], mask), size)
+                continue
             if not self._acceptable(first, size):
                 return
-            body = pos + header
             if avail - header >= size:
                 self._start = body + size
                 self._dispatch(first & 0x0F, _unmasked(head[body : body + size], mask))
@@ -198,6 +229,10 @@ class FrameReceiver(asyncio.BufferedProtocol):
         elif opcode == _OP_PING:
             self._send_control(_OP_PONG, payload)
         elif opcode == _OP_CLOSE:
+            if not self.reason:
+                code = _CLOSE_CODE.unpack_from(payload)[0] if len(payload) >= 2 else None
+                said = bytes(payload[2:]).decode(errors="replace")
+                self.reason = f"the other end closed it (code {code}{': ' + said if said else ''})"
             self.close(WSCloseCode.OK, b"")
         # a pong needs nothing
 
@@ -205,6 +240,13 @@ class FrameReceiver(asyncio.BufferedProtocol):
         try:
             self._on_frame(payload)
         except Exception as exc:  # a handler's bug must not leave the stream half-read
+            self._refuse(WSCloseCode.INTERNAL_ERROR, f"{type(exc).__name__}: {exc}")
+
+    def _deliver_oversized(self, head: bytes, size: int) -> None:
+        assert self._on_oversized is not None
+        try:
+            self._on_oversized(head, size)
+        except Exception as exc:  # as in _deliver
             self._refuse(WSCloseCode.INTERNAL_ERROR, f"{type(exc).__name__}: {exc}")
 
     def _refuse(self, code: int, reason: str) -> bool:
@@ -221,6 +263,8 @@ class FrameReceiver(asyncio.BufferedProtocol):
         if self._closing:
             return
         self._closing = True
+        if not self.reason:
+            self.reason = f"closed here (code {code}: {message.decode(errors='replace')})"
         self._frame = None
         self._send_control(_OP_CLOSE, _CLOSE_CODE.pack(code) + message)
         self._transport.close()
@@ -233,16 +277,23 @@ def _unmasked(data: bytearray, mask: bytes | None) -> bytes:
 
 
 def take_over(
-    request: web.Request,
+    transport: Any,
+    inner: Any,
     on_frame: Callable[[bytes | memoryview], None],
     max_frame_bytes: int,
+    on_oversized: Callable[[bytes, int], None] | None = None,
 ) -> FrameReceiver | None:
-    """Read the upgraded stream of ``request`` (its ``WebSocketResponse`` prepared, no await
-    since) with a :class:`FrameReceiver`; None where it cannot (a TLS connection, whose
-    transport decrypts into its own buffers: aiohttp's reader stays)."""
-    transport: Any = request.transport
+    """Read an upgraded stream with a :class:`FrameReceiver` from now on; None where it
+    cannot (a TLS connection, whose transport decrypts into its own buffers: aiohttp's
+    reader stays).
+
+    ``transport`` and ``inner`` are the connection's and aiohttp's protocol on it:
+    a server's request's (its ``WebSocketResponse`` prepared, no await since), or a
+    client WebSocket writer's (right after the handshake, before any request: the
+    other end sends nothing before it, so aiohttp's reader holds nothing yet).
+    """
     if transport is None or transport.is_closing() or transport.get_extra_info("sslcontext"):
         return None
-    receiver = FrameReceiver(transport, request.protocol, on_frame, max_frame_bytes)
+    receiver = FrameReceiver(transport, inner, on_frame, max_frame_bytes, on_oversized)
     transport.set_protocol(receiver)
     return receiver

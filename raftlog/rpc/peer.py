@@ -96,10 +96,12 @@ def encoded_frame(request_id: int, encoded: bytes | memoryview) -> bytes:
     return _request_id(request_id) + encoded
 
 
-def encoded_frame_parts(request_id: int, encoded: bytes | memoryview) -> list[bytes | memoryview]:
-    """:func:`encoded_frame` as buffers for a gather write, ``encoded`` not copied
-    (the WebSocket's writer joins a small frame once, with its header)."""
-    return [_request_id(request_id), encoded]
+def encoded_frame_parts(request_id: int, *encoded: bytes | memoryview) -> list[bytes | memoryview]:
+    """:func:`encoded_frame` as buffers for a gather write: the message ``encoded`` is
+    already codec-encoded, in one buffer or several in order (:func:`raftlog.rpc.codec.
+    encode_parts`); none is copied (the frame writer joins a small frame once, with its
+    header)."""
+    return [_request_id(request_id), *encoded]
 
 
 def _request_id(request_id: int) -> bytes:

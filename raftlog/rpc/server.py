@@ -41,7 +41,7 @@ import contextlib
 import dataclasses
 import hmac
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from typing import Any, Protocol
 
 from aiohttp import WSCloseCode, WSMsgType, web
@@ -49,12 +49,14 @@ from aiohttp import WSCloseCode, WSMsgType, web
 from raftlog.rpc import codec
 from raftlog.rpc.codec import CodecError
 from raftlog.rpc.frame_receiver import FrameReceiver, take_over
+from raftlog.rpc.frame_writer import send_frame
 from raftlog.rpc.messages import CLIENT_ROUTES, CLIENT_STREAM_PATH, ErrorCode, ErrorResponse
 from raftlog.rpc.peer import (
     REPLY_TYPES,
     REQUEST_ID_SIZE,
     STREAM_PATH,
     encoded_frame,
+    encoded_frame_parts,
     split_frame,
     stream_frame,
 )
@@ -185,6 +187,13 @@ class AuthPolicy:
         return hmac.compare_digest(authorization.encode(), f"Bearer {token}".encode())
 
 
+def too_large_error(limit: int) -> RequestError:
+    """The refusal of a request past ``limit`` bytes, as a POST body or a stream frame."""
+    return RequestError(
+        ErrorCode.RECORD_TOO_LARGE, f"request body exceeds the limit of {limit} bytes"
+    )
+
+
 async def read_bounded_body(request: web.Request, limit: int) -> bytes:
     """The whole body of ``request``, in one copy; RequestError (RECORD_TOO_LARGE) as
     soon as it passes ``limit`` bytes.
@@ -196,9 +205,7 @@ async def read_bounded_body(request: web.Request, limit: int) -> bytes:
     the received blocks one by one with ``readchunk()`` (as they came off the
     socket, uncopied) and joins them once.
     """
-    too_large = RequestError(
-        ErrorCode.RECORD_TOO_LARGE, f"request body exceeds the limit of {limit} bytes"
-    )
+    too_large = too_large_error(limit)
     if (request.content_length or 0) > limit:
         raise too_large
     # As request.read() does: without it the reader pauses the socket at every 128 KiB
@@ -265,11 +272,18 @@ def make_app(
     answering: set[asyncio.Task[None]] = set()
 
     async def serve_stream(
-        request: web.Request, answer: Callable[[web.WebSocketResponse, int, memoryview], Any]
+        request: web.Request,
+        answer: Callable[[web.WebSocketResponse, int, memoryview], Any],
+        refuse_oversized: Callable[[web.WebSocketResponse, int], Any] | None = None,
     ) -> web.WebSocketResponse:
         """Read a stream's frames and hand each to ``answer`` in a task of its own: with a
         :class:`~raftlog.rpc.frame_receiver.FrameReceiver` (no copy of a frame's bytes),
-        or with aiohttp's reader on a TLS connection."""
+        or with aiohttp's reader on a TLS connection.
+
+        A frame past ``max_request_bytes`` (and its request id) closes the stream,
+        unless ``refuse_oversized`` is given: then, on a FrameReceiver, that request
+        is answered by ``refuse_oversized(ws, request_id)``, its bytes dropped as they
+        arrive, and the stream goes on."""
         # the middleware already admitted the token of the stream's path at the upgrade
         max_frame = max_request_bytes + REQUEST_ID_SIZE
         ws = web.WebSocketResponse(max_msg_size=max_frame, compress=False)
@@ -282,12 +296,22 @@ def make_app(
         loop = asyncio.get_running_loop()
         receiver: FrameReceiver | None = None
 
-        def spawn_answer(request_id: int, body: memoryview) -> None:
+        def spawn(answering_one: Coroutine[Any, Any, None]) -> None:
             # each request is handled on its own: a slow append does not hold back
             # the heartbeats and votes behind it on the stream
-            task = loop.create_task(answer(ws, request_id, body))
+            task = loop.create_task(answering_one)
             answering.add(task)
             task.add_done_callback(answering.discard)
+
+        def spawn_answer(request_id: int, body: memoryview) -> None:
+            spawn(answer(ws, request_id, body))
+
+        def on_oversized(head: bytes, size: int) -> None:
+            assert refuse_oversized is not None
+            # the head holds a whole request id: the frame is far longer than one (an
+            # error here closes the stream, FrameReceiver._deliver_oversized)
+            request_id, _ = split_frame(head)
+            spawn(refuse_oversized(ws, request_id))
 
         def on_frame(frame: bytes | memoryview) -> None:
             try:
@@ -300,7 +324,13 @@ def make_app(
 
         # No await since prepare: no frame can have reached aiohttp's reader yet (the
         # other side sends only once it has the upgrade's answer).
-        receiver = take_over(request, on_frame, max_frame)
+        receiver = take_over(
+            request.transport,
+            request.protocol,
+            on_frame,
+            max_frame,
+            on_oversized if refuse_oversized else None,
+        )
         if receiver is not None:
             receivers.add(receiver)
             try:
@@ -346,14 +376,30 @@ def make_app(
                 status, answer = _error_body(
                     ErrorCode.INVALID_REQUEST, f"malformed request on the client stream: {exc}"
                 )
+                parts = [answer]
             else:
-                status, answer = await call(route, msg, body, authorization)
+                status, parts = await call(route, msg, body, authorization)
+            await reply(ws, request_id, route, status, parts)
+
+        async def refuse_oversized(ws: web.WebSocketResponse, request_id: int) -> None:
+            # what a POST of this size is answered (413), here under its request id
+            status, answer = _error_body_of(too_large_error(max_request_bytes))
+            await reply(ws, request_id, "stream", status, [answer])
+
+        async def reply(
+            ws: web.WebSocketResponse,
+            request_id: int,
+            route: str,
+            status: int,
+            parts: list[bytes | memoryview],
+        ) -> None:
             node.count_request(f"/v1/{route}", status)
             # the stream may have closed meanwhile: the client already failed this request
             with contextlib.suppress(ConnectionError):
-                await ws.send_bytes(encoded_frame(request_id, answer))
+                # a fetch's batches go to the socket as they were read: no join
+                await send_frame(ws._writer, encoded_frame_parts(request_id, *parts))
 
-        return await serve_stream(request, answer_client)
+        return await serve_stream(request, answer_client, refuse_oversized)
 
     async def answer(ws: web.WebSocketResponse, request_id: int, body: memoryview) -> None:
         frame = await peer_answer(request_id, body)
@@ -403,19 +449,22 @@ def make_app(
 
     async def call(
         route: str, msg: Any, body: bytes | memoryview, authorization: str
-    ) -> tuple[int, bytes | memoryview]:
-        """(HTTP status, framed answer) of one decoded client call: the one path of a
-        ``POST /v1/<call>`` and of a frame on the client stream."""
+    ) -> tuple[int, list[bytes | memoryview]]:
+        """(HTTP status, framed answer as buffers in order) of one decoded client call:
+        the one path of a ``POST /v1/<call>`` and of a frame on the client stream."""
         try:
             forwarded = await node.forward_client(route, msg, body, authorization)
             if forwarded is not None:
-                return forwarded
-            return 200, codec.encode(await node.handle_client(msg))
+                return forwarded[0], [forwarded[1]]
+            return 200, codec.encode_parts(await node.handle_client(msg))
         except RequestError as exc:
-            return _error_body_of(exc)
+            status, answer = _error_body_of(exc)
         except Exception as exc:
             log.exception("client call %s failed", route)
-            return _error_body(ErrorCode.INTERNAL, f"{route} failed: {type(exc).__name__}: {exc}")
+            status, answer = _error_body(
+                ErrorCode.INTERNAL, f"{route} failed: {type(exc).__name__}: {exc}"
+            )
+        return status, [answer]
 
     async def client(request: web.Request) -> web.Response:
         route = request.match_info["route"]
@@ -438,7 +487,8 @@ def make_app(
                 )
             else:
                 authorization = request.headers.get("Authorization", "")
-                status, answer = await call(route, msg, body, authorization)
+                status, parts = await call(route, msg, body, authorization)
+                answer = b"".join(parts)
         node.count_request(f"/v1/{route}", status)
         return web.Response(body=answer, status=status, content_type=CONTENT_TYPE)
 

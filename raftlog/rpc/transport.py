@@ -42,7 +42,6 @@ import asyncio
 import contextlib
 import dataclasses
 import ssl
-import struct
 from collections.abc import Awaitable, Callable
 from typing import Any, Generic, TypeVar
 
@@ -51,6 +50,8 @@ import aiohttp
 from raftlog.raft.errors import TransportError
 from raftlog.rpc import codec
 from raftlog.rpc.codec import CodecError
+from raftlog.rpc.frame_receiver import take_over
+from raftlog.rpc.frame_writer import send_frame, write_frame
 from raftlog.rpc.messages import ErrorResponse
 from raftlog.rpc.peer import (
     REPLY_TYPES,
@@ -68,14 +69,6 @@ AUTH_HEADER = "Authorization"
 MAX_REPLY_BYTES = 16 << 20
 #: how long closing a stream may wait for the peer's close frame (a cut link sends none)
 CLOSE_TIMEOUT_S = 1.0
-
-
-# RFC 6455 frame headers, unmasked: FIN and the binary opcode, then the length in
-# 7 bits, or 126 and 16 bits, or 127 and 64 bits (network order).
-_WS_BINARY_FIN = 0x80 | int(aiohttp.WSMsgType.BINARY)
-_WS_HEADER_SHORT = struct.Struct("!BB")
-_WS_HEADER_16 = struct.Struct("!BBH")
-_WS_HEADER_64 = struct.Struct("!BBQ")
 
 
 class UnmaskedWebSocket(aiohttp.ClientWebSocketResponse):
@@ -96,17 +89,10 @@ class UnmaskedWebSocket(aiohttp.ClientWebSocketResponse):
         self._frame_writer = writer
 
     async def send_parts(self, parts: list[bytes | memoryview]) -> None:
-        """Send one binary frame whose payload is ``parts`` joined, without joining them:
-        header and parts go to the transport in one ``writelines`` (uvloop: one writev).
-
-        aiohttp's ``send_bytes`` takes one buffer, so the frame's batches were first
-        copied into it, and it writes a large frame's 10-byte header with a syscall
-        (and a TCP segment) of its own. Raises ConnectionError when the stream is
-        closing; waits while the transport's buffer is over its high-water mark, as
-        aiohttp's writer does.
-        """
-        if self.write_parts(parts):
-            await self._frame_writer.protocol._drain_helper()
+        """Send one binary frame whose payload is ``parts`` joined, without joining them
+        (:func:`raftlog.rpc.frame_writer.send_frame`). Raises ConnectionError when the
+        stream is closing."""
+        await send_frame(self._frame_writer, parts)
 
     @property
     def writing_paused(self) -> bool:
@@ -114,29 +100,9 @@ class UnmaskedWebSocket(aiohttp.ClientWebSocketResponse):
         return bool(self._frame_writer.protocol.writing_paused)
 
     def write_parts(self, parts: list[bytes | memoryview]) -> bool:
-        """:meth:`send_parts` without the wait: the frame goes to the transport in this
-        call. Returns whether the transport's buffer is now over its high-water mark
-        (the caller should wait before writing more). Raises ConnectionError when the
-        stream is closing."""
-        writer = self._frame_writer
-        transport = writer.transport
-        if transport is None or transport.is_closing():
-            raise aiohttp.ClientConnectionResetError("Cannot write to closing transport")
-        size = sum(len(p) for p in parts)
-        if size < 126:
-            header = _WS_HEADER_SHORT.pack(_WS_BINARY_FIN, size)
-        elif size < 65536:
-            header = _WS_HEADER_16.pack(_WS_BINARY_FIN, 126, size)
-        else:
-            header = _WS_HEADER_64.pack(_WS_BINARY_FIN, 127, size)
-        if size < codec.GATHER_MIN_PART:
-            # A small frame (a heartbeat, a one-record append) as one buffer: uvloop's
-            # write of a single buffer is its fast path, a list takes a slower one
-            # (measured: `benchmarks small` at 64 clients lost a tenth of its rate).
-            transport.write(b"".join((header, *parts)))
-        else:
-            transport.writelines([header, *parts])
-        return bool(writer.protocol.writing_paused)
+        """:meth:`send_parts` without the wait (:func:`raftlog.rpc.frame_writer.
+        write_frame`): returns whether the caller should wait before writing more."""
+        return write_frame(self._frame_writer, parts)
 
 
 class StreamClosedError(TransportError):
@@ -160,16 +126,25 @@ class FrameStream:
     :meth:`request` raises StreamClosedError (a TransportError) when the stream
     ends before the reply (every request in flight fails at once); it never times
     out by itself.
+
+    Replies are read by a :class:`~raftlog.rpc.frame_receiver.FrameReceiver` on a
+    plain connection (a large reply, a fetch's batches, lands in a buffer of its own
+    straight from the socket: aiohttp's reader copied each byte three times), by
+    aiohttp's reader on a TLS one. ``max_frame`` bounds one reply (0: unbounded); a
+    larger one ends the stream.
     """
 
-    def __init__(self, ws: UnmaskedWebSocket, peer: str) -> None:
+    def __init__(self, ws: UnmaskedWebSocket, peer: str, max_frame: int = 0) -> None:
         self.ws = ws
         self.peer = peer  # "node N (ADDRESS)", for messages
         self.closed = False
-        self.last_received = asyncio.get_running_loop().time()
+        loop = asyncio.get_running_loop()
+        self.last_received = loop.time()
         self._next_id = 0
         self._pending: dict[int, asyncio.Future[memoryview]] = {}
-        self.reader = asyncio.get_running_loop().create_task(self._read())
+        writer = ws._frame_writer
+        self._receiver = take_over(writer.transport, writer.protocol, self._on_frame, max_frame)
+        self.reader = loop.create_task(self._watch() if self._receiver else self._read())
 
     async def request(self, message: Any) -> memoryview:
         """Send ``message`` and return the reply frame's codec bytes, undecoded (no
@@ -177,9 +152,10 @@ class FrameStream:
         ``message`` cannot be encoded."""
         return await self._exchange(lambda request_id: stream_frame_parts(request_id, message))
 
-    async def request_encoded(self, encoded: bytes | memoryview) -> memoryview:
-        """:meth:`request` of a message that is already codec-encoded."""
-        return await self._exchange(lambda request_id: encoded_frame_parts(request_id, encoded))
+    async def request_encoded(self, *encoded: bytes | memoryview) -> memoryview:
+        """:meth:`request` of a message that is already codec-encoded, in one buffer or
+        several in order (sent without joining them)."""
+        return await self._exchange(lambda request_id: encoded_frame_parts(request_id, *encoded))
 
     def send_now(self, message: Any) -> SentRequest | None:
         """Write ``message`` in this call, and return the request it is on the stream;
@@ -229,6 +205,31 @@ class FrameStream:
             raise StreamClosedError(f"the stream to {self.peer} closed: {exc}") from exc
         finally:
             self._pending.pop(request_id, None)
+
+    def _on_frame(self, frame: bytes | memoryview) -> None:
+        """A reply from the FrameReceiver: to the request of its id."""
+        self.last_received = asyncio.get_running_loop().time()
+        try:
+            request_id, body = split_frame(frame)
+        except CodecError as exc:  # no id: nothing can be matched, the stream is bad
+            assert self._receiver is not None
+            self._receiver.close(aiohttp.WSCloseCode.PROTOCOL_ERROR, str(exc).encode()[:123])
+            return
+        future = self._pending.pop(request_id, None)
+        if future is not None and not future.done():
+            future.set_result(body)
+        # else the request already failed (timed out): its reply is late
+
+    async def _watch(self) -> None:
+        """The reader task of a taken-over stream: ends the stream when the connection
+        does (or, cancelled by :meth:`abort`, closes it)."""
+        receiver = self._receiver
+        assert receiver is not None
+        try:
+            await asyncio.shield(receiver.done)
+        finally:
+            self.abort(receiver.reason or "the peer closed it")
+            receiver.close(aiohttp.WSCloseCode.GOING_AWAY, b"")
 
     async def _read(self) -> None:
         reason = "the peer closed it"
@@ -380,7 +381,7 @@ async def open_frame_stream(
         compress=0,
         **tls,
     )
-    return FrameStream(ws, label)
+    return FrameStream(ws, label, max_msg_size)
 
 
 class _Deferred:

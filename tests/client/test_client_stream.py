@@ -1,5 +1,5 @@
-"""The client stream: the Python client's small calls as frames on one WebSocket per
-node (``GET /v1/stream``), its large ones as POSTs, against make_app's real server.
+"""The client stream: the Python client's calls as frames on one WebSocket per node
+(``GET /v1/stream``), small and large, against make_app's real server.
 
 What a user sees must not depend on the path a call took: the same answers, the
 same errors with the same text, each answer to its own call however many are in
@@ -20,12 +20,15 @@ from raftlog.client import (
     ClusterUnavailableError,
     InvalidRequestError,
     RaftlogClient,
+    RecordTooLargeError,
     UnauthorizedError,
 )
 from raftlog.client.calls import STREAM_MAX_REQUEST_BYTES
 from raftlog.rpc.messages import (
     CLIENT_STREAM_PATH,
     ErrorCode,
+    FetchRequest,
+    FetchResponse,
     MetadataRequest,
     MetadataResponse,
     NodeInfo,
@@ -36,6 +39,7 @@ from raftlog.rpc.messages import (
     TopicInfo,
 )
 from raftlog.rpc.server import AuthPolicy, RequestError, make_app
+from raftlog.storage.batch import RecordBatch
 from tests.rpc.rpc_helpers import NodeStub, serve_on_loopback
 
 BOUND_S = 30.0  # no test may take longer: a hang is a failure
@@ -49,6 +53,7 @@ class ProduceNode(NodeStub):
         self.address = ""
         self.rng = random.Random(seed)
         self.payloads: list[bytes] = []
+        self.fetchable: dict[int, bytes] = {}  # offset -> the payload a fetch there answers
         self.hold = asyncio.Event()
         self.hold.set()
 
@@ -60,6 +65,10 @@ class ProduceNode(NodeStub):
                 [NodeInfo(1, self.address)],
                 [TopicInfo("t", 1, [PartitionInfo(0, 1, 1, [1])])],
             )
+        if isinstance(message, FetchRequest):
+            # the batch written at the offset asked for, as its payload sizes it
+            batch = RecordBatch.create(self.fetchable[message.offset]).stamped(message.offset, 1)
+            return FetchResponse([batch], message.offset + 1, message.offset + 1, 0, -1)
         assert isinstance(message, ProduceRequest)
         payload = bytes(message.batches[0].payload)
         self.payloads.append(payload)
@@ -74,11 +83,13 @@ class ProduceNode(NodeStub):
 class Server:
     """make_app on loopback, counting client stream handshakes and POSTs."""
 
-    def __init__(self, node: ProduceNode, auth: AuthPolicy | None = None) -> None:
+    def __init__(
+        self, node: ProduceNode, auth: AuthPolicy | None = None, max_request_bytes: int = 8 << 20
+    ) -> None:
         self.node = node
         self.handshakes = 0
         self.posts = 0
-        app = make_app(node, auth=auth, max_request_bytes=8 << 20)
+        app = make_app(node, auth=auth, max_request_bytes=max_request_bytes)
 
         @web.middleware
         async def count(request: web.Request, handler: Any) -> web.StreamResponse:
@@ -142,17 +153,77 @@ def test_many_calls_in_flight_on_one_stream_each_get_their_own_answer(seed: int)
     run(body)
 
 
-def test_a_call_past_the_stream_bound_goes_as_a_post_byte_for_byte() -> None:
+@pytest.mark.parametrize("size", [STREAM_MAX_REQUEST_BYTES + 1, 64 * 1024 + 3, 4 << 20])
+def test_a_large_call_goes_on_the_stream_byte_for_byte(size: int) -> None:
+    """Past the one-buffer bound a call goes on the stream as its parts (never a POST on
+    a plain connection): the node gets every byte, interleaved with small calls."""
+
     async def body() -> None:
         async with Server(ProduceNode()) as server:
             async with RaftlogClient(server.node.address) as client:
-                big = payload_for(7, STREAM_MAX_REQUEST_BYTES + 1) + b"\x5a" * 1000
-                result = await client.produce("t", 0, [(big, 1)])
-                small = await client.produce("t", 0, [(payload_for(9), 1)])
-            assert (result.base_offset, small.base_offset) == (7, 9)
-            assert server.node.payloads == [big, payload_for(9)]
-            assert server.posts == 1
+                big = payload_for(7, size) + bytes(random.Random(size).randbytes(1000))
+                result, small = await asyncio.gather(
+                    client.produce("t", 0, [(big, 1)]),
+                    client.produce("t", 0, [(payload_for(9), 1)]),
+                )
+                after = await client.produce("t", 0, [(payload_for(11), 1)])
+            assert (result.base_offset, small.base_offset, after.base_offset) == (7, 9, 11)
+            assert sorted(server.node.payloads) == sorted([big, payload_for(9), payload_for(11)])
+            assert server.posts == 0
             assert server.handshakes == 1
+
+    run(body)
+
+
+def test_a_call_past_the_nodes_bound_is_refused_as_a_post_is_and_the_stream_goes_on() -> None:
+    """A request past the node's --max-request-bytes: RECORD_TOO_LARGE with the POST's
+    text, its bytes dropped unread by the node, and the calls around it on the same
+    stream answered (one handshake)."""
+
+    async def body() -> None:
+        limit = 256 * 1024
+        async with Server(ProduceNode(), max_request_bytes=limit) as server:
+            async with RaftlogClient(server.node.address) as client:
+                calls = [client.produce("t", 0, [(payload_for(n), 1)]) for n in range(1, 4)] + [
+                    client.produce("t", 0, [(payload_for(100, size), 1)])
+                    for size in (limit, 3 * limit)
+                ]
+                got = await asyncio.gather(*calls, return_exceptions=True)
+                after = await client.produce("t", 0, [(payload_for(5), 1)])
+            assert [g.base_offset for g in got[:3]] == [1, 2, 3]
+            for refused in got[3:]:
+                assert isinstance(refused, RecordTooLargeError), refused
+                assert f"request body exceeds the limit of {limit} bytes" in str(refused)
+            assert after.base_offset == 5
+            assert len(server.node.payloads) == 4  # the refused ones never reached it
+            assert server.posts == 0
+            assert server.handshakes == 1
+
+    run(body)
+
+
+def test_large_answers_arrive_whole_in_buffers_of_their_own() -> None:
+    """Fetch answers from 100 B to 8 MiB, many in flight on one stream: each batch's
+    payload byte for byte; a large one a read-only view into the buffer the socket
+    filled (no copy of it on the client), a small one copied out."""
+
+    async def body() -> None:
+        rng = random.Random(3)
+        node = ProduceNode()
+        sizes = [100, 60_000, 70_000, 1 << 20, 4 << 20, 8 << 20] * 3
+        node.fetchable = {n: rng.randbytes(size) for n, size in enumerate(sizes)}
+        async with Server(node) as server:
+            async with RaftlogClient(server.node.address) as client:
+                got = await asyncio.gather(
+                    *(client.fetch("t", 0, n, max_bytes=16 << 20) for n in node.fetchable)
+                )
+            assert server.handshakes == 1 and server.posts == 0
+        for n, result in enumerate(got):
+            (batch,) = result.batches
+            assert batch.base_offset == n and bytes(batch.payload) == node.fetchable[n]
+            if len(node.fetchable[n]) > 64 * 1024:
+                assert isinstance(batch.payload, memoryview) and batch.payload.readonly
+                assert not isinstance(batch.payload.obj, bytes)
 
     run(body)
 

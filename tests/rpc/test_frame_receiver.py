@@ -130,6 +130,39 @@ def test_every_frame_arrives_whole_and_in_order_however_the_reads_cut_it() -> No
     asyncio.run(body())
 
 
+def test_an_oversized_frame_goes_to_on_oversized_and_the_stream_goes_on() -> None:
+    """200 random streams with frames past the limit among others, masked or not, read
+    in random pieces: each oversized frame gives on_oversized its first 16 bytes and its
+    size, in stream order, is never delivered, and every frame after it arrives whole."""
+
+    async def body() -> None:
+        rng = random.Random(11)
+        limit = 1000
+        for _ in range(200):
+            sizes = [rng.choice((16, 100, 999, 1000, 1001, 4096, 70_000, 300_000))
+                     for _ in range(rng.randint(1, 8))]  # fmt: skip
+            payloads = [os.urandom(n) for n in sizes]
+            wire = b"".join(
+                frame(p, mask=os.urandom(4) if rng.random() < 0.5 else None) for p in payloads
+            )
+            events: list[Any] = []
+            transport, inner = FakeTransport(), Inner()
+            r = FrameReceiver(
+                transport,  # type: ignore[arg-type]
+                inner,  # type: ignore[arg-type]
+                lambda f, events=events: events.append(bytes(f)),
+                limit,
+                lambda head, size, events=events: events.append(("oversized", head, size)),
+            )
+            feed(r, wire, rng)
+            assert events == [
+                p if len(p) <= limit else ("oversized", p[:16], len(p)) for p in payloads
+            ]
+            assert not transport.written and not transport.closed
+
+    asyncio.run(body())
+
+
 def test_a_large_frame_is_read_into_its_own_buffer_without_a_copy() -> None:
     async def body() -> None:
         r, _, _, got = receiver()
