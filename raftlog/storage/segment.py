@@ -269,11 +269,16 @@ class Segment:
         return self._time_index
 
     def find_timestamp(self, timestamp_ms: int, last: int) -> tuple[int, int] | None:
-        """(base offset, timestamp) of the first batch with ``timestamp_ms >= timestamp_ms``
-        and base offset at most ``last``; None when there is none in this segment.
+        """(base offset, timestamp) of the first data batch with ``timestamp_ms >=
+        timestamp_ms`` and base offset at most ``last``; None when there is none in this
+        segment.
 
-        Starts from the time index's entry below ``timestamp_ms``, so it decodes about
-        one index interval of batches that do not qualify.
+        Control batches are passed over: they hold no records, and their stamps need not
+        follow the data's (rm_stm's sync barrier is stamped after the first write of a
+        term was, yet written before it, so it may carry a later stamp than the data
+        behind it: a reader positioned there would read records older than the
+        timestamp). Starts from the time index's entry below ``timestamp_ms``, so it
+        decodes about one index interval of batches that do not qualify.
         """
         if last < self.base_offset or self.size == 0:
             return None
@@ -281,7 +286,7 @@ class Segment:
         for _, batch in self.iter_from(self.base_offset if start is None else start + 1):
             if batch.base_offset > last:
                 return None
-            if batch.timestamp_ms >= timestamp_ms:
+            if batch.timestamp_ms >= timestamp_ms and not batch.is_control:
                 return batch.base_offset, batch.timestamp_ms
         return None
 

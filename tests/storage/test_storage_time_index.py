@@ -8,7 +8,7 @@ import pathlib
 
 import pytest
 
-from raftlog.storage.batch import RecordBatch
+from raftlog.storage.batch import BatchKind, RecordBatch
 from raftlog.storage.log import SegmentedLog
 from raftlog.storage.segment import Segment
 from raftlog.storage.time_index import TimeIndex, read_time_index_file
@@ -121,3 +121,27 @@ def test_time_index_entries_keep_the_running_maximum(tmp_path: pathlib.Path) -> 
     assert index.lookup(10) is None
     index.truncate(1)
     assert index.entries == [(10, 0)]
+
+
+def test_a_control_batch_stamped_after_the_data_behind_it_is_not_found(
+    tmp_path: pathlib.Path,
+) -> None:
+    """The layout of a fresh partition's first write, as a stress run left it on disk: the
+    leader's no-op (stamp 0), rm_stm's sync barrier (stamped in sync, after the data
+    batch was stamped on receipt), the data batch, later data. A lookup for one past the
+    data's stamp must find the later data, not the barrier before the older data."""
+    t = 1_795_840_359_514
+    log = _open(tmp_path)
+    log.append(
+        [
+            RecordBatch.create(b"", kind=BatchKind.NOOP, timestamp_ms=0).stamped(0, 1),
+            RecordBatch.create(b"", kind=BatchKind.NOOP, timestamp_ms=t + 1).stamped(1, 1),
+            RecordBatch.create(bytes(50), 5, timestamp_ms=t).stamped(2, 1),
+            RecordBatch.create(bytes(30), 3, timestamp_ms=t + 2_843).stamped(7, 1),
+        ]
+    )
+    log.flush()
+    assert log.offset_for_timestamp(t + 1, 9) == (7, t + 2_843)
+    assert log.offset_for_timestamp(t, 9) == (2, t)
+    assert log.offset_for_timestamp(t + 1, 6) is None  # below the LSO: nothing yet
+    log.close()
