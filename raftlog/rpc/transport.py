@@ -230,6 +230,10 @@ class FrameStream:
         finally:
             self.abort(receiver.reason or "the peer closed it")
             receiver.close(aiohttp.WSCloseCode.GOING_AWAY, b"")
+            # aiohttp's side: its close finds the transport closing and releases the
+            # connection at once (else its pool warns "Unclosed connection" later)
+            with contextlib.suppress(Exception):
+                await self.ws.close()
 
     async def _read(self) -> None:
         reason = "the peer closed it"

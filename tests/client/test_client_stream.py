@@ -9,7 +9,9 @@ flight, and a node that goes away fails the calls in flight at once.
 from __future__ import annotations
 
 import asyncio
+import gc
 import random
+import warnings
 from typing import Any
 
 import aiohttp
@@ -226,6 +228,26 @@ def test_large_answers_arrive_whole_in_buffers_of_their_own() -> None:
                 assert not isinstance(batch.payload.obj, bytes)
 
     run(body)
+
+
+def test_a_closed_client_leaves_no_connection_or_response_open() -> None:
+    """Closing the client ends its streams on aiohttp's side too: nothing is left for
+    the garbage collector to warn about (aiohttp's "Unclosed response")."""
+
+    async def body() -> None:
+        node = ProduceNode()
+        node.fetchable = {0: bytes(1 << 20)}
+        async with Server(node) as server, RaftlogClient(server.node.address) as client:
+            await client.produce("t", 0, [(payload_for(1), 1)])
+            await client.produce("t", 0, [(payload_for(2, 1 << 20), 1)])
+            await client.fetch("t", 0, 0, max_bytes=2 << 20)
+
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        run(body)
+        gc.collect()
+    leaks = [str(w.message) for w in seen if issubclass(w.category, ResourceWarning)]
+    assert leaks == []
 
 
 def test_an_error_on_the_stream_is_the_error_a_post_gets() -> None:
