@@ -43,7 +43,8 @@ def write_frame(writer: Any, parts: list[bytes | memoryview]) -> bool:
     ConnectionError when the connection is closing.
     """
     transport = writer.transport
-    if transport is None or transport.is_closing():
+    # aiohttp's writer is closing once it sent a close frame: no data frame may follow
+    if transport is None or transport.is_closing() or getattr(writer, "_closing", False):
         raise aiohttp.ClientConnectionResetError("Cannot write to closing transport")
     size = sum(len(p) for p in parts)
     if size < 126:
@@ -59,7 +60,8 @@ def write_frame(writer: Any, parts: list[bytes | memoryview]) -> bool:
         transport.write(b"".join((header, *parts)))
     elif type(transport).writelines is asyncio.WriteTransport.writelines:
         # asyncio's own transport before Python 3.12 joins a writelines' buffers
-        # first: one write each spares that copy (a client on a plain asyncio loop)
+        # first: one write each spares that join (what a send leaves over is still
+        # copied into the transport's buffer); a client on a plain asyncio loop
         for part in (header, *parts):
             transport.write(part)
     else:

@@ -274,7 +274,7 @@ def make_app(
     async def serve_stream(
         request: web.Request,
         answer: Callable[[web.WebSocketResponse, int, memoryview], Any],
-        refuse_oversized: Callable[[web.WebSocketResponse, int], Any] | None = None,
+        refuse_oversized: Callable[[web.WebSocketResponse, int, memoryview], Any] | None = None,
     ) -> web.WebSocketResponse:
         """Read a stream's frames and hand each to ``answer`` in a task of its own: with a
         :class:`~raftlog.rpc.frame_receiver.FrameReceiver` (no copy of a frame's bytes),
@@ -282,8 +282,9 @@ def make_app(
 
         A frame past ``max_request_bytes`` (and its request id) closes the stream,
         unless ``refuse_oversized`` is given: then, on a FrameReceiver, that request
-        is answered by ``refuse_oversized(ws, request_id)``, its bytes dropped as they
-        arrive, and the stream goes on."""
+        is answered by ``refuse_oversized(ws, request_id, head)`` (``head``: the first
+        bytes of its message), its bytes dropped as they arrive, and the stream goes
+        on."""
         # the middleware already admitted the token of the stream's path at the upgrade
         max_frame = max_request_bytes + REQUEST_ID_SIZE
         ws = web.WebSocketResponse(max_msg_size=max_frame, compress=False)
@@ -310,8 +311,8 @@ def make_app(
             assert refuse_oversized is not None
             # the head holds a whole request id: the frame is far longer than one (an
             # error here closes the stream, FrameReceiver._deliver_oversized)
-            request_id, _ = split_frame(head)
-            spawn(refuse_oversized(ws, request_id))
+            request_id, message_head = split_frame(head)
+            spawn(refuse_oversized(ws, request_id, message_head))
 
         def on_frame(frame: bytes | memoryview) -> None:
             try:
@@ -381,10 +382,17 @@ def make_app(
                 status, parts = await call(route, msg, body, authorization)
             await reply(ws, request_id, route, status, parts)
 
-        async def refuse_oversized(ws: web.WebSocketResponse, request_id: int) -> None:
-            # what a POST of this size is answered (413), here under its request id
+        async def refuse_oversized(
+            ws: web.WebSocketResponse, request_id: int, head: memoryview
+        ) -> None:
+            # what a POST of this size is answered (413), here under its request id,
+            # counted under the call's route as a POST's is (its type id is in the head)
+            try:
+                route = CLIENT_ROUTES.get(codec.type_of(head), "stream")
+            except CodecError:
+                route = "stream"
             status, answer = _error_body_of(too_large_error(max_request_bytes))
-            await reply(ws, request_id, "stream", status, [answer])
+            await reply(ws, request_id, route, status, [answer])
 
         async def reply(
             ws: web.WebSocketResponse,

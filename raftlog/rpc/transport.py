@@ -266,6 +266,9 @@ class FrameStream:
     def abort(self, reason: str) -> None:
         """Close the stream for new requests and fail every request in flight."""
         self.closed = True
+        if self._receiver is not None:
+            # the socket closes now, also when the reader task never got to run
+            self._receiver.close(aiohttp.WSCloseCode.GOING_AWAY, b"")
         pending, self._pending = self._pending, {}
         for future in pending.values():
             if not future.done():

@@ -41,6 +41,7 @@ from raftlog.rpc.messages import (
     TopicInfo,
 )
 from raftlog.rpc.server import AuthPolicy, RequestError, make_app
+from raftlog.rpc.transport import UnmaskedWebSocket, open_frame_stream
 from raftlog.storage.batch import RecordBatch
 from tests.rpc.rpc_helpers import NodeStub, serve_on_loopback
 
@@ -56,8 +57,12 @@ class ProduceNode(NodeStub):
         self.rng = random.Random(seed)
         self.payloads: list[bytes] = []
         self.fetchable: dict[int, bytes] = {}  # offset -> the payload a fetch there answers
+        self.counted: list[tuple[str, int]] = []  # (route, status) of every answer
         self.hold = asyncio.Event()
         self.hold.set()
+
+    def count_request(self, route: str, status: int) -> None:
+        self.counted.append((route, status))
 
     async def handle_client(self, message: Any) -> Any:
         if isinstance(message, MetadataRequest):
@@ -198,6 +203,8 @@ def test_a_call_past_the_nodes_bound_is_refused_as_a_post_is_and_the_stream_goes
                 assert f"request body exceeds the limit of {limit} bytes" in str(refused)
             assert after.base_offset == 5
             assert len(server.node.payloads) == 4  # the refused ones never reached it
+            # counted under the call's route, as a refused POST is
+            assert server.node.counted.count(("/v1/produce", 413)) == 2
             assert server.posts == 0
             assert server.handshakes == 1
 
@@ -248,6 +255,25 @@ def test_a_closed_client_leaves_no_connection_or_response_open() -> None:
         gc.collect()
     leaks = [str(w.message) for w in seen if issubclass(w.category, ResourceWarning)]
     assert leaks == []
+
+
+def test_a_stream_aborted_before_its_reader_ran_closes_its_connection() -> None:
+    """abort() right after the stream opened (a pool closed meanwhile): the connection
+    closes at once, though the reader task that closes it otherwise never ran."""
+
+    async def body() -> None:
+        async with (
+            Server(ProduceNode()) as server,
+            aiohttp.ClientSession(ws_response_class=UnmaskedWebSocket) as session,
+        ):
+            url = f"ws://{server.node.address}{CLIENT_STREAM_PATH}"
+            stream = await open_frame_stream(session, url, "node", headers={}, max_msg_size=0)
+            stream.abort("closed at once")
+            receiver = stream._receiver
+            assert receiver is not None
+            await asyncio.wait_for(asyncio.shield(receiver.done), BOUND_S)
+
+    run(body)
 
 
 def test_an_error_on_the_stream_is_the_error_a_post_gets() -> None:
