@@ -26,9 +26,9 @@ stream's request id, to answer "too large" under it, as a POST's 413 does) and
 the rest of the frame is read into the shared buffer and dropped, never held:
 the stream goes on with the next frame. Pings are answered; a close frame is
 answered and ends the stream.
-Writing stays aiohttp's: the handler answers through the ``WebSocketResponse``,
-whose protocol still gets the transport's flow-control and connection-lost
-callbacks from here.
+Writing goes through aiohttp's writer on the same transport (the owner's
+answers, :mod:`raftlog.rpc.frame_writer`), whose protocol still gets the
+transport's flow-control and connection-lost callbacks from here.
 """
 
 from __future__ import annotations
@@ -178,7 +178,9 @@ class FrameReceiver(asyncio.BufferedProtocol):
                     break  # its head is not all here yet (the buffer holds far more)
                 self._start = body
                 self._skip = size
-                self._deliver_oversized(_unmasked(head[body : body + head_bytes], mask), size)
+                self._hand(
+                    self._on_oversized, _unmasked(head[body : body + head_bytes], mask), size
+                )
                 continue
             if not self._acceptable(first, size):
                 return
@@ -237,16 +239,13 @@ class FrameReceiver(asyncio.BufferedProtocol):
         # a pong needs nothing
 
     def _deliver(self, payload: bytes | memoryview) -> None:
-        try:
-            self._on_frame(payload)
-        except Exception as exc:  # a handler's bug must not leave the stream half-read
-            self._refuse(WSCloseCode.INTERNAL_ERROR, f"{type(exc).__name__}: {exc}")
+        self._hand(self._on_frame, payload)
 
-    def _deliver_oversized(self, head: bytes, size: int) -> None:
-        assert self._on_oversized is not None
+    def _hand(self, callback: Callable[..., None], *args: Any) -> None:
+        """``callback(*args)``, the owner's: ``on_frame`` or ``on_oversized``."""
         try:
-            self._on_oversized(head, size)
-        except Exception as exc:  # as in _deliver
+            callback(*args)
+        except Exception as exc:  # a handler's bug must not leave the stream half-read
             self._refuse(WSCloseCode.INTERNAL_ERROR, f"{type(exc).__name__}: {exc}")
 
     def _refuse(self, code: int, reason: str) -> bool:

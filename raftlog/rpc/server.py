@@ -310,7 +310,7 @@ def make_app(
         def on_oversized(head: bytes, size: int) -> None:
             assert refuse_oversized is not None
             # the head holds a whole request id: the frame is far longer than one (an
-            # error here closes the stream, FrameReceiver._deliver_oversized)
+            # error here closes the stream, FrameReceiver._hand)
             request_id, message_head = split_frame(head)
             spawn(refuse_oversized(ws, request_id, message_head))
 

@@ -206,19 +206,26 @@ class FrameStream:
         finally:
             self._pending.pop(request_id, None)
 
-    def _on_frame(self, frame: bytes | memoryview) -> None:
-        """A reply from the FrameReceiver: to the request of its id."""
+    def _deliver(self, frame: bytes | memoryview) -> str:
+        """Hand a reply frame to the request of its id, whichever reader read it; why
+        the stream is bad when the frame holds no id ('' otherwise)."""
         self.last_received = asyncio.get_running_loop().time()
         try:
             request_id, body = split_frame(frame)
         except CodecError as exc:  # no id: nothing can be matched, the stream is bad
-            assert self._receiver is not None
-            self._receiver.close(aiohttp.WSCloseCode.PROTOCOL_ERROR, str(exc).encode()[:123])
-            return
+            return str(exc)
         future = self._pending.pop(request_id, None)
         if future is not None and not future.done():
             future.set_result(body)
         # else the request already failed (timed out): its reply is late
+        return ""
+
+    def _on_frame(self, frame: bytes | memoryview) -> None:
+        """A reply from the FrameReceiver."""
+        bad = self._deliver(frame)
+        if bad:
+            assert self._receiver is not None
+            self._receiver.close(aiohttp.WSCloseCode.PROTOCOL_ERROR, bad.encode()[:123])
 
     async def _watch(self) -> None:
         """The reader task of a taken-over stream: ends the stream when the connection
@@ -228,8 +235,7 @@ class FrameStream:
         try:
             await asyncio.shield(receiver.done)
         finally:
-            self.abort(receiver.reason or "the peer closed it")
-            receiver.close(aiohttp.WSCloseCode.GOING_AWAY, b"")
+            self.abort(receiver.reason or "the peer closed it")  # closes the receiver
             # aiohttp's side: its close finds the transport closing and releases the
             # connection at once (else its pool warns "Unclosed connection" later)
             with contextlib.suppress(Exception):
@@ -239,20 +245,14 @@ class FrameStream:
         reason = "the peer closed it"
         try:
             async for msg in self.ws:
-                self.last_received = asyncio.get_running_loop().time()
                 if msg.type is not aiohttp.WSMsgType.BINARY:
                     detail = self.ws.exception() or msg.data
                     reason = f"unexpected {msg.type.name} frame ({detail!r})"
                     break
-                try:
-                    request_id, body = split_frame(msg.data)
-                except CodecError as exc:  # no id: nothing can be matched, the stream is bad
-                    reason = str(exc)
+                bad = self._deliver(msg.data)
+                if bad:
+                    reason = bad
                     break
-                future = self._pending.pop(request_id, None)
-                if future is None or future.done():
-                    continue  # the request already failed (timed out): its reply is late
-                future.set_result(body)
             else:
                 if self.ws.exception() is not None:
                     reason = str(self.ws.exception())
