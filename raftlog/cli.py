@@ -1010,23 +1010,38 @@ def _cmd_produce(args: argparse.Namespace) -> int:
                 return frame_records([r.value for r in records])
 
             await asyncio.gather(
-                *(
-                    client.produce(args.topic, p, [(payload(recs), len(recs))], acks=args.acks)
-                    for p, recs in by_part.items()
-                )
+                *(send(p, payload(recs), len(recs)) for p, recs in by_part.items())
             )
 
+        # With acks=all each partition gets an idempotent producer, as Kafka's console
+        # producer has by default: a request retried after its first attempt was written
+        # (a timeout, a leader change) is not written twice. acks 1 and 0 write plainly
+        # (idempotence needs acks=all, as in Kafka).
+        producers: dict[int, Any] = {}
+
+        async def send(p: int, data: bytes, count: int) -> None:
+            if args.acks != "all":
+                await client.produce(args.topic, p, [(data, count)], acks=args.acks)
+                return
+            if p not in producers:
+                producers[p] = await client.idempotent_producer(args.topic, p, acks="all")
+            await producers[p].send_batch(data, count)
+
         pending: list[bytes] = []
-        while True:
-            raw = await asyncio.to_thread(stdin.readline)
-            if raw:
-                pending.append(raw.rstrip(b"\r\n") if raw.endswith(b"\n") else raw)
-            if pending and (not raw or len(pending) >= args.batch_lines):
-                await flush(pending, sent)
-                sent += len(pending)
-                pending = []
-            if not raw:
-                break
+        try:
+            while True:
+                raw = await asyncio.to_thread(stdin.readline)
+                if raw:
+                    pending.append(raw.rstrip(b"\r\n") if raw.endswith(b"\n") else raw)
+                if pending and (not raw or len(pending) >= args.batch_lines):
+                    await flush(pending, sent)
+                    sent += len(pending)
+                    pending = []
+                if not raw:
+                    break
+        finally:
+            for producer in producers.values():
+                await producer.close(flush=False)  # every send was awaited
         print(f"produced {sent} records to {args.topic}", file=sys.stderr)
 
     return _run(args, go)

@@ -77,6 +77,36 @@ def test_keyed_produce_consume_json_and_offsets(raftlog_cluster) -> None:
     assert bad.returncode == 1 and b"--partition 7 is out of range" in bad.stderr
 
 
+def test_produce_with_acks_all_writes_under_an_idempotent_producer(raftlog_cluster) -> None:
+    """As Kafka's console producer (idempotent by default since 3.0), ``produce`` with
+    acks=all sends each partition's lines through a producer session, so that a request
+    retried after its first attempt was written is not stored twice: its batches carry a
+    producer id and consecutive sequences. acks=1 writes plainly (no producer id)."""
+    from raftlog.client import BlockingRaftlogClient
+
+    servers = raftlog_cluster.servers
+    topic = f"cli-idem-{uuid.uuid4().hex[:8]}"
+    assert _cli(servers, "topic", "create", topic, "--partitions", "2").returncode == 0
+    lines = b"".join(f"v{i}\n".encode() for i in range(10))
+    r = _cli(servers, "produce", topic, "--batch-lines", "2", stdin=lines)
+    assert r.returncode == 0, r.stderr
+    assert b"produced 10 records" in r.stderr
+    r = _cli(servers, "produce", topic, "--partition", "1", "--acks", "1", stdin=b"plain\n")
+    assert r.returncode == 0, r.stderr
+    with BlockingRaftlogClient(raftlog_cluster.bootstrap) as client:
+        for p in (0, 1):
+            data = [b for b in client.fetch(topic, p, 0).batches if b.kind.name == "DATA"]
+            idempotent = data[:5]  # 10 lines, 2 per request, round-robin over 2 partitions
+            assert len({b.producer_id for b in idempotent}) == 1
+            assert idempotent[0].producer_id >= 0
+            assert [b.first_sequence for b in idempotent] == list(range(5))
+            assert [b.record_count for b in idempotent] == [1] * 5
+            if p == 1:
+                assert len(data) == 6 and data[5].producer_id == -1  # the acks=1 line
+            else:
+                assert len(data) == 5
+
+
 def _consume_json(servers: list[str], topic: str, *args: str) -> list[dict]:
     """Every record ``consume`` prints (json) until 2 s pass without one."""
     r = _cli(servers, "consume", topic, "--format", "json", "--timeout-ms", "2000", *args)

@@ -68,7 +68,7 @@ from raftlog.raft.messages import (
 )
 from raftlog.raft.progress import FollowerProgress, Inflights, ProgressState
 from raftlog.storage.api import VoteState
-from raftlog.storage.batch import RecordBatch
+from raftlog.storage.batch import BatchKind, RecordBatch
 
 RECOVERY_MAX_FAILURES = 3
 """Recovery requests in a row without a usable reply before recovery stops (the next
@@ -253,6 +253,11 @@ class RaftCore:
         self._promoting: set[int] = set()
         # The last seq drawn per follower; never reset (it outlives terms and progress).
         self._sent_seq: dict[int, int] = {}
+        # The latest timestamp this node placed as leader: a data batch stamped earlier
+        # (its request overtaken by another's on the way here) is placed with this one,
+        # so that a leader's data timestamps follow its log order, as Kafka's
+        # LogAppendTime does. Never reset: it only rises.
+        self._placed_ms = 0
         self.stale_replies = 0
         self.snapshots_installed = 0  # leader: installs that followers confirmed
         # Called with (follower, progress) after a reply updated a follower's progress
@@ -920,7 +925,11 @@ class RaftCore:
         offset = prev + 1
         placed: list[RecordBatch] = []
         for b in batches:
-            nb = b.stamped(offset, self.term)
+            stamp = b.timestamp_ms
+            if b.kind is BatchKind.DATA and stamp < self._placed_ms:
+                stamp = self._placed_ms
+            self._placed_ms = max(self._placed_ms, stamp)
+            nb = b.stamped(offset, self.term, stamp)
             placed.append(nb)
             offset = nb.last_offset + 1
         if not placed:

@@ -248,9 +248,14 @@ class RecordBatch:
         log's batch: it is never encoded, stored or sent."""
         return dataclasses.replace(self, payload=b"")
 
-    def stamped(self, base_offset: int, term: int) -> RecordBatch:
-        """The same batch placed at ``base_offset`` in ``term`` (what a leader appends)."""
-        return dataclasses.replace(self, base_offset=base_offset, term=term)
+    def stamped(self, base_offset: int, term: int, timestamp_ms: int | None = None) -> RecordBatch:
+        """The same batch placed at ``base_offset`` in ``term`` (what a leader appends),
+        with ``timestamp_ms`` when given (the leader's append time)."""
+        if timestamp_ms is None:
+            timestamp_ms = self.timestamp_ms
+        return dataclasses.replace(
+            self, base_offset=base_offset, term=term, timestamp_ms=timestamp_ms
+        )
 
     def encode(self) -> bytes | memoryview:
         """Header and payload as one buffer, the form on disk and on the wire (computed

@@ -16,7 +16,7 @@ from raftlog.raft.messages import (
     VoteRequest,
 )
 from raftlog.sim.core_net import CoreNet, placed
-from raftlog.storage.batch import RecordBatch
+from raftlog.storage.batch import BatchKind, RecordBatch
 
 
 def _append(leader: int, target: int, term: int, prev: int, prev_term: int, batches, commit=-1):
@@ -330,3 +330,27 @@ def test_pre_candidates_do_not_hold_a_lease_against_each_other() -> None:
     assert "3->2 prevote term=2: rejected" not in trace  # (already answered above)
     assert "2->3 prevote term=2: granted" in trace, trace
     assert net.cores[2].is_leader and net.cores[2].term == 2
+
+
+def test_a_leader_places_data_batches_in_timestamp_order() -> None:
+    """A data batch stamped before one the leader already placed (its request overtaken
+    on the way to the log, or behind rm_stm's later-stamped barrier) is placed with the
+    later time, so data timestamps never fall along the log; control batches keep
+    theirs (a no-op batch at 0 stays 0). The followers are sent the same."""
+    net = CoreNet(3)
+    net.cores[1].campaign(prevote=False, transfer=False)
+    net.deliver()
+    leader = net.cores[1]
+    stamps = [5_000, 3_000, 7_000, 6_000]
+    barrier = RecordBatch.create(b"", kind=BatchKind.NOOP, timestamp_ms=8_000)
+    noop = RecordBatch.create(b"", kind=BatchKind.NOOP, timestamp_ms=0)
+    placed = []
+    for ms in stamps:
+        placed += leader.propose([RecordBatch.create(b"x", timestamp_ms=ms)], flush=True)
+        net.process(1)
+    placed += leader.propose([barrier, RecordBatch.create(b"y", timestamp_ms=7_500), noop], True)
+    net.process(1)
+    assert [b.timestamp_ms for b in placed] == [5_000, 5_000, 7_000, 7_000, 8_000, 8_000, 0]
+    sent = [b.timestamp_ms for o in net.outbox if o.target == 2 for b in o.request.batches]
+    # what the followers are sent (and store) is what the leader placed
+    assert len(sent) >= len(stamps) and sent == [b.timestamp_ms for b in placed][: len(sent)]
