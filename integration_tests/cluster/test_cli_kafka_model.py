@@ -95,7 +95,13 @@ def test_produce_with_acks_all_writes_under_an_idempotent_producer(raftlog_clust
     assert r.returncode == 0, r.stderr
     with BlockingRaftlogClient(raftlog_cluster.bootstrap) as client:
         for p in (0, 1):
-            data = [b for b in client.fetch(topic, p, 0).batches if b.kind.name == "DATA"]
+            want = 6 if p == 1 else 5
+            # acks=1 answers before the line is committed: wait for it to be readable, bounded
+            for _ in range(100):
+                data = [b for b in client.fetch(topic, p, 0).batches if b.kind.name == "DATA"]
+                if len(data) >= want:
+                    break
+                time.sleep(0.05)
             idempotent = data[:5]  # 10 lines, 2 per request, round-robin over 2 partitions
             assert len({b.producer_id for b in idempotent}) == 1
             assert idempotent[0].producer_id >= 0
