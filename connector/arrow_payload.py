@@ -21,7 +21,7 @@ lets ``read()`` hand stored columns to Spark without a row-by-row path.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
 import pyarrow as pa
 from pyspark_raftlog.errors import SchemaMismatchError
@@ -112,33 +112,24 @@ def chunk_record_batch(batch: pa.RecordBatch, chunk_bytes: int) -> Iterator[Chun
 
 
 class RowChunker:
-    """Payloads of about ``chunk_bytes`` from a stream of record batches of one schema.
+    """Arrow IPC payloads of about ``chunk_bytes`` from a stream of record batches of one
+    schema (:class:`pyspark_raftlog.raw_records.RecordChunker` is its twin for
+    Kafka-style records).
 
-    Contract: the chunks of :meth:`add` and :meth:`flush` hold every row added,
-    once, in order; a chunk is at most ``chunk_bytes`` (except a row larger than
-    that, alone) and, but for the last, close to it: rows left over at the end of
-    a batch wait for the next one's. Sizes are estimated by ``measure`` (by default a
-    batch's bytes in memory) and checked on the encoded payload by ``cut``, which
-    encodes a run of rows into payloads of at most ``chunk_bytes``:
-    :func:`chunk_record_batch` (Arrow IPC, the default), or
-    :func:`pyspark_raftlog.raw_records.chunk_records` (Kafka-style records, measured by
-    :func:`~pyspark_raftlog.raw_records.records_bytes`).
+    Contract: the chunks of :meth:`add` and :meth:`flush` hold every row added, once,
+    in order; a chunk is at most ``chunk_bytes`` (except a row larger than that,
+    alone) and, but for the last, close to it: rows left over at the end of a batch
+    wait for the next one's. Sizes are estimated from a batch's bytes in memory and
+    checked on the encoded payload by :func:`chunk_record_batch`.
     """
 
     # Leave room for the IPC framing (schema message, padding) around the rows.
     _FILL = 0.95
 
-    def __init__(
-        self,
-        chunk_bytes: int,
-        cut: Callable[[pa.RecordBatch, int], Iterator[Chunk]] = chunk_record_batch,
-        measure: Callable[[pa.RecordBatch], int] = lambda batch: batch.nbytes,
-    ) -> None:
+    def __init__(self, chunk_bytes: int) -> None:
         if chunk_bytes < 1:
             raise ValueError(f"chunk_bytes must be >= 1, got {chunk_bytes}")
         self._chunk_bytes = chunk_bytes
-        self._cut = cut
-        self._measure = measure
         self._pending: list[pa.RecordBatch] = []
         self._pending_bytes = 0
 
@@ -147,7 +138,7 @@ class RowChunker:
         if batch.num_rows == 0:
             return
         self._pending.append(batch)
-        self._pending_bytes += self._measure(batch)
+        self._pending_bytes += batch.nbytes
         if self._pending_bytes < self._chunk_bytes * self._FILL:
             return
         total = self._pending_bytes
@@ -156,10 +147,10 @@ class RowChunker:
         rows = max(1, int(self._chunk_bytes * self._FILL / per_row))
         whole = (joined.num_rows // rows) * rows
         for start in range(0, whole, rows):
-            yield from self._cut(joined.slice(start, rows), self._chunk_bytes)
+            yield from chunk_record_batch(joined.slice(start, rows), self._chunk_bytes)
         if whole < joined.num_rows:
             rest = joined.slice(whole)
-            self._pending, self._pending_bytes = [rest], self._measure(rest)
+            self._pending, self._pending_bytes = [rest], rest.nbytes
 
     @property
     def waiting(self) -> bool:
@@ -170,7 +161,7 @@ class RowChunker:
         """The payloads of the rows still waiting; the chunker is empty after (and
         takes more rows)."""
         if self._pending:
-            yield from self._cut(self._take(), self._chunk_bytes)
+            yield from chunk_record_batch(self._take(), self._chunk_bytes)
 
     def _take(self) -> pa.RecordBatch:
         pending, self._pending, self._pending_bytes = self._pending, [], 0

@@ -10,7 +10,10 @@ both, opaque payloads (one value each) read the same way, so anything a
 non-Spark producer wrote is readable.
 
 Both directions work on whole Arrow buffers (numpy views of offsets and
-lengths), never row by row.
+lengths), never row by row. Writing copies each byte once, into its payload
+(:class:`RecordChunker`; joining Spark's batches first, then framing from
+per-section copies, cost 0.12 CPU-s per million 100-byte rows against 0.037 now,
+outside Spark); reading builds the columns over the payload's own memory.
 """
 
 from __future__ import annotations
@@ -38,19 +41,15 @@ __all__ = [
     "HEADERS_TYPE",
     "RECORDS_FORMAT_KEY",
     "Decoded",
-    "chunk_records",
+    "RecordChunker",
     "decode_records",
-    "encode_records",
     "is_records_schema",
-    "records_bytes",
     "records_marker_schema",
 ]
 
 HEADERS_TYPE = pa.list_(pa.struct([pa.field("key", pa.string()), pa.field("value", pa.binary())]))
 RECORDS_FORMAT_KEY = b"raftlog.format"
 _HEAD = struct.Struct("<4sII")
-# A record's bytes besides its key, value and headers: lengths, timestamp, header count.
-ROW_OVERHEAD = 24
 
 
 def records_marker_schema() -> pa.Schema:
@@ -63,20 +62,51 @@ def is_records_schema(schema: pa.Schema | None) -> bool:
     return schema is not None and (schema.metadata or {}).get(RECORDS_FORMAT_KEY) == b"records"
 
 
-def _lengths_and_bytes(arr: pa.Array) -> tuple[np.ndarray, np.ndarray]:
-    """(int32 lengths with -1 for null, the values' bytes back to back) of a binary array."""
-    arr = to_large_binary(arr)
-    nulls = np.asarray(arr.is_null()) if arr.null_count else None
-    if nulls is not None:
-        arr = arr.fill_null(b"")
-    _, offsets_buf, data_buf = arr.buffers()
-    offsets = np.frombuffer(offsets_buf, np.int64, count=len(arr) + 1, offset=arr.offset * 8)
+class _Binary:
+    """A string or binary column of any width as numpy views, for whole-buffer framing.
+
+    ``lengths``: int32 per row, -1 for null; ``offsets``: int64, ``n + 1``, into
+    ``data`` (uint8, Arrow's buffer, not copied). A null row's segment is empty, so
+    ``data[offsets[a]:offsets[b]]`` is exactly the bytes of rows ``a..b-1``.
+    """
+
+    def __init__(self, arr: pa.Array | pa.ChunkedArray) -> None:
+        if isinstance(arr, pa.ChunkedArray):
+            arr = arr.combine_chunks()
+        t = arr.type
+        if not (pa.types.is_string(t) or pa.types.is_binary(t) or _is_large(t)):
+            arr = to_large_binary(arr)  # string or binary views, fixed-size binary
+        offsets, self.data = _offsets_data(arr)
+        self.lengths = np.diff(offsets).astype(np.int32)
+        if arr.null_count:
+            nulls = np.asarray(arr.is_null())
+            if self.lengths[nulls].any():  # Arrow lets a null slot hold bytes: drop them
+                arr = to_large_binary(arr).fill_null(b"")
+                offsets, self.data = _offsets_data(arr)
+                self.lengths = np.diff(offsets).astype(np.int32)
+            self.lengths[nulls] = -1
+        self.offsets = offsets
+
+    def bytes_of(self, start: int, stop: int) -> np.ndarray:
+        """The bytes of rows ``start..stop-1``, back to back (a view)."""
+        return self.data[self.offsets[start] : self.offsets[stop]]
+
+
+def _is_large(t: pa.DataType) -> bool:
+    return pa.types.is_large_string(t) or pa.types.is_large_binary(t)
+
+
+def _offsets_data(arr: pa.Array) -> tuple[np.ndarray, np.ndarray]:
+    """(int64 offsets[n+1], uint8 data) of a string/binary array of 32- or 64-bit offsets,
+    honouring its slice offset; views of its buffers (the offsets widened when 32-bit)."""
+    width = np.int64 if _is_large(arr.type) else np.int32
+    _, offsets_buf, data_buf = arr.buffers()[:3]
+    n = len(arr)
+    offsets = np.frombuffer(
+        offsets_buf, width, count=n + 1, offset=arr.offset * np.dtype(width).itemsize
+    ).astype(np.int64, copy=False)
     data = np.frombuffer(data_buf, np.uint8) if data_buf is not None else np.zeros(0, np.uint8)
-    lengths = (offsets[1:] - offsets[:-1]).astype(np.int32)
-    body = data[offsets[0] : offsets[-1]]
-    if nulls is not None:
-        lengths[nulls] = -1
-    return lengths, body
+    return offsets, data
 
 
 def _timestamps_ms(col: pa.Array) -> np.ndarray:
@@ -87,97 +117,161 @@ def _timestamps_ms(col: pa.Array) -> np.ndarray:
     return ms.fill_null(now).to_numpy(zero_copy_only=False).astype("<i8")
 
 
-def encode_records(batch: pa.RecordBatch) -> bytes:
-    """One keyed payload holding every row of ``batch`` (Kafka's columns; ``value`` required).
+class _Rows:
+    """A batch of Kafka's columns prepared once for framing any run of its rows.
 
+    ``sizes``: each row's bytes as a framed record (an upper bound where it has
+    headers), ``ends`` their running total; :func:`_frame` writes runs of rows.
     ``topic`` and ``partition`` columns are routing only and are not stored.
     """
-    n = batch.num_rows
-    names = batch.schema.names
+
+    def __init__(self, batch: pa.RecordBatch) -> None:
+        names = batch.schema.names
+        self.n = batch.num_rows
+        self.key = _Binary(batch.column("key")) if "key" in names else None
+        self.value = _Binary(batch.column("value"))
+        self.stamps = _timestamps_ms(batch.column("timestamp")) if "timestamp" in names else None
+        # a record's bytes besides its key, value and headers: its value's length, its
+        # key's, its timestamp, its header count (counted whenever the column exists)
+        overhead = 4 + 4 * (self.key is not None) + 8 * (self.stamps is not None)
+        sizes = np.full(self.n, overhead + 4 * ("headers" in names), np.int64)
+        for col in (self.key, self.value):
+            if col is not None:
+                sizes += np.maximum(col.lengths, 0)
+        self.headers: tuple[np.ndarray, _Binary, _Binary] | None = None
+        if "headers" in names:
+            headers = batch.column("headers")
+            counts = pc.list_value_length(headers).fill_null(0).to_numpy(zero_copy_only=False)
+            if counts.sum():
+                # rows a..b-1 hold flattened headers first[a]..first[b]-1
+                first = np.zeros(self.n + 1, np.int64)
+                np.cumsum(counts, out=first[1:])
+                flat = pc.list_flatten(headers)
+                hkeys, hvals = (
+                    _Binary(flat.field("key").fill_null("")),
+                    _Binary(flat.field("value")),
+                )
+                per = hkeys.lengths.astype(np.int64) + np.maximum(hvals.lengths, 0) + 8
+                parents = np.repeat(np.arange(self.n), counts)
+                sizes += np.bincount(parents, weights=per, minlength=self.n).astype(np.int64)
+                self.headers = (first, hkeys, hvals)
+        self.sizes = sizes
+        self.ends = np.cumsum(sizes)
+
+
+Run = tuple[_Rows, int, int]
+"""Rows ``start..stop-1`` of one prepared batch."""
+
+
+def _frame(runs: list[Run]) -> memoryview:
+    """One keyed payload of the rows of ``runs``, in order (see raftlog.client.framing),
+    written with one copy of their bytes. The runs' batches have the same columns."""
+    first = runs[0][0]
     flags = 0
-    sections: list[bytes | np.ndarray] = []
+    sections: list[np.ndarray] = []
     blobs: list[np.ndarray] = []
-    if "key" in names:
+    if first.key is not None:
         flags |= FLAG_KEYS
-        key_lens, key_bytes = _lengths_and_bytes(batch.column("key"))
-        sections.append(key_lens.astype("<i4"))
-        blobs.append(key_bytes)
-    value_lens, value_bytes = _lengths_and_bytes(batch.column("value"))
-    sections.append(value_lens.astype("<i4"))
-    blobs.append(value_bytes)
-    if "timestamp" in names:
+        sections += [r.key.lengths[a:b] for r, a, b in runs]  # type: ignore[union-attr]
+        blobs += [r.key.bytes_of(a, b) for r, a, b in runs]  # type: ignore[union-attr]
+    sections += [r.value.lengths[a:b] for r, a, b in runs]
+    blobs += [r.value.bytes_of(a, b) for r, a, b in runs]
+    if first.stamps is not None:
         flags |= FLAG_TIMESTAMPS
-        sections.append(_timestamps_ms(batch.column("timestamp")))
-    if "headers" in names:
-        headers = batch.column("headers")
-        counts = pc.list_value_length(headers).fill_null(0).to_numpy(zero_copy_only=False)
-        if counts.sum():
-            flags |= FLAG_HEADERS
-            flat = pc.list_flatten(headers)
-            hkey_lens, hkeys = _lengths_and_bytes(flat.field("key").fill_null(""))
-            hval_lens, hvals = _lengths_and_bytes(flat.field("value"))
-            sections += [
-                counts.astype("<u4"),
-                hkey_lens.astype("<u4"),
-                hval_lens.astype("<i4"),
-            ]
-            blobs += [hkeys, hvals]
-    head = _HEAD.pack(KEYED_MAGIC, n, flags)
-    return head + b"".join(
-        s.tobytes() if isinstance(s, np.ndarray) else s for s in [*sections, *blobs]
-    )
+        sections += [r.stamps[a:b] for r, a, b in runs]  # type: ignore[index]
+    spans = [(r.headers, a, b) for r, a, b in runs]
+    if any(h is not None and h[0][b] > h[0][a] for h, a, b in spans):
+        flags |= FLAG_HEADERS
+        counts, klens, vlens, kbytes, vbytes = [], [], [], [], []
+        for h, a, b in spans:
+            if h is None:
+                counts.append(np.zeros(b - a, "<u4"))
+                continue
+            starts, hkeys, hvals = h
+            lo, hi = int(starts[a]), int(starts[b])
+            counts.append(np.diff(starts[a : b + 1]).astype("<u4"))
+            klens.append(hkeys.lengths[lo:hi].astype("<u4"))
+            vlens.append(hvals.lengths[lo:hi])
+            kbytes.append(hkeys.bytes_of(lo, hi))
+            vbytes.append(hvals.bytes_of(lo, hi))
+        sections += counts + klens + vlens
+        blobs += kbytes + vbytes
+    parts = [np.ascontiguousarray(a).view(np.uint8) for a in (*sections, *blobs)]
+    out = np.empty(_HEAD.size + sum(p.nbytes for p in parts), np.uint8)
+    _HEAD.pack_into(out, 0, KEYED_MAGIC, sum(b - a for _r, a, b in runs), flags)
+    pos = _HEAD.size
+    for part in parts:
+        out[pos : pos + part.nbytes] = part
+        pos += part.nbytes
+    return memoryview(out).toreadonly()
 
 
-def _record_sizes(batch: pa.RecordBatch) -> np.ndarray:
-    """Each row's bytes as a framed record (an upper bound where it has headers)."""
-    n = batch.num_rows
-    size = np.full(n, ROW_OVERHEAD, np.int64)
-    for name in ("key", "value"):
-        if name in batch.schema.names:
-            lens, _ = _lengths_and_bytes(batch.column(name))
-            size += np.maximum(lens, 0)
-    if "headers" in batch.schema.names:
-        # a row's headers: an upper bound from the flattened lengths per list
-        flat = pc.list_flatten(batch.column("headers"))
-        if len(flat):
-            klen, _ = _lengths_and_bytes(flat.field("key").fill_null(""))
-            vlen, _ = _lengths_and_bytes(flat.field("value"))
-            per = np.maximum(klen, 0) + np.maximum(vlen, 0) + 8
-            parents = pc.list_parent_indices(batch.column("headers")).to_numpy()
-            size += np.bincount(parents, weights=per, minlength=n).astype(np.int64)
-    return size
+class RecordChunker:
+    """Keyed payloads of at most about ``chunk_bytes`` from a stream of batches of Kafka's
+    columns: what :class:`~pyspark_raftlog.arrow_payload.RowChunker` is for typed rows.
 
-
-def records_bytes(batch: pa.RecordBatch) -> int:
-    """The bytes of ``batch``'s rows as framed records (what :func:`chunk_records` cuts
-    by): a :class:`~pyspark_raftlog.arrow_payload.RowChunker`'s measure for them."""
-    return int(_record_sizes(batch).sum())
-
-
-def chunk_records(batch: pa.RecordBatch, chunk_bytes: int) -> Iterator[Chunk]:
-    """Cut ``batch`` into keyed payloads of at most about ``chunk_bytes`` (rows never split).
-
-    A row larger than ``chunk_bytes`` travels alone; one beyond the engine's
-    64 MiB limit is an error naming the row.
+    Contract: the chunks of :meth:`add` and :meth:`flush` hold every row added, once,
+    in order; a chunk is at most ``chunk_bytes`` (but for a row larger than that, alone)
+    and, but for the last, as full as the next row allows: rows left over at the end
+    of a batch wait for the next one's. Spark hands a task 10,000 rows at a time; a
+    payload is framed straight from the runs of rows of the batches it spans, never
+    from a joined copy of them. A row beyond the engine's 64 MiB limit is an error.
     """
-    n = batch.num_rows
-    if n == 0:
-        return
-    size = _record_sizes(batch)
-    ends = np.cumsum(size)
-    start = 0
-    while start < n:
-        base = ends[start - 1] if start else 0
-        stop = int(np.searchsorted(ends, base + chunk_bytes - _HEAD.size, side="right"))
-        stop = max(stop, start + 1)
-        payload = encode_records(batch.slice(start, stop - start))
+
+    def __init__(self, chunk_bytes: int) -> None:
+        if chunk_bytes < 1:
+            raise ValueError(f"chunk_bytes must be >= 1, got {chunk_bytes}")
+        self._budget = chunk_bytes - _HEAD.size
+        # prepared batches and the first row of each not framed yet
+        self._pending: list[tuple[_Rows, int]] = []
+        self._pending_bytes = 0
+
+    @property
+    def waiting(self) -> bool:
+        """Rows were added that no payload holds yet."""
+        return bool(self._pending)
+
+    def add(self, batch: pa.RecordBatch) -> Iterator[Chunk]:
+        """The payloads that ``batch``'s rows complete (none while they fit in one)."""
+        if batch.num_rows == 0:
+            return
+        rows = _Rows(batch)
+        self._pending.append((rows, 0))
+        self._pending_bytes += int(rows.ends[-1])
+        while self._pending_bytes > self._budget:
+            yield self._take()
+
+    def flush(self) -> Iterator[Chunk]:
+        """The payloads of the rows still waiting; the chunker is empty after."""
+        while self._pending:
+            yield self._take()
+
+    def _take(self) -> Chunk:
+        """A payload of the waiting rows from the oldest on, as many as fit."""
+        runs: list[Run] = []
+        room = self._budget
+        for i, (rows, start) in enumerate(self._pending):
+            base = int(rows.ends[start - 1]) if start else 0
+            stop = int(np.searchsorted(rows.ends, base + room, side="right"))
+            if stop == start and not runs:
+                stop = start + 1  # a row larger than a chunk travels alone
+            if stop > start:
+                runs.append((rows, start, stop))
+                room -= int(rows.ends[stop - 1]) - base
+                self._pending_bytes -= int(rows.ends[stop - 1]) - base
+            if stop < rows.n:
+                self._pending[: i + 1] = [(rows, stop)]
+                break
+        else:
+            self._pending = []
+        payload = _frame(runs)
         if len(payload) > MAX_CHUNK_BYTES:
+            r, a, _b = runs[0]
             raise ValueError(
-                f"row {start} alone encodes to {len(payload)} bytes, more than the "
-                f"{MAX_CHUNK_BYTES}-byte limit of one raftlog record batch"
+                f"a row of {int(r.sizes[a])} bytes encodes to {len(payload)} bytes, more "
+                f"than the {MAX_CHUNK_BYTES}-byte limit of one raftlog record batch"
             )
-        yield payload, stop - start
-        start = stop
+        return payload, sum(b - a for _r, a, b in runs)
 
 
 class Decoded:
@@ -200,7 +294,7 @@ def _binary(lengths: np.ndarray, data: np.ndarray, start: int, typ: pa.DataType)
     body = data[start : start + int(offsets[-1])]
     validity = None if valid.all() else pa.py_buffer(np.packbits(valid, bitorder="little"))
     return pa.Array.from_buffers(
-        typ, len(lengths), [validity, pa.py_buffer(offsets), pa.py_buffer(body.tobytes())]
+        typ, len(lengths), [validity, pa.py_buffer(offsets), pa.py_buffer(body)]
     )
 
 

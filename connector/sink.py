@@ -44,7 +44,9 @@ for a full payload at most ``lingerMs``, default 1 s, from the first that waits,
 Kafka's ``linger.ms``: see :data:`~pyspark_raftlog.options.DEFAULT_LINGER_MS`), and sent
 as they are; rows are never converted one by one. A DataFrame of ``value``
 and only Kafka's columns is written as raw records instead (:mod:`pyspark_raftlog.raw_records`),
-joined across Spark's batches in the same way.
+joined across Spark's batches by a
+:class:`~pyspark_raftlog.raw_records.RecordChunker`, which frames each payload
+straight from the runs of rows it spans with one copy of their bytes.
 
 ``compression`` (none, lz4, zstd) compresses each payload in the task before
 it is sent (``chunkBytes`` counts uncompressed bytes); without the option, each
@@ -58,7 +60,7 @@ import asyncio
 import dataclasses
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 from pyspark.sql.datasource import (
@@ -72,6 +74,9 @@ from pyspark_raftlog.commit_summary import summarize
 from pyspark_raftlog.logsetup import get_logger
 from pyspark_raftlog.options import SinkOptions, WriteLayout
 from pyspark_raftlog.txn_writer import PartitionWrite, write_plain
+
+if TYPE_CHECKING:
+    from pyspark_raftlog.raw_records import RecordChunker
 
 __all__ = ["RaftlogArrowWriter", "RaftlogCommitMessage", "RaftlogStreamWriter"]
 
@@ -111,7 +116,9 @@ class _WriterBase:
     layout: WriteLayout | None = None  # None: typed, every column, option topic
     run_id: str = dataclasses.field(default_factory=lambda: uuid.uuid4().hex)
 
-    def _encode(self, topic: str, batch: pa.RecordBatch, chunker: RowChunker) -> Iterator[Chunk]:
+    def _encode(
+        self, topic: str, batch: pa.RecordBatch, chunker: RowChunker | RecordChunker
+    ) -> Iterator[Chunk]:
         """The payloads that one routed group of rows (data columns only) completes;
         ``chunker`` is its (topic, partition)'s, and holds the rows that wait for more."""
         layout = self.layout
@@ -122,13 +129,13 @@ class _WriterBase:
             batch = batch.select(list(layout.data_columns))
         yield from chunker.add(conform_batch(topic, batch, self.schema))
 
-    def _chunker(self) -> RowChunker:
+    def _chunker(self) -> RowChunker | RecordChunker:
         """A (topic, partition)'s chunker: of Arrow IPC payloads, or of Kafka-style records
         when the rows are written raw."""
         if self.layout is not None and self.layout.raw:
-            from pyspark_raftlog.raw_records import chunk_records, records_bytes
+            from pyspark_raftlog.raw_records import RecordChunker
 
-            return RowChunker(self.opts.chunk_bytes, chunk_records, records_bytes)
+            return RecordChunker(self.opts.chunk_bytes)
         return RowChunker(self.opts.chunk_bytes)
 
     def _write(
@@ -151,7 +158,7 @@ class _WriterBase:
             client = await worker_loop.shared_client(self.servers, opts.request_timeout_s)
             router = _Router(self, client, spark_partition)
             queues: dict[tuple[str, int], asyncio.Queue] = {}
-            chunkers: dict[tuple[str, int], RowChunker] = {}
+            chunkers: dict[tuple[str, int], RowChunker | RecordChunker] = {}
             writers: dict[tuple[str, int], asyncio.Task] = {}
             codecs: dict[str, asyncio.Future[str]] = {}  # one lookup per topic, shared
 

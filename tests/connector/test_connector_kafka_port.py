@@ -9,7 +9,6 @@ from datetime import UTC, datetime
 import numpy as np
 import pyarrow as pa
 import pytest
-from pyspark_raftlog.arrow_payload import RowChunker
 from pyspark_raftlog.offsets import (
     OffsetDocumentError,
     format_topic_offsets,
@@ -24,9 +23,8 @@ from pyspark_raftlog.options import (
 )
 from pyspark_raftlog.raw_records import (
     HEADERS_TYPE,
-    chunk_records,
+    RecordChunker,
     decode_records,
-    records_bytes,
 )
 from pyspark_raftlog.routing import key_bytes, murmur2, murmur2_many, partitions_of
 
@@ -108,8 +106,13 @@ def _kafka_batch() -> pa.RecordBatch:
     )
 
 
+def _chunks(batch: pa.RecordBatch, chunk_bytes: int) -> list:
+    chunker = RecordChunker(chunk_bytes)
+    return [*chunker.add(batch), *chunker.flush()]
+
+
 def test_raw_records_round_trip_and_read_by_the_cli_framing() -> None:
-    ((payload, rows),) = list(chunk_records(_kafka_batch(), 1 << 20))
+    ((payload, rows),) = _chunks(_kafka_batch(), 1 << 20)
     assert rows == 3
     d = decode_records(payload, 3)
     assert d.key.to_pylist() == [b"k1", None, b"k3"]
@@ -144,7 +147,7 @@ def test_cli_payloads_decode_as_kafka_columns() -> None:
 
 def test_chunks_cut_between_rows_and_a_large_row_travels_alone() -> None:
     batch = pa.record_batch({"value": pa.array([b"x" * 10, b"y" * 500, b"z" * 10])})
-    chunks = list(chunk_records(batch, 100))
+    chunks = _chunks(batch, 100)
     assert [rows for _, rows in chunks] == [1, 1, 1]
     values = [v for p, n in chunks for v in decode_records(p, n).value.to_pylist()]
     assert values == batch.column("value").to_pylist()
@@ -155,7 +158,7 @@ def test_raw_records_of_many_spark_batches_are_joined_into_full_payloads() -> No
     are joined across those batches into payloads close to ``chunk_bytes``, as typed
     rows are, not sent one payload per Spark batch; every row comes back, in order."""
     chunk_bytes = 256 * 1024
-    chunker = RowChunker(chunk_bytes, chunk_records, records_bytes)
+    chunker = RecordChunker(chunk_bytes)
     sent, chunks = [], []
     for b in range(30):
         rows = [f"{b}-{i}".encode() * 5 for i in range(300)]  # ~30 KiB per batch
@@ -292,3 +295,96 @@ def test_offsets_of_several_topics() -> None:
     assert resolve_topic_spec(spec, bounds, "startingOffsets") == {("a", 0): 4, ("b", 0): 1}
     with pytest.raises(OffsetDocumentError, match="topic 'c' is missing"):
         resolve_topic_spec(spec, {**bounds, ("c", 0): (0, 1)}, "startingOffsets")
+
+
+def _random_kafka_batch(
+    rng: random.Random, shape: dict, rows: int, first: int
+) -> tuple[pa.RecordBatch, list[Record]]:
+    """Kafka's columns in ``shape`` (which columns, string or binary of either width),
+    with nulls, empty values, headers on some rows and a slice; the Records the CLI's
+    parser must read back, in order."""
+
+    def maybe(value: bytes, p_null: float) -> bytes | None:
+        return None if rng.random() < p_null else value
+
+    keys = [maybe(f"k{first + i}".encode(), 0.3) for i in range(rows)]
+    values = [maybe(f"v{first + i}".encode() * rng.randint(0, 30), 0.1) for i in range(rows)]
+    headers = [
+        None
+        if rng.random() < 0.3
+        else [(f"h{j}", maybe(b"x" * rng.randint(0, 5), 0.2)) for j in range(rng.randint(0, 3))]
+        for _ in range(rows)
+    ]
+    stamps = [1_700_000_000_000 + first + i for i in range(rows)]
+    cols: dict[str, pa.Array] = {}
+    if shape["key"] is not None:
+        cols["key"] = pa.array(keys, shape["key"])
+    text = shape["value"] in (pa.string(), pa.large_string())
+    cols["value"] = pa.array([v.decode() if text and v else v for v in values], shape["value"])
+    if shape["headers"]:
+        cols["headers"] = pa.array(headers, HEADERS_TYPE)
+    if shape["timestamp"]:
+        cols["timestamp"] = pa.array([s * 1000 for s in stamps], pa.timestamp("us", tz="UTC"))
+    pad = rng.randint(0, 3)  # a slice: the arrays' offsets do not start at 0
+    batch = pa.record_batch(
+        {k: pa.concat_arrays([pa.nulls(pad, v.type), v]) for k, v in cols.items()}
+    ).slice(pad)
+    want = [
+        Record(
+            values[i],
+            keys[i] if shape["key"] is not None else None,
+            tuple(headers[i] or ()) if shape["headers"] else (),
+            stamps[i] if shape["timestamp"] else None,
+        )
+        for i in range(rows)
+    ]
+    return batch, want
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_record_chunker_frames_any_kafka_rows_as_the_cli_reads_them(seed: int) -> None:
+    """Batches of one random shape (as a task's batches from Spark are) through one
+    RecordChunker at a random chunk size: every row comes back once, in order, through
+    the CLI's own parser (an independent implementation of the framing) and through
+    decode_records; no payload passes the chunk size but a lone row larger than it."""
+    rng = random.Random(seed)
+    shape = {
+        "key": rng.choice([None, pa.binary(), pa.large_binary(), pa.string()]),
+        "value": rng.choice([pa.string(), pa.large_string(), pa.binary(), pa.large_binary()]),
+        "headers": rng.random() < 0.5,
+        "timestamp": rng.random() < 0.5,
+    }
+    chunk_bytes = rng.choice([64, 300, 2_000, 50_000])
+    chunker = RecordChunker(chunk_bytes)
+    chunks, want = [], []
+    for _ in range(rng.randint(1, 6)):
+        batch, rows = _random_kafka_batch(rng, shape, rng.randint(0, 40), len(want))
+        want += rows
+        chunks += chunker.add(batch)
+    chunks += chunker.flush()
+    assert not chunker.waiting
+    assert sum(n for _, n in chunks) == len(want)
+    got = [r for p, n in chunks for r in unframe_any(bytes(p), n)]
+    assert got == want
+    for p, n in chunks:
+        assert len(p) <= chunk_bytes or n == 1
+        d = decode_records(p, n)
+        assert d.value.to_pylist() == [r.value for r in unframe_any(bytes(p), n)]
+        assert d.key.to_pylist() == [r.key for r in unframe_any(bytes(p), n)]
+
+
+def test_a_null_slot_holding_bytes_frames_as_null_without_them() -> None:
+    """Arrow lets a null slot's offsets span bytes (Spark's own arrays never do); the
+    record is null and its bytes stay out of the payload."""
+    values = pa.Array.from_buffers(
+        pa.binary(),
+        3,
+        [
+            pa.py_buffer(np.packbits([1, 0, 1], bitorder="little")),
+            pa.py_buffer(np.array([0, 2, 4, 6], np.int32)),
+            pa.py_buffer(b"abXYcd"),
+        ],
+    )
+    ((payload, n),) = _chunks(pa.record_batch({"value": values}), 1 << 20)
+    assert unframe_any(bytes(payload), n) == [Record(b"ab"), Record(None), Record(b"cd")]
+    assert b"XY" not in bytes(payload)
