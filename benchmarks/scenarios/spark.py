@@ -18,6 +18,10 @@ the same source for the same time into each sink in turn:
   (the payloads compressed in the Spark tasks): rows/s beside the uncompressed
   run, and for every raftlog sink the bytes stored on disk per row (one
   replica's segment bytes over its records, from the nodes' ``/metrics``).
+  Last, the same rows as Kafka's columns (``key``: the row number as a string,
+  ``value``: the payload), as a Kafka user's DataFrame has them, into the Python
+  ceiling and into raftlog exactly-once (written as raw records, Kafka's record
+  model, rather than Arrow IPC): the ratio a Kafka user porting a pipeline sees.
   Beside every sink, the nodes' CPU per million rows it committed (from
   ``/proc``): the sinks are CPU-bound on 2 cores, so that is what raftlog takes
   from Spark (beside a non-raftlog sink, the idle cluster's).
@@ -81,6 +85,7 @@ MAX_PROGRESS = 100_000
 """spark.sql.streaming.numRecentProgressUpdates: keep every micro-batch's progress."""
 AT_LEAST_ONCE, EXACTLY_ONCE = "raftlog at-least-once", "raftlog exactly-once"
 EXACTLY_ONCE_LZ4, EXACTLY_ONCE_ZSTD = "raftlog exactly-once lz4", "raftlog exactly-once zstd"
+CEILING_KV, EXACTLY_ONCE_KV = "python ceiling key/value", "raftlog exactly-once key/value"
 SINKS = (
     "noop",
     "python ceiling",
@@ -89,16 +94,24 @@ SINKS = (
     EXACTLY_ONCE,
     EXACTLY_ONCE_LZ4,
     EXACTLY_ONCE_ZSTD,
+    CEILING_KV,
+    EXACTLY_ONCE_KV,
 )
 GUARANTEES = {
     AT_LEAST_ONCE: "at-least-once",
     EXACTLY_ONCE: "exactly-once",
     EXACTLY_ONCE_LZ4: "exactly-once",
     EXACTLY_ONCE_ZSTD: "exactly-once",
+    EXACTLY_ONCE_KV: "exactly-once",
 }
 """The raftlog sinks' ``deliveryGuarantee``."""
 COMPRESSION = {EXACTLY_ONCE_LZ4: "lz4", EXACTLY_ONCE_ZSTD: "zstd"}
 """The raftlog sinks' option ``compression`` (the others: none, the topic's default)."""
+KEY_VALUE = frozenset({CEILING_KV, EXACTLY_ONCE_KV})
+"""Sinks fed Kafka's columns, as a Kafka user's DataFrame is: raftlog writes them as raw
+records (``pyspark_raftlog.raw_records``), not as Arrow IPC."""
+KEY_VALUE_COLUMNS = ("CAST(value AS STRING) AS key", "payload AS value")
+"""The source's rows as (key, value): the row number as a string, and the payload."""
 NODE_CPU_KEY = "node CPU-s per 1M rows"
 
 Configure = Callable[[Any], Any]
@@ -220,9 +233,20 @@ def check_once(
     return None
 
 
-def timed_write(spark: Any, configure: Configure, checkpoint: Path, rows: int, seconds: float):
-    """Stream the source into the sink ``configure`` sets up for ``seconds``; its progress."""
-    writer = source(spark, rows).writeStream.option("checkpointLocation", str(checkpoint))
+def timed_write(
+    spark: Any,
+    configure: Configure,
+    checkpoint: Path,
+    rows: int,
+    seconds: float,
+    columns: Sequence[str] = (),
+):
+    """Stream the source (as ``columns``, SQL expressions, when given) into the sink
+    ``configure`` sets up for ``seconds``; its progress."""
+    frame = source(spark, rows)
+    if columns:
+        frame = frame.selectExpr(*columns)
+    writer = frame.writeStream.option("checkpointLocation", str(checkpoint))
     query = configure(writer).start()
     try:
         # The clock starts once the first micro-batch is done (query start-up, planning,
@@ -339,8 +363,11 @@ def _check_java() -> None:
         raise Skip("Spark needs Java 17+: apt-get install openjdk-17-jre-headless")
 
 
-def read_back(spark: Any, servers: list[str], topic: str) -> tuple[int, Any, Any, Any]:
-    """(count, min, max, sum) of ``value`` in ``topic``, by a batch read (committed rows)."""
+def read_back(
+    spark: Any, servers: list[str], topic: str, key_value: bool = False
+) -> tuple[int, Any, Any, Any]:
+    """(count, min, max, sum) of the source's row numbers in ``topic``, by a batch read
+    (committed rows): column ``value``, or with ``key_value`` the key (Kafka's binary)."""
     from pyspark.sql import functions as F
 
     frame = (
@@ -349,7 +376,8 @@ def read_back(spark: Any, servers: list[str], topic: str) -> tuple[int, Any, Any
         .option("servers", ",".join(servers))
         .load()
     )
-    row = frame.agg(F.count(F.lit(1)), F.min("value"), F.max("value"), F.sum("value")).collect()[0]
+    number = F.expr("CAST(CAST(key AS STRING) AS BIGINT)") if key_value else F.col("value")
+    row = frame.agg(F.count(F.lit(1)), F.min(number), F.max(number), F.sum(number)).collect()[0]
     return int(row[0]), row[1], row[2], row[3]
 
 
@@ -390,6 +418,8 @@ def topic_of(sink: str, round_no: int) -> str:
     suffix = "eo" if GUARANTEES[sink] == "exactly-once" else "alo"
     if sink in COMPRESSION:
         suffix += "-" + COMPRESSION[sink]
+    if sink in KEY_VALUE:
+        suffix += "-kv"
     return f"{TOPIC}-{suffix}-{round_no}"
 
 
@@ -429,7 +459,7 @@ def measure(
     def configure(name: str, round_no: int) -> Configure:
         if name == "noop":
             return lambda w: w.format("noop")
-        if name == "python ceiling":
+        if name in ("python ceiling", CEILING_KV):
             return lambda w: w.format(spark_count_sink.NAME)
         if name == "parquet":
             path = str(scratch / f"parquet-{round_no}")
@@ -445,7 +475,10 @@ def measure(
         for name in SINKS:
             checkpoint = scratch / f"cp-{name.replace(' ', '-')}-{round_no}"
             cpu_before = tree_cpu_seconds(node_pids)
-            runs = timed_write(spark, configure(name, round_no), checkpoint, per_batch, seconds)
+            columns = KEY_VALUE_COLUMNS if name in KEY_VALUE else ()
+            runs = timed_write(
+                spark, configure(name, round_no), checkpoint, per_batch, seconds, columns
+            )
             node_cpu[name] += tree_cpu_seconds(node_pids) - cpu_before
             if batch_time(runs, skip_first=True)[0] == 0:
                 raise RuntimeError(f"sink {name}: no micro-batch completed in {seconds:g} s")
@@ -457,7 +490,7 @@ def measure(
     for name in once:
         for round_no, runs in enumerate(progress[name], start=1):
             topic = topic_of(name, round_no)
-            count, low, high, total = read_back(spark, servers, topic)
+            count, low, high, total = read_back(spark, servers, topic, name in KEY_VALUE)
             problem = check_once(count, low, high, total, committed_rows(runs), per_batch)
             if problem is not None:
                 raise RuntimeError(f"{name} sink, topic {topic!r}: {problem}")
@@ -484,6 +517,7 @@ def measure(
         by_case[name]["raftlog / python ceiling"] = rate[name] / rate["python ceiling"]
         by_case[name]["raftlog / parquet"] = rate[name] / rate["parquet"]
     by_case[EXACTLY_ONCE]["exactly-once / at-least-once"] = rate[EXACTLY_ONCE] / rate[AT_LEAST_ONCE]
+    by_case[EXACTLY_ONCE_KV]["raftlog / python ceiling"] = rate[EXACTLY_ONCE_KV] / rate[CEILING_KV]
     for name in once:
         by_case[name]["rows read back once"] = verified[name]
     for name in GUARANTEES:
@@ -577,6 +611,12 @@ def measure(
         "from Spark"
     )
     ctx.note(
+        "key/value: the same rows as Kafka's columns (key = the row number as a string, "
+        "value = the payload), as a Kafka user's DataFrame has them, into the Python "
+        "ceiling and into raftlog exactly-once, which writes them as raw records (Kafka's "
+        "record model) instead of Arrow IPC; its ratio is to the key/value ceiling"
+    )
+    ctx.note(
         "compression: exactly-once again with option compression lz4 and zstd (level 3), "
         "compressed in the Spark tasks, decompressed by the reader; stored bytes per row = "
         "segment bytes on disk over records (log end - log start), summed over every "
@@ -588,7 +628,8 @@ def measure(
 @scenario(
     "spark",
     "rate-micro-batch into noop/Python ceiling/parquet/raftlog at-least-once and "
-    "exactly-once (uncompressed, lz4, zstd), and AvailableNow reads: rows/s, bytes per row",
+    "exactly-once (uncompressed, lz4, zstd; and as Kafka's key/value columns), and "
+    "AvailableNow reads: rows/s, bytes per row",
     add_arguments=add_arguments,
 )
 def run(ctx: RunContext) -> list[Row]:

@@ -125,6 +125,8 @@ def test_spark_compares_every_sink_and_both_reads(quick_run: dict[str, Any]) -> 
         "raftlog exactly-once",
         "raftlog exactly-once lz4",
         "raftlog exactly-once zstd",
+        "python ceiling key/value",
+        "raftlog exactly-once key/value",
     )
     assert list(rows) == [f"write: rate-micro-batch -> {s}" for s in sinks] + [
         "read (AvailableNow): raftlog -> noop",
@@ -154,6 +156,12 @@ def test_spark_compares_every_sink_and_both_reads(quick_run: dict[str, Any]) -> 
     )
     # the scenario fails unless every committed row was read back once
     assert exactly_once["rows read back once"] > 0
+    # a Kafka user's (key, value) rows: raw records, against the ceiling fed the same
+    key_value = rows["write: rate-micro-batch -> raftlog exactly-once key/value"]
+    assert key_value["rows read back once"] > 0 and key_value["stored bytes per row"] > 0
+    assert key_value["raftlog / python ceiling"] == pytest.approx(
+        key_value["rows/s"] / rows["write: rate-micro-batch -> python ceiling key/value"]["rows/s"]
+    )
     plain_bytes = exactly_once["stored bytes per row"]
     assert at_least_once["stored bytes per row"] > 0 and plain_bytes > 0
     for codec in ("lz4", "zstd"):

@@ -89,13 +89,18 @@ def test_raftlog_sinks_differ_only_in_delivery_guarantee_and_topic() -> None:
         spark.EXACTLY_ONCE,
         spark.EXACTLY_ONCE_LZ4,
         spark.EXACTLY_ONCE_ZSTD,
+        spark.CEILING_KV,
+        spark.EXACTLY_ONCE_KV,
     )
+    # a Kafka user's DataFrame: Kafka's columns only, so raftlog writes raw records
+    assert [c.rsplit(" AS ", 1)[1] for c in spark.KEY_VALUE_COLUMNS] == ["key", "value"]
+    assert {spark.CEILING_KV, spark.EXACTLY_ONCE_KV} == spark.KEY_VALUE
 
 
 def test_compressed_sinks_are_exactly_once_with_a_codec_and_topics_of_their_own() -> None:
     servers = ["127.0.0.1:1"]
     topics = {spark.topic_of(name, 1) for name in spark.GUARANTEES}
-    assert len(topics) == 4
+    assert len(topics) == 5
     for name, codec in (("raftlog exactly-once lz4", "lz4"), ("raftlog exactly-once zstd", "zstd")):
         opts = spark.raftlog_options(
             servers, spark.topic_of(name, 1), spark.GUARANTEES[name], spark.COMPRESSION.get(name)
