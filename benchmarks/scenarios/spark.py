@@ -51,6 +51,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -413,6 +414,11 @@ def raftlog_options(
     return opts
 
 
+def slug(name: str) -> str:
+    """``name`` (a sink's or a source's) as one path component: ``key/value`` would nest."""
+    return re.sub(r"[^A-Za-z0-9]+", "-", name).strip("-")
+
+
 def topic_of(sink: str, round_no: int) -> str:
     """The topic a raftlog sink writes in round ``round_no`` (1-based)."""
     suffix = "eo" if GUARANTEES[sink] == "exactly-once" else "alo"
@@ -473,7 +479,7 @@ def measure(
     node_cpu = dict.fromkeys(SINKS, 0.0)
     for round_no in range(1, rounds + 1):
         for name in SINKS:
-            checkpoint = scratch / f"cp-{name.replace(' ', '-')}-{round_no}"
+            checkpoint = scratch / f"cp-{slug(name)}-{round_no}"
             cpu_before = tree_cpu_seconds(node_pids)
             columns = KEY_VALUE_COLUMNS if name in KEY_VALUE else ()
             runs = timed_write(
@@ -561,9 +567,8 @@ def measure(
         # One untimed read first, for each source alike: the first query of a kind
         # pays Spark's cold start (a planning daemon, fresh Python workers, imports),
         # which would otherwise dominate a read of a few seconds' data.
-        slug = name.replace(" ", "-")
-        available_now_read(reader, scratch / f"cp-warmup-{slug}")
-        read_progress = available_now_read(reader, scratch / f"cp-read-{slug}")
+        available_now_read(reader, scratch / f"cp-warmup-{slug(name)}")
+        read_progress = available_now_read(reader, scratch / f"cp-read-{slug(name)}")
         count, batches, read_rate[name] = batch_figures(read_progress, skip_first=False)
         if count == 0:
             raise RuntimeError(f"the AvailableNow read of {name} read no rows")

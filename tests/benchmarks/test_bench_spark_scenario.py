@@ -95,6 +95,9 @@ def test_raftlog_sinks_differ_only_in_delivery_guarantee_and_topic() -> None:
     # a Kafka user's DataFrame: Kafka's columns only, so raftlog writes raw records
     assert [c.rsplit(" AS ", 1)[1] for c in spark.KEY_VALUE_COLUMNS] == ["key", "value"]
     assert {spark.CEILING_KV, spark.EXACTLY_ONCE_KV} == spark.KEY_VALUE
+    # every sink's checkpoint is one directory of its own (a "/" in a name would nest)
+    slugs = [spark.slug(name) for name in spark.SINKS]
+    assert len(set(slugs)) == len(slugs) and all(s.replace("-", "").isalnum() for s in slugs)
 
 
 def test_compressed_sinks_are_exactly_once_with_a_codec_and_topics_of_their_own() -> None:
