@@ -429,8 +429,8 @@ def topic_of(sink: str, round_no: int) -> str:
     return f"{TOPIC}-{suffix}-{round_no}"
 
 
-def stored_bytes_per_record(servers: list[str], topics: Sequence[str]) -> float:
-    """Bytes on disk per record of ``topics``: every replica's segment bytes over every
+def stored_bytes(servers: list[str], topics: Sequence[str]) -> tuple[float, float]:
+    """(bytes, records) on disk of ``topics``: every replica's segment bytes and every
     replica's records (log end - log start; control batches count as records), from the
     nodes' ``/metrics`` (``raftlog_partition_size_bytes`` and the offsets beside it)."""
     from prometheus_client.parser import text_string_to_metric_families
@@ -443,8 +443,17 @@ def stored_bytes_per_record(servers: list[str], topics: Sequence[str]) -> float:
             if key not in sums:
                 continue
             sums[key] += sum(s.value for s in family.samples if s.labels.get("topic") in wanted)
-    records = sums["log_end_offset"] - sums["log_start_offset"]
-    return sums["size_bytes"] / records if records > 0 else 0.0
+    return sums["size_bytes"], sums["log_end_offset"] - sums["log_start_offset"]
+
+
+def delete_topic(servers: list[str], topic: str) -> None:
+    """Delete ``topic``: a sink's topics hold about 8 GB (3 replicas) per 30-s run, more
+    than a run's ten of them leave room for on a 64 GB disk."""
+    client = raftlog_local.blocking_client_class()(servers)
+    try:
+        client.delete_topic(topic)
+    finally:
+        client.close()
 
 
 def measure(
@@ -477,6 +486,8 @@ def measure(
 
     progress: dict[str, list[list[Any]]] = {name: [] for name in SINKS}
     node_cpu = dict.fromkeys(SINKS, 0.0)
+    verified = dict.fromkeys(once, 0)
+    stored = {name: [0.0, 0.0] for name in GUARANTEES}  # bytes, records
     for round_no in range(1, rounds + 1):
         for name in SINKS:
             checkpoint = scratch / f"cp-{slug(name)}-{round_no}"
@@ -490,18 +501,21 @@ def measure(
                 raise RuntimeError(f"sink {name}: no micro-batch completed in {seconds:g} s")
             progress[name].append(runs)
             ctx.advance(1)
-
-    # Exactly-once must mean it: every committed micro-batch's rows, each once.
-    verified = dict.fromkeys(once, 0)
-    for name in once:
-        for round_no, runs in enumerate(progress[name], start=1):
+            if name not in GUARANTEES:
+                continue
             topic = topic_of(name, round_no)
-            count, low, high, total = read_back(spark, servers, topic, name in KEY_VALUE)
-            problem = check_once(count, low, high, total, committed_rows(runs), per_batch)
-            if problem is not None:
-                raise RuntimeError(f"{name} sink, topic {topic!r}: {problem}")
-            verified[name] += count
-            ctx.advance(1)
+            for i, value in enumerate(stored_bytes(servers, [topic])):
+                stored[name][i] += value
+            if name in once:
+                # Exactly-once must mean it: every committed micro-batch's rows, each once.
+                count, low, high, total = read_back(spark, servers, topic, name in KEY_VALUE)
+                problem = check_once(count, low, high, total, committed_rows(runs), per_batch)
+                if problem is not None:
+                    raise RuntimeError(f"{name} sink, topic {topic!r}: {problem}")
+                verified[name] += count
+                ctx.advance(1)
+            if (name, round_no) != (EXACTLY_ONCE, 1):  # that one is read below
+                delete_topic(servers, topic)
 
     rate: dict[str, float] = {}
     rows: list[Row] = []
@@ -526,9 +540,8 @@ def measure(
     by_case[EXACTLY_ONCE_KV]["raftlog / python ceiling"] = rate[EXACTLY_ONCE_KV] / rate[CEILING_KV]
     for name in once:
         by_case[name]["rows read back once"] = verified[name]
-    for name in GUARANTEES:
-        topics = [topic_of(name, r) for r in range(1, rounds + 1)]
-        by_case[name]["stored bytes per row"] = stored_bytes_per_record(servers, topics)
+    for name, (nbytes, records) in stored.items():
+        by_case[name]["stored bytes per row"] = nbytes / records if records > 0 else 0.0
 
     eo_topic = topic_of(EXACTLY_ONCE, 1)
     raftlog_reader = (

@@ -113,7 +113,7 @@ def test_compressed_sinks_are_exactly_once_with_a_codec_and_topics_of_their_own(
     assert "compression" not in plain  # uncompressed: the topic's default (none)
 
 
-def test_stored_bytes_per_record_sums_every_replica_of_the_topics(monkeypatch) -> None:
+def test_stored_bytes_sums_every_replica_of_the_topics(monkeypatch) -> None:
     def metrics(node: int, topic: str, size: int, start: int, end: int) -> str:
         labels = f'node="{node}",partition="0",topic="{topic}"'
         return (
@@ -128,8 +128,8 @@ def test_stored_bytes_per_record_sums_every_replica_of_the_topics(monkeypatch) -
         "c:3": "",  # a node that does not answer
     }
     monkeypatch.setattr(spark.raftlog_local, "scrape", lambda address: pages[address])
-    assert spark.stored_bytes_per_record(list(pages), ["t1", "t2"]) == pytest.approx(13000 / 250)
-    assert spark.stored_bytes_per_record(list(pages), ["missing"]) == 0.0
+    assert spark.stored_bytes(list(pages), ["t1", "t2"]) == (13000, 250)
+    assert spark.stored_bytes(list(pages), ["missing"]) == (0, 0)
 
 
 def test_counting_writer_counts_every_row_of_every_batch() -> None:
