@@ -60,6 +60,8 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+import tenacity
+
 from benchmarks.context import RunContext
 from benchmarks.registry import Row, Skip, require, scenario
 from benchmarks.scenarios.small import seconds_per_step
@@ -82,6 +84,8 @@ READ_TIMEOUT_S = 300.0
 STOP_QUERY_TIMEOUT_S = 15.0
 """Bound of the wait for a stopped query's killed tasks to end."""
 STOP_JVM_TIMEOUT_S = 30.0
+DELETE_TIMEOUT_S = 60.0
+"""Bound of the wait for a deleted topic's replicas to be moved aside (then purged)."""
 MAX_PROGRESS = 100_000
 """spark.sql.streaming.numRecentProgressUpdates: keep every micro-batch's progress."""
 AT_LEAST_ONCE, EXACTLY_ONCE = "raftlog at-least-once", "raftlog exactly-once"
@@ -446,14 +450,38 @@ def stored_bytes(servers: list[str], topics: Sequence[str]) -> tuple[float, floa
     return sums["size_bytes"], sums["log_end_offset"] - sums["log_start_offset"]
 
 
-def delete_topic(servers: list[str], topic: str) -> None:
-    """Delete ``topic``: a sink's topics hold about 8 GB (3 replicas) per 30-s run, more
-    than a run's ten of them leave room for on a 64 GB disk."""
+def delete_topic(servers: list[str], topic: str, cluster_dir: Path) -> None:
+    """Delete ``topic`` and purge its replicas' data: a sink's topic holds about 8 GB
+    (3 replicas) per 30-s run, more than a run's ten of them leave room for on a 64 GB
+    disk. A node moves a deleted group's directory aside (only an explicit purge
+    removes data); this waits, bounded, for all of the topic's to be moved, then
+    removes them, as ``raftlog node purge-moved-aside`` would."""
+    from raftlog.storage import identity
+
     client = raftlog_local.blocking_client_class()(servers)
     try:
         client.delete_topic(topic)
     finally:
         client.close()
+    replicas = SPARK_PARTITIONS * len(servers)
+
+    @tenacity.retry(
+        stop=tenacity.stop_after_delay(DELETE_TIMEOUT_S),
+        wait=tenacity.wait_fixed(0.2),
+        retry=tenacity.retry_if_result(lambda found: len(found) < replicas),
+        retry_error_callback=lambda state: state.outcome.result(),  # purge what is there
+    )
+    def moved() -> list[Path]:
+        return [
+            p
+            for node in cluster_dir.iterdir()
+            if node.is_dir()
+            for p in identity.moved_aside(node)
+            if p.parent.name == topic
+        ]
+
+    for path in moved():
+        shutil.rmtree(path)
 
 
 def measure(
@@ -515,7 +543,7 @@ def measure(
                 verified[name] += count
                 ctx.advance(1)
             if (name, round_no) != (EXACTLY_ONCE, 1):  # that one is read below
-                delete_topic(servers, topic)
+                delete_topic(servers, topic, scratch / "cluster")
 
     rate: dict[str, float] = {}
     rows: list[Row] = []
