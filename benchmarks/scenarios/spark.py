@@ -472,16 +472,12 @@ def delete_topic(servers: list[str], topic: str, cluster_dir: Path) -> None:
         retry_error_callback=lambda state: state.outcome.result(),  # purge what is there
     )
     def moved() -> list[Path]:
-        return [
-            p
-            for node in cluster_dir.iterdir()
-            if node.is_dir()
-            for p in identity.moved_aside(node)
-            if p.parent.name == topic
-        ]
+        return [p for node in nodes for p in identity.moved_aside(node) if p.parent.name == topic]
 
-    for path in moved():
-        shutil.rmtree(path)
+    nodes = [node for node in cluster_dir.iterdir() if node.is_dir()]
+    moved()
+    for node in nodes:
+        identity.purge_moved_aside(node)
 
 
 def measure(
