@@ -2,10 +2,14 @@
 
 A local cluster lives in one data directory::
 
-    DIR/cluster.json     the nodes: id, address, pid, argv, log file
+    DIR/cluster.json     the nodes: id, address, pid, argv, log file (and the tokens)
     DIR/.lock            flock'ed while starting or stopping (race safety)
     DIR/node-N/          node N's data (``--data-dir`` of its server)
     DIR/node-N.log       node N's stdout and stderr
+
+All of it is its user's alone: DIR (and any parent made for it) is created 0700,
+every file 0600, cluster.json replaced atomically by a file created 0600; a DIR
+open to others is tightened when the cluster starts (with a warning).
 
 cluster.json is the cluster's identity and outlives its processes: the ports
 picked at the first start are kept for good (``raftlog local stop`` keeps the
@@ -52,6 +56,8 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
 from typing import Any
+
+from raftlog.storage.fs import PRIVATE_FILE_MODE, REAL_FS
 
 DEFAULT_NODES = 3
 STATE_FILE = "cluster.json"
@@ -215,10 +221,15 @@ def free_ports(count: int, hosts: list[str] | None = None) -> list[int]:
         return ports
 
 
+def _open_private(path: pathlib.Path, flags: int) -> int:
+    """``os.open`` of ``path``, a file created :data:`PRIVATE_FILE_MODE` when missing."""
+    return os.open(path, flags | os.O_CREAT, PRIVATE_FILE_MODE)
+
+
 @contextlib.contextmanager
 def _locked(data_dir: pathlib.Path) -> Iterator[None]:
-    data_dir.mkdir(parents=True, exist_ok=True)
-    with open(data_dir / LOCK_FILE, "a+") as fh:
+    REAL_FS.mkdirs(data_dir)  # 0700, parents too
+    with os.fdopen(_open_private(data_dir / LOCK_FILE, os.O_RDWR), "r+b") as fh:
         fcntl.flock(fh, fcntl.LOCK_EX)
         try:
             yield
@@ -331,7 +342,9 @@ def spawn(
         env["RAFTLOG_AUTH_TOKEN"] = auth_token
     if peer_token:
         env["RAFTLOG_PEER_TOKEN"] = peer_token
-    with open(node.log_file, "ab") as log:
+    with os.fdopen(
+        _open_private(pathlib.Path(node.log_file), os.O_WRONLY | os.O_APPEND), "ab"
+    ) as log:
         proc = subprocess.Popen(
             node.argv,
             stdin=subprocess.DEVNULL,
@@ -471,13 +484,15 @@ def start_cluster(
     hosts: list[str] | None = None,
     peer_token: str | None = None,
     tls: tuple[str, str, str] | None = None,
+    allow_plaintext: bool = False,
 ) -> LocalCluster:
     """Start the local cluster in ``data_dir`` and return it once it serves.
 
     A new cluster gets ``nodes`` nodes (default 3) on free ports of 127.0.0.1,
     recorded in cluster.json. A recorded cluster keeps its nodes, ports, flags
     and token: each node that is not running is spawned again with its recorded
-    argv, and ``extra_args``, ``auth_token`` and ``peer_routes`` are ignored.
+    argv, and ``extra_args``, ``auth_token``, ``peer_routes``, ``tls`` and
+    ``allow_plaintext`` are ignored.
     ``nodes`` given for a recorded cluster must match its size.
 
     Race-safe: callers (processes) serialize on the data dir's flock, so nodes
@@ -496,11 +511,18 @@ def start_cluster(
     passed to every node as ``--tls-cert/--tls-key/--tls-ca`` (the certificate
     must name every host), and a ``peer_token``. With ``auth_token`` and no
     ``peer_token`` a random peer token is made: the nodes need their own secret.
+    Nodes on ``hosts`` other than loopback (see :func:`raftlog.node.config.is_loopback`:
+    127.0.0.2 counts as a network) refuse to start without ``tls`` unless
+    ``allow_plaintext`` (their ``--allow-plaintext``: the tokens then cross the network
+    in plain text, and every node logs a warning at each start).
     """
     if nodes is not None and (not isinstance(nodes, int) or not 1 <= nodes <= 64):
         raise ClusterError(f"--nodes: expected an integer from 1 to 64, got {nodes!r}")
+    from raftlog.node.file_modes import tighten_data_dir
+
     root = pathlib.Path(data_dir or default_data_dir()).resolve()
     with _locked(root):
+        tighten_data_dir(root)  # cluster.json holds the tokens
         cluster = load_cluster(root)
         if cluster is None:
             if hosts is not None and len(hosts) != (nodes or DEFAULT_NODES):
@@ -513,6 +535,8 @@ def start_cluster(
                     *(extra_args or []),
                     *("--tls-cert", tls[0], "--tls-key", tls[1], "--tls-ca", tls[2]),
                 ]
+            if allow_plaintext:
+                extra_args = [*(extra_args or []), "--allow-plaintext"]
             cluster = _new_cluster(
                 root, nodes or DEFAULT_NODES, extra_args, auth_token, peer_routes, hosts
             )
@@ -763,9 +787,12 @@ def _reap(nodes: list[NodeProcess]) -> None:
 
 
 def _write_state(root: pathlib.Path, cluster: LocalCluster) -> None:
+    """Replace cluster.json atomically by a file created 0600 (it holds the tokens)."""
     tmp = root / (STATE_FILE + ".tmp")
-    tmp.write_text(cluster.to_json())
-    os.replace(tmp, root / STATE_FILE)
+    # a leftover temp file (a crash, an older version) would keep its mode: never reuse it
+    REAL_FS.unlink(tmp, missing_ok=True)
+    REAL_FS.write_file(tmp, cluster.to_json().encode(), fsync=True)
+    REAL_FS.rename(tmp, root / STATE_FILE)
 
 
 def cluster_status(cluster: LocalCluster) -> list[dict[str, Any]]:

@@ -93,6 +93,8 @@ class NodeConfig:
     shard_index: int = 0
     # How flushes are made durable: FLUSH_SCOPE_NODE or FLUSH_SCOPE_GROUP.
     flush_scope: str = FLUSH_SCOPE_NODE
+    # --allow-plaintext: serve and peer beyond loopback without TLS (tokens in clear)
+    allow_plaintext: bool = False
 
     @property
     def address(self) -> str:
@@ -145,6 +147,11 @@ def is_loopback(host: str) -> bool:
     return ip in (ipaddress.ip_address("127.0.0.1"), ipaddress.ip_address("::1"))
 
 
+def beyond_loopback(addresses: list[str]) -> list[str]:
+    """The HOST:PORT ``addresses`` whose host is not :func:`is_loopback`, sorted, once each."""
+    return sorted({a for a in addresses if not is_loopback(a.rpartition(":")[0])})
+
+
 def host_port(value: str, flag: str) -> tuple[str, int]:
     """``HOST:PORT`` -> (host, port); ValueError naming ``flag`` and the expected form."""
     host, colon, port = value.rpartition(":")
@@ -184,6 +191,12 @@ def add_server_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--tls-cert", default=None, help="this node's PEM certificate (chain)")
     p.add_argument("--tls-key", default=None, help="the PEM private key of --tls-cert")
     p.add_argument("--tls-ca", default=None, help="the cluster's PEM CA: peers are verified by it")
+    p.add_argument(
+        "--allow-plaintext",
+        action="store_true",
+        help="bind or peer beyond loopback without TLS: the tokens then cross the network "
+        "in plain text (a warning at every start); without it such a node refuses to start",
+    )
     p.add_argument(
         "--default-partitions",
         type=int,
@@ -284,12 +297,10 @@ def config_from_args(args: argparse.Namespace) -> NodeConfig:
         )
     token = args.auth_token or os.environ.get("RAFTLOG_AUTH_TOKEN") or None
     peer_token = getattr(args, "peer_token", None) or os.environ.get("RAFTLOG_PEER_TOKEN") or None
-    non_loopback = [
-        a for a in [args.listen, *peers.values()] if not is_loopback(a.rpartition(":")[0])
-    ]
+    non_loopback = beyond_loopback([args.listen, *peers.values()])
     if non_loopback and not (token and peer_token):
         raise ValueError(
-            f"binding or peering beyond loopback ({', '.join(sorted(set(non_loopback)))}) "
+            f"binding or peering beyond loopback ({', '.join(non_loopback)}) "
             "requires a client token and a peer token: pass --auth-token (or set "
             "RAFTLOG_AUTH_TOKEN) and --peer-token (or set RAFTLOG_PEER_TOKEN)"
         )
@@ -304,6 +315,14 @@ def config_from_args(args: argparse.Namespace) -> NodeConfig:
             "raft routes"
         )
     tls = tls_files(args)
+    allow_plaintext = bool(getattr(args, "allow_plaintext", False))
+    if non_loopback and tls is None and not allow_plaintext:
+        raise ValueError(
+            f"binding or peering beyond loopback ({', '.join(non_loopback)}) "
+            "without TLS sends the tokens across the network in plain text: pass "
+            "--tls-cert/--tls-key/--tls-ca (PEM files), or --allow-plaintext to run "
+            "without TLS on a network you trust"
+        )
     if not 1 <= args.default_partitions <= MAX_PARTITIONS:
         raise ValueError(
             f"--default-partitions: expected 1..{MAX_PARTITIONS}, got {args.default_partitions}"
@@ -381,6 +400,22 @@ def config_from_args(args: argparse.Namespace) -> NodeConfig:
         shards=shards,
         shard_index=shard_index,
         flush_scope=getattr(args, "flush_scope", FLUSH_SCOPE_NODE),
+        allow_plaintext=allow_plaintext,
+    )
+
+
+def plaintext_warning(config: NodeConfig) -> str | None:
+    """What a node that serves or peers beyond loopback without TLS (allowed by
+    ``--allow-plaintext``) logs at every start; None for a node on loopback or with TLS."""
+    if config.tls is not None:
+        return None
+    beyond = beyond_loopback([config.listen, *config.peers.values()])
+    if not beyond:
+        return None
+    return (
+        f"--allow-plaintext: serving and peering without TLS beyond loopback "
+        f"({', '.join(beyond)}): the client and peer tokens cross the network in plain "
+        "text, readable by anyone on the path; give --tls-cert/--tls-key/--tls-ca instead"
     )
 
 

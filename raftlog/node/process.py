@@ -30,7 +30,13 @@
   belongs. A client token needs a (different) peer token. Binding or peering
   beyond loopback needs both, and then ``/health`` and ``/metrics`` need one too.
 - TLS (:mod:`raftlog.rpc.tls`): with ``--tls-cert/--tls-key/--tls-ca`` the node
-  serves HTTPS and verifies its peers against the CA.
+  serves HTTPS and verifies its peers against the CA. Binding or peering beyond
+  loopback needs TLS too, unless ``--allow-plaintext`` (then a warning at every
+  start: the tokens cross the network in plain text); a ``--tls-key`` that group
+  or others can read gets a warning at start.
+- Files (:mod:`raftlog.node.file_modes`): the data directory and everything the
+  node creates in it are its user's only (0700 directories, 0600 files); an
+  existing data directory open to others is tightened at start, with a warning.
 """
 
 from __future__ import annotations
@@ -59,8 +65,10 @@ from raftlog.node.config import (
     NodeConfig,
     config_from_args,
     is_loopback,
+    plaintext_warning,
 )
 from raftlog.node.data_api import DataApi
+from raftlog.node.file_modes import tighten_data_dir, warn_if_readable_by_others
 from raftlog.node.groups import GroupHost, PartitionReplica, last_heard_ms
 from raftlog.node.metadata import MetadataApi
 from raftlog.node.shards import (
@@ -166,6 +174,9 @@ class Node(Upkeep, AdminApi, MetadataApi, DataApi):
     # ------------------------------------------------------------ lifecycle
 
     async def start(self) -> None:
+        # One made by an older version, or by hand, may be open to other users. Every
+        # shard may look (the first one there tightens it, the others find it private).
+        await asyncio.to_thread(tighten_data_dir, self.config.data_dir)
         # Refuse another node's data directory (a mistyped --data-dir); never delete it.
         # Directories from before markers existed are adopted.
         await asyncio.to_thread(
@@ -486,6 +497,12 @@ def run_server(args: argparse.Namespace) -> int:
         stream=sys.stderr,
     )
     storage_fs.set_fatal_handler(_stop_on_failed_fsync)
+    if config.shard_index == 0:  # once per node and start, not once per shard
+        warning = plaintext_warning(config)
+        if warning is not None:
+            log.warning("%s", warning)
+        if config.tls is not None:
+            warn_if_readable_by_others(config.tls.key_file, "--tls-key")
     keep_large_buffers_in_heap()
     running = serve(config, getattr(args, "argv", None))
     try:

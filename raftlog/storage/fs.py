@@ -36,6 +36,7 @@ handler (see :func:`set_fatal_handler`); the node installs one that exits.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import dataclasses
 import errno
@@ -51,6 +52,10 @@ from typing import Protocol
 logger = logging.getLogger(__name__)
 
 SECTOR = 512
+# What the real filesystem creates: a node's data (its clients' records, its cluster's
+# state) is for the node's own user only; others cannot even list a directory.
+PRIVATE_DIR_MODE = 0o700
+PRIVATE_FILE_MODE = 0o600
 MUTATION_ENV = "RAFTLOG_TEST_FS_MUTATION"
 MUTATIONS = ("skip-fsync", "skip-dir-fsync", "skip-syncfs")
 
@@ -142,7 +147,8 @@ class FileSystem(Protocol):
     ) -> FileHandle:
         """Open read-write; ``create`` makes a missing file, ``exclusive`` fails if it exists.
 
-        A missing file without ``create`` raises ``FileNotFoundError``.
+        A missing file without ``create`` raises ``FileNotFoundError``. A file made
+        here is created :data:`PRIVATE_FILE_MODE` (0600).
         """
         ...
 
@@ -151,7 +157,8 @@ class FileSystem(Protocol):
         ...
 
     def write_file(self, path: pathlib.Path, data: bytes, *, fsync: bool) -> None:
-        """Create or replace the content of ``path`` in place (not atomic)."""
+        """Create or replace the content of ``path`` in place (not atomic); a new file
+        is created :data:`PRIVATE_FILE_MODE` (0600), an existing one keeps its mode."""
         ...
 
     def rename(self, src: pathlib.Path, dst: pathlib.Path) -> None:
@@ -169,7 +176,9 @@ class FileSystem(Protocol):
     def mkdirs(self, path: pathlib.Path) -> list[pathlib.Path]:
         """Create ``path`` and missing parents; return the parents whose entries changed.
 
-        The caller fsyncs each returned directory to make the new names durable.
+        Each directory made here is created :data:`PRIVATE_DIR_MODE` (0700); an
+        existing one keeps its mode. The caller fsyncs each returned directory to make
+        the new names durable.
         """
         ...
 
@@ -267,7 +276,7 @@ class RealFileSystem:
             flags |= os.O_CREAT
         if exclusive:
             flags |= os.O_CREAT | os.O_EXCL
-        fd = os.open(path, flags, 0o644)
+        fd = os.open(path, flags, PRIVATE_FILE_MODE)
         return _RealFile(path if isinstance(path, pathlib.Path) else pathlib.Path(path), fd)
 
     def read_file(self, path: pathlib.Path) -> bytes | None:
@@ -277,7 +286,7 @@ class RealFileSystem:
             return None
 
     def write_file(self, path: pathlib.Path, data: bytes, *, fsync: bool) -> None:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, PRIVATE_FILE_MODE)
         f = _RealFile(pathlib.Path(path), fd)
         try:
             f.pwrite(data, 0)
@@ -310,7 +319,13 @@ class RealFileSystem:
             if p.parent == p:
                 break
             p = p.parent
-        path.mkdir(parents=True, exist_ok=True)
+        for m in reversed(missing):
+            # each created with the mode, parents too (``mkdir(parents=True)`` would
+            # give the parents the umask's default), never chmod'ed after the fact
+            with contextlib.suppress(FileExistsError):  # made meanwhile by another process
+                m.mkdir(PRIVATE_DIR_MODE)
+        if not path.is_dir():
+            raise NotADirectoryError(errno.ENOTDIR, "Not a directory", str(path))
         return [m.parent for m in reversed(missing)]
 
     def fsync_dir(self, path: pathlib.Path) -> None:

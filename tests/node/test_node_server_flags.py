@@ -1,4 +1,5 @@
-"""`raftlog server` flags of issue 17: --advertise, the two tokens, TLS files (no node runs)."""
+"""`raftlog server` flags of issue 17: --advertise, the two tokens, TLS files; and of
+issue 44: TLS or --allow-plaintext beyond loopback (no node runs)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import re
 
 import pytest
 
-from raftlog.node.config import add_server_arguments, config_from_args
+from raftlog.node.config import add_server_arguments, config_from_args, plaintext_warning
 from raftlog.rpc.tls import TlsConfigError
 
 
@@ -76,7 +77,10 @@ def test_beyond_loopback_both_tokens_are_required() -> None:
     off = ["--listen", "127.0.0.2:9001"]  # 127.0.0.1 alone is loopback here
     with pytest.raises(ValueError, match="requires a client token and a peer token"):
         config_from_args(parse(*off, "--peer-token", "p"))
-    cfg = config_from_args(parse(*off, "--auth-token", "c", "--peer-token", "p"))
+    # plaintext on purpose: what is checked here is the tokens (TLS is the next test's)
+    cfg = config_from_args(
+        parse(*off, "--auth-token", "c", "--peer-token", "p", "--allow-plaintext")
+    )
     assert cfg.peer_token == "p"
 
 
@@ -156,3 +160,50 @@ def test_flush_scope_defaults_to_node_and_names_its_choices(
     assert "argument --flush-scope: invalid choice: 'disk' (choose from node, group)" in (
         capsys.readouterr().err.replace("'node'", "node").replace("'group'", "group")
     )
+
+
+@pytest.mark.parametrize(
+    "where",
+    [
+        ["--listen", "127.0.0.2:9001"],  # the rest of 127.0.0.0/8 counts as a network
+        ["--listen", "0.0.0.0:9001", "--advertise", "10.0.0.1:9001"],
+        ["--listen", "127.0.0.1:9001", "--peers", "1=127.0.0.1:9001,2=10.0.0.2:9001"],
+    ],
+)
+def test_beyond_loopback_tls_is_required_unless_plaintext_is_allowed(where: list[str]) -> None:
+    tokens = ["--auth-token", "c", "--peer-token", "p"]
+    with pytest.raises(ValueError) as info:
+        config_from_args(parse(*where, *tokens))
+    message = str(info.value)
+    assert "without TLS sends the tokens across the network in plain text" in message
+    assert "--tls-cert/--tls-key/--tls-ca" in message and "--allow-plaintext" in message
+    cfg = config_from_args(parse(*where, *tokens, "--allow-plaintext"))
+    assert cfg.allow_plaintext and cfg.tls is None
+    warning = plaintext_warning(cfg)
+    assert warning is not None and "cross the network in plain text" in warning
+    assert "--allow-plaintext" in warning
+
+
+def test_on_loopback_no_tls_is_needed_and_nothing_is_warned() -> None:
+    for host in ("127.0.0.1", "localhost", "[::1]"):
+        cfg = config_from_args(
+            parse("--listen", f"{host}:9001", "--auth-token", "c", "--peer-token", "p")
+        )
+        assert cfg.tls is None and plaintext_warning(cfg) is None
+        allowed = config_from_args(parse("--listen", f"{host}:9001", "--allow-plaintext"))
+        assert plaintext_warning(allowed) is None  # nothing crosses a network
+
+
+def test_beyond_loopback_with_tls_nothing_is_warned(tmp_path: pathlib.Path) -> None:
+    import trustme
+
+    ca = trustme.CA()
+    cert = ca.issue_cert("127.0.0.2")
+    cert.cert_chain_pems[0].write_to_path(str(tmp_path / "c.pem"))
+    cert.private_key_pem.write_to_path(str(tmp_path / "k.pem"))
+    ca.cert_pem.write_to_path(str(tmp_path / "ca.pem"))
+    tls = ["--tls-cert", str(tmp_path / "c.pem"), "--tls-key", str(tmp_path / "k.pem")]
+    off = ["--listen", "127.0.0.2:9001", "--auth-token", "c", "--peer-token", "p"]
+    cfg = config_from_args(parse(*off, *tls, "--tls-ca", str(tmp_path / "ca.pem")))
+    assert cfg.tls is not None and not cfg.allow_plaintext
+    assert plaintext_warning(cfg) is None
