@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import json
+import os
 import pathlib
 import random
 import socket
+import stat
 
 import pytest
 
@@ -150,3 +152,29 @@ def test_cluster_health_of_a_cluster_that_is_all_down(
     assert sorted(n["address"] for n in report["nodes"]) == sorted(f"127.0.0.1:{p}" for p in ports)
     assert not any(n["up"] for n in report["nodes"])
     assert "connection refused" in report["problems"][0]
+
+
+def test_cluster_json_is_replaced_by_a_file_made_0600(tmp_path: pathlib.Path) -> None:
+    """Even over an older world-readable cluster.json and a leftover temp file of it."""
+    cluster = _recorded(tmp_path, 1)
+    cluster.auth_token, cluster.peer_token = "client-secret", "peer-secret"
+    (tmp_path / "cluster.json").chmod(0o644)
+    (tmp_path / "cluster.json.tmp").write_text("left by a crash")
+    (tmp_path / "cluster.json.tmp").chmod(0o666)
+    old = os.umask(0)  # a mode seen is one asked for, not the umask's
+    try:
+        cluster_module._write_state(tmp_path, cluster)
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE((tmp_path / "cluster.json").stat().st_mode) == 0o600
+    assert not (tmp_path / "cluster.json.tmp").exists()
+    assert load_cluster(tmp_path).peer_token == "peer-secret"
+
+
+def test_starting_tightens_a_home_open_to_others(tmp_path: pathlib.Path) -> None:
+    home = tmp_path / "home"
+    _recorded(home, 3)
+    home.chmod(0o755)
+    with pytest.raises(ClusterError, match="has 3 nodes, not 5"):
+        start_cluster(home, 5)  # fails after taking the lock: nothing is spawned
+    assert stat.S_IMODE(home.stat().st_mode) == 0o700
