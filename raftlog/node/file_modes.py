@@ -30,17 +30,18 @@ def tighten_data_dir(path: str | os.PathLike[str]) -> int | None:
 
     Returns the mode it had when it was changed (after logging a warning that names
     the directory and both modes), None when nothing was changed: the directory does
-    not exist yet (it will be created :data:`PRIVATE_DIR_MODE`), is private already,
-    or cannot be changed (not the node's user's: a warning says so, and the node
+    not exist yet (it will be created :data:`PRIVATE_DIR_MODE`), is no directory,
+    is private already, or cannot be changed (not the node's user's: a warning says so, and the node
     runs on).
     """
     path = pathlib.Path(path)
     try:
-        mode = stat.S_IMODE(os.stat(path).st_mode)
+        st = os.stat(path)
     except FileNotFoundError:
         return None
-    if not mode & _SHARED_BITS:
-        return None
+    mode = stat.S_IMODE(st.st_mode)
+    if not stat.S_ISDIR(st.st_mode) or not mode & _SHARED_BITS:
+        return None  # a file in the way is for the directory's own check to name
     tight = mode & ~_SHARED_BITS
     try:
         os.chmod(path, tight)

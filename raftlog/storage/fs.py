@@ -324,8 +324,8 @@ class RealFileSystem:
             # give the parents the umask's default), never chmod'ed after the fact
             with contextlib.suppress(FileExistsError):  # made meanwhile by another process
                 m.mkdir(PRIVATE_DIR_MODE)
-        if not path.is_dir():
-            raise NotADirectoryError(errno.ENOTDIR, "Not a directory", str(path))
+        # what it always raised for a file in the way (FileExistsError), a no-op otherwise
+        path.mkdir(PRIVATE_DIR_MODE, exist_ok=True)
         return [m.parent for m in reversed(missing)]
 
     def fsync_dir(self, path: pathlib.Path) -> None:

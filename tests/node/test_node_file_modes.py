@@ -48,9 +48,13 @@ def test_only_group_and_others_lose_access(tmp_path: pathlib.Path) -> None:
     os.chmod(data, 0o700)
 
 
-def test_a_missing_data_dir_is_left_to_be_created(tmp_path: pathlib.Path) -> None:
+def test_a_missing_data_dir_or_a_file_in_its_place_is_left_alone(tmp_path: pathlib.Path) -> None:
     assert tighten_data_dir(tmp_path / "not-yet") is None
     assert not (tmp_path / "not-yet").exists()
+    (tmp_path / "file").write_text("not a directory")
+    os.chmod(tmp_path / "file", 0o644)
+    assert tighten_data_dir(tmp_path / "file") is None
+    assert mode(tmp_path / "file") == 0o644
 
 
 @pytest.mark.parametrize(

@@ -55,7 +55,7 @@ def test_mkdirs_leaves_an_existing_directory_as_it_is(tmp_path: pathlib.Path) ->
 
 def test_mkdirs_names_a_file_in_the_way(tmp_path: pathlib.Path) -> None:
     (tmp_path / "f").write_bytes(b"x")
-    with pytest.raises(NotADirectoryError):
+    with pytest.raises(FileExistsError):
         REAL_FS.mkdirs(tmp_path / "f")
 
 
