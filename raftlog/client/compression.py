@@ -93,7 +93,15 @@ def decompress(
             declared = zstandard.frame_content_size(payload)
             if declared > limit:
                 raise _TooLarge(declared)
-            out = zstandard.ZstdDecompressor().decompress(payload, max_output_size=limit)
+            try:
+                out = zstandard.ZstdDecompressor().decompress(payload, max_output_size=limit)
+            except zstandard.ZstdError as exc:
+                if declared >= 0:
+                    raise
+                # no declared size: truncated, or larger than the limit allowed
+                raise ValueError(
+                    f"it does not decode within the limit of {limit} bytes: {exc}"
+                ) from None
         else:
             raise ValueError(f"codec {name} is not supported")
     except (RuntimeError, ValueError, zstandard.ZstdError) as exc:  # lz4: RuntimeError

@@ -218,7 +218,7 @@ def arrow_rows(payload: bytes | memoryview) -> int:
             message = reader.read_next_message()
         except StopIteration:
             break
-        except (pa.ArrowInvalid, OSError) as exc:
+        except (pa.ArrowException, OSError) as exc:
             raise PayloadError(f"Arrow IPC payload is malformed: {exc}") from None
         meta = message.metadata.to_pybytes()
         try:
@@ -257,7 +257,7 @@ def _check_arrow(payload: bytes | memoryview, record_count: int) -> None:
     try:
         for batch in pa.ipc.open_stream(pa.py_buffer(payload)):
             batch.validate(full=True)
-    except (pa.ArrowInvalid, OSError) as exc:
+    except (pa.ArrowException, OSError) as exc:
         raise PayloadError(f"Arrow IPC payload is invalid: {exc}") from None
 
 
