@@ -518,13 +518,8 @@ def _to_output(
         data = decode_payload(batch.payload)
     except PayloadError as exc:
         # as Kafka's source on corrupt data: the query fails, naming the batch
-        raise CorruptBatchError(topic, p, batch.base_offset, batch.last_offset, str(exc)) from None
-    if data.num_rows != batch.record_count:
-        raise ValueError(
-            f"raftlog source: batch at offset {batch.base_offset} of partition {p} of topic "
-            f"{topic!r} claims {batch.record_count} records but its Arrow payload has "
-            f"{data.num_rows} rows"
-        )
+        last = batch.base_offset + batch.record_count - 1
+        raise CorruptBatchError(topic, p, batch.base_offset, last, str(exc)) from None
     data = conform_batch(topic, data.slice(lo, n), user_schema)
     stamps = _row_stamps(data, batch.timestamp_ms * 1000)
     return pa.RecordBatch.from_arrays(
