@@ -2,7 +2,8 @@
 
 A batch's codec lives in its attributes (:class:`raftlog.storage.batch.Compression`,
 Kafka's ids); the engine stores, replicates and checksums the compressed bytes
-and never decompresses. The client compresses on produce
+as sent (a node decompresses a produced payload once, bounded, only to check it:
+:mod:`raftlog.client.payload_check`). The client compresses on produce
 (:func:`produce_batch`) and decompresses every fetched batch
 (:func:`decompressed`), so a reader never sees a compressed payload.
 
