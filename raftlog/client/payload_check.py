@@ -250,14 +250,28 @@ def arrow_rows(payload: bytes | memoryview) -> int:
     return rows
 
 
+def _check_names(fields: list[pa.Field]) -> None:
+    """Field names, nested ones too, are strings to every reader: pyarrow decodes each
+    as UTF-8 when asked for it (UnicodeDecodeError otherwise)."""
+    for _ in range(64):  # nesting deeper than this is no schema a writer sends
+        if not fields:
+            return
+        fields = [
+            f.type.field(i) for f in fields if f.name is not None for i in range(f.type.num_fields)
+        ]
+    raise PayloadError("Arrow IPC payload nests its schema deeper than 64 levels")
+
+
 def _check_arrow(payload: bytes | memoryview, record_count: int) -> None:
     rows = arrow_rows(payload)
     if rows != record_count:
         raise PayloadError(f"Arrow IPC payload holds {rows} rows, the batch claims {record_count}")
     try:
-        for batch in pa.ipc.open_stream(pa.py_buffer(payload)):
+        reader = pa.ipc.open_stream(pa.py_buffer(payload))
+        _check_names(list(reader.schema))
+        for batch in reader:
             batch.validate(full=True)
-    except (pa.ArrowException, OSError) as exc:
+    except (pa.ArrowException, OSError, UnicodeDecodeError) as exc:
         raise PayloadError(f"Arrow IPC payload is invalid: {exc}") from None
 
 
