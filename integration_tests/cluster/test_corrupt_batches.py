@@ -103,6 +103,18 @@ async def test_corrupt_batches_are_refused_and_the_partition_keeps_serving(
         assert "does not decode within the limit of 67108864 bytes" in err.message
         assert grown < 64 * MIB + 48 * MIB, f"leader RSS grew by {grown} bytes"
 
+        # each refusal is counted, by the node that refused it (all four, on any leader)
+        counted = 0.0
+        line = f'raftlog_produce_corrupt_batches_total{{topic="{topic}"}} '
+        async with aiohttp.ClientSession() as s:
+            for node in (1, 2, 3):
+                async with s.get(f"http://{raftlog_cluster.address(node)}/metrics") as r:
+                    text = await r.text()
+                counted += sum(
+                    float(x[len(line) :]) for x in text.splitlines() if x.startswith(line)
+                )
+        assert counted == 4.0
+
         # nothing of them entered the log; the partition keeps writing and serving
         assert (await client.list_offsets(topic, 0))[1] == end_before
         await client.produce(topic, 0, [(frame_records([b"after"]), 1)], acks="all")
