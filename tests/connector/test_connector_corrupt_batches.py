@@ -57,3 +57,17 @@ def test_the_source_fails_the_batch_naming_topic_partition_and_offsets() -> None
         _to_output(
             "orders", 3, _batch(bytes(encode_payload(typed)), 5), 40, 45, typed.schema, unused
         )
+
+
+def test_an_arrow_payload_compressing_its_body_is_refused_before_it_is_read() -> None:
+    """Arrow IPC buffer compression declares each buffer's decompressed size: reading
+    one is a bomb no codec cap sees, so the decoder refuses it from its metadata."""
+    from pyspark_raftlog.arrow_payload import decode_payload
+
+    batch = pa.record_batch({"a": pa.array(range(1000))})
+    sink = pa.BufferOutputStream()
+    options = pa.ipc.IpcWriteOptions(compression="zstd")
+    with pa.ipc.new_stream(sink, batch.schema, options=options) as writer:
+        writer.write_batch(batch)
+    with pytest.raises(ValueError, match="compresses its body"):
+        decode_payload(sink.getvalue().to_pybytes())
