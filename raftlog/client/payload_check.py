@@ -111,7 +111,7 @@ def keyed_layout(payload: bytes | memoryview, record_count: int) -> KeyedLayout:
     key_lens = take("<i4", count) if flags & FLAG_KEYS else None
     value_lens = take("<i4", count)
     timestamps = take("<i8", count) if flags & FLAG_TIMESTAMPS else None
-    header_counts = hk_lens = hv_lens = None
+    header_counts = None
     if flags & FLAG_HEADERS:
         header_counts = take("<u4", count)
         headers = int(header_counts.sum(dtype=np.uint64))
@@ -130,7 +130,7 @@ def keyed_layout(payload: bytes | memoryview, record_count: int) -> KeyedLayout:
             continue
         if len(lens) and int(lens.min()) < -1:
             raise PayloadError(f"keyed payload has a {name} length below -1 (null)")
-        data += int(lens.sum(dtype=np.int64)) + int(np.count_nonzero(lens == -1))
+        data += _non_null(lens)
     key_bytes = int(hk_lens.sum(dtype=np.int64))
     data += key_bytes
     if pos + data != size:
