@@ -27,6 +27,8 @@ import pyarrow as pa
 from pyspark_raftlog.errors import SchemaMismatchError
 from pyspark_raftlog.options import MAX_CHUNK_BYTES
 
+from raftlog.client.payload_check import PayloadError, arrow_rows
+
 __all__ = [
     "Chunk",
     "RowChunker",
@@ -60,12 +62,15 @@ def decode_payload(payload: bytes) -> pa.RecordBatch:
     """The single record batch inside a payload written by :func:`encode_payload`.
 
     Raises ValueError naming the problem when the payload is not one IPC stream
-    with exactly one batch (e.g. data written to the topic by a non-Spark producer).
+    with exactly one batch (e.g. data written to the topic by a non-Spark producer),
+    or compresses its body: its buffers would be decompressed to the sizes they
+    declare, unbounded (:func:`raftlog.client.payload_check.arrow_rows`).
     """
     try:
+        arrow_rows(payload)  # reads message metadata only, before any body is read
         reader = pa.ipc.open_stream(payload)
         batches = list(reader)
-    except pa.ArrowInvalid as exc:
+    except (pa.ArrowException, PayloadError) as exc:
         raise ValueError(
             f"record payload of {len(payload)} bytes is not an Arrow IPC stream: {exc}"
         ) from None

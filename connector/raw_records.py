@@ -36,6 +36,7 @@ from raftlog.client.framing import (
     KEYED_MAGIC,
     unframe_records,
 )
+from raftlog.client.payload_check import KeyedLayout, check_payload, keyed_layout
 
 __all__ = [
     "HEADERS_TYPE",
@@ -303,64 +304,59 @@ def decode_records(payload: bytes, record_count: int) -> Decoded:
 
     A keyed payload gives its keys, values, timestamps and headers; a plain
     CLI payload its values; anything else (e.g. an Arrow payload, bytes
-    written by another client) is one opaque value per record batch, returned
-    once per record so the counts line up.
+    written by another client) is one opaque value, the first record's, the
+    batch's other records having null values (the counts line up, and a batch
+    claiming many records of one value costs one copy of it, as the CLI prints it once).
+
+    The record count is checked against the payload's bytes before anything is
+    sized by it (:mod:`raftlog.client.payload_check`): PayloadError (a ValueError)
+    when the payload cannot hold ``record_count`` records, never a MemoryError.
     """
     n = record_count
     data = np.frombuffer(payload, np.uint8)
-    parsed = _parse_keyed(payload, data, n)
-    if parsed is not None:
-        return parsed
+    if bytes(payload[:4]) == KEYED_MAGIC:
+        return _keyed(keyed_layout(payload, n), data, n)
+    check_payload(payload, n)  # the bound for plain and opaque payloads, Arrow's rows
     values = unframe_records(payload, n)
-    if values is None:
-        values = [payload] * n
-    value = pa.array(values, pa.binary())
+    if values is not None:
+        value = pa.array(values, pa.binary())
+    else:
+        offsets = np.full(n + 1, len(payload), np.int32)
+        offsets[0] = 0
+        validity = np.zeros(n, bool)
+        validity[0] = True
+        value = pa.Array.from_buffers(
+            pa.binary(),
+            n,
+            [
+                pa.py_buffer(np.packbits(validity, bitorder="little")),
+                pa.py_buffer(offsets),
+                pa.py_buffer(payload),
+            ],
+        )
     return Decoded(pa.nulls(n, pa.binary()), value, None, pa.nulls(n, HEADERS_TYPE))
 
 
-def _parse_keyed(payload: bytes, data: np.ndarray, n: int) -> Decoded | None:
-    if len(payload) < _HEAD.size or payload[:4] != KEYED_MAGIC:
-        return None
-    _, count, flags = _HEAD.unpack_from(payload, 0)
-    if count != n:
-        return None
-    pos = _HEAD.size
-
-    def take(dtype: str, k: int) -> np.ndarray:
-        nonlocal pos
-        arr = np.frombuffer(payload, dtype, count=k, offset=pos)
-        pos += arr.nbytes
-        return arr
-
-    try:
-        key_lens = take("<i4", n) if flags & FLAG_KEYS else None
-        value_lens = take("<i4", n)
-        stamps = take("<i8", n).astype(np.int64) if flags & FLAG_TIMESTAMPS else None
-        if flags & FLAG_HEADERS:
-            hcounts = take("<u4", n).astype(np.int64)
-            total = int(hcounts.sum())
-            hk_lens = take("<u4", total).astype(np.int32)
-            hv_lens = take("<i4", total)
-    except ValueError:
-        return None
-    if key_lens is not None:
-        key = _binary(key_lens, data, pos, pa.binary())
-        pos += int(np.maximum(key_lens, 0).sum())
+def _keyed(lay: KeyedLayout, data: np.ndarray, n: int) -> Decoded:
+    """Columns over a checked keyed payload's own memory (``data``: its bytes)."""
+    pos = lay.data_start
+    if lay.key_lens is not None:
+        key = _binary(lay.key_lens, data, pos, pa.binary())
+        pos += int(np.maximum(lay.key_lens, 0).sum())
     else:
         key = pa.nulls(n, pa.binary())
-    value = _binary(value_lens, data, pos, pa.binary())
-    pos += int(np.maximum(value_lens, 0).sum())
-    if flags & FLAG_HEADERS:
+    value = _binary(lay.value_lens, data, pos, pa.binary())
+    pos += int(np.maximum(lay.value_lens, 0).sum())
+    stamps = None if lay.timestamps is None else lay.timestamps.astype(np.int64)
+    if lay.header_counts is not None:
+        hk_lens = lay.hk_lens.astype(np.int32)
         hkeys = _binary(hk_lens, data, pos, pa.string())
         pos += int(hk_lens.sum())
-        hvals = _binary(hv_lens, data, pos, pa.binary())
-        pos += int(np.maximum(hv_lens, 0).sum())
+        hvals = _binary(lay.hv_lens, data, pos, pa.binary())
         offsets = np.zeros(n + 1, np.int32)
-        np.cumsum(hcounts, out=offsets[1:])
+        np.cumsum(lay.header_counts, out=offsets[1:])
         structs = pa.StructArray.from_arrays([hkeys, hvals], fields=list(HEADERS_TYPE.value_type))
         headers = pa.ListArray.from_arrays(pa.array(offsets), structs, type=HEADERS_TYPE)
     else:
         headers = pa.nulls(n, HEADERS_TYPE)
-    if pos != len(payload):
-        return None
     return Decoded(key, value, stamps, headers)

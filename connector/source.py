@@ -69,6 +69,9 @@ from pyspark_raftlog.options import OffsetSpec, SourceOptions
 from pyspark_raftlog.spark_schema import METADATA_FIELDS, arrow_schema_of, is_raw_read
 from pyspark_raftlog.splits import split_ranges
 
+from raftlog.client.errors import CorruptBatchError
+from raftlog.client.payload_check import PayloadError, check_payload
+
 __all__ = ["RaftlogBatchReader", "RaftlogInputPartition", "RaftlogStreamReader"]
 
 FETCH_BYTES = 4 * 1024 * 1024
@@ -500,20 +503,23 @@ def _to_output(
     """One stored batch, sliced to ``[start, end)``, as an output batch of ``out_schema``.
 
     ``user_schema`` None: the batch holds raw records (read with Kafka's schema).
+    CorruptBatchError, naming the topic, partition and offsets, when the payload cannot
+    hold the batch's record count.
     """
     lo = max(start, batch.base_offset) - batch.base_offset
     hi = min(end, batch.base_offset + batch.record_count) - batch.base_offset
     first = batch.base_offset + lo
     n = hi - lo
-    if user_schema is None:
-        return _raw_output(topic, p, batch, lo, n, out_schema)
-    data = decode_payload(batch.payload)
-    if data.num_rows != batch.record_count:
-        raise ValueError(
-            f"raftlog source: batch at offset {batch.base_offset} of partition {p} of topic "
-            f"{topic!r} claims {batch.record_count} records but its Arrow payload has "
-            f"{data.num_rows} rows"
-        )
+    try:
+        if user_schema is None:
+            return _raw_output(topic, p, batch, lo, n, out_schema)
+        # rows against bytes (and no IPC body compression) before Arrow reads it
+        check_payload(batch.payload, batch.record_count)
+        data = decode_payload(batch.payload)
+    except PayloadError as exc:
+        # as Kafka's source on corrupt data: the query fails, naming the batch
+        last = batch.base_offset + batch.record_count - 1
+        raise CorruptBatchError(topic, p, batch.base_offset, last, str(exc)) from None
     data = conform_batch(topic, data.slice(lo, n), user_schema)
     stamps = _row_stamps(data, batch.timestamp_ms * 1000)
     return pa.RecordBatch.from_arrays(

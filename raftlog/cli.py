@@ -1049,9 +1049,12 @@ def _cmd_produce(args: argparse.Namespace) -> int:
 
 def _records(payload: bytes, record_count: int) -> list[Any]:
     """Records of a payload: CLI framing (keyed or plain), else Arrow IPC rows as JSON
-    values, else one opaque value."""
+    values, else one opaque value. PayloadError (before anything is allocated from the
+    record count) when the payload cannot hold ``record_count`` records."""
     from raftlog.client.framing import Record, unframe_any
+    from raftlog.client.payload_check import check_payload
 
+    check_payload(payload, record_count)
     records = unframe_any(payload, record_count)
     if records is not None:
         return records
@@ -1112,15 +1115,40 @@ def _cmd_consume(args: argparse.Namespace) -> int:
                 positions[p] = lso
             else:
                 positions[p] = max(start, int(start_at))
+        from raftlog.client import CorruptBatchError
+        from raftlog.client.payload_check import PayloadError
+
         printed = 0
+        corrupt = 0  # batches reported on stderr and skipped: the exit status is 1
+
+        def skip(exc: CorruptBatchError) -> None:
+            nonlocal corrupt
+            corrupt += 1
+            print(f"raftlog consume: skipped a {exc}", file=sys.stderr)
+
         out = sys.stdout.buffer
         last_record = time.monotonic()
         while args.max_records is None or printed < args.max_records:
             got_any = False
             for part, offset in positions.items():
-                r = await client.fetch(args.topic, part, offset)
+                try:
+                    r = await client.fetch(args.topic, part, offset)
+                except CorruptBatchError as exc:
+                    skip(exc)
+                    positions[part] = exc.last_offset + 1
+                    got_any = True
+                    continue
                 for batch in r.batches:
-                    for i, rec in enumerate(_records(batch.payload, batch.record_count)):
+                    try:
+                        records = _records(batch.payload, batch.record_count)
+                    except PayloadError as exc:
+                        skip(
+                            CorruptBatchError(
+                                args.topic, part, batch.base_offset, batch.last_offset, str(exc)
+                            )
+                        )
+                        continue
+                    for i, rec in enumerate(records):
                         off = batch.base_offset + i
                         if off < offset:
                             continue
@@ -1129,7 +1157,7 @@ def _cmd_consume(args: argparse.Namespace) -> int:
                         got_any = True
                         if args.max_records is not None and printed >= args.max_records:
                             out.flush()
-                            return 0
+                            return 1 if corrupt else 0
                 positions[part] = max(offset, r.next_offset)
             out.flush()
             if got_any:
@@ -1139,9 +1167,9 @@ def _cmd_consume(args: argparse.Namespace) -> int:
                     args.timeout_ms is not None
                     and (time.monotonic() - last_record) * 1000 >= args.timeout_ms
                 ):
-                    return 0
+                    return 1 if corrupt else 0
                 await asyncio.sleep(0.1)
-        return 0
+        return 1 if corrupt else 0
 
     return _run(args, go)
 

@@ -204,6 +204,12 @@ class NodeMetrics:
             ["route", "status"],
             registry=self.registry,
         )
+        self.corrupt_batches = Counter(
+            "raftlog_produce_corrupt_batches",
+            "produced batches refused as corrupt before entering the log (CORRUPT_MESSAGE)",
+            ["topic"],
+            registry=self.registry,
+        )
 
     def render(self) -> bytes:
         """The exposition text of every metric."""

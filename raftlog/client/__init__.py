@@ -9,6 +9,7 @@ from raftlog.client.blocking import BlockingRaftlogClient
 from raftlog.client.calls import parse_servers
 from raftlog.client.errors import (
     ClusterUnavailableError,
+    CorruptBatchError,
     DuplicateSequenceError,
     FencedError,
     InvalidProducerEpochError,
@@ -41,6 +42,7 @@ from raftlog.client.results import (
 __all__ = [
     "BlockingRaftlogClient",
     "ClusterUnavailableError",
+    "CorruptBatchError",
     "DuplicateSequenceError",
     "FencedError",
     "FetchResult",

@@ -15,8 +15,8 @@ import aiohttp
 from raftlog.client.calls import MAX_ATTEMPT_TIMEOUT_S, CallRouting, parse_servers
 from raftlog.client.compression import Compression, codec_named, decompressed, produce_batch
 from raftlog.client.errors import (
+    CorruptBatchError,
     InvalidRequestError,
-    RaftlogError,
 )
 from raftlog.rpc.messages import (
     ACKS,
@@ -37,6 +37,7 @@ from raftlog.rpc.messages import (
 )
 from raftlog.rpc.tls import client_context, scheme
 from raftlog.rpc.transport import StreamPool
+from raftlog.storage.batch import RecordBatch
 
 if TYPE_CHECKING:
     from raftlog.client.producer import IdempotentProducer
@@ -169,7 +170,12 @@ class RaftlogClient(AdminCalls, CallRouting):
         isolation: str = "read_committed",
     ) -> FetchResult:
         """Committed data batches from ``offset`` (the batch holding it first), up to
-        ``max_bytes`` (at least one batch when any is available)."""
+        ``max_bytes`` (at least one batch when any is available).
+
+        A batch whose payload does not decompress ends the result before it
+        (``next_offset`` is its base offset); asked for first, it raises
+        :class:`CorruptBatchError` naming it, so one bad batch never hides the rest
+        and is never skipped unseen."""
         if isolation not in ISOLATION:
             raise InvalidRequestError(
                 f"isolation: expected one of {sorted(ISOLATION)}, got {isolation!r}"
@@ -178,10 +184,24 @@ class RaftlogClient(AdminCalls, CallRouting):
             raise InvalidRequestError(f"max_bytes must be >= 1, got {max_bytes}")
         req = FetchRequest(topic, partition, offset, max_bytes, ISOLATION[isolation])
         r = await self._partition_call(topic, partition, req, FetchResponse)
-        try:
-            batches = [decompressed(b) for b in r.batches]
-        except ValueError as exc:
-            raise RaftlogError(f"topic {topic!r} partition {partition}: {exc}") from None
+        batches: list[RecordBatch] = []
+        for b in r.batches:
+            try:
+                batches.append(decompressed(b))
+            except ValueError as exc:
+                if not batches:  # the batch asked for: the caller skips it knowingly
+                    raise CorruptBatchError(
+                        topic, partition, b.base_offset, b.last_offset, str(exc)
+                    ) from None
+                # the good batches before it, and the next fetch starts at it
+                return FetchResult(
+                    batches,
+                    r.high_watermark,
+                    r.last_stable_offset,
+                    r.start_offset,
+                    b.base_offset,
+                    stored_bytes=tuple(s.size_bytes for s in r.batches[: len(batches)]),
+                )
         return FetchResult(
             batches,
             r.high_watermark,

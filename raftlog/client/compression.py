@@ -2,7 +2,8 @@
 
 A batch's codec lives in its attributes (:class:`raftlog.storage.batch.Compression`,
 Kafka's ids); the engine stores, replicates and checksums the compressed bytes
-and never decompresses. The client compresses on produce
+as sent (a node decompresses a produced payload once, bounded, only to check it:
+:mod:`raftlog.client.payload_check`). The client compresses on produce
 (:func:`produce_batch`) and decompresses every fetched batch
 (:func:`decompressed`), so a reader never sees a compressed payload.
 
@@ -61,32 +62,63 @@ def compress(codec: Compression, payload: bytes | memoryview) -> bytes | memoryv
     raise ValueError(f"compression: codec {codec.name.lower()} is not supported")
 
 
-def decompress(codec: Compression, payload: bytes) -> bytes:
+def decompress(
+    codec: Compression, payload: bytes | memoryview, limit: int = _MAX_DECOMPRESSED
+) -> bytes | memoryview:
     """The bytes that :func:`compress` turned into ``payload``; ValueError when
-    ``payload`` is not a valid frame of ``codec`` or expands past 64 MiB."""
+    ``payload`` is not a valid frame of ``codec`` (trailing bytes included) or expands
+    past ``limit`` bytes (64 MiB by default).
+
+    Bounded whatever the frame declares: lz4 output stops at ``limit + 1`` bytes, and a
+    zstd frame declaring more than ``limit`` is refused before decoding (zstandard's
+    one-shot ``decompress`` allocates a frame's declared size, ignoring
+    ``max_output_size``: 16 KB of zstd declaring 512 MiB took 512 MiB).
+    """
     if codec is Compression.NONE:
         return payload
+    name = codec.name.lower()
     try:
         if codec is Compression.LZ4:
             frame = lz4.frame.LZ4FrameDecompressor()
-            out = frame.decompress(payload, max_length=_MAX_DECOMPRESSED + 1)
-            if not frame.eof and len(out) <= _MAX_DECOMPRESSED:
-                raise ValueError(f"a {codec.name.lower()} payload is truncated")
+            out = frame.decompress(payload, max_length=limit + 1)
+            if len(out) <= limit:
+                if not frame.eof:
+                    raise ValueError(f"a {name} payload is truncated")
+                if frame.unused_data:
+                    raise ValueError(f"{len(frame.unused_data)} bytes follow the lz4 frame")
         elif codec is Compression.ZSTD:
-            # compress() writes the content size into the frame, so this is bounded
-            out = zstandard.ZstdDecompressor().decompress(
-                payload, max_output_size=_MAX_DECOMPRESSED
-            )
+            # A frame that declares its size is decoded into a buffer of that size, one
+            # that does not into at most ``limit`` bytes: refuse a declared size past the
+            # limit first, so neither can allocate more. Bytes after the first frame are
+            # ignored, by every reader alike (zstd's one-shot API).
+            declared = zstandard.frame_content_size(payload)
+            if declared > limit:
+                raise _TooLarge(declared)
+            try:
+                out = zstandard.ZstdDecompressor().decompress(payload, max_output_size=limit)
+            except zstandard.ZstdError as exc:
+                if declared >= 0:
+                    raise
+                # no declared size: truncated, or larger than the limit allowed
+                raise ValueError(
+                    f"it does not decode within the limit of {limit} bytes: {exc}"
+                ) from None
         else:
-            raise ValueError(f"codec {codec.name.lower()} is not supported")
+            raise ValueError(f"codec {name} is not supported")
     except (RuntimeError, ValueError, zstandard.ZstdError) as exc:  # lz4: RuntimeError
-        raise ValueError(f"compression: a {codec.name.lower()} payload is corrupt: {exc}") from None
-    if len(out) > _MAX_DECOMPRESSED:
+        raise ValueError(f"compression: a {name} payload is corrupt: {exc}") from None
+    except _TooLarge as exc:
         raise ValueError(
-            f"compression: a {codec.name.lower()} payload expands to {len(out)} bytes, "
-            f"past the limit of {_MAX_DECOMPRESSED}"
-        )
+            f"compression: a {name} payload declares {exc.args[0]} bytes, past the limit of "
+            f"{limit} bytes"
+        ) from None
+    if len(out) > limit:
+        raise ValueError(f"compression: a {name} payload expands past the limit of {limit} bytes")
     return out
+
+
+class _TooLarge(Exception):
+    """A frame declares a decompressed size past the limit (its size in args[0])."""
 
 
 def produce_batch(

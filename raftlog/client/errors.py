@@ -92,6 +92,23 @@ class ClusterUnavailableError(RaftlogError):
     code = ErrorCode.TIMEOUT
 
 
+class CorruptBatchError(RaftlogError):
+    """A fetched batch cannot be decoded (e.g. written by a node that did not check
+    batches on produce). Raised for that batch only: the batches before it are returned
+    by the fetch that reached it, and a reader skips it by continuing at
+    ``last_offset + 1``, as a Kafka consumer seeks past a corrupt record."""
+
+    code = ErrorCode.INVALID_REQUEST
+
+    def __init__(self, topic: str, partition: int, offset: int, last_offset: int, reason: str):
+        super().__init__(
+            f"corrupt batch at offsets {offset}..{last_offset} of topic {topic!r} partition "
+            f"{partition}: {reason}"
+        )
+        self.topic, self.partition = topic, partition
+        self.offset, self.last_offset = offset, last_offset
+
+
 _BY_CODE: dict[ErrorCode, type[RaftlogError]] = {
     cls.code: cls
     for cls in (

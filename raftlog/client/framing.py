@@ -1,6 +1,7 @@
 """Framing of several records in one batch payload (used by the CLI).
 
-The engine never looks inside payloads. Payloads written by the Spark
+The engine stores payloads as sent; a node checks them on produce
+(:mod:`raftlog.client.payload_check`). Payloads written by the Spark
 connector are Arrow IPC streams; payloads written by ``raftlog produce`` (and
 by :func:`frame_records`) hold ``record_count`` records, each::
 
@@ -140,6 +141,10 @@ def unframe_keyed(payload: bytes, record_count: int) -> list[Record] | None:
     _, n, flags = _HEAD.unpack_from(view, 0)
     if n != record_count or flags & ~(FLAG_KEYS | FLAG_TIMESTAMPS | FLAG_HEADERS):
         return None
+    # each record takes at least its value length: a count its bytes cannot hold is
+    # refused before anything is sized by it (2**31 records claimed in 12 bytes)
+    if _HEAD.size + 4 * n > len(view):
+        return None
     pos = _HEAD.size
     try:
 
@@ -154,6 +159,8 @@ def unframe_keyed(payload: bytes, record_count: int) -> list[Record] | None:
         stamps = take("q", n) if flags & FLAG_TIMESTAMPS else (None,) * n
         hcounts = take("I", n) if flags & FLAG_HEADERS else (0,) * n
         total_h = sum(hcounts)
+        if pos + 8 * total_h > len(view):
+            return None
         hk_lens = take("I", total_h) if flags & FLAG_HEADERS else ()
         hv_lens = take("i", total_h) if flags & FLAG_HEADERS else ()
     except struct.error:

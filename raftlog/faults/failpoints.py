@@ -56,8 +56,14 @@ RAFT_FOLLOWER_BEFORE_REPLY = "raft.follower.before_reply"
 TXN_AFTER_DECISION = "txn.after_decision"
 """In a two-phase commit's decide, after the decision is durable, before any marker."""
 
+PRODUCE_SKIP_BATCH_CHECK = "produce.skip_batch_check"
+"""With the ``error`` action, a node appends produced batches without checking their
+payloads (raftlog.client.payload_check), as nodes did before the check existed: how
+tests write the corrupt batches that readers must still get past."""
+
 KNOWN_SITES = frozenset(
     {
+        PRODUCE_SKIP_BATCH_CHECK,
         LOG_BEFORE_FLUSH,
         LOG_AFTER_FLUSH,
         RAFT_BEFORE_VOTE_SAVE,

@@ -8,7 +8,9 @@ import logging
 import time
 from typing import Any
 
+from raftlog.client.payload_check import PayloadError, check_payload
 from raftlog.coordinator.tm_stm import TRANSACTIONS_TOPIC
+from raftlog.faults.failpoints import PRODUCE_SKIP_BATCH_CHECK, FailpointError, failpoint
 from raftlog.node.groups import PartitionReplica
 from raftlog.rpc.messages import (
     CoordinatorRequest,
@@ -64,10 +66,30 @@ class DataApi:
                     f"batches[{i}]: payload of {len(b.payload)} bytes exceeds the limit of "
                     f"{self.config.max_batch_bytes} bytes (--max-batch-bytes)",
                 )
+        if _checks_batches():
+            self._check_batches(req)
         started = time.perf_counter()
         resp = await rep.produce(req)
         self.metrics.append_latency.labels(str(req.acks)).observe(time.perf_counter() - started)
         return resp
+
+    def _check_batches(self, req: ProduceRequest) -> None:
+        """Refuse the whole produce, before anything enters the log, when one of its
+        batches does not hold its record count (raftlog.client.payload_check): what
+        Kafka's broker answers CORRUPT_MESSAGE. A compressed payload is decoded into at
+        most 64 MiB (the engine's payload limit, which every reader keeps too), so a
+        small bomb costs the node no more than that."""
+        for i, b in enumerate(req.batches):
+            try:
+                check_payload(b.payload, b.record_count, b.compression)
+            except PayloadError as exc:
+                self.metrics.corrupt_batches.labels(req.topic).inc()
+                raise RequestError(
+                    ErrorCode.INVALID_REQUEST,
+                    f"CORRUPT_MESSAGE: topic {req.topic!r} partition {req.partition} "
+                    f"batches[{i}] (record_count {b.record_count}, {len(b.payload)} bytes): "
+                    f"{exc}",
+                ) from None
 
     async def fetch(self, req: FetchRequest) -> Any:
         return await self._leader_replica(req.topic, req.partition, read=True).fetch(req)
@@ -87,3 +109,13 @@ class DataApi:
 
     async def coordinate(self, req: CoordinatorRequest) -> Any:
         return await self._leader_replica(TRANSACTIONS_TOPIC, req.partition).coordinate(req)
+
+
+def _checks_batches() -> bool:
+    """False when the ``produce.skip_batch_check`` failpoint is set to ``error`` (tests
+    writing batches as nodes before the check did)."""
+    try:
+        failpoint(PRODUCE_SKIP_BATCH_CHECK)
+    except FailpointError:
+        return False
+    return True

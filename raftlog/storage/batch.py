@@ -1,9 +1,11 @@
 """The record batch: the unit of the log, of replication and of the wire.
 
 A batch is a fixed 52-byte little-endian header followed by an opaque payload.
-The engine never decodes payloads (for data written from Spark the payload is
-one Arrow IPC stream); only control batches (markers, raft configuration,
-controller commands) carry payloads that the engine itself reads.
+The storage and consensus layers never decode payloads (for data written from
+Spark the payload is one Arrow IPC stream); only control batches (markers, raft
+configuration, controller commands) carry payloads that the engine itself reads.
+A node checks a produced data payload against its record count once, before it
+enters the log (``raftlog.client.payload_check``).
 
 Header layout (all little-endian)::
 
@@ -19,9 +21,10 @@ Header layout (all little-endian)::
     timestamp_ms   int64    append time on the leader (ms since the epoch)
     payload_len    int32    bytes of payload that follow
 
-The engine never decompresses: a compressed payload is stored, replicated and
+The engine never rewrites a payload: a compressed payload is stored, replicated and
 checksummed as the writer sent it (the CRC covers the compressed bytes), and
-readers decompress (``raftlog.client.compression``). Kafka keeps the codec in
+readers decompress (``raftlog.client.compression``; a node decompresses a produced
+payload once, bounded, only to check it). Kafka keeps the codec in
 the low three bits of its attributes; here bits 0-4 were taken before
 compression existed, so the codec takes the next three, with Kafka's ids.
 

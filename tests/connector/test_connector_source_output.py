@@ -14,6 +14,8 @@ from pyspark_raftlog.arrow_payload import encode_payload
 from pyspark_raftlog.source import _to_output
 from pyspark_raftlog.spark_schema import arrow_schema_of, read_schema
 
+from raftlog.client import CorruptBatchError
+
 USER = pa.schema([("id", pa.int64()), ("name", pa.string())])
 
 
@@ -73,7 +75,10 @@ def test_a_typed_timestamp_column_is_the_rows_timestamp() -> None:
 def test_record_count_mismatch_is_an_error() -> None:
     batch = stored(0, [1, 2, 3])
     batch.record_count = 4
-    with pytest.raises(ValueError, match="claims 4 records"):
+    # a corrupt batch: named, and the query fails (as Kafka's source on corrupt data)
+    with pytest.raises(
+        CorruptBatchError, match=r"offsets 0\.\.3 .* holds 3 rows, the batch claims 4"
+    ):
         _to_output("t", 0, batch, 0, 10, USER, out_schema())
 
 

@@ -68,7 +68,8 @@ def test_known_site_constants():
     assert failpoints.RAFT_BEFORE_VOTE_SAVE == "raft.before_vote_save"
     assert failpoints.RAFT_FOLLOWER_BEFORE_REPLY == "raft.follower.before_reply"
     assert failpoints.TXN_AFTER_DECISION == "txn.after_decision"
-    assert len(failpoints.KNOWN_SITES) == 5
+    assert failpoints.PRODUCE_SKIP_BATCH_CHECK == "produce.skip_batch_check"
+    assert len(failpoints.KNOWN_SITES) == 6
 
 
 def test_disabled_site_is_a_noop_and_not_counted():

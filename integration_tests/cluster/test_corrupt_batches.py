@@ -1,0 +1,178 @@
+"""Batches are checked on the way in, and one bad batch never poisons a partition
+(issue 44): real node processes, the CLI as a user runs it."""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import struct
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+
+import aiohttp
+import pytest
+import zstandard
+
+from benchmarks.workloads.cluster_handle import ClusterHandle, running_cluster
+from raftlog.client import CorruptBatchError, RaftlogClient
+from raftlog.client.framing import frame_records
+from raftlog.client.payload_check import PayloadError
+from raftlog.faults.failpoints import ENV_VAR, PRODUCE_SKIP_BATCH_CHECK
+from raftlog.rpc import codec
+from raftlog.rpc.messages import ErrorCode, ErrorResponse, ProduceBatch, ProduceRequest
+from raftlog.storage.batch import Compression
+
+GARBAGE_LZ4 = ProduceBatch(bytes(range(7)), 1, int(Compression.LZ4))
+HUGE_COUNT = ProduceBatch(b"x", 2**31 - 1)
+KEYED_HUGE_COUNT = ProduceBatch(struct.pack("<4sII", b"\xffRK1", 2**31 - 1, 0), 2**31 - 1)
+GIB, MIB = 1 << 30, 1 << 20
+
+
+def _cli(servers: list[str], *args: str) -> subprocess.CompletedProcess:
+    env = dict(os.environ, RAFTLOG_SERVERS=",".join(servers))
+    return subprocess.run(
+        [sys.executable, "-m", "raftlog", *args],
+        capture_output=True,
+        env=env,
+        timeout=120,
+        check=False,
+    )
+
+
+async def _produce_raw(client: RaftlogClient, cluster: ClusterHandle, topic: str, *batches):
+    """A produce of ``batches`` as they are (no compression by the client, whatever the
+    codec they name), sent to the partition's leader as a hostile client would."""
+    leader = (await client.describe_topic(topic)).partitions[0].leader
+    body = codec.encode(ProduceRequest(topic, 0, -1, list(batches)))
+    url = f"http://{cluster.address(leader)}/v1/produce"
+    async with aiohttp.ClientSession() as s, s.post(url, data=body) as r:
+        return r.status, codec.decode(await r.read()), leader
+
+
+def _rss(pid: int) -> int:
+    for line in pathlib.Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    raise AssertionError(f"no VmRSS for pid {pid}")
+
+
+def _zstd_bomb() -> bytes:
+    """1 GiB of zeros in about 32 KB, declaring no size (decoded until it ends)."""
+    c = zstandard.ZstdCompressor(write_content_size=False).compressobj()
+    zeros = bytes(MIB)
+    return b"".join(c.compress(zeros) for _ in range(GIB // MIB)) + c.flush()
+
+
+async def test_corrupt_batches_are_refused_and_the_partition_keeps_serving(
+    raftlog_cluster,
+) -> None:
+    servers = raftlog_cluster.servers
+    topic = f"corrupt-{uuid.uuid4().hex[:8]}"
+    async with RaftlogClient(servers) as client:
+        await client.create_topic(topic, partitions=1, replication_factor=3)
+        await client.produce(topic, 0, [(frame_records([b"before"]), 1)], acks="all")
+        _start, end_before, _lso = await client.list_offsets(topic, 0)
+
+        # seven bytes of garbage marked lz4, as the second batch of a produce
+        good = ProduceBatch(frame_records([b"never"]), 1)
+        status, err, _ = await _produce_raw(client, raftlog_cluster, topic, good, GARBAGE_LZ4)
+        assert status == 400 and isinstance(err, ErrorResponse), err
+        assert err.code == ErrorCode.INVALID_REQUEST
+        assert err.message.startswith("CORRUPT_MESSAGE:"), err.message
+        assert f"topic {topic!r} partition 0 batches[1]" in err.message
+        assert "lz4 payload is corrupt" in err.message
+
+        # a 1-byte payload claiming 2**31-1 records, and a 12-byte keyed one
+        for batch, why in [
+            (HUGE_COUNT, "does not fit a payload of 1 bytes"),
+            (KEYED_HUGE_COUNT, "does not fit a keyed payload of 12 bytes"),
+        ]:
+            status, err, _ = await _produce_raw(client, raftlog_cluster, topic, batch)
+            assert isinstance(err, ErrorResponse) and why in err.message, err
+            assert f"topic {topic!r} partition 0 batches[0]" in err.message
+
+        # a zstd bomb: refused, the leader's memory growing by no more than the cap
+        bomb = ProduceBatch(_zstd_bomb(), 1, int(Compression.ZSTD))
+        leader = (await client.describe_topic(topic)).partitions[0].leader
+        rss_before = _rss(raftlog_cluster.pid(leader))
+        status, err, _ = await _produce_raw(client, raftlog_cluster, topic, bomb)
+        grown = _rss(raftlog_cluster.pid(leader)) - rss_before
+        assert isinstance(err, ErrorResponse), err
+        assert "does not decode within the limit of 67108864 bytes" in err.message
+        assert grown < 64 * MIB + 48 * MIB, f"leader RSS grew by {grown} bytes"
+
+        # each refusal is counted, by the node that refused it (all four, on any leader)
+        counted = 0.0
+        line = f'raftlog_produce_corrupt_batches_total{{topic="{topic}"}} '
+        async with aiohttp.ClientSession() as s:
+            for node in (1, 2, 3):
+                async with s.get(f"http://{raftlog_cluster.address(node)}/metrics") as r:
+                    text = await r.text()
+                counted += sum(
+                    float(x[len(line) :]) for x in text.splitlines() if x.startswith(line)
+                )
+        assert counted == 4.0
+
+        # nothing of them entered the log; the partition keeps writing and serving
+        assert (await client.list_offsets(topic, 0))[1] == end_before
+        await client.produce(topic, 0, [(frame_records([b"after"]), 1)], acks="all")
+    out = _cli(servers, "consume", topic, "--from-beginning", "--timeout-ms", "2000")
+    assert out.returncode == 0, out.stderr
+    assert out.stdout == b"before\nafter\n"
+
+
+@pytest.fixture
+def unchecked_cluster(tmp_path: pathlib.Path, monkeypatch) -> Iterator[ClusterHandle]:
+    """A cluster whose nodes append produced batches unchecked, as nodes did before the
+    check existed (the failpoint is read from the environment the nodes inherit)."""
+    monkeypatch.setenv(ENV_VAR, f"{PRODUCE_SKIP_BATCH_CHECK}=error")
+    with running_cluster(tmp_path / "cluster") as handle:
+        yield handle
+
+
+async def test_readers_get_past_a_bad_batch_already_in_the_log(unchecked_cluster) -> None:
+    """Bad batches written by an older node: each reader fails that batch, naming it,
+    and reads the good records before and after it."""
+    servers = unchecked_cluster.servers
+    topic = "poisoned"
+    async with RaftlogClient(servers) as client:
+        await client.create_topic(topic, partitions=1, replication_factor=3)
+        one = await client.produce(topic, 0, [(frame_records([b"one"]), 1)], acks="all")
+        offsets = []
+        for bad in (GARBAGE_LZ4, KEYED_HUGE_COUNT):
+            status, reply, _ = await _produce_raw(client, unchecked_cluster, topic, bad)
+            assert status == 200, reply  # the check is off: written as before
+            offsets.append(reply.base_offset)
+        garbage, keyed_at = offsets
+        two = await client.produce(topic, 0, [(frame_records([b"two"]), 1)], acks="all")
+
+        # the client: the good batch before, then the bad one alone, named
+        first = await client.fetch(topic, 0, one.base_offset)
+        assert [b.base_offset for b in first.batches] == [one.base_offset]
+        assert first.next_offset == garbage
+        named = rf"offsets {garbage}\.\.{garbage} of topic '{topic}' partition 0"
+        with pytest.raises(CorruptBatchError, match=named) as e:
+            await client.fetch(topic, 0, garbage)
+        assert "lz4 payload is corrupt" in str(e.value) and e.value.last_offset == garbage
+        rest = await client.fetch(topic, 0, keyed_at)
+        keyed, last = rest.batches
+        assert keyed.record_count == 2**31 - 1 and last.base_offset == two.base_offset
+
+        # the connector's decoder: a clear error, not MemoryError
+        from pyspark_raftlog.raw_records import decode_records
+
+        with pytest.raises(PayloadError, match="does not fit a keyed payload of 12 bytes"):
+            decode_records(keyed.payload, keyed.record_count)
+
+    out = _cli(servers, "consume", topic, "--from-beginning", "--timeout-ms", "2000")
+    assert out.stdout == b"one\ntwo\n", out.stderr
+    assert out.returncode == 1
+    err = out.stderr.decode()
+    assert f"corrupt batch at offsets {garbage}..{garbage} of topic '{topic}' partition 0" in err
+    last_keyed = keyed_at + 2**31 - 2
+    assert (
+        f"corrupt batch at offsets {keyed_at}..{last_keyed} of topic '{topic}' partition 0" in err
+    )
+    assert "MemoryError" not in err and "Traceback" not in err
