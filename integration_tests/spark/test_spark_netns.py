@@ -130,8 +130,11 @@ def _log_ends(c: NetnsCluster, victim: int, topic: str) -> tuple[bool, dict, dic
     """(caught up, every replica's log end per partition, the high watermarks): caught up
     when the healed node's log end of each of its partitions equals the other replicas',
     and for ``topic`` also the high watermark that ``raftlog offsets`` reports through
-    the healed node alone."""
-    ends = {n.node_id: _scrape_log_ends(c, n.address) for n in c.cluster.nodes}
+    the healed node alone (not caught up while a node does not answer)."""
+    try:
+        ends = {n.node_id: _scrape_log_ends(c, n.address) for n in c.cluster.nodes}
+    except OSError as exc:  # a node that does not answer has not caught up either
+        return False, {}, {"metrics failed": repr(exc)}
     r = cli(
         "offsets",
         topic,
