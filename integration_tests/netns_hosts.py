@@ -46,7 +46,7 @@ import sys
 from collections.abc import Iterator
 
 from secure_cluster import make_certificates
-from tenacity import Retrying, retry_if_result, stop_after_delay, wait_fixed
+from tenacity import Retrying, retry_if_result, stop_after_attempt, stop_after_delay, wait_fixed
 
 from raftlog.cluster import (
     LocalCluster,
@@ -291,7 +291,7 @@ def _check_exec(node: NodeProcess, proc: subprocess.Popen[bytes], ns: str) -> No
     stopping the PID stops the server) and runs inside ``ns``; a node that exited is
     left for :func:`wait_ready` to report with its log."""
     waiting = Retrying(
-        stop=stop_after_delay(10.0),
+        stop=stop_after_delay(10.0) | stop_after_attempt(200),
         wait=wait_fixed(0.05),
         retry=retry_if_result(bool),
         retry_error_callback=lambda _state: True,

@@ -44,7 +44,14 @@ from stream_checks import (
     start_sink,
     unique_topic,
 )
-from tenacity import RetryCallState, Retrying, retry_if_result, stop_after_delay, wait_fixed
+from tenacity import (
+    RetryCallState,
+    Retrying,
+    retry_if_result,
+    stop_after_attempt,
+    stop_after_delay,
+    wait_fixed,
+)
 
 from raftlog.client import BlockingRaftlogClient
 from raftlog.rpc.tls import client_context
@@ -63,6 +70,7 @@ BATCH_TIMEOUT_S = 90.0  # for each of the waits for committed micro-batches
 # bound would be most of it.
 REQUEST_TIMEOUT_MS = 9000
 CATCH_UP_TIMEOUT_S = 45.0
+POLL_S = 0.5
 
 
 @pytest.fixture
@@ -81,17 +89,17 @@ def _wait_for(
     what: str,
     done: Callable[[T], bool] = lambda r: r is not None and r is not False,
 ) -> T:
-    """``check()`` every 0.5 s until ``done`` holds for its result, which is returned;
-    AssertionError naming ``what`` and the last result after ``timeout_s``. An exception
-    from ``check`` is raised at once."""
+    """``check()`` every POLL_S until ``done`` holds for its result, which is returned;
+    AssertionError naming ``what`` and the last result after ``timeout_s`` (or as many
+    checks as fit in it). An exception from ``check`` is raised at once."""
 
     def timed_out(state: RetryCallState) -> T:
         last = state.outcome.result() if state.outcome is not None else None
         raise AssertionError(f"timed out after {timeout_s:.0f}s waiting for {what}; last: {last}")
 
     retrying = Retrying(
-        stop=stop_after_delay(timeout_s),
-        wait=wait_fixed(0.5),
+        stop=stop_after_delay(timeout_s) | stop_after_attempt(int(timeout_s / POLL_S) + 1),
+        wait=wait_fixed(POLL_S),
         retry=retry_if_result(lambda r: not done(r)),
         retry_error_callback=timed_out,
     )
