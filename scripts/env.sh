@@ -70,6 +70,15 @@ if ! command -v etcd >/dev/null 2>&1; then
         || echo "raftlog setup: etcd is missing; the etcd tests will fail until 'apt-get install etcd-server'" >&2
 fi
 
+# The network-namespace test (integration_tests/netns_hosts.py) makes its hosts with `ip`
+# and cuts one off with nftables inside its namespace. Best effort, as etcd above: without
+# them, that test fails naming the package.
+if ! command -v nft >/dev/null 2>&1 || ! command -v ip >/dev/null 2>&1; then
+    echo "raftlog setup: installing nftables and iproute2 (the network-namespace test) through apt" >&2
+    apt_install nftables iproute2 \
+        || echo "raftlog setup: nft or ip is missing; the network-namespace test will fail until 'apt-get install nftables iproute2'" >&2
+fi
+
 export PYSPARK_PYTHON="$ROOT/.venv/bin/python"
 export PYSPARK_DRIVER_PYTHON="$ROOT/.venv/bin/python"
 export PATH="$ROOT/.venv/bin:$PATH"
