@@ -32,6 +32,7 @@ import ssl
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 
 import aiohttp
@@ -224,6 +225,26 @@ async def test_the_client_stream_checks_each_messages_role(secure: SecureCluster
     assert "refuses the client token" in refused.message
     listed = answers[8]  # the stream serves on: a client call on it is answered
     assert isinstance(listed, ListTopicsResponse) and "stream-guarded" in listed.names
+
+
+async def test_a_move_ends_through_the_nodes_own_token(secure: SecureCluster) -> None:
+    """The partition's leader ends a move at the controller (complete_move, an admin
+    route) with the peer token: a move an admin starts finishes on a cluster where
+    every role has its own token."""
+    async with _client(secure, auth_token=CLIENT_TOKEN, admin_token=ADMIN_TOKEN) as admin:
+        meta = await admin.create_topic("moving", partitions=1, replication_factor=1)
+        (source,) = meta.partitions[0].replicas
+        target = 1 if source != 1 else 2
+        await admin.produce("moving", 0, [(frame_records([b"kept"]), 1)])
+        assert not await admin.move_partition("moving", 0, [target])
+        done = False
+        deadline = time.monotonic() + 60.0
+        while not done and time.monotonic() < deadline:
+            await asyncio.sleep(0.5)
+            done = await admin.move_partition("moving", 0, [target])
+        assert done, "the move did not end within 60 s (complete_move refused?)"
+        fetched = await admin.fetch("moving", 0, 0)
+        assert [b.payload for b in fetched.batches] == [frame_records([b"kept"])]
 
 
 def test_a_non_utf8_authorization_header_gets_401(secure: SecureCluster) -> None:
