@@ -401,3 +401,37 @@ def test_cli_admin_commands_need_the_admin_token(
     wrong = _cli(secure, "topic", "delete", "x", "--admin-token", "not-it")
     assert wrong.returncode == 1
     assert "delete_topic needs the admin role" in wrong.stderr, wrong.stderr
+
+
+@pytest.fixture
+def token_cluster(tmp_path: pathlib.Path) -> Iterator[object]:
+    """A 1-node local cluster with a client token: start_cluster makes its peer and
+    admin tokens and records them; every node stopped by PID."""
+    from raftlog.cluster import pid_alive, start_cluster, stop_cluster, stop_node
+
+    cluster = start_cluster(tmp_path / "local", 1, auth_token=CLIENT_TOKEN, timeout_s=60.0)
+    try:
+        yield cluster
+    finally:
+        stop_cluster(cluster.data_dir, timeout_s=10.0)
+        from raftlog.cluster import load_cluster
+
+        for node in (load_cluster(cluster.data_dir) or cluster).nodes:
+            if pid_alive(node.pid):
+                stop_node(node, signal.SIGKILL, timeout_s=5.0)
+
+
+def test_local_add_node_registers_with_the_admin_token(token_cluster) -> None:
+    from raftlog.cluster import ClusterError, add_node, load_cluster
+
+    recorded = load_cluster(token_cluster.data_dir)
+    assert recorded is not None and recorded.admin_token
+    assert len({recorded.auth_token, recorded.admin_token, recorded.peer_token}) == 3
+    with pytest.raises(ClusterError) as info:
+        add_node(token_cluster.data_dir, timeout_s=30.0, admin_token="not-the-admin-token")
+    assert "register_node needs the admin role" in str(info.value)
+    assert "--admin-token" in str(info.value)
+    node = add_node(token_cluster.data_dir, timeout_s=60.0)  # the recorded admin token
+    line = _cmdline(node.pid)
+    for token in (recorded.auth_token, recorded.admin_token, recorded.peer_token):
+        assert token not in line
