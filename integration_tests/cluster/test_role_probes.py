@@ -422,7 +422,7 @@ def token_cluster(tmp_path: pathlib.Path) -> Iterator[object]:
 
 
 def test_local_add_node_registers_with_the_admin_token(token_cluster) -> None:
-    from raftlog.cluster import ClusterError, add_node, load_cluster
+    from raftlog.cluster import ClusterError, add_node, forget_node, load_cluster
 
     recorded = load_cluster(token_cluster.data_dir)
     assert recorded is not None and recorded.admin_token
@@ -431,6 +431,9 @@ def test_local_add_node_registers_with_the_admin_token(token_cluster) -> None:
         add_node(token_cluster.data_dir, timeout_s=30.0, admin_token="not-the-admin-token")
     assert "register_node needs the admin role" in str(info.value)
     assert "--admin-token" in str(info.value)
+    # the refused node runs on, unregistered, campaigning in a controller group of its
+    # own making: stopped (by PID) and dropped, so it cannot disturb the next join
+    forget_node(token_cluster.data_dir, 2)
     node = add_node(token_cluster.data_dir, timeout_s=60.0)  # the recorded admin token
     line = _cmdline(node.pid)
     for token in (recorded.auth_token, recorded.admin_token, recorded.peer_token):
