@@ -404,12 +404,19 @@ def test_cli_admin_commands_need_the_admin_token(
 
 
 @pytest.fixture
-def token_cluster(tmp_path: pathlib.Path) -> Iterator[object]:
-    """A 1-node local cluster with a client token: start_cluster makes its peer and
-    admin tokens and records them; every node stopped by PID."""
+def token_cluster(tmp_path: pathlib.Path, request: pytest.FixtureRequest) -> Iterator[object]:
+    """A 1-node local cluster with a client token (and, parametrized indirectly, extra
+    server flags): start_cluster makes its peer and admin tokens and records them;
+    every node stopped by PID."""
     from raftlog.cluster import pid_alive, start_cluster, stop_cluster, stop_node
 
-    cluster = start_cluster(tmp_path / "local", 1, auth_token=CLIENT_TOKEN, timeout_s=60.0)
+    cluster = start_cluster(
+        tmp_path / "local",
+        1,
+        auth_token=CLIENT_TOKEN,
+        extra_args=list(getattr(request, "param", None) or []) or None,
+        timeout_s=60.0,
+    )
     try:
         yield cluster
     finally:
@@ -438,3 +445,24 @@ def test_local_add_node_registers_with_the_admin_token(token_cluster) -> None:
     line = _cmdline(node.pid)
     for token in (recorded.auth_token, recorded.admin_token, recorded.peer_token):
         assert token not in line
+
+
+@pytest.mark.parametrize("token_cluster", [["--auto-create-topics-enable", "false"]], indirect=True)
+async def test_create_topic_is_an_admin_call_when_auto_create_is_off(token_cluster) -> None:
+    from raftlog.cluster import load_cluster
+
+    recorded = load_cluster(token_cluster.data_dir)
+    assert recorded is not None and recorded.admin_token
+    servers = recorded.servers
+    async with RaftlogClient(servers, auth_token=CLIENT_TOKEN, request_timeout_s=TIMEOUT_S) as c:
+        with pytest.raises(UnauthorizedError) as info:
+            await c.create_topic("not-auto", partitions=1, replication_factor=1)
+        assert f"create_topic {ADMIN_REFUSAL}" in str(info.value)
+    async with RaftlogClient(
+        servers,
+        auth_token=CLIENT_TOKEN,
+        admin_token=recorded.admin_token,
+        request_timeout_s=TIMEOUT_S,
+    ) as admin:
+        meta = await admin.create_topic("not-auto", partitions=1, replication_factor=1)
+        assert len(meta.partitions) == 1
