@@ -114,7 +114,9 @@ class AdminApi:
             raise RequestError(ErrorCode.TIMEOUT, "the controller did not apply the command in 10s")
 
     async def create_topic(self, req: CreateTopicRequest) -> CreateTopicResponse:
-        refuse_internal_create(req.name, req.partitions, bool(req.configs))
+        refuse_internal_create(
+            req.name, req.partitions, bool(req.configs) or req.schema is not None
+        )
         try:
             if req.name != TRANSACTIONS_TOPIC:  # internal names start with "__"
                 validate_topic_name(req.name)

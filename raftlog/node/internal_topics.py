@@ -31,8 +31,8 @@ def refuse_internal(topic: str, action: str) -> None:
 def refuse_internal_create(topic: str, partitions: int, has_configs: bool) -> None:
     """Refuse creating an internal topic through the API, naming it. The one exception
     is the transaction coordinator's ``__transactions``, which the coordinator client
-    creates on first use: in its fixed shape only (one partition, no config overrides),
-    so nobody can make it otherwise."""
+    creates on first use: in its fixed shape only (one partition, no config overrides
+    nor schema: ``has_configs`` False), so nobody can make it otherwise."""
     if not is_internal(topic):
         return
     if topic == TRANSACTIONS_TOPIC and partitions in (1, -1) and not has_configs:
@@ -41,6 +41,6 @@ def refuse_internal_create(topic: str, partitions: int, has_configs: bool) -> No
         raise RequestError(
             ErrorCode.INVALID_REQUEST,
             f"topic {topic!r} is internal: the transaction coordinator creates it with one "
-            "partition and no config overrides, and nothing else",
+            "partition and no config overrides or schema, and nothing else",
         )
     refuse_internal(topic, "created")
