@@ -67,15 +67,17 @@ _NAME = re.compile(r"^rl(?:b|v|p|ns-)(?P<pid>[0-9a-f]{6})(?P<rand>[0-9a-f]{2})(?
 
 # The environment variable of every secret: nodes get all of them, clients all but the
 # peer token. A new role's token is one more entry in make_tokens().
-CLIENT_TOKEN_ENV = "RAFTLOG_AUTH_TOKEN"  # the nodes also read it as RAFTLOG_CLIENT_TOKEN
+CLIENT_TOKEN_ENV = "RAFTLOG_CLIENT_TOKEN"
+ADMIN_TOKEN_ENV = "RAFTLOG_ADMIN_TOKEN"
 PEER_TOKEN_ENV = "RAFTLOG_PEER_TOKEN"
 
 
 def make_tokens() -> dict[str, str]:
-    """A fresh secret per role, keyed by the environment variable that carries it (the
-    admin role's: ``"RAFTLOG_ADMIN_TOKEN": "admin-" + secrets.token_urlsafe(18)``)."""
+    """A fresh secret per role (client, admin, peer), keyed by the environment variable
+    that carries it."""
     return {
         CLIENT_TOKEN_ENV: "client-" + secrets.token_urlsafe(18),
+        ADMIN_TOKEN_ENV: "admin-" + secrets.token_urlsafe(18),
         PEER_TOKEN_ENV: "peer-" + secrets.token_urlsafe(18),
     }
 

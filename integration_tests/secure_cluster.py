@@ -4,7 +4,8 @@ Each node listens on its own loopback address (127.0.0.2, .3, .4: loopback, so
 the test binds nothing reachable from outside, but not ``127.0.0.1``, so every
 node is held to a networked node's rules). Certificates come from ``trustme``:
 one CA, and one server certificate naming the three addresses as IP SANs.
-Clients use ``CLIENT_TOKEN``, the nodes ``PEER_TOKEN``. The nodes are started
+Clients use ``CLIENT_TOKEN``, admins ``ADMIN_TOKEN``, the nodes ``PEER_TOKEN``
+(the three roles of issue 44). The nodes are started
 with :func:`raftlog.cluster.start_cluster` and stopped by PID when the
 context exits, even when the test failed.
 """
@@ -20,6 +21,7 @@ from collections.abc import Iterator
 HOSTS = ["127.0.0.2", "127.0.0.3", "127.0.0.4"]
 CLIENT_TOKEN = "client-secret-token-17"
 PEER_TOKEN = "peer-secret-token-17"
+ADMIN_TOKEN = "admin-secret-token-44"
 INSTALL = "pip install -e '.[test]' (trustme makes the test certificates)"
 
 
@@ -59,6 +61,7 @@ def running_secure_cluster(root: pathlib.Path) -> Iterator[SecureCluster]:
         hosts=HOSTS,
         auth_token=CLIENT_TOKEN,
         peer_token=PEER_TOKEN,
+        admin_token=ADMIN_TOKEN,
         tls=tls,
         timeout_s=90.0,
     )

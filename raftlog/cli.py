@@ -439,11 +439,30 @@ def build_parser() -> argparse.ArgumentParser:
         offsets,
     ):
         p.add_argument("--servers", help="HOST:PORT[,HOST:PORT...] (else $RAFTLOG_SERVERS)")
-        p.add_argument("--auth-token", help="else $RAFTLOG_AUTH_TOKEN")
+        p.add_argument(
+            "--auth-token",
+            "--client-token",
+            dest="auth_token",
+            help="the client token (else $RAFTLOG_CLIENT_TOKEN or $RAFTLOG_AUTH_TOKEN)",
+        )
         p.add_argument(
             "--tls-ca", help="PEM CA file: use HTTPS, verified by it (else $RAFTLOG_TLS_CA)"
         )
+    # the admin role's calls (raftlog.rpc.roles): each takes the admin token
+    for p in (decommission, delete, alter, add_parts, transfer, move, add_node):
+        _add_admin_token_arguments(p)
     return parser
+
+
+def _add_admin_token_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--admin-token",
+        help="the admin token, which admin calls need (else --admin-token-file, "
+        "$RAFTLOG_ADMIN_TOKEN, or a local cluster's own)",
+    )
+    p.add_argument(
+        "--admin-token-file", metavar="PATH", help="read the admin token from PATH (first line)"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -516,7 +535,7 @@ def _cmd_local_start(args: argparse.Namespace) -> int:
 def _cmd_local_add_node(args: argparse.Namespace) -> int:
     from raftlog.cluster import add_node
 
-    node = add_node(args.data_dir)
+    node = add_node(args.data_dir, admin_token=_admin_token(args))
     if args.format == "json":
         print(json.dumps({"node_id": node.node_id, "address": node.address, "pid": node.pid}))
     else:
@@ -651,12 +670,31 @@ def resolve_servers(servers: str | None) -> tuple[list[str], Any]:
 
 def _credentials(args: argparse.Namespace, recorded: Any) -> tuple[str | None, str | None]:
     """(client token, CA file): each from its flag, else its environment variable
-    (RAFTLOG_AUTH_TOKEN, RAFTLOG_TLS_CA), else what the local cluster ``recorded``."""
-    token = args.auth_token or os.environ.get("RAFTLOG_AUTH_TOKEN")
+    (RAFTLOG_CLIENT_TOKEN or RAFTLOG_AUTH_TOKEN, RAFTLOG_TLS_CA), else what the local
+    cluster ``recorded``."""
+    token = (
+        args.auth_token
+        or os.environ.get("RAFTLOG_CLIENT_TOKEN")
+        or os.environ.get("RAFTLOG_AUTH_TOKEN")
+    )
     ca_file = args.tls_ca or os.environ.get("RAFTLOG_TLS_CA")
     if recorded is not None:
         token, ca_file = token or recorded.auth_token, ca_file or recorded.tls_ca_file
     return token, ca_file
+
+
+def _admin_token(args: argparse.Namespace, recorded: Any = None) -> str | None:
+    """The admin token of an admin command: ``--admin-token``, else
+    ``--admin-token-file``, else $RAFTLOG_ADMIN_TOKEN, else the one the local cluster
+    ``recorded`` (its own, in its cluster.json). ValueError names the flag when the
+    file cannot be read or is empty."""
+    from raftlog.node.config import resolve_token
+    from raftlog.rpc.roles import Role
+
+    found = resolve_token(args, Role.ADMIN) if hasattr(args, "admin_token") else None
+    if found is None and recorded is not None:
+        found = getattr(recorded, "admin_token", None)
+    return found
 
 
 def _client(args: argparse.Namespace) -> Any:
@@ -664,7 +702,13 @@ def _client(args: argparse.Namespace) -> Any:
 
     servers, recorded = resolve_servers(args.servers)
     token, ca_file = _credentials(args, recorded)
-    return RaftlogClient(servers, auth_token=token, tls_ca_file=ca_file, request_timeout_s=30.0)
+    return RaftlogClient(
+        servers,
+        auth_token=token,
+        admin_token=_admin_token(args, recorded),
+        tls_ca_file=ca_file,
+        request_timeout_s=30.0,
+    )
 
 
 def _run(args: argparse.Namespace, fn: Any) -> int:

@@ -121,6 +121,7 @@ class LocalCluster:
     auth_token: str | None = None
     peer_token: str | None = None
     tls_ca_file: str | None = None  # the nodes serve HTTPS, verified by this CA
+    admin_token: str | None = None
     started: list[int] = dataclasses.field(default_factory=list)
     down: list[NodeFailure] = dataclasses.field(default_factory=list)
 
@@ -153,7 +154,7 @@ class LocalCluster:
             "auth_token": self.auth_token,
         }
         # written only when set: a plain cluster's file stays as it was
-        for key in ("peer_token", "tls_ca_file"):
+        for key in ("peer_token", "tls_ca_file", "admin_token"):
             if getattr(self, key) is not None:
                 raw[key] = getattr(self, key)
         return json.dumps(raw, indent=2)
@@ -167,6 +168,7 @@ class LocalCluster:
             auth_token=raw.get("auth_token"),
             peer_token=raw.get("peer_token"),
             tls_ca_file=raw.get("tls_ca_file"),
+            admin_token=raw.get("admin_token"),
         )
 
     def health(self, node: NodeProcess, timeout_s: float = 1.0) -> dict[str, Any] | None:
@@ -325,7 +327,10 @@ def node_argv(
 
 
 def spawn(
-    node: NodeProcess, auth_token: str | None = None, peer_token: str | None = None
+    node: NodeProcess,
+    auth_token: str | None = None,
+    peer_token: str | None = None,
+    admin_token: str | None = None,
 ) -> subprocess.Popen[bytes]:
     """Start ``node.argv`` detached, appending output to its log file; sets ``node.pid``.
 
@@ -334,14 +339,16 @@ def spawn(
     installation, not to the cluster, and a recorded one can be gone (a re-created
     venv, a moved or deleted checkout) or run older code than the caller's.
 
-    The tokens go in the node's environment (RAFTLOG_AUTH_TOKEN, RAFTLOG_PEER_TOKEN),
-    not its argv, which any local user can read in ``ps``."""
+    The tokens go in the node's environment (RAFTLOG_AUTH_TOKEN, RAFTLOG_PEER_TOKEN,
+    RAFTLOG_ADMIN_TOKEN), not its argv, which any local user can read in ``ps``."""
     node.argv = [sys.executable, *node.argv[1:]]
     env = dict(os.environ)
     if auth_token:
         env["RAFTLOG_AUTH_TOKEN"] = auth_token
     if peer_token:
         env["RAFTLOG_PEER_TOKEN"] = peer_token
+    if admin_token:
+        env["RAFTLOG_ADMIN_TOKEN"] = admin_token
     with os.fdopen(
         _open_private(pathlib.Path(node.log_file), os.O_WRONLY | os.O_APPEND), "ab"
     ) as log:
@@ -485,6 +492,7 @@ def start_cluster(
     peer_token: str | None = None,
     tls: tuple[str, str, str] | None = None,
     allow_plaintext: bool = False,
+    admin_token: str | None = None,
 ) -> LocalCluster:
     """Start the local cluster in ``data_dir`` and return it once it serves.
 
@@ -509,12 +517,16 @@ def start_cluster(
     A new cluster may also be given ``hosts`` (node i listens on ``hosts[i]``, an
     IPv4 address; one per node), ``tls`` as (cert file, key file, CA file), PEM,
     passed to every node as ``--tls-cert/--tls-key/--tls-ca`` (the certificate
-    must name every host), and a ``peer_token``. With ``auth_token`` and no
-    ``peer_token`` a random peer token is made: the nodes need their own secret.
-    Nodes on ``hosts`` other than loopback (see :func:`raftlog.node.config.is_loopback`:
-    127.0.0.2 counts as a network) refuse to start without ``tls`` unless
-    ``allow_plaintext`` (their ``--allow-plaintext``: the tokens then cross the network
-    in plain text, and every node logs a warning at each start).
+    must name every host), a ``peer_token`` and an ``admin_token``. With
+    ``auth_token`` and no ``peer_token`` a random peer token is made: the nodes need
+    their own secret; likewise a random admin token (recorded in cluster.json, where
+    the CLI finds it for the local cluster's admin commands): a node with a client
+    token and no admin token refuses every admin call. The tokens reach the nodes in
+    their environment, never their argv. Nodes on ``hosts`` other than loopback (see
+    :func:`raftlog.node.config.is_loopback`: 127.0.0.2 counts as a network) refuse to
+    start without ``tls`` unless ``allow_plaintext`` (their ``--allow-plaintext``: the
+    tokens then cross the network in plain text, and every node logs a warning at
+    each start).
     """
     if nodes is not None and (not isinstance(nodes, int) or not 1 <= nodes <= 64):
         raise ClusterError(f"--nodes: expected an integer from 1 to 64, got {nodes!r}")
@@ -541,6 +553,7 @@ def start_cluster(
                 root, nodes or DEFAULT_NODES, extra_args, auth_token, peer_routes, hosts
             )
             cluster.peer_token = peer_token
+            cluster.admin_token = admin_token
             cluster.tls_ca_file = tls[2] if tls is not None else None
         elif nodes is not None and nodes != len(cluster.nodes):
             raise ClusterError(
@@ -551,10 +564,14 @@ def start_cluster(
             # Nodes with a client token refuse to start without a peer token: make one
             # (also for a cluster recorded before nodes had their own secret).
             cluster.peer_token = secrets.token_urlsafe(24)
+        if cluster.auth_token and not cluster.admin_token and not running(cluster):
+            cluster.admin_token = secrets.token_urlsafe(24)
         procs: dict[int, subprocess.Popen[bytes]] = {}
         for node in cluster.nodes:
             if not _is_our_node(node):
-                procs[node.node_id] = spawn(node, cluster.auth_token, cluster.peer_token)
+                procs[node.node_id] = spawn(
+                    node, cluster.auth_token, cluster.peer_token, cluster.admin_token
+                )
         cluster.started = sorted(procs)
         if procs:
             _write_state(root, cluster)
@@ -628,7 +645,9 @@ def _cluster_flags(argv: list[str]) -> list[str]:
 
 
 def add_node(
-    data_dir: str | os.PathLike[str] | None = None, timeout_s: float = 60.0
+    data_dir: str | os.PathLike[str] | None = None,
+    timeout_s: float = 60.0,
+    admin_token: str | None = None,
 ) -> NodeProcess:
     """Add a node process to the running local cluster in ``data_dir`` and return it
     once it has joined.
@@ -640,7 +659,8 @@ def add_node(
     controller group). Returns when its ``/health`` names the controller leader the
     other nodes name. Raises ClusterError when no cluster runs there, or when the
     node exits or does not join within ``timeout_s`` (its log's end in the message;
-    the node stays recorded, so ``local stop`` stops it).
+    the node stays recorded, so ``local stop`` stops it). The registration is an
+    admin call: with ``admin_token``, else the cluster's recorded one.
     """
     from raftlog.client import BlockingRaftlogClient, RaftlogError
 
@@ -665,7 +685,7 @@ def add_node(
             str(root / f"node-{node_id}.log"),
         )
         cluster.nodes.append(node)
-        proc = spawn(node, cluster.auth_token, cluster.peer_token)
+        proc = spawn(node, cluster.auth_token, cluster.peer_token, cluster.admin_token)
         _write_state(root, cluster)
     deadline = time.monotonic() + timeout_s
 
@@ -679,6 +699,7 @@ def add_node(
         with BlockingRaftlogClient(
             others,
             auth_token=cluster.auth_token,
+            admin_token=admin_token or cluster.admin_token,
             tls_ca_file=cluster.tls_ca_file,
             request_timeout_s=max(1.0, deadline - time.monotonic()),
         ) as client:
@@ -732,7 +753,7 @@ def restart_node(cluster: LocalCluster, node_id: int) -> NodeProcess:
         node = cluster.node(node_id)
         if _is_our_node(node):
             raise ClusterError(f"node {node_id} is still running (pid {node.pid})")
-        spawn(node, cluster.auth_token, cluster.peer_token)
+        spawn(node, cluster.auth_token, cluster.peer_token, cluster.admin_token)
         _write_state(root, cluster)
         return node
 

@@ -90,7 +90,8 @@ def start(
     """Start a 3-node cluster in ``data_dir`` (``peer_routes`` and ``extra_args``, the
     nodes' extra server flags, as ``start_cluster``'s)."""
     # Keep the environment from pointing the nodes elsewhere.
-    os.environ.pop("RAFTLOG_AUTH_TOKEN", None)
+    for role in ("AUTH", "CLIENT", "ADMIN", "PEER"):
+        os.environ.pop(f"RAFTLOG_{role}_TOKEN", None)
     return start_cluster(
         data_dir,
         len(NODES),

@@ -38,7 +38,8 @@ def run_cli(
     env = dict(os.environ, RAFTLOG_SERVERS=",".join(servers))
     if home is not None:
         env["RAFTLOG_HOME"] = home
-    env.pop("RAFTLOG_AUTH_TOKEN", None)
+    for role in ("AUTH", "CLIENT", "ADMIN"):
+        env.pop(f"RAFTLOG_{role}_TOKEN", None)
     return subprocess.run(
         [sys.executable, "-m", "raftlog", *args],
         capture_output=True,

@@ -27,6 +27,7 @@ from collections.abc import Iterator
 
 import pytest
 from secure_cluster import (
+    ADMIN_TOKEN,
     CLIENT_TOKEN,
     HOSTS,
     PEER_TOKEN,
@@ -133,7 +134,7 @@ def test_a_client_without_the_token_is_refused(secure: SecureCluster) -> None:
         pytest.raises(UnauthorizedError) as info,
     ):
         client.list_topics()
-    assert "client auth token" in str(info.value) and "--auth-token" in str(info.value)
+    assert "the client token" in str(info.value) and "--auth-token" in str(info.value)
     assert "none was sent" in str(info.value)
 
 
@@ -173,10 +174,10 @@ def test_status_routes_off_loopback_answer_only_to_a_token(
     status, reply = _request(secure, "GET", path)
     assert status == 401
     message = codec.decode(reply, ErrorResponse).message
-    assert f"{path} needs a token" in message and "--auth-token" in message
+    assert f"{path} needs a token" in message and "--client-token" in message
     status, _ = _request(secure, "GET", path, token="not-a-token")
     assert status == 401
-    for token in (CLIENT_TOKEN, PEER_TOKEN):
+    for token in (CLIENT_TOKEN, ADMIN_TOKEN, PEER_TOKEN):
         status, reply = _request(secure, "GET", path, token=token)
         assert status == 200, reply[:200]
     if path == "/health":
@@ -303,4 +304,4 @@ def test_the_cli_reaches_the_cluster_with_tls_ca_and_token(secure: SecureCluster
     assert sorted(n["address"] for n in report["nodes"]) == sorted(secure.servers)
     refused = _cli(secure, "topic", "list", "--tls-ca", secure.ca_file)
     assert refused.returncode == 1
-    assert "client auth token" in refused.stderr and "Traceback" not in refused.stderr
+    assert "the client token" in refused.stderr and "Traceback" not in refused.stderr

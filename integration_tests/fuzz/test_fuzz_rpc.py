@@ -62,6 +62,7 @@ from raftlog.rpc.messages import (
     TransferLeadershipRequest,
 )
 from raftlog.rpc.peer import REPLY_TYPES, STREAM_PATH, split_frame
+from raftlog.rpc.roles import role_of
 from raftlog.storage.batch import RecordBatch
 
 TIMEOUT_S = 10.0
@@ -282,7 +283,11 @@ def test_fuzz_unauthenticated_requests_get_401_and_change_nothing(token_node) ->
                     attempts += 1
                     assert status == 401, (path, status, reply[:200])
                     # each route names the token it takes: the peer token on /raft/*
-                    needed = "peer token" if path.startswith("/raft/") else "client auth token"
+                    needed = (
+                        "the peer token"
+                        if path.startswith("/raft/")
+                        else f"needs the {role_of(path.rpartition('/')[2]).value} role"
+                    )
                     assert needed in codec.decode(reply, ErrorResponse).message
         assert attempts >= 3 * len(ROUTES)
         host, _, port = address.rpartition(":")

@@ -95,4 +95,4 @@ def test_a_read_without_the_token_fails_naming_it(spark, secure) -> None:
     del opts["authToken"]
     with pytest.raises(Exception) as info:
         spark.read.format("raftlog").options(**opts).option("topic", "anything").load().collect()
-    assert "client auth token" in str(info.value) and "--auth-token" in str(info.value)
+    assert "the client token" in str(info.value) and "--auth-token" in str(info.value)

@@ -57,9 +57,15 @@ class RaftlogClient(AdminCalls, CallRouting):
         tls_ca_file: str | None = None,
         request_timeout_s: float = 30.0,
         attempt_timeout_s: float | None = None,
+        admin_token: str | None = None,
     ) -> None:
         """``tls_ca_file``: a PEM CA file; given, every node is reached over HTTPS and
-        verified against it (TlsConfigError, a ValueError, when it is unusable)."""
+        verified against it (TlsConfigError, a ValueError, when it is unusable).
+
+        ``auth_token`` is the client token, ``admin_token`` the admin token: admin
+        calls (delete a topic, alter configs, add partitions, moves, leadership,
+        membership; create a topic too) carry the admin token when it is given, every
+        other call the client token (the admin token when only it is given)."""
         if request_timeout_s <= 0:
             raise ValueError(f"request_timeout_s must be > 0, got {request_timeout_s}")
         if attempt_timeout_s is None:
@@ -68,6 +74,7 @@ class RaftlogClient(AdminCalls, CallRouting):
             raise ValueError(f"attempt_timeout_s must be > 0, got {attempt_timeout_s}")
         self._seeds = parse_servers(servers)
         self._auth_token = auth_token
+        self._admin_token = admin_token
         self._ssl: ssl.SSLContext | None = (
             client_context(tls_ca_file, "tls_ca_file") if tls_ca_file else None
         )

@@ -29,6 +29,7 @@ class BlockingRaftlogClient:
         tls_ca_file: str | None = None,
         request_timeout_s: float = 30.0,
         attempt_timeout_s: float | None = None,
+        admin_token: str | None = None,
     ) -> None:
         """See :class:`RaftlogClient` for the arguments (``tls_ca_file``: HTTPS, verified
         against that PEM CA)."""
@@ -42,6 +43,7 @@ class BlockingRaftlogClient:
             _make(
                 servers,
                 auth_token=auth_token,
+                admin_token=admin_token,
                 tls_ca_file=tls_ca_file,
                 request_timeout_s=request_timeout_s,
                 attempt_timeout_s=attempt_timeout_s,

@@ -29,8 +29,9 @@ default ``min(request_timeout_s / 3, 10 s)``) and never outlives the call's
 overall deadline, so one hung connection costs an attempt, not the whole
 budget: the call is retried (on a fresh leader lookup) within the deadline.
 
-Security: ``auth_token`` is sent as ``Authorization: Bearer`` on every call
-(the cluster's client token, never its peer token); with ``tls_ca_file`` every
+Security: ``auth_token`` (the client token) is sent as ``Authorization: Bearer``
+on every call, ``admin_token`` instead on admin calls (as a POST of their own
+when the stream carries the client token; never the peer token); with ``tls_ca_file`` every
 node is reached over HTTPS and verified against that CA. A refusal (401 or 403)
 surfaces at once as :class:`UnauthorizedError` with the node's message, which
 names the token that is missing.
@@ -77,6 +78,7 @@ from raftlog.rpc.messages import (
     MetadataResponse,
 )
 from raftlog.rpc.parts_payload import PartsPayload
+from raftlog.rpc.roles import AUTO_CREATE_ROUTE, ROUTE_ROLES, Role
 from raftlog.rpc.transport import (
     AUTH_HEADER,
     FrameStream,
@@ -464,8 +466,21 @@ class CallRouting:
             )
         return self._session
 
-    def _auth_headers(self) -> dict[str, str]:
-        return {AUTH_HEADER: f"Bearer {self._auth_token}"} if self._auth_token else {}
+    def _auth_headers(self, route: str | None = None) -> dict[str, str]:
+        """The Authorization header of a call of ``route`` (None: the client stream's)."""
+        token = self._token_for(route)
+        return {AUTH_HEADER: f"Bearer {token}"} if token else {}
+
+    def _token_for(self, route: str | None) -> str | None:
+        """The admin token for an admin route (and create_topic, which is one when the
+        cluster's auto.create.topics.enable is off) when it is given; else the client
+        token; either one when only it is given. None (route): the stream's token."""
+        admin = route is not None and (
+            route == AUTO_CREATE_ROUTE or ROUTE_ROLES.get(route, Role.ADMIN) is Role.ADMIN
+        )
+        if admin:
+            return self._admin_token or self._auth_token
+        return self._auth_token or self._admin_token
 
     async def _send(self, address: str, req: Any, resp_type: type[R]) -> R:
         """One attempt of ``req`` at the node at ``address``: on its client stream when
@@ -476,20 +491,23 @@ class CallRouting:
         bound = self._attempt_timeout()
         answer: bytes | memoryview | None = None
         status = 200
-        if size <= STREAM_MAX_REQUEST_BYTES:
+        route = ROUTES[type(req)]
+        # a call whose token is not the stream's (an admin call) goes as a POST of its own
+        on_stream = self._token_for(route) == self._token_for(None)
+        if on_stream and size <= STREAM_MAX_REQUEST_BYTES:
             answer = await self._stream_call(address, [b"".join(parts)], bound)
-        elif not self._ssl:
+        elif on_stream and not self._ssl:
             answer = await self._stream_call(address, parts, bound)
         if answer is None:
-            status, answer = await self._post(address, ROUTES[type(req)], parts, bound)
+            status, answer = await self._post(address, route, parts, bound)
         self._answered = True
         try:
             msg = codec.decode(answer)
         except CodecError as exc:
             if status in (401, 403):
                 raise UnauthorizedError(
-                    f"{address} refused the request (HTTP {status}): missing or wrong auth "
-                    "token (pass auth_token= or set RAFTLOG_AUTH_TOKEN)"
+                    f"{address} refused the request (HTTP {status}): missing or wrong token "
+                    "(pass auth_token= for the client token, admin_token= for the admin token)"
                 ) from exc
             raise RaftlogError(
                 f"{address} answered HTTP {status} with an undecodable body: {exc}; "
@@ -507,7 +525,7 @@ class CallRouting:
         self, address: str, route: str, parts: list[bytes | memoryview], bound: float
     ) -> tuple[int, bytes]:
         """(HTTP status, body) of ``POST /v1/<route>`` with the body ``b"".join(parts)``."""
-        headers = {"Content-Type": CONTENT_TYPE, **self._auth_headers()}
+        headers = {"Content-Type": CONTENT_TYPE, **self._auth_headers(route)}
         body = PartsPayload(parts)
         timeout = aiohttp.ClientTimeout(total=bound, connect=min(5.0, bound))
         try:

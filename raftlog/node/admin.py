@@ -47,6 +47,7 @@ from raftlog.node.config import (
     MOVE_STEP_INTERVAL_S,
     host_port,
 )
+from raftlog.node.internal_topics import refuse_internal, refuse_internal_create
 from raftlog.rpc.messages import (
     AlterConfigRequest,
     AlterConfigResponse,
@@ -113,6 +114,9 @@ class AdminApi:
             raise RequestError(ErrorCode.TIMEOUT, "the controller did not apply the command in 10s")
 
     async def create_topic(self, req: CreateTopicRequest) -> CreateTopicResponse:
+        refuse_internal_create(
+            req.name, req.partitions, bool(req.configs) or req.schema is not None
+        )
         try:
             if req.name != TRANSACTIONS_TOPIC:  # internal names start with "__"
                 validate_topic_name(req.name)
@@ -154,6 +158,7 @@ class AdminApi:
         return CreateTopicResponse(await self._topic_info_now(topic))
 
     async def delete_topic(self, req: DeleteTopicRequest) -> DeleteTopicResponse:
+        refuse_internal(req.name, "deleted")
         self._require_controller_leader()
         if req.name not in self.controller_stm.topics:
             raise RequestError(ErrorCode.UNKNOWN_TOPIC, f"unknown topic {req.name!r}")
@@ -166,6 +171,7 @@ class AdminApi:
         Unknown keys and bad values are refused by name before anything is
         replicated; the response carries every key's value after the change.
         """
+        refuse_internal(req.name, "altered")
         changes = _config_changes(req.set)
         try:
             topic_config.apply_changes(
@@ -238,6 +244,7 @@ class AdminApi:
         """Grow a topic to ``partitions`` partitions in all through the controller; the
         nodes open the new groups when they apply it. A smaller count is refused (Kafka's
         rule: partitions are never removed); the current count changes nothing."""
+        refuse_internal(req.name, "given partitions")
         self._require_controller_leader()
         topic = self.controller_stm.topics.get(req.name)
         if topic is None:
@@ -346,13 +353,13 @@ class AdminApi:
 
     def _cluster_client(self) -> Any:
         """A client of this cluster, as the node's own jobs use it (the roll-forward, the
-        moves): every node's address, the client token and CA, 30 s per request. The
-        caller closes it."""
+        moves): every node's address, the node's own (peer) token and the CA, 30 s per
+        request. The caller closes it."""
         from raftlog.client.async_client import RaftlogClient
 
         return RaftlogClient(
             sorted(self.config.peers.values()),
-            auth_token=self.config.auth_token,
+            auth_token=self._node_token,
             tls_ca_file=self._ca_file,
             request_timeout_s=30.0,
         )

@@ -9,11 +9,13 @@ import ipaddress
 import logging
 import os
 import pathlib
+from typing import Any
 
 from raftlog.producers.rm_stm import (
     DEFAULT_MAX_TRANSACTION_TIMEOUT_MS,
     DEFAULT_TRANSACTION_TIMEOUT_MS,
 )
+from raftlog.rpc.roles import CLIENT_TOKEN_ALIAS, TOKEN_FLAGS, Role
 from raftlog.rpc.tls import TlsConfigError, TlsFiles, client_context, server_context
 
 log = logging.getLogger("raftlog.node")
@@ -63,9 +65,13 @@ class NodeConfig:
     port: int
     data_dir: pathlib.Path
     peers: dict[int, str]  # every node's advertised address, this one included
-    auth_token: str | None = None  # the client token
+    auth_token: str | None = None  # the client token (--client-token, alias --auth-token)
     # the nodes' own secret for /raft/*; never accepted from clients, nor theirs here
     peer_token: str | None = None
+    # the admin role's secret (raftlog.rpc.roles): topic delete, configs, membership
+    admin_token: str | None = None
+    # Kafka's auto.create.topics.enable: create_topic is a client call (else admin)
+    auto_create_topics_enable: bool = True
     tls: TlsFiles | None = None
     default_partitions: int = DEFAULT_PARTITIONS
     max_batch_bytes: int = DEFAULT_MAX_BATCH_BYTES
@@ -179,14 +185,14 @@ def add_server_arguments(p: argparse.ArgumentParser) -> None:
         default="",
         help="send raft traffic for these nodes elsewhere (e.g. through a proxy): ID=HOST:PORT,...",
     )
+    add_token_arguments(p, (Role.CLIENT, Role.ADMIN, Role.PEER))
     p.add_argument(
-        "--auth-token", default=None, help="the clients' token (else $RAFTLOG_AUTH_TOKEN)"
-    )
-    p.add_argument(
-        "--peer-token",
-        default=None,
-        help="the nodes' own token for raft traffic, unlike --auth-token "
-        "(else $RAFTLOG_PEER_TOKEN)",
+        "--auto-create-topics-enable",
+        type=_boolean("--auto-create-topics-enable"),
+        default=True,
+        metavar="true|false",
+        help="Kafka's auto.create.topics.enable: true lets the client token create "
+        "topics; false makes create_topic an admin call (default true)",
     )
     p.add_argument("--tls-cert", default=None, help="this node's PEM certificate (chain)")
     p.add_argument("--tls-key", default=None, help="the PEM private key of --tls-cert")
@@ -295,24 +301,32 @@ def config_from_args(args: argparse.Namespace) -> NodeConfig:
         raise ValueError(
             f"--peer-routes: node(s) {', '.join(map(str, unknown))} are not in --peers"
         )
-    token = args.auth_token or os.environ.get("RAFTLOG_AUTH_TOKEN") or None
-    peer_token = getattr(args, "peer_token", None) or os.environ.get("RAFTLOG_PEER_TOKEN") or None
+    token = resolve_token(args, Role.CLIENT)
+    peer_token = resolve_token(args, Role.PEER)
+    admin_token = resolve_token(args, Role.ADMIN)
     non_loopback = beyond_loopback([args.listen, *peers.values()])
     if non_loopback and not (token and peer_token):
         raise ValueError(
             f"binding or peering beyond loopback ({', '.join(non_loopback)}) "
-            "requires a client token and a peer token: pass --auth-token (or set "
-            "RAFTLOG_AUTH_TOKEN) and --peer-token (or set RAFTLOG_PEER_TOKEN)"
+            "requires a client token and a peer token: pass --client-token (or its alias "
+            "--auth-token, or set RAFTLOG_CLIENT_TOKEN) and --peer-token (or set "
+            "RAFTLOG_PEER_TOKEN)"
         )
-    if token and not peer_token:
+    if (token or admin_token) and not peer_token:
+        flag = "--auth-token" if token else "--admin-token"
         raise ValueError(
-            "--auth-token needs --peer-token too (or RAFTLOG_PEER_TOKEN): the nodes' own "
+            f"{flag} needs --peer-token too (or RAFTLOG_PEER_TOKEN): the nodes' own "
             "secret for raft traffic, which clients never get"
         )
     if token and token == peer_token:
         raise ValueError(
             "--peer-token must differ from --auth-token: a client token must not open the "
             "raft routes"
+        )
+    if admin_token and admin_token in (token, peer_token):
+        other = "--client-token" if admin_token == token else "--peer-token"
+        raise ValueError(
+            f"--admin-token must differ from {other}: the three roles have separate secrets"
         )
     tls = tls_files(args)
     allow_plaintext = bool(getattr(args, "allow_plaintext", False))
@@ -387,6 +401,8 @@ def config_from_args(args: argparse.Namespace) -> NodeConfig:
         peers=peers,
         auth_token=token,
         peer_token=peer_token,
+        admin_token=admin_token,
+        auto_create_topics_enable=getattr(args, "auto_create_topics_enable", True),
         tls=tls,
         default_partitions=args.default_partitions,
         max_batch_bytes=args.max_batch_bytes,
@@ -417,6 +433,66 @@ def plaintext_warning(config: NodeConfig) -> str | None:
         f"({', '.join(beyond)}): the client and peer tokens cross the network in plain "
         "text, readable by anyone on the path; give --tls-cert/--tls-key/--tls-ca instead"
     )
+
+
+def _boolean(flag: str) -> Any:
+    def parse(text: str) -> bool:
+        value = text.strip().lower()
+        if value not in ("true", "false"):
+            raise argparse.ArgumentTypeError(f"{flag}: expected true or false, got {text!r}")
+        return value == "true"
+
+    return parse
+
+
+def add_token_arguments(p: argparse.ArgumentParser, roles: tuple[Role, ...]) -> None:
+    """``--X-token`` and ``--X-token-file`` for each role X (``--auth-token`` is the
+    client token's alias), read by :func:`resolve_token`."""
+    for role in roles:
+        flag, env = TOKEN_FLAGS[role]
+        names = [flag, *([CLIENT_TOKEN_ALIAS[0]] if role is Role.CLIENT else [])]
+        alias = f" ({CLIENT_TOKEN_ALIAS[0]} is its older name)" if role is Role.CLIENT else ""
+        p.add_argument(
+            *names,
+            dest=f"{role.value}_token",
+            default=None,
+            help=f"the {role.value} role's token{alias}; visible in ps: prefer "
+            f"{flag}-file or ${env}",
+        )
+        p.add_argument(
+            f"{flag}-file",
+            dest=f"{role.value}_token_file",
+            default=None,
+            metavar="PATH",
+            help=f"read the {role.value} token from PATH (its first line)",
+        )
+
+
+def resolve_token(args: argparse.Namespace, role: Role) -> str | None:
+    """``role``'s token: its flag, else its file's first line, else its environment
+    variable (the client's: RAFTLOG_CLIENT_TOKEN, else RAFTLOG_AUTH_TOKEN), else None.
+    ValueError names the flag when both flag and file are given, or the file cannot
+    be read or is empty."""
+    flag, env = TOKEN_FLAGS[role]
+    given = getattr(args, f"{role.value}_token", None)
+    if role is Role.CLIENT and given is None:
+        given = getattr(args, "auth_token", None)  # a namespace built by older callers
+    path = getattr(args, f"{role.value}_token_file", None)
+    if given and path:
+        raise ValueError(f"{flag} and {flag}-file: give one of them, not both")
+    if path:
+        try:
+            with open(path, encoding="utf-8") as f:
+                text = f.readline().strip()
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ValueError(f"{flag}-file: cannot read {path}: {exc}") from None
+        if not text:
+            raise ValueError(f"{flag}-file: {path} is empty; expected the token on its first line")
+        return text
+    if given:
+        return str(given)
+    names = [env, *([CLIENT_TOKEN_ALIAS[1]] if role is Role.CLIENT else [])]
+    return next((os.environ[n] for n in names if os.environ.get(n)), None)
 
 
 def tls_files(args: argparse.Namespace) -> TlsFiles | None:

@@ -12,6 +12,7 @@ from raftlog.client.payload_check import PayloadError, check_payload
 from raftlog.coordinator.tm_stm import TRANSACTIONS_TOPIC
 from raftlog.faults.failpoints import PRODUCE_SKIP_BATCH_CHECK, FailpointError, failpoint
 from raftlog.node.groups import PartitionReplica
+from raftlog.node.internal_topics import refuse_internal
 from raftlog.rpc.messages import (
     CoordinatorRequest,
     EndTxnRequest,
@@ -51,13 +52,9 @@ class DataApi:
         return rep
 
     async def produce(self, req: ProduceRequest) -> Any:
-        if req.topic == TRANSACTIONS_TOPIC:
-            # its records are the coordinator's commands: only tm_stm writes them
-            raise RequestError(
-                ErrorCode.INVALID_REQUEST,
-                f"topic: {TRANSACTIONS_TOPIC} is internal to the transaction coordinator "
-                f"and takes no produce",
-            )
+        # internal topics' records are the node's own (__transactions: the coordinator's
+        # commands, written by tm_stm only)
+        refuse_internal(req.topic, "produced to")
         rep = self._leader_replica(req.topic, req.partition)
         for i, b in enumerate(req.batches):
             if len(b.payload) > self.config.max_batch_bytes:

@@ -201,7 +201,7 @@ class MetadataApi:
                 return
             client = RaftlogClient(
                 [addr],
-                auth_token=self.config.auth_token,
+                auth_token=self._node_token,
                 tls_ca_file=self._ca_file,
                 request_timeout_s=1.0,
             )

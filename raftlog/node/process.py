@@ -24,11 +24,12 @@
 - Addresses: the node binds ``--listen`` and is known to peers and clients by
   ``--advertise`` (default: the listen address); ``--peers`` lists every node by
   its advertised address, and clients learn leaders' addresses from it.
-- Auth (:class:`raftlog.rpc.server.AuthPolicy`): clients send the client token
-  (``--auth-token``/``RAFTLOG_AUTH_TOKEN``), nodes the peer token
-  (``--peer-token``/``RAFTLOG_PEER_TOKEN``); neither is accepted where the other
-  belongs. A client token needs a (different) peer token. Binding or peering
-  beyond loopback needs both, and then ``/health`` and ``/metrics`` need one too.
+- Auth (:class:`raftlog.rpc.server.AuthPolicy`, roles in :mod:`raftlog.rpc.roles`):
+  clients send the client token (``--client-token``, alias ``--auth-token``), admins
+  the admin token (``--admin-token``), nodes the peer token (``--peer-token``); each
+  also from ``--X-token-file`` or ``RAFTLOG_X_TOKEN``. The three differ; a client or
+  admin token needs a peer token. Binding or peering beyond loopback needs the
+  client and peer tokens, and then ``/health`` and ``/metrics`` need one too.
 - TLS (:mod:`raftlog.rpc.tls`): with ``--tls-cert/--tls-key/--tls-ca`` the node
   serves HTTPS and verifies its peers against the CA. Binding or peering beyond
   loopback needs TLS too, unless ``--allow-plaintext`` (then a warning at every
@@ -204,6 +205,8 @@ class Node(Upkeep, AdminApi, MetadataApi, DataApi):
             client_token=self.config.auth_token,
             peer_token=self.config.peer_token,
             open_status=internal or is_loopback(self.config.host),
+            admin_token=self.config.admin_token,
+            auto_create_topics=self.config.auto_create_topics_enable,
         )
         app = make_app(self, auth=auth, max_request_bytes=self._max_request_bytes())
         self._runner = web.AppRunner(app, access_log=None)
@@ -258,8 +261,15 @@ class Node(Upkeep, AdminApi, MetadataApi, DataApi):
     @property
     def _ca_file(self) -> str | None:
         # The node calls other nodes' client routes (roll-forward, partition status)
-        # as a client: with the client token, over TLS verified by the cluster's CA.
+        # over TLS verified by the cluster's CA.
         return self.config.tls.ca_file if self.config.tls else None
+
+    @property
+    def _node_token(self) -> str | None:
+        """The token of the node's own calls to other nodes' ``/v1/`` routes (the
+        roll-forward, moves, partition status): the peer token, whose role may call
+        exactly those (:data:`raftlog.rpc.roles.PEER_CALLS`)."""
+        return self.config.peer_token
 
     def _max_request_bytes(self) -> int:
         # room for the request's own fields around the largest batch accepted

@@ -15,8 +15,11 @@ Routing, all in shard 0 (:class:`ShardSet`):
   reply comes back the same way; a heartbeat batch is split by owner and the
   replies are joined in the request's order;
 - a client call on one partition (produce, fetch, offsets, producer sessions,
-  transactions, the coordinator) goes to the owning shard as it came, body and
-  token, and its answer goes back as it is;
+  transactions, the coordinator) goes to the owning shard as it came (a large one
+  with its caller's token; a small one on shard 0's stream, which carries the peer
+  token), and its answer goes back as it is;
+- a shard's command line is shard 0's without the token flags: the tokens reach it
+  in its environment (:func:`shard_environment`), never in argv;
 - calls on the cluster (topics, configs, metadata, moves, nodes) are shard 0's, the
   controller's host; metadata and partition status ask the other shards for the
   status of their partitions.
@@ -69,6 +72,7 @@ from raftlog.raft.messages import (
 from raftlog.rpc import codec
 from raftlog.rpc.messages import CLIENT_ROUTES, CLIENT_STREAM_PATH
 from raftlog.rpc.peer import ShardStateRequest
+from raftlog.rpc.roles import CLIENT_TOKEN_ALIAS, TOKEN_FLAGS, Role
 from raftlog.rpc.server import CONTENT_TYPE, status_of_answer
 from raftlog.rpc.transport import (
     AUTH_HEADER,
@@ -157,15 +161,16 @@ class ShardSet:
         """Start shards 1..N-1 and wait until each serves; ``on_exit`` is called
         when one exits on its own. Raises ShardError naming a shard that did not
         start (the others are stopped)."""
-        env = dict(os.environ)
+        env = shard_environment(self.config)
         env[PARENT_ENV] = str(os.getpid())
+        argv = without_token_flags(self._argv)
         try:
             for k in range(1, self.count):
                 process = await asyncio.create_subprocess_exec(
                     sys.executable,
                     "-m",
                     "raftlog",
-                    *self._argv,
+                    *argv,
                     "--shards",
                     str(self.count),
                     "--shard-index",
@@ -406,7 +411,7 @@ class ShardSet:
         """Shard 0's client stream to ``shard``."""
         assert self._session is not None
         headers = {}
-        if self.config.auth_token or self.config.peer_token:
+        if self.config.peer_token:
             headers[AUTH_HEADER] = self._client_authorization()
         return await open_frame_stream(
             self._session,
@@ -430,7 +435,7 @@ class ShardSet:
         """The body of ``GET path`` (``/health``, ``/metrics``) of ``shard``."""
         assert self._session is not None
         headers = {}
-        if self.config.auth_token or self.config.peer_token:
+        if self.config.peer_token:
             headers[AUTH_HEADER] = self._client_authorization()
         url = f"http://{self._shards[shard].address}{path}"
         try:
@@ -442,7 +447,10 @@ class ShardSet:
             raise ShardError(f"shard {shard} did not answer {path}: {exc!r}") from exc
 
     def _client_authorization(self) -> str:
-        token = self.config.auth_token or self.config.peer_token
+        # shard 0's own calls and its streams to the shards carry the node's identity,
+        # the peer token (raftlog.rpc.roles.PEER_CALLS: the calls it forwards); each
+        # call's role was checked by shard 0 before it was forwarded
+        token = self.config.peer_token
         return f"Bearer {token}" if token else ""
 
     @property
@@ -451,6 +459,53 @@ class ShardSet:
 
 
 _STATUS_TIMEOUT = aiohttp.ClientTimeout(total=5.0)
+
+#: Every token flag of ``raftlog server`` (raftlog.node.config.add_token_arguments).
+_TOKEN_FLAGS = (
+    *(name for flag, _env in TOKEN_FLAGS.values() for name in (flag, f"{flag}-file")),
+    CLIENT_TOKEN_ALIAS[0],
+)
+
+
+def without_token_flags(argv: list[str]) -> list[str]:
+    """``argv`` without its token flags and their values (``--X-token T``,
+    ``--X-token=T``, ``--X-token-file P``, ``--auth-token``, and argparse's unique
+    abbreviations of them): a shard's command line is readable by every local
+    user (``ps``, /proc/PID/cmdline); the tokens go in its environment instead
+    (:func:`shard_environment`)."""
+    out: list[str] = []
+    skip = False
+    for arg in argv:
+        if skip:
+            skip = False
+            continue
+        name, eq, _value = arg.partition("=")
+        if (
+            len(name) > 2
+            and name.startswith("--")
+            and any(flag.startswith(name) for flag in _TOKEN_FLAGS)
+        ):
+            skip = not eq
+            continue
+        out.append(arg)
+    return out
+
+
+def shard_environment(config: NodeConfig) -> dict[str, str]:
+    """This process's environment with the node's tokens as resolved (whether they
+    came from flags, files or the environment) in RAFTLOG_CLIENT_TOKEN,
+    RAFTLOG_ADMIN_TOKEN and RAFTLOG_PEER_TOKEN, for a shard it starts."""
+    env = dict(os.environ)
+    env.pop(CLIENT_TOKEN_ALIAS[1], None)  # the client token goes under its own name
+    for role, token in (
+        (Role.CLIENT, config.auth_token),
+        (Role.ADMIN, config.admin_token),
+        (Role.PEER, config.peer_token),
+    ):
+        env.pop(TOKEN_FLAGS[role][1], None)
+        if token:
+            env[TOKEN_FLAGS[role][1]] = token
+    return env
 
 
 # ---------------------------------------------------------------- a shard's own side

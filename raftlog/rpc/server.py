@@ -17,14 +17,17 @@ Routes (all bodies are codec frames, see :mod:`raftlog.rpc.codec`):
 - ``GET /metrics`` — Prometheus text; ``GET /health`` — JSON status.
 
 Authentication (:class:`AuthPolicy`, one check for every route, in one
-middleware, before a body is read, so a refused request changes nothing):
-peers and clients have separate secrets, each sent as
-``Authorization: Bearer <token>``. ``/raft/*`` takes the peer token only,
-``/v1/*`` the client token only, and ``/health`` and ``/metrics`` either one
-(or none when the node is bound to loopback). A route whose token the node
-does not have is open. No token or an unknown one gets 401; the other kind's
-token gets 403 (the caller is known, but may not call that route). Each
-message names the token that is missing and the flag that sets it.
+middleware, before a body is read, so a refused request changes nothing): three
+secrets, each a role (:mod:`raftlog.rpc.roles`), sent as ``Authorization: Bearer
+<token>``. ``/raft/*`` takes the peer token only; each ``/v1/<call>`` its role's
+token (client, or admin: the admin token may call every client route; the peer
+token only the calls nodes make on each other); ``/v1/stream`` opens for any of
+them and each message on it is checked for its route's role, answered under its
+id when refused; ``/health`` and ``/metrics`` take any (or none when the node is
+bound to loopback). No token, an unknown one or a malformed header (not
+``Bearer <token>``, not UTF-8) gets 401; a known token of a role that may not
+call the route gets 403. Each message names the role, its flag and its
+environment variable.
 
 A malformed body gets 400 with the codec's message (which field, what was
 expected) and never reaches the node. On the stream, a malformed message is
@@ -60,6 +63,7 @@ from raftlog.rpc.peer import (
     split_frame,
     stream_frame,
 )
+from raftlog.rpc.roles import Role, may_call, role_of, token_source
 
 log = logging.getLogger(__name__)
 
@@ -126,65 +130,100 @@ class NodeHandlers(Protocol):
     def count_request(self, route: str, status: int) -> None: ...
 
 
-#: What each kind of caller sends, and the flag (and variable) that sets it.
-CLIENT_TOKEN = "the client auth token (the cluster's --auth-token / RAFTLOG_AUTH_TOKEN)"
-PEER_TOKEN = "the peer token (the nodes' --peer-token / RAFTLOG_PEER_TOKEN)"
 STATUS_PATHS = ("/health", "/metrics")
+#: Why a header names no role, beyond a missing or unknown token.
+MALFORMED_HEADER = "the Authorization header is malformed (expected 'Bearer <token>', UTF-8)"
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class AuthPolicy:
-    """Who may call which route (see the module doc).
+    """Who may call which route (see the module doc and :mod:`raftlog.rpc.roles`).
 
-    ``client_token`` guards ``/v1/*``, ``peer_token`` guards ``/raft/*``; None
-    leaves those routes open. ``open_status``: ``/health`` and ``/metrics`` answer
-    without a token (a node bound to loopback); otherwise they need either token.
+    ``client_token``, ``admin_token`` and ``peer_token`` are the three roles'
+    secrets. ``/raft/*`` needs the peer token (open when it is None). A ``/v1/``
+    route needs its role (:func:`raftlog.rpc.roles.may_call`); client routes are
+    open when the node has no client token, admin routes only when it has neither
+    a client nor an admin token (a node with a client token and no admin token
+    refuses every admin call: a client token never reaches one). ``open_status``:
+    ``/health`` and ``/metrics`` answer without a token (a node bound to loopback);
+    otherwise they need any of the three. ``auto_create_topics``: Kafka's
+    ``auto.create.topics.enable``, which makes ``create_topic`` a client route.
     """
 
     client_token: str | None = None
     peer_token: str | None = None
     open_status: bool = True
+    admin_token: str | None = None
+    auto_create_topics: bool = True
+
+    def identify(self, authorization: str) -> tuple[Role | None, str]:
+        """(the role whose token ``authorization`` carries, or None; why None: no
+        header, an unknown token, or a malformed header)."""
+        if not authorization:
+            return None, "none was sent"
+        try:
+            sent = authorization.encode("utf-8")
+        except UnicodeEncodeError:  # bytes that were not UTF-8 (surrogate-escaped)
+            return None, MALFORMED_HEADER
+        if not sent.startswith(b"Bearer "):
+            return None, MALFORMED_HEADER
+        found = None
+        for role, token in (
+            (Role.CLIENT, self.client_token),
+            (Role.ADMIN, self.admin_token),
+            (Role.PEER, self.peer_token),
+        ):
+            # constant time, and every token compared: nothing tells how much of a
+            # guess was right, nor which secret it was closest to
+            if token is not None and hmac.compare_digest(sent, f"Bearer {token}".encode()):
+                found = role
+        return found, "" if found else "the token sent is none of this node's"
 
     def refusal(self, path: str, authorization: str) -> tuple[int, str] | None:
         """None when a request for ``path`` with this ``Authorization`` header may
-        proceed, else (HTTP status, message naming what is missing)."""
-        is_client = self._matches(authorization, self.client_token)
-        is_peer = self._matches(authorization, self.peer_token)
+        proceed, else (HTTP status, message naming the role, flag and variable)."""
+        who, why = self.identify(authorization)
         if path.startswith("/raft/"):
-            need, token, wrong_kind = PEER_TOKEN, self.peer_token, is_client
-            route = "peer route"
-        elif path in STATUS_PATHS:
-            if self.open_status or is_client or is_peer:
+            if self.peer_token is None or who is Role.PEER:
                 return None
-            if self.client_token is None and self.peer_token is None:
+            return self._refused(f"peer route {path}", Role.PEER, who, why)
+        if path in STATUS_PATHS:
+            if self.open_status or who is not None or not self._any_token():
                 return None
             return 401, (
-                f"{path} needs a token: send 'Authorization: Bearer <token>' with {CLIENT_TOKEN} "
-                f"or {PEER_TOKEN} (it answers without one only on a node bound to loopback)"
+                f"{path} needs a token: send 'Authorization: Bearer <token>' with "
+                f"{token_source(Role.CLIENT)}, {token_source(Role.ADMIN)} or "
+                f"{token_source(Role.PEER)} (it answers without one only on a node bound "
+                f"to loopback); {why}"
             )
-        else:  # /v1/* and anything unknown: a client's business
-            need, token, wrong_kind = CLIENT_TOKEN, self.client_token, is_peer
-            route = "client route"
-        if token is None or self._matches(authorization, token):
-            return None
-        if wrong_kind:
-            other = "client" if route == "peer route" else "peer"
-            return 403, (
-                f"{route} {path} refuses the {other} token it was sent: it needs {need}; "
-                "peers and clients have separate secrets"
-            )
-        sent = "none was sent" if not authorization else "the token sent is not it"
-        return 401, (
-            f"missing or wrong token for {route} {path}: send 'Authorization: Bearer <token>' "
-            f"with {need}; {sent}"
-        )
+        if path == CLIENT_STREAM_PATH:
+            # any role may open the stream; each message on it is checked by route
+            if who is not None or self.client_token is None:
+                return None
+            return self._refused(f"client stream {path}", Role.CLIENT, who, why)
+        route = path.removeprefix("/v1/")
+        return self.route_refusal(route, who, why)
 
-    @staticmethod
-    def _matches(authorization: str, token: str | None) -> bool:
-        if token is None:
-            return False
-        # constant time: the comparison must not tell how much of a guess was right
-        return hmac.compare_digest(authorization.encode(), f"Bearer {token}".encode())
+    def route_refusal(self, route: str, who: Role | None, why: str = "") -> tuple[int, str] | None:
+        """None when a caller of role ``who`` may call the client route ``route``
+        (a POST's, or a message's on the client stream), else (status, message)."""
+        need = role_of(route, self.auto_create_topics)
+        if may_call(who, route, self.auto_create_topics):
+            return None
+        if self.client_token is None and (need is Role.CLIENT or self.admin_token is None):
+            return None  # the node has no token for this role: open (see the class doc)
+        return self._refused(route, need, who, why)
+
+    def _refused(self, what: str, need: Role, who: Role | None, why: str) -> tuple[int, str]:
+        message = f"{what} needs the {need.value} role: send {token_source(need)}"
+        if need is Role.ADMIN and self.admin_token is None:
+            message += "; this node has no admin token, so it refuses every admin call"
+        if who is not None:
+            return 403, f"{message}; it refuses the {who.value} token it was sent"
+        return 401, f"{message} as 'Authorization: Bearer <token>'; {why}"
+
+    def _any_token(self) -> bool:
+        return any(t is not None for t in (self.client_token, self.admin_token, self.peer_token))
 
 
 def too_large_error(limit: int) -> RequestError:
@@ -244,7 +283,7 @@ def make_app(
 
     @web.middleware
     async def authenticate(request: web.Request, handler: Any) -> web.StreamResponse:
-        refused = policy.refusal(request.path, request.headers.get("Authorization", ""))
+        refused = policy.refusal(request.path, _authorization(request))
         if refused is not None:
             status, message = refused
             node.count_request(request.path, status)
@@ -362,7 +401,9 @@ def make_app(
         return await serve_stream(request, answer)
 
     async def client_stream(request: web.Request) -> web.WebSocketResponse:
-        authorization = request.headers.get("Authorization", "")
+        authorization = _authorization(request)
+        # the middleware let any role open the stream: each message needs its route's
+        who, why = policy.identify(authorization)
 
         async def answer_client(
             ws: web.WebSocketResponse, request_id: int, body: memoryview
@@ -379,7 +420,12 @@ def make_app(
                 )
                 parts = [answer]
             else:
-                status, parts = await call(route, msg, body, authorization)
+                refused = policy.route_refusal(route, who, why)
+                if refused is not None:
+                    status, answer = _error_body(ErrorCode.UNAUTHORIZED, refused[1], refused[0])
+                    parts = [answer]
+                else:
+                    status, parts = await call(route, msg, body, authorization)
             await reply(ws, request_id, route, status, parts)
 
         async def refuse_oversized(
@@ -494,8 +540,7 @@ def make_app(
                     ErrorCode.INTERNAL, f"{route} failed: {type(exc).__name__}: {exc}"
                 )
             else:
-                authorization = request.headers.get("Authorization", "")
-                status, parts = await call(route, msg, body, authorization)
+                status, parts = await call(route, msg, body, _authorization(request))
                 answer = b"".join(parts)
         node.count_request(f"/v1/{route}", status)
         return web.Response(body=answer, status=status, content_type=CONTENT_TYPE)
@@ -518,6 +563,12 @@ def make_app(
     app.router.add_get("/metrics", metrics)
     app.router.add_get("/health", health)
     return app
+
+
+def _authorization(request: web.Request) -> str:
+    """The request's Authorization header ("" when absent). Bytes that are not UTF-8
+    come as surrogate escapes: :meth:`AuthPolicy.identify` calls them malformed."""
+    return request.headers.get("Authorization", "")
 
 
 def status_of_answer(answer: bytes | memoryview) -> int:

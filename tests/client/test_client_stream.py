@@ -300,7 +300,7 @@ def test_a_refused_handshake_gets_the_nodes_reason_by_post() -> None:
         policy = AuthPolicy(client_token="right")
         async with Server(ProduceNode(), auth=policy) as server:
             async with RaftlogClient(server.node.address, auth_token="wrong") as client:
-                with pytest.raises(UnauthorizedError, match=r"client route /v1/metadata"):
+                with pytest.raises(UnauthorizedError, match=r"metadata needs the client role"):
                     await client.produce("t", 0, [(payload_for(1), 1)])
             async with RaftlogClient(server.node.address, auth_token="right") as client:
                 ok = await client.produce("t", 0, [(payload_for(3), 1)])

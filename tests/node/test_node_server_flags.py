@@ -16,8 +16,8 @@ from raftlog.rpc.tls import TlsConfigError
 
 @pytest.fixture(autouse=True)
 def _no_env_tokens(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("RAFTLOG_AUTH_TOKEN", raising=False)
-    monkeypatch.delenv("RAFTLOG_PEER_TOKEN", raising=False)
+    for name in ("AUTH", "CLIENT", "ADMIN", "PEER"):
+        monkeypatch.delenv(f"RAFTLOG_{name}_TOKEN", raising=False)
 
 
 def parse(*argv: str) -> argparse.Namespace:
