@@ -622,12 +622,16 @@ def _servers(opts: Mapping[str, str]) -> tuple[str, ...] | None:
 
 
 def _auth_token(opts: Mapping[str, str]) -> str | None:
-    """Option ``authToken``, else ``$RAFTLOG_AUTH_TOKEN``, else None (no auth).
+    """Option ``authToken``, else ``$RAFTLOG_CLIENT_TOKEN``, else its older name
+    ``$RAFTLOG_AUTH_TOKEN``, else None (no auth): the client token, read as the CLI
+    and the nodes read it.
 
     The token is sent as ``Authorization: Bearer <token>``, so it must be one
     header-safe word: printable ASCII without spaces.
     """
-    found = _option_or_env(opts, "authToken", "RAFTLOG_AUTH_TOKEN")
+    found = _option_or_env(opts, "authToken", "RAFTLOG_CLIENT_TOKEN") or _option_or_env(
+        opts, "authToken", "RAFTLOG_AUTH_TOKEN"
+    )
     if found is None:
         return None
     raw, source = found
@@ -635,12 +639,12 @@ def _auth_token(opts: Mapping[str, str]) -> str | None:
     # Never echo the value: it is a secret, and error messages end up in logs.
     if not token:
         raise OptionError(
-            f"{source} must be a non-empty token (the cluster's --auth-token); got an empty value"
+            f"{source} must be a non-empty token (the cluster's client token); got an empty value"
         )
     if len(token) > 4096 or not all(33 <= ord(c) <= 126 for c in token):
         raise OptionError(
             f"{source} must be at most 4096 printable ASCII characters without spaces "
-            "(the cluster's --auth-token); the value given is not"
+            "(the cluster's client token); the value given is not"
         )
     return token
 

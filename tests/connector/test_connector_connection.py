@@ -24,6 +24,15 @@ from raftlog.rpc.messages import ListTopicsResponse, MetadataResponse, NodeInfo
 def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("RAFTLOG_SERVERS", raising=False)
     monkeypatch.delenv("RAFTLOG_AUTH_TOKEN", raising=False)
+    monkeypatch.delenv("RAFTLOG_CLIENT_TOKEN", raising=False)
+
+
+def test_the_client_token_variable_wins_over_its_older_name(monkeypatch) -> None:
+    monkeypatch.setenv("RAFTLOG_AUTH_TOKEN", "older-name")
+    monkeypatch.setenv("RAFTLOG_CLIENT_TOKEN", "client-token")
+    assert parse_sink_options({"topic": "t"}, streaming=True).auth_token == "client-token"
+    monkeypatch.delenv("RAFTLOG_AUTH_TOKEN")
+    assert parse_source_options({"topic": "t"}, streaming=True).auth_token == "client-token"
 
 
 def test_servers_and_token_come_from_the_environment_when_no_option(monkeypatch) -> None:

@@ -17,7 +17,7 @@ from pyspark_raftlog.options import OptionError, parse_sink_options, parse_sourc
 
 @pytest.fixture(autouse=True)
 def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in ("RAFTLOG_SERVERS", "RAFTLOG_AUTH_TOKEN", "RAFTLOG_TLS_CA"):
+    for name in ("RAFTLOG_SERVERS", "RAFTLOG_AUTH_TOKEN", "RAFTLOG_CLIENT_TOKEN", "RAFTLOG_TLS_CA"):
         monkeypatch.delenv(name, raising=False)
 
 
