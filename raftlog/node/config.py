@@ -10,6 +10,7 @@ import logging
 import os
 import pathlib
 
+from raftlog.node.disk_space import DEFAULT_MIN_FREE_BYTES
 from raftlog.producers.rm_stm import (
     DEFAULT_MAX_TRANSACTION_TIMEOUT_MS,
     DEFAULT_TRANSACTION_TIMEOUT_MS,
@@ -93,6 +94,9 @@ class NodeConfig:
     shard_index: int = 0
     # How flushes are made durable: FLUSH_SCOPE_NODE or FLUSH_SCOPE_GROUP.
     flush_scope: str = FLUSH_SCOPE_NODE
+    # Below this much free space in data_dir's filesystem the node is degraded: it
+    # refuses client writes (KAFKA_STORAGE_ERROR); see raftlog.node.disk_space.
+    min_free_bytes: int = DEFAULT_MIN_FREE_BYTES
 
     @property
     def address(self) -> str:
@@ -229,6 +233,14 @@ def add_server_arguments(p: argparse.ArgumentParser) -> None:
         "that partition (default 600000)",
     )
     p.add_argument(
+        "--min-free-bytes",
+        type=int,
+        default=DEFAULT_MIN_FREE_BYTES,
+        help="free space to keep in the data directory's filesystem: below it the node "
+        "refuses produce with KAFKA_STORAGE_ERROR (degraded mode) and keeps serving reads; "
+        "the rest is room for Raft's votes and retention (default 67108864, 64 MiB)",
+    )
+    p.add_argument(
         "--replica-lag-time-max-ms",
         type=int,
         default=DEFAULT_REPLICA_LAG_TIME_MAX_MS,
@@ -352,6 +364,9 @@ def config_from_args(args: argparse.Namespace) -> NodeConfig:
         raise ValueError(
             f"--replica-lag-time-max-ms: expected 100..86400000 milliseconds, got {lag_max}"
         )
+    min_free = getattr(args, "min_free_bytes", DEFAULT_MIN_FREE_BYTES)
+    if not 0 <= min_free <= 2**50:
+        raise ValueError(f"--min-free-bytes: expected 0..{2**50} bytes, got {min_free}")
     shards = getattr(args, "shards", None)
     if shards is None:
         shards = os.cpu_count() or 1
@@ -381,6 +396,7 @@ def config_from_args(args: argparse.Namespace) -> NodeConfig:
         shards=shards,
         shard_index=shard_index,
         flush_scope=getattr(args, "flush_scope", FLUSH_SCOPE_NODE),
+        min_free_bytes=min_free,
     )
 
 

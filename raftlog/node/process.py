@@ -61,6 +61,7 @@ from raftlog.node.config import (
     is_loopback,
 )
 from raftlog.node.data_api import DataApi
+from raftlog.node.disk_space import DiskSpace
 from raftlog.node.groups import GroupHost, PartitionReplica, last_heard_ms
 from raftlog.node.metadata import MetadataApi
 from raftlog.node.shards import (
@@ -156,7 +157,11 @@ class Node(Upkeep, AdminApi, MetadataApi, DataApi):
         self.controller_stm = ControllerStm()
         self.controller: Any = None
         self.partitions: dict[int, PartitionReplica] = {}
-        self.metrics = NodeMetrics(config.node_id, self._group_views, self._syncfs_calls)
+        # Free space and degraded mode (client writes refused while the disk is full).
+        self.disk = DiskSpace(config.node_id, config.data_dir, config.min_free_bytes)
+        self.metrics = NodeMetrics(
+            config.node_id, self._group_views, self._syncfs_calls, disk=self.disk.status
+        )
         self._reconcile_needed = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
         self._runner: web.AppRunner | None = None
@@ -362,6 +367,8 @@ class Node(Upkeep, AdminApi, MetadataApi, DataApi):
             # followers of the partitions this node leads that have not caught up for
             # over --replica-lag-time-max-ms (health reports them as lagging)
             "lagging_replicas": self._lagging_replicas(),
+            # free space and degraded mode (cluster health names a degraded node)
+            "disk": self.disk.status(),
         }
 
     def _lagging_replicas(self) -> list[dict[str, Any]]:
