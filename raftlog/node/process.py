@@ -106,6 +106,7 @@ from raftlog.rpc.tls import client_context, server_context
 from raftlog.rpc.transport import StreamTransport
 from raftlog.storage import fs as storage_fs
 from raftlog.storage import identity
+from raftlog.storage.fs import DiskFull
 
 log = logging.getLogger("raftlog.node")
 
@@ -278,9 +279,18 @@ class Node(Upkeep, AdminApi, MetadataApi, DataApi):
     async def handle_peer(self, message: Any) -> Any:
         if isinstance(message, ShardStateRequest):
             return self._mirror_controller(message)
-        if self.shards is not None:
-            return await self.shards.route_peer(message, self.host.dispatcher.handle)
-        return await self.host.dispatcher.handle(message)
+        try:
+            if self.shards is not None:
+                return await self.shards.route_peer(message, self.host.dispatcher.handle)
+            return await self.host.dispatcher.handle(message)
+        except DiskFull as exc:
+            # A follower's append found the disk full: its log is as before (the append
+            # is undone whole); the leader retries and recovery catches this replica up
+            # once space is freed. Refused by name, without a traceback per retry.
+            self.disk.note_disk_full()
+            raise RequestError(
+                ErrorCode.KAFKA_STORAGE_ERROR, f"node {self.node_id}: {exc}"
+            ) from exc
 
     async def relay_peer(self, body: memoryview) -> memoryview | None:
         if self.shards is None:
