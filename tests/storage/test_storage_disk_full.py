@@ -67,13 +67,17 @@ def test_a_write_that_finds_the_disk_full_is_undone_and_refused():
 
 
 def test_a_full_disk_during_a_roll_leaves_no_empty_segment_and_no_batch_of_the_call():
-    # 2500-byte segments: the call writes one batch into the active segment, rolls, and
-    # the new segment's write finds the disk full; the whole call is undone.
-    fs, log, kept = _full_log(segment_bytes=5000)
+    # The segment holds the 4 batches and exactly one 900-byte batch more: the call
+    # writes that one into the active segment, rolls (sealing it: durable), and the new
+    # segment's write finds the disk full; the whole call is undone, the sealed batch too.
+    one = make_batches(0, 1, [1000])[0].size_bytes
+    small = make_batches(8, 1, [900])[0].size_bytes
+    fs, log, kept = _full_log(segment_bytes=4 * one + small)
     segments = log.segment_count
     with pytest.raises(DiskFull):
         log.append(make_batches(8, 1, [900, 1000, 1000]))
     assert log.dirty_offset == 7
+    assert log.flushed_offset <= 7
     assert log.segment_count == segments
     assert sorted(n for n in fs.listdir(D) if n.endswith(".log")) == sorted(
         f"{s.base_offset:020d}-{1:020d}.log" for s in log.segment_infos()
@@ -86,6 +90,24 @@ def test_a_full_disk_during_a_roll_leaves_no_empty_segment_and_no_batch_of_the_c
     log.close()
     with SegmentedLog.open(D, fs=fs) as again:
         assert again.read(0, 10**6) == kept + after
+
+
+def test_a_refused_write_of_a_new_term_leaves_no_segment_of_that_term():
+    """A new term rolls to a new segment before the write; refused, that segment goes:
+    the log's last term (what elections compare) stays the one of its last entry."""
+    fs, log, kept = _full_log()
+    with pytest.raises(DiskFull):
+        log.append(make_batches(8, 2, [4000]))
+    assert (log.last_term, log.term_at(log.dirty_offset), log.dirty_offset) == (1, 1, 7)
+    assert log.segment_count == 1
+    fs.capacity_bytes = None
+    later = make_batches(8, 3, [100])
+    assert log.append(later) == 9
+    log.flush()
+    log.close()
+    with SegmentedLog.open(D, fs=fs) as again:
+        assert again.read(0, 10**6) == kept + later
+        assert again.last_term == 3
 
 
 def test_votes_still_save_on_a_disk_whose_data_writes_are_refused():
