@@ -430,9 +430,14 @@ class SegmentedLog:
         segments_before = len(self._segments)
         try:
             return self._append(batches)
-        except DiskFull:
+        except OSError as exc:
+            if not is_disk_full(exc):
+                raise
+            # Also when the roll's seal found no room for an index file's entries.
             self._undo_append(before, segments_before)
-            raise
+            if isinstance(exc, DiskFull):
+                raise
+            raise DiskFull(str(self._dir), exc) from exc
 
     def _undo_append(self, before: int, segments_before: int) -> None:
         """Bring the log back to ``before`` (its dirty offset before a failed append)."""
