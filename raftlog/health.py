@@ -21,6 +21,10 @@ cluster (local or not):
   partition is under-replicated (out of ISR): the cluster is not healthy. It is
   listed under ``lagging_replicas``; ``under_replicated_partitions`` keeps its
   meaning (replicas on down nodes).
+- *degraded nodes*: up nodes whose ``/health`` reports their data directory's free
+  space below their ``--min-free-bytes`` (``raftlog.node.disk_space``): they refuse
+  produce with ``KAFKA_STORAGE_ERROR`` and serve reads. Each is named with its free
+  space; the cluster is not healthy while any is.
 
 The cluster is healthy when every node is up, a controller leader is agreed,
 no partition is leaderless or under-replicated, and no replica lags; ``problems``
@@ -53,6 +57,11 @@ class NodeHealth:
     # ms since the controller leader last heard from this node (0 for the leader
     # itself); -1 when unknown (no controller leader, or it does not track the node)
     last_heartbeat_ms: int = -1
+    # the node's data directory's free bytes (-1 unknown), and whether it refuses
+    # client writes for want of space (degraded mode), with its own words why
+    free_bytes: int = -1
+    degraded: bool = False
+    degraded_reason: str = ""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -113,7 +122,11 @@ class HealthReport:
                 if n.last_heartbeat_ms >= 0
                 else "last heartbeat unknown"
             )
-            lines.append(f"{ident}  {n.address}  {state}  {beat}")
+            disk = ""
+            if n.free_bytes >= 0:
+                disk = f"  disk free {format_bytes(n.free_bytes)}"
+                disk += "  DEGRADED (refuses writes: disk full)" if n.degraded else ""
+            lines.append(f"{ident}  {n.address}  {state}  {beat}{disk}")
         for title, parts in (
             ("leaderless partitions", self.leaderless),
             ("under-replicated partitions", self.under_replicated),
@@ -197,7 +210,15 @@ async def check_health(
     for info, (state, error) in zip(meta.nodes, answers, strict=True):
         leader = int(state.get("controller_leader", -1)) if state else -1
         beat = heard.get(info.node_id, -1)
-        nodes.append(NodeHealth(info.node_id, info.address, state is not None, leader, error, beat))
+        disk = _disk(state)
+        nodes.append(
+            NodeHealth(info.node_id, info.address, state is not None, leader, error, beat, *disk)
+        )
+        if disk[1]:
+            problems.append(
+                f"node {info.node_id} ({info.address}) is degraded: {format_bytes(disk[0])} "
+                f"free, refuses writes: {disk[2]}"
+            )
         if state is None:
             last = f"; last heartbeat {beat} ms ago" if beat >= 0 else ""
             problems.append(f"node {info.node_id} ({info.address}) is down: {error}{last}")
@@ -237,6 +258,24 @@ async def check_health(
             + ", ".join(f"{t}/{p}" for t, p in behind)
         )
     return HealthReport(nodes, controller, leaderless, under, problems, lagging)
+
+
+def format_bytes(n: int) -> str:
+    """``n`` bytes in MiB, as the nodes word their free space (health may not import
+    the node's code: the report is built from what any client sees)."""
+    mib = n / (1024 * 1024)
+    return f"{mib:.1f} MiB" if mib < 10 else f"{mib:.0f} MiB"
+
+
+def _disk(state: dict[str, Any] | None) -> tuple[int, bool, str]:
+    """(free bytes, degraded, why) from a node's /health; (-1, False, "") when it has none."""
+    raw = state.get("disk") if state else None
+    if not isinstance(raw, dict):
+        return -1, False, ""  # down, or a node of an older version
+    try:
+        return int(raw["free_bytes"]), bool(raw["degraded"]), str(raw.get("reason", ""))
+    except (KeyError, TypeError, ValueError):
+        return -1, False, ""
 
 
 def _lagging(

@@ -16,7 +16,7 @@ registry.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
-from typing import Protocol
+from typing import Any, Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -178,6 +178,28 @@ class _SyncfsCollector(Collector):
         yield family
 
 
+class _DiskCollector(Collector):
+    def __init__(self, node_id: int, disk: Callable[[], dict[str, Any]]) -> None:
+        self._node_id = str(node_id)
+        self._disk = disk
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        # The node's degraded mode (raftlog.node.disk_space): free bytes in its data
+        # directory's filesystem, the reserve, and whether client writes are refused.
+        status = self._disk()
+        for name, doc, value in (
+            ("raftlog_disk_free_bytes", "free bytes in the data directory's filesystem",
+             status["free_bytes"]),
+            ("raftlog_disk_min_free_bytes", "the reserve (--min-free-bytes)",
+             status["min_free_bytes"]),
+            ("raftlog_disk_degraded", "1 while the node refuses client writes for want of "
+             "disk space (KAFKA_STORAGE_ERROR), else 0", 1 if status["degraded"] else 0),
+        ):  # fmt: skip
+            family = GaugeMetricFamily(name, doc, labels=["node"])
+            family.add_metric([self._node_id], float(value))
+            yield family
+
+
 class NodeMetrics:
     """Every metric of one node, in a registry of its own."""
 
@@ -186,11 +208,21 @@ class NodeMetrics:
         node_id: int,
         groups: Callable[[], Iterable[GroupView]],
         syncs: Callable[[], int | None] = lambda: None,
+        disk: Callable[[], dict[str, Any]] | None = None,
     ) -> None:
-        """``syncs``: the node's syncfs calls, None when it makes none (no sample)."""
+        """``syncs``: the node's syncfs calls, None when it makes none (no sample);
+        ``disk``: the node's :meth:`DiskSpace.status` (None: no disk metrics)."""
         self.registry = CollectorRegistry(auto_describe=True)
         self.registry.register(_GroupCollector(node_id, groups))
         self.registry.register(_SyncfsCollector(node_id, syncs))
+        if disk is not None:
+            self.registry.register(_DiskCollector(node_id, disk))
+        self.storage_refusals = Counter(
+            "raftlog_storage_refusals",
+            "client writes refused with KAFKA_STORAGE_ERROR (the disk full), by route",
+            ["route"],
+            registry=self.registry,
+        )
         self.append_latency = Histogram(
             "raftlog_append_latency_seconds",
             "produce latency from request to acknowledgement, by acks",

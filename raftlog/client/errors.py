@@ -86,6 +86,12 @@ class InvalidProducerEpochError(RaftlogError):
     code = ErrorCode.INVALID_PRODUCER_EPOCH
 
 
+class KafkaStorageError(RaftlogError):
+    """The partition leader's disk is full: the write was refused, nothing was written."""
+
+    code = ErrorCode.KAFKA_STORAGE_ERROR
+
+
 class ClusterUnavailableError(RaftlogError):
     """No server answered (connection refused, resets) within the request timeout."""
 
@@ -129,6 +135,7 @@ _BY_CODE: dict[ErrorCode, type[RaftlogError]] = {
         DuplicateSequenceError,
         InvalidTxnStateError,
         InvalidProducerEpochError,
+        KafkaStorageError,
     )
 }
 

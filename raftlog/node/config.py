@@ -11,6 +11,7 @@ import os
 import pathlib
 from typing import Any
 
+from raftlog.node.disk_space import DEFAULT_MIN_FREE_BYTES
 from raftlog.producers.rm_stm import (
     DEFAULT_MAX_TRANSACTION_TIMEOUT_MS,
     DEFAULT_TRANSACTION_TIMEOUT_MS,
@@ -101,6 +102,9 @@ class NodeConfig:
     flush_scope: str = FLUSH_SCOPE_NODE
     # --allow-plaintext: serve and peer beyond loopback without TLS (tokens in clear)
     allow_plaintext: bool = False
+    # Below this much free space in data_dir's filesystem the node is degraded: it
+    # refuses client writes (KAFKA_STORAGE_ERROR); see raftlog.node.disk_space.
+    min_free_bytes: int = DEFAULT_MIN_FREE_BYTES
 
     @property
     def address(self) -> str:
@@ -248,6 +252,14 @@ def add_server_arguments(p: argparse.ArgumentParser) -> None:
         "that partition (default 600000)",
     )
     p.add_argument(
+        "--min-free-bytes",
+        type=int,
+        default=DEFAULT_MIN_FREE_BYTES,
+        help="free space to keep in the data directory's filesystem: below it the node "
+        "refuses produce with KAFKA_STORAGE_ERROR (degraded mode) and keeps serving reads; "
+        "the rest is room for Raft's votes and retention (default 67108864, 64 MiB)",
+    )
+    p.add_argument(
         "--replica-lag-time-max-ms",
         type=int,
         default=DEFAULT_REPLICA_LAG_TIME_MAX_MS,
@@ -385,6 +397,9 @@ def config_from_args(args: argparse.Namespace) -> NodeConfig:
         raise ValueError(
             f"--replica-lag-time-max-ms: expected 100..86400000 milliseconds, got {lag_max}"
         )
+    min_free = getattr(args, "min_free_bytes", DEFAULT_MIN_FREE_BYTES)
+    if not 0 <= min_free <= 2**50:
+        raise ValueError(f"--min-free-bytes: expected 0..{2**50} bytes, got {min_free}")
     shards = getattr(args, "shards", None)
     if shards is None:
         shards = os.cpu_count() or 1
@@ -417,6 +432,7 @@ def config_from_args(args: argparse.Namespace) -> NodeConfig:
         shard_index=shard_index,
         flush_scope=getattr(args, "flush_scope", FLUSH_SCOPE_NODE),
         allow_plaintext=allow_plaintext,
+        min_free_bytes=min_free,
     )
 
 

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any
+from collections.abc import Awaitable
+from typing import Any, TypeVar
 
 from raftlog.client.payload_check import PayloadError, check_payload
 from raftlog.coordinator.tm_stm import TRANSACTIONS_TOPIC
@@ -26,6 +27,7 @@ from raftlog.rpc.messages import (
 from raftlog.rpc.server import RequestError
 
 log = logging.getLogger("raftlog.node")
+_T = TypeVar("_T")
 
 
 class DataApi:
@@ -44,6 +46,24 @@ class DataApi:
             )
         return rep
 
+    def _refuse_when_disk_full(self, route: str) -> None:
+        """Refuse a client write at once while this node is degraded (its disk is full:
+        raftlog.node.disk_space); nothing is written, reads go on."""
+        if self.disk.degraded:
+            self.metrics.storage_refusals.labels(route).inc()
+            raise RequestError(ErrorCode.KAFKA_STORAGE_ERROR, self.disk.reason())
+
+    async def _writing(self, route: str, call: Awaitable[_T]) -> _T:
+        """``call``, a client write; a write that found the disk full (refused with
+        KAFKA_STORAGE_ERROR by the partition) puts the node in degraded mode."""
+        try:
+            return await call
+        except RequestError as exc:
+            if exc.code is ErrorCode.KAFKA_STORAGE_ERROR:
+                self.disk.note_disk_full()
+                self.metrics.storage_refusals.labels(route).inc()
+            raise
+
     def _leader_replica(
         self, topic: str, partition: int, *, read: bool = False
     ) -> PartitionReplica:
@@ -56,6 +76,7 @@ class DataApi:
         # commands, written by tm_stm only)
         refuse_internal(req.topic, "produced to")
         rep = self._leader_replica(req.topic, req.partition)
+        self._refuse_when_disk_full("produce")
         for i, b in enumerate(req.batches):
             if len(b.payload) > self.config.max_batch_bytes:
                 raise RequestError(
@@ -66,7 +87,7 @@ class DataApi:
         if _checks_batches():
             self._check_batches(req)
         started = time.perf_counter()
-        resp = await rep.produce(req)
+        resp = await self._writing("produce", rep.produce(req))
         self.metrics.append_latency.labels(str(req.acks)).observe(time.perf_counter() - started)
         return resp
 
@@ -99,13 +120,19 @@ class DataApi:
         return replica.offset_for_timestamp(req.timestamp_ms)
 
     async def init_producer(self, req: InitProducerRequest) -> Any:
-        return await self._leader_replica(req.topic, req.partition).init_producer(req)
+        rep = self._leader_replica(req.topic, req.partition)
+        self._refuse_when_disk_full("init_producer")
+        return await self._writing("init_producer", rep.init_producer(req))
 
     async def end_txn(self, req: EndTxnRequest) -> Any:
+        # Not refused while degraded: a commit or abort marker is small, and ending a
+        # transaction lets the last stable offset (and readers) move on.
         return await self._leader_replica(req.topic, req.partition).end_txn(req)
 
     async def coordinate(self, req: CoordinatorRequest) -> Any:
-        return await self._leader_replica(TRANSACTIONS_TOPIC, req.partition).coordinate(req)
+        rep = self._leader_replica(TRANSACTIONS_TOPIC, req.partition)
+        self._refuse_when_disk_full("coordinate")
+        return await self._writing("coordinate", rep.coordinate(req))
 
 
 def _checks_batches() -> bool:

@@ -68,7 +68,7 @@ from raftlog.rpc.messages import (
 from raftlog.rpc.server import RequestError
 from raftlog.rpc.transport import StreamTransport
 from raftlog.storage.batch import RecordBatch
-from raftlog.storage.fs import REAL_FS
+from raftlog.storage.fs import REAL_FS, DiskFull
 from raftlog.storage.log import SegmentedLog
 
 log = logging.getLogger(__name__)
@@ -654,6 +654,11 @@ class _errors:
             raise RequestError(code, f"{where}: {exc}", exc.leader_id) from exc
         if isinstance(exc, TermMismatchError):
             raise RequestError(ErrorCode.NOT_LEADER, f"{where}: {exc}") from exc
+        if isinstance(exc, DiskFull):
+            raise RequestError(
+                ErrorCode.KAFKA_STORAGE_ERROR,
+                f"KAFKA_STORAGE_ERROR: {where}: node {self.rep.consensus.node_id}: {exc}",
+            ) from exc
         if isinstance(exc, TimeoutError):
             raise RequestError(
                 ErrorCode.TIMEOUT, f"{where}: not acknowledged within {REQUEST_TIMEOUT_S}s"

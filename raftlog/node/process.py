@@ -69,6 +69,7 @@ from raftlog.node.config import (
     plaintext_warning,
 )
 from raftlog.node.data_api import DataApi
+from raftlog.node.disk_space import DiskSpace
 from raftlog.node.file_modes import tighten_data_dir, warn_if_readable_by_others
 from raftlog.node.groups import GroupHost, PartitionReplica, last_heard_ms
 from raftlog.node.metadata import MetadataApi
@@ -114,6 +115,7 @@ from raftlog.rpc.tls import client_context, server_context
 from raftlog.rpc.transport import StreamTransport
 from raftlog.storage import fs as storage_fs
 from raftlog.storage import identity
+from raftlog.storage.fs import DiskFull
 
 log = logging.getLogger("raftlog.node")
 
@@ -165,7 +167,11 @@ class Node(Upkeep, AdminApi, MetadataApi, DataApi):
         self.controller_stm = ControllerStm()
         self.controller: Any = None
         self.partitions: dict[int, PartitionReplica] = {}
-        self.metrics = NodeMetrics(config.node_id, self._group_views, self._syncfs_calls)
+        # Free space and degraded mode (client writes refused while the disk is full).
+        self.disk = DiskSpace(config.node_id, config.data_dir, config.min_free_bytes)
+        self.metrics = NodeMetrics(
+            config.node_id, self._group_views, self._syncfs_calls, disk=self.disk.status
+        )
         self._reconcile_needed = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
         self._runner: web.AppRunner | None = None
@@ -294,9 +300,18 @@ class Node(Upkeep, AdminApi, MetadataApi, DataApi):
     async def handle_peer(self, message: Any) -> Any:
         if isinstance(message, ShardStateRequest):
             return self._mirror_controller(message)
-        if self.shards is not None:
-            return await self.shards.route_peer(message, self.host.dispatcher.handle)
-        return await self.host.dispatcher.handle(message)
+        try:
+            if self.shards is not None:
+                return await self.shards.route_peer(message, self.host.dispatcher.handle)
+            return await self.host.dispatcher.handle(message)
+        except DiskFull as exc:
+            # A follower's append found the disk full: its log is as before (the append
+            # is undone whole); the leader retries and recovery catches this replica up
+            # once space is freed. Refused by name, without a traceback per retry.
+            self.disk.note_disk_full()
+            raise RequestError(
+                ErrorCode.KAFKA_STORAGE_ERROR, f"node {self.node_id}: {exc}"
+            ) from exc
 
     async def relay_peer(self, body: memoryview) -> memoryview | None:
         if self.shards is None:
@@ -383,6 +398,8 @@ class Node(Upkeep, AdminApi, MetadataApi, DataApi):
             # followers of the partitions this node leads that have not caught up for
             # over --replica-lag-time-max-ms (health reports them as lagging)
             "lagging_replicas": self._lagging_replicas(),
+            # free space and degraded mode (cluster health names a degraded node)
+            "disk": self.disk.status(),
         }
 
     def _lagging_replicas(self) -> list[dict[str, Any]]:

@@ -27,6 +27,7 @@ from typing import Any
 
 from raftlog.raft.errors import RaftError
 from raftlog.storage.batch import RecordBatch
+from raftlog.storage.fs import DiskFull
 
 
 class Consistency(enum.Enum):
@@ -206,7 +207,9 @@ class ReplicateBatcher:
                 # The append stage failed (a bug, or a value that slipped past decoding):
                 # its callers get the error instead of waiting forever; the task's
                 # owner (Consensus) steps down and restarts this loop.
-                err = RaftError(f"replicate failed: {exc!r}")
+                # A full disk (DiskFull) goes to the callers as it is: the node
+                # refuses the write with KAFKA_STORAGE_ERROR, not a retriable error.
+                err = exc if isinstance(exc, DiskFull) else RaftError(f"replicate failed: {exc!r}")
                 for r in reqs:
                     for fut in (r.stages.enqueued, r.stages.finished):
                         if not fut.done():

@@ -40,6 +40,10 @@ class ErrorCode(enum.IntEnum):
     DUPLICATE_SEQUENCE = 16  # an older duplicate: already written, offsets no longer known
     INVALID_TXN_STATE = 17
     INVALID_PRODUCER_EPOCH = 18  # an epoch never granted (newer than the current one)
+    # Kafka's KAFKA_STORAGE_ERROR: the leader's disk is full (free space below its
+    # --min-free-bytes reserve, or a write found no space); nothing was written. Not
+    # retried by the client: it fails at once and says so (retrying only hides it).
+    KAFKA_STORAGE_ERROR = 19
 
     @property
     def retriable(self) -> bool:

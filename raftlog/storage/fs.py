@@ -81,6 +81,33 @@ class StorageFailed(Exception):
     """The log refuses every operation after a failed fsync; reopen it (restart) to recover."""
 
 
+DISK_FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})
+"""A write failed for want of space (or quota): nothing is lost, unlike a failed fsync;
+the write is undone and refused, and the same write succeeds once space is freed."""
+
+
+class DiskFull(OSError):
+    """A write (not an fsync) found no space: it was undone, nothing earlier is affected.
+
+    Unlike :class:`FsyncFailed` this is not fatal: the log stays usable (reads, and
+    writes again once space is freed). ``path`` names the file the write went to.
+    """
+
+    def __init__(self, path: str, cause: OSError) -> None:
+        super().__init__(
+            cause.errno,
+            f"no space left for a write to {path} ({cause.strerror or cause}); "
+            "the write was undone and refused: free space (retention, a topic delete) "
+            "and it is accepted again",
+        )
+        self.path = path
+
+
+def is_disk_full(exc: BaseException) -> bool:
+    """Whether ``exc`` is a write that failed for want of space (ENOSPC, EDQUOT)."""
+    return isinstance(exc, OSError) and exc.errno in DISK_FULL_ERRNOS
+
+
 _fatal_handler: Callable[[str], None] | None = None
 
 
@@ -482,10 +509,17 @@ class _ModelFile:
     def pwrite(self, data: bytes | memoryview, position: int) -> None:
         with self._fs.lock:
             self._check()
-            op = ("w", position, bytes(data))
-            _apply(self._inode.data, op)
-            self._inode.pending.append(op)
+            data = bytes(data)
+            # A full disk, as Linux fills one: the bytes that fit are written (a short
+            # write), then the call fails with ENOSPC.
+            room = self._fs.room_for(self._inode, position, len(data))
+            op = ("w", position, data[:room])
+            if room > 0:
+                _apply(self._inode.data, op)
+                self._inode.pending.append(op)
             self._fs.io("pwrite", self.path)
+            if room < len(data):
+                raise OSError(errno.ENOSPC, "No space left on device (model)", str(self.path))
 
     def pwritev(self, buffers: Sequence[bytes | memoryview], position: int) -> None:
         # one write of the concatenation: one IO call, as the crash scenarios count them
@@ -527,7 +561,9 @@ class ModelFileSystem:
     fsync; reads are not counted, as crashing after a read equals crashing after
     the mutation before it). ``fail_fsync_at``: the n-th fsync (1-based, file or
     directory) fails with EIO and drops that file's dirty pages.
-    ``mutation`` overrides ``$RAFTLOG_TEST_FS_MUTATION``.
+    ``mutation`` overrides ``$RAFTLOG_TEST_FS_MUTATION``. ``capacity_bytes``: the
+    disk holds at most that many bytes of file data (None: unbounded); a write that
+    grows the files past it writes what fits and fails with ENOSPC, as Linux does.
     """
 
     def __init__(
@@ -536,7 +572,9 @@ class ModelFileSystem:
         crash_after: int | None = None,
         fail_fsync_at: int | None = None,
         mutation: str | None = None,
+        capacity_bytes: int | None = None,
     ) -> None:
+        self.capacity_bytes = capacity_bytes
         self.lock = threading.RLock()
         self.root = _Dir()
         self.generation = 0
@@ -566,6 +604,26 @@ class ModelFileSystem:
             return clone
 
     # -- bookkeeping ---------------------------------------------------------------------
+
+    def used_bytes(self) -> int:
+        """Bytes of file data on the disk (every reachable file's current size)."""
+        with self.lock:
+            seen: dict[int, int] = {}
+            for d in self._dirs():
+                for child in d.entries.values():
+                    if isinstance(child, _Inode):
+                        seen[id(child)] = len(child.data)
+            return sum(seen.values())
+
+    def room_for(self, inode: _Inode, position: int, length: int) -> int:
+        """How many of ``length`` bytes written at ``position`` of ``inode`` fit."""
+        if self.capacity_bytes is None:
+            return length
+        growth = max(0, position + length - len(inode.data))
+        free = self.capacity_bytes - self.used_bytes()
+        if growth <= free:
+            return length
+        return max(0, len(inode.data) + max(free, 0) - position)
 
     def io(self, op: str, path: pathlib.Path) -> None:
         self.io_calls += 1

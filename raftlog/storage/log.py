@@ -50,9 +50,22 @@ from raftlog.storage.api import (
 from raftlog.storage.batch import RecordBatch
 from raftlog.storage.commit_context import CommitContextStore
 from raftlog.storage.durable_record import TMP_SUFFIX
-from raftlog.storage.fs import REAL_FS, FileSystem, FsyncFailed, StorageFailed
+from raftlog.storage.fs import (
+    REAL_FS,
+    DiskFull,
+    FileSystem,
+    FsyncFailed,
+    StorageFailed,
+    is_disk_full,
+)
 from raftlog.storage.recovery import recover_last_segment, verify_sealed_segment
-from raftlog.storage.segment import INDEX_SUFFIX, Segment, SyncPoint, parse_segment_name
+from raftlog.storage.segment import (
+    INDEX_SUFFIX,
+    Segment,
+    SyncPoint,
+    parse_segment_name,
+    segment_name,
+)
 from raftlog.storage.start_record import StartRecord, StartRecordStore
 from raftlog.storage.time_index import TIME_INDEX_SUFFIX
 from raftlog.storage.vote_store import VoteStore
@@ -406,8 +419,39 @@ class SegmentedLog:
         All batches are checked before anything is written: each must start at the
         offset after the previous one (the first at ``dirty_offset + 1``) and terms
         must not decrease; otherwise ValueError names the expected and got values.
+
+        All or nothing: when the disk is full (:class:`DiskFull`) the log is left as
+        it was before the call (a segment this call created is removed, batches it
+        wrote before a roll are truncated away) and the error is raised; the log stays
+        usable, and the same append succeeds once space is freed.
         """
         contract_checks.check_append(batches, self._dirty, self.last_term)
+        before = self._dirty
+        segments_before = len(self._segments)
+        try:
+            return self._append(batches)
+        except OSError as exc:
+            if not is_disk_full(exc):
+                raise
+            # Also when the roll's seal found no room for an index file's entries.
+            self._undo_append(before, segments_before)
+            if isinstance(exc, DiskFull):
+                raise
+            raise DiskFull(str(self._dir), exc) from exc
+
+    def _undo_append(self, before: int, segments_before: int) -> None:
+        """Bring the log back to ``before`` (its dirty offset before a failed append)."""
+        while len(self._segments) > segments_before and self._segments[-1].size == 0:
+            # created by this append and left empty: the invariant wants no empty segment
+            self._segments.pop().delete()
+            self._bases.pop()
+        self._dirty = self._segments[-1].last_offset if self._segments else self._start - 1
+        if self._dirty > before:
+            # batches written before a roll (sealed, durable): cut them, so that the
+            # call has no effect (a leader's core placed all of them or none)
+            self.truncate(before + 1)
+
+    def _append(self, batches: Sequence[RecordBatch]) -> int:
         pending: list[RecordBatch] = []
         pending_bytes = 0
         active = self._segments[-1] if self._segments else None
@@ -453,7 +497,18 @@ class SegmentedLog:
                 self._fs.fsync_dir(self._dir)
                 self._dir_synced = self._dir_version
             self._flushed = max(self._flushed, base_offset - 1)
-        seg = Segment.create(self._dir, base_offset, term, self._interval, self._fs)
+        try:
+            seg = Segment.create(self._dir, base_offset, term, self._interval, self._fs)
+        except OSError as exc:
+            # No room for the new files (their names, the empty time index): remove what
+            # was made, so that no half-created segment is left for recovery to find.
+            Segment(
+                self._dir, base_offset, term, size=0, last_offset=base_offset - 1,
+                index_interval_bytes=self._interval, fs=self._fs,
+            ).delete()  # fmt: skip
+            if is_disk_full(exc) and not isinstance(exc, DiskFull):
+                raise DiskFull(str(self._dir / segment_name(base_offset, term)), exc) from exc
+            raise
         self._dir_version += 1
         self._segments.append(seg)
         self._bases.append(base_offset)

@@ -12,17 +12,22 @@ saves are durable at once, as the on-disk atomic replace is.
 from __future__ import annotations
 
 import bisect
+import errno
 from collections.abc import Sequence
 
 from raftlog.storage import contract_checks
 from raftlog.storage.api import CommitContext, FlushPlan, RecoveryReport, VoteState
 from raftlog.storage.batch import RecordBatch
+from raftlog.storage.fs import DiskFull
 
 
 class MemoryLog:
     """Batches in a list; offsets and invariants as in :mod:`raftlog.storage.api`."""
 
-    def __init__(self) -> None:
+    def __init__(self, capacity_bytes: int | None = None) -> None:
+        # The disk's room for batches (None: unbounded); an append past it is refused
+        # whole with DiskFull, as SegmentedLog undoes a write that found the disk full.
+        self.capacity_bytes = capacity_bytes
         self._batches: list[RecordBatch] = []
         self._bases: list[int] = []
         self._start = 0
@@ -63,6 +68,13 @@ class MemoryLog:
     def append(self, batches: Sequence[RecordBatch]) -> int:
         """As :meth:`SegmentedLog.append`: all-or-nothing contiguity and term checks."""
         contract_checks.check_append(batches, self._dirty, self.last_term)
+        if self.capacity_bytes is not None:
+            used = sum(b.size_bytes for b in self._batches)
+            if used + sum(b.size_bytes for b in batches) > self.capacity_bytes:
+                raise DiskFull(
+                    "memory log",
+                    OSError(errno.ENOSPC, "No space left on device (model)"),
+                )
         for batch in batches:
             self._batches.append(batch)
             self._bases.append(batch.base_offset)

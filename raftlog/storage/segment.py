@@ -21,6 +21,7 @@ Batches with timestamp 0 (a new leader's no-op) never count.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import pathlib
@@ -31,7 +32,7 @@ from collections.abc import Iterator, Sequence
 
 from raftlog.storage.api import StorageCorruption
 from raftlog.storage.batch import HEADER_SIZE, BatchError, RecordBatch
-from raftlog.storage.fs import REAL_FS, FileHandle, FileSystem
+from raftlog.storage.fs import REAL_FS, DiskFull, FileHandle, FileSystem, is_disk_full
 from raftlog.storage.offset_index import OffsetIndex, read_index_file
 from raftlog.storage.time_index import (
     TIME_INDEX_SUFFIX,
@@ -293,18 +294,34 @@ class Segment:
     # -- writing ------------------------------------------------------------------------------
 
     def append(self, batches: Sequence[RecordBatch]) -> None:
-        """Write ``batches`` (already checked contiguous, of this term) at the end; no fsync."""
+        """Write ``batches`` (already checked contiguous, of this term) at the end; no fsync.
+
+        All or nothing: when the write fails (a full disk: :class:`DiskFull`), what
+        part of it reached the file is cut off again and the segment (size, offsets,
+        indexes) is as it was before the call.
+        """
         index = self.index
         times = self.time_index  # loaded (scanning the file as it is) before it grows
-        pos = self.size
         chunks = []
+        for batch in batches:
+            chunks.extend(batch.encoded_parts())  # a payload is written as it arrived
+        try:
+            self.fd.pwritev(chunks, self.size)
+        except OSError as exc:
+            # A short write may have left part of the batches after ``size``: cut it, so
+            # that no reader or recovery sees it, and its blocks are free again. The
+            # index entries are added only after a whole write, so they need no undo.
+            with contextlib.suppress(OSError):
+                self.fd.truncate(self.size)
+            if is_disk_full(exc):
+                raise DiskFull(str(self.path), exc) from exc
+            raise
+        pos = self.size
         for batch in batches:
             index.add(batch.base_offset, pos)
             times.add(batch.timestamp_ms, batch.base_offset, pos)
-            chunks.extend(batch.encoded_parts())  # a payload is written as it arrived
             pos += batch.size_bytes
             self.note_timestamp(batch.timestamp_ms)
-        self.fd.pwritev(chunks, self.size)
         if self.size == 0:
             self._head_bytes = batches[0].size_bytes
         self.size = pos

@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 
 import pytest
 from aiohttp import web
 
-from raftlog.client import RaftlogClient, RequestTimeoutError
+from raftlog.client import KafkaStorageError, RaftlogClient, RequestTimeoutError
 from raftlog.rpc import codec
-from raftlog.rpc.messages import ProduceRequest, ProduceResponse
+from raftlog.rpc.messages import ErrorCode, ErrorResponse, ProduceRequest, ProduceResponse
 from tests.client.fake_node import FakeNodeServer, Route
 
 Handler = Callable[[ProduceRequest, int], Awaitable[object]]
@@ -93,3 +94,26 @@ def test_attempt_timeout_defaults_and_validation() -> None:
     )
     with pytest.raises(ValueError, match="attempt_timeout_s must be > 0"):
         RaftlogClient("127.0.0.1:1", attempt_timeout_s=0)
+
+
+async def test_a_storage_error_fails_at_once_and_is_not_retried(node_factory) -> None:
+    """KAFKA_STORAGE_ERROR (the leader's disk is full): the write was refused whole, and
+    retrying only hides it until the timeout (issue 44's produce hung for 60 s)."""
+    reason = (
+        "KAFKA_STORAGE_ERROR: node 1's data dir /x has 12 MiB free, below --min-free-bytes "
+        "64 MiB; writes are refused until retention, a topic delete or the operator frees "
+        "space (reads go on)"
+    )
+
+    async def full(req: ProduceRequest, n: int) -> object:
+        return ErrorResponse(ErrorCode.KAFKA_STORAGE_ERROR, reason)
+
+    node = await node_factory(full)
+    async with RaftlogClient([node.address], request_timeout_s=30.0) as client:
+        started = time.monotonic()
+        with pytest.raises(KafkaStorageError) as info:
+            await client.produce("t", 0, [(b"v", 1)])
+        assert time.monotonic() - started < 5.0
+    assert str(info.value) == reason
+    assert info.value.code is ErrorCode.KAFKA_STORAGE_ERROR
+    assert len(node.produce_requests) == 1

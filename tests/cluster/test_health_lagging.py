@@ -184,3 +184,55 @@ async def test_nothing_lagging_is_healthy_and_down_replicas_are_not_lagging(
 def test_a_report_built_without_lagging_replicas_keeps_its_old_form() -> None:
     report = HealthReport([], -1, [], [], ["no node answers: x"])
     assert report.lagging == [] and report.to_dict()["lagging_replicas"] == []
+
+
+def _disk(free: int, min_free: int = 64 << 20, node: int = 2) -> dict[str, Any]:
+    degraded = free < min_free
+    reason = (
+        f"KAFKA_STORAGE_ERROR: node {node}'s data dir /d{node} has {free >> 20} MiB free, "
+        "below --min-free-bytes 64 MiB"
+    )
+    return {
+        "free_bytes": free,
+        "min_free_bytes": min_free,
+        "degraded": degraded,
+        "reason": reason if degraded else "",
+    }
+
+
+async def test_a_degraded_node_is_named_with_its_free_space_and_fails_the_report(
+    nodes: tuple[list[NodeInfo], dict[int, dict[str, Any]]],
+) -> None:
+    """Issue 44: a node whose disk is full (below --min-free-bytes) is up and serves
+    reads, but refuses writes: health names it and its free space, and is not healthy."""
+    infos, docs = nodes
+    docs.update(
+        {
+            1: {**_doc(1, []), "disk": _disk(500 << 20, node=1)},
+            2: {**_doc(2, []), "disk": _disk(12 << 20)},
+            3: {**_doc(3, []), "disk": _disk(300 << 20, node=3)},
+        }
+    )
+    client = _StubClient(infos, [_topic([1, 2])])
+    report = await check_health(client, [i.address for i in infos])  # type: ignore[arg-type]
+    assert not report.healthy
+    assert report.problems == [
+        f"node 2 ({infos[1].address}) is degraded: 12 MiB free, refuses writes: "
+        "KAFKA_STORAGE_ERROR: node 2's data dir /d2 has 12 MiB free, below --min-free-bytes "
+        "64 MiB"
+    ]
+    doc = report.to_dict()
+    assert [(n["node_id"], n["free_bytes"], n["degraded"]) for n in doc["nodes"]] == [
+        (1, 500 << 20, False),
+        (2, 12 << 20, True),
+        (3, 300 << 20, False),
+    ]
+    assert doc["nodes"][1]["degraded_reason"].startswith("KAFKA_STORAGE_ERROR: node 2's")
+    text = report.render().splitlines()
+    assert text[2:5] == [
+        f"node 1  {infos[0].address}  up  last heartbeat 0 ms ago  disk free 500 MiB",
+        f"node 2  {infos[1].address}  up  last heartbeat 40 ms ago  disk free 12 MiB  "
+        "DEGRADED (refuses writes: disk full)",
+        f"node 3  {infos[2].address}  up  last heartbeat 45 ms ago  disk free 300 MiB",
+    ]
+    assert text[-1].startswith("problem: node 2 (")

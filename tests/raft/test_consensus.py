@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt, wait_fixed
 
 from raftlog.raft.configuration import Configuration
 from raftlog.raft.consensus import Consensus
@@ -21,6 +22,7 @@ from raftlog.sim.cluster import SimCluster, sim_options
 from raftlog.sim.local_network import LocalNetwork
 from raftlog.sim.loop import run_virtual
 from raftlog.storage.batch import BatchKind, RecordBatch
+from raftlog.storage.fs import DiskFull
 from raftlog.storage.memory import MemoryLog
 
 
@@ -376,5 +378,57 @@ def test_state_machine_applies_in_order_and_restores_from_the_commit_context() -
         with pytest.raises(TimeoutError):
             await again.wait_for_commit(50, timeout=0.2)
         await again.stop()
+
+    run_virtual(scenario())
+
+
+def _used(log: MemoryLog) -> int:
+    return sum(b.size_bytes for b in log.read(log.start_offset, 1 << 30))
+
+
+def test_a_full_disk_refuses_the_write_whole_and_the_group_goes_on() -> None:
+    """Issue 44: a leader whose append finds its disk full fails the write with DiskFull
+    (the node answers KAFKA_STORAGE_ERROR; a retriable error hung the client until its
+    timeout), steps down without a hole or a fork in any log, and a follower whose disk
+    is full neither corrupts its log nor stops the others from committing; both write
+    again once space is freed."""
+
+    async def scenario() -> None:
+        cluster = SimCluster(3, seed=11)
+        await cluster.start()
+        leader = (await cluster.wait_for_leader()).consensus
+        await leader.replicate([data(b"kept")]).finished
+        full = leader.log
+        assert isinstance(full, MemoryLog)
+        end = full.dirty_offset
+        full.capacity_bytes = _used(full) + 10
+        with pytest.raises(DiskFull):
+            await leader.replicate([data(b"x" * 1000)]).finished
+        assert full.dirty_offset == end  # nothing of it in the log
+        full.capacity_bytes = None
+        # It stepped down: the next leader (maybe itself again) is elected in a new term.
+        async for attempt in AsyncRetrying(
+            retry=retry_if_exception_type(NotLeaderError),
+            stop=stop_after_attempt(20),
+            wait=wait_fixed(0.2),
+            reraise=True,
+        ):
+            with attempt:
+                again = (await cluster.wait_for_leader()).consensus
+                await again.replicate([data(b"after")]).finished
+        # A follower's disk fills: the other two commit without it.
+        follower = next(n for n in cluster.nodes.values() if n.consensus is not again)
+        flog = follower.consensus.log
+        assert isinstance(flog, MemoryLog)
+        flog.capacity_bytes = _used(flog) + 10
+        await again.replicate([data(b"y" * 1000)]).finished
+        assert flog.dirty_offset < again.log.dirty_offset
+        flog.capacity_bytes = None
+        await asyncio.sleep(2.0)  # recovery catches it up
+        logs = {n.node_id: log_of(n.consensus) for n in cluster.nodes.values()}
+        assert len({tuple(v) for v in logs.values()}) == 1, logs
+        payloads = [line.split(" ", 2)[2] for line in logs[follower.node_id] if "DATA" in line]
+        assert payloads == ["kept", "after", "y" * 1000]
+        await cluster.stop()
 
     run_virtual(scenario())
