@@ -40,6 +40,8 @@ class ErrorCode(enum.IntEnum):
     DUPLICATE_SEQUENCE = 16  # an older duplicate: already written, offsets no longer known
     INVALID_TXN_STATE = 17
     INVALID_PRODUCER_EPOCH = 18  # an epoch never granted (newer than the current one)
+    # Kafka's code and name: a replication factor above the nodes that can hold replicas
+    INVALID_REPLICATION_FACTOR = 38
 
     @property
     def retriable(self) -> bool:
