@@ -110,6 +110,9 @@ class Upkeep:
                 failed = self._open_failures.get(gid)
                 if failed is None or failed.retry_at <= now:
                     await self._try_open_partition(topic, part, failed)
+                else:  # woken early (another change, a timer's rounding): wake again then
+                    loop = asyncio.get_running_loop()
+                    loop.call_later(failed.retry_at - now, self._reconcile_needed.set)
             rep = self.partitions.get(gid)
             if rep is not None:  # configs changed, or a partition just opened
                 rep.configure(self.controller_stm.topic_config(topic.name))
