@@ -74,9 +74,14 @@ def test_the_old_layout_is_moved_under_partitions_and_its_logs_kept(tmp_path, mo
     aside = root / "events" / f"2{identity.MOVED_ASIDE}dropped-group-4-20260101T000000"
     _log(aside, b"aside")
     (root / "stray").mkdir()  # not a topic directory (no partition in it): stays
-    synced: list[pathlib.Path] = []
-    real = REAL_FS.fsync_dir
-    monkeypatch.setattr(REAL_FS, "fsync_dir", lambda d: (synced.append(pathlib.Path(d)), real(d)))
+    events: list[tuple[str, pathlib.Path]] = []
+    fsync, rename = REAL_FS.fsync_dir, REAL_FS.rename
+    monkeypatch.setattr(
+        REAL_FS, "fsync_dir", lambda d: (events.append(("fsync", pathlib.Path(d))), fsync(d))
+    )
+    monkeypatch.setattr(
+        REAL_FS, "rename", lambda a, b: (events.append(("rename", pathlib.Path(b))), rename(a, b))
+    )
     moved = identity.migrate_layout(root)
     assert sorted(moved) == ["0", "events", "partitions"]
     p = root / "partitions"
@@ -93,7 +98,9 @@ def test_the_old_layout_is_moved_under_partitions_and_its_logs_kept(tmp_path, mo
         "partitions",
         "stray",
     ]
-    assert root in synced and p in synced  # both parents of every rename fsynced
+    # after the last rename, both parents (old and new) are fsynced: durable at return
+    last = max(i for i, (what, _) in enumerate(events) if what == "rename")
+    assert {("fsync", root), ("fsync", p)} <= set(events[last + 1 :]), events
     del old
     # a second start finds the new layout: nothing moves
     assert identity.migrate_layout(root) == []
