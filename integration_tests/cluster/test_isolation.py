@@ -187,6 +187,8 @@ def _raw_command(client: BlockingRaftlogClient, command: str) -> CoordinatorResp
         ("[1, 2]", "command: expected a JSON object"),
         ("{", "command: expected a JSON object"),
     ],
+    ids=["4MB", "unknown-op", "writer-type", "extra-field", "version-range", "marker-type",
+         "not-object", "not-json"],
 )  # fmt: skip
 def test_a_bad_coordinator_command_is_refused_before_it_is_written(client, command, named) -> None:
     client.call(lambda c: CoordinatorClient(c).call("pending", writer="w"))  # the topic exists
