@@ -211,7 +211,9 @@ class SinkOptions:
     tls_ca_file: str | None = None  # PEM CA: HTTPS to every node, verified by it
     acks: str = "all"
     partitions: int | None = None
-    replication_factor: int = 3
+    # None: the cluster's default (3, capped at the node count); an explicit one above
+    # the node count is refused when the sink creates the topic
+    replication_factor: int | None = None
     chunk_bytes: int = DEFAULT_CHUNK_BYTES
     linger_ms: int = DEFAULT_LINGER_MS
     max_in_flight: int = MAX_IN_FLIGHT
@@ -344,7 +346,7 @@ def parse_sink_options(options: Mapping[str, str], *, streaming: bool) -> SinkOp
         tls_ca_file=_tls_ca_file(opts),
         acks=acks,
         partitions=_opt_int(opts, "partitions", minimum=1, maximum=10_000),
-        replication_factor=_opt_int(opts, "replicationFactor", minimum=1, maximum=64) or 3,
+        replication_factor=_opt_int(opts, "replicationFactor", minimum=1, maximum=64),
         chunk_bytes=_opt_size(opts, "chunkBytes", MIN_CHUNK_BYTES, MAX_CHUNK_BYTES)
         or DEFAULT_CHUNK_BYTES,
         linger_ms=DEFAULT_LINGER_MS if linger_ms is None else linger_ms,

@@ -34,8 +34,10 @@ def ensure_topic(
     refused (and the reverse), as the two cannot be read as one schema.
 
     A missing topic is created with ``schema``, ``partitions`` (else the
-    cluster default) and ``replicationFactor`` (capped by the cluster at its
-    node count). ``exist_ok`` makes concurrent first writes safe: whichever
+    cluster default) and ``replicationFactor`` (when not given, the cluster's
+    default, capped at its node count, so an embedded single-host cluster works;
+    one given above the node count is refused: InvalidReplicationFactorError).
+    ``exist_ok`` makes concurrent first writes safe: whichever
     wins, the schema is then checked against the existing topic's.
     Raises SchemaMismatchError (showing both schemas) when the topic has another schema.
     """

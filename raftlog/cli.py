@@ -181,7 +181,8 @@ def build_parser() -> argparse.ArgumentParser:
     purge = node_sub.add_parser(
         "purge-moved-aside",
         help="delete the group directories a node moved aside (dropped groups, damaged "
-        "logs); nothing else ever deletes them",
+        "logs; a deleted topic's replicas go by themselves after --file-delete-delay-ms); "
+        "refuses a directory that is not a node's, never follows symlinks",
     )
     purge.add_argument("--data-dir", required=True, help="the node's --data-dir")
     purge.add_argument("--dry-run", action="store_true", help="only list what would go")
@@ -251,7 +252,11 @@ def build_parser() -> argparse.ArgumentParser:
     create.add_argument("name")
     create.add_argument("--partitions", type=_positive_int("--partitions"), default=None)
     create.add_argument(
-        "--replication-factor", type=_positive_int("--replication-factor"), default=3
+        "--replication-factor",
+        type=_positive_int("--replication-factor"),
+        default=None,
+        help="replicas per partition; refused above the node count (default: 3, or the "
+        "node count when smaller)",
     )
     create.add_argument("--if-not-exists", action="store_true")
     create.add_argument(
@@ -589,6 +594,11 @@ def _cmd_node_purge_moved_aside(args: argparse.Namespace) -> int:
     root = pathlib.Path(args.data_dir)
     if not root.is_dir():
         print(f"raftlog: --data-dir {root}: not a directory", file=sys.stderr)
+        return 2
+    try:  # only a node's data directory: never delete under another one
+        identity.require_node_dir(root)
+    except identity.NotANodeDirectory as exc:
+        print(f"raftlog: {exc}", file=sys.stderr)
         return 2
     found = identity.moved_aside(root)
     if not args.dry_run:

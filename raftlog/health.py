@@ -26,9 +26,13 @@ cluster (local or not):
   produce with ``KAFKA_STORAGE_ERROR`` and serve reads. Each is named with its free
   space; the cluster is not healthy while any is.
 
+- *unopened replicas*: partition replicas a node failed to open (its ``/health``,
+  ``open_failures``: the node, topic/partition and the error); the node retries
+  them with backoff while its other groups serve.
+
 The cluster is healthy when every node is up, a controller leader is agreed,
-no partition is leaderless or under-replicated, and no replica lags; ``problems``
-says, one line each, what is not.
+no partition is leaderless or under-replicated, no replica lags and every replica
+opened; ``problems`` says, one line each, what is not.
 """
 
 from __future__ import annotations
@@ -41,7 +45,14 @@ import aiohttp
 
 from raftlog.client import RaftlogClient, RaftlogError
 
-__all__ = ["HealthReport", "LaggingReplica", "NodeHealth", "PartitionHealth", "check_health"]
+__all__ = [
+    "HealthReport",
+    "LaggingReplica",
+    "NodeHealth",
+    "PartitionHealth",
+    "UnopenedReplica",
+    "check_health",
+]
 
 #: How long one node's ``/health`` may take before the node counts as down.
 NODE_TIMEOUT_S = 2.0
@@ -85,6 +96,17 @@ class LaggingReplica:
     not_caught_up_ms: int  # since the replica last caught up to the leader's log end
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class UnopenedReplica:
+    """A partition replica that its node failed to open (and retries)."""
+
+    node: int
+    topic: str
+    partition: int
+    error: str
+    attempts: int
+
+
 @dataclasses.dataclass(slots=True)
 class HealthReport:
     nodes: list[NodeHealth]
@@ -93,6 +115,7 @@ class HealthReport:
     under_replicated: list[PartitionHealth]
     problems: list[str]
     lagging: list[LaggingReplica] = dataclasses.field(default_factory=list)
+    unopened: list[UnopenedReplica] = dataclasses.field(default_factory=list)
 
     @property
     def healthy(self) -> bool:
@@ -107,6 +130,7 @@ class HealthReport:
             "under_replicated_partitions": [dataclasses.asdict(p) for p in self.under_replicated],
             "problems": list(self.problems),
             "lagging_replicas": [dataclasses.asdict(r) for r in self.lagging],
+            "unopened_replicas": [dataclasses.asdict(r) for r in self.unopened],
         }
 
     def render(self) -> str:
@@ -144,6 +168,13 @@ class HealthReport:
             lines.append(
                 f"  {r.topic}/{r.partition}  node {r.node}  leader {r.leader}  "
                 f"{r.behind_records} records behind  not caught up for {r.not_caught_up_ms} ms"
+            )
+        if self.unopened:  # only then, as lagging replicas
+            lines.append(f"unopened replicas: {len(self.unopened)}")
+        for u in self.unopened:
+            lines.append(
+                f"  {u.topic}/{u.partition}  node {u.node}  failed to open "
+                f"({u.attempts} attempts): {u.error}"
             )
         lines += [f"problem: {p}" for p in self.problems]
         return "\n".join(lines)
@@ -257,7 +288,34 @@ async def check_health(
             f"(up, but not caught up to the leader in time): "
             + ", ".join(f"{t}/{p}" for t, p in behind)
         )
-    return HealthReport(nodes, controller, leaderless, under, problems, lagging)
+    unopened = _unopened(states)
+    for u in unopened:
+        problems.append(
+            f"node {u.node} failed to open its replica of {u.topic}/{u.partition} "
+            f"({u.attempts} attempts, retrying): {u.error}"
+        )
+    return HealthReport(nodes, controller, leaderless, under, problems, lagging, unopened)
+
+
+def _unopened(states: dict[int, dict[str, Any] | None]) -> list[UnopenedReplica]:
+    """The replicas each up node reports it failed to open (its /health), sorted."""
+    out = []
+    for node, state in states.items():
+        raw = state.get("open_failures") if state else None
+        for r in raw if isinstance(raw, list) else []:
+            try:
+                out.append(
+                    UnopenedReplica(
+                        node,
+                        str(r["topic"]),
+                        int(r["partition"]),
+                        str(r["error"]),
+                        int(r["attempts"]),
+                    )
+                )
+            except (KeyError, TypeError, ValueError):
+                continue  # a node of another version: nothing to report from it
+    return sorted(out, key=lambda u: (u.topic, u.partition, u.node))
 
 
 def format_bytes(n: int) -> str:

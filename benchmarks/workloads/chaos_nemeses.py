@@ -183,7 +183,7 @@ async def _torn(c: ProxiedCluster, w: Workload, rng: random.Random, plan: RoundP
     victim = rng.choice(NODES)
     partition = rng.randrange(PARTITIONS)
     nbytes = rng.randint(1, 40)
-    log_dir = c.data_dir / f"node-{victim}" / w.topic / str(partition)
+    log_dir = c.data_dir / f"node-{victim}" / "partitions" / w.topic / str(partition)
     # The round's topic has leaders once two replicas serve; a victim restarted by the
     # round before creates its replica when it catches up with the controller.
     for _ in range(_TORN_WAIT_STEPS):

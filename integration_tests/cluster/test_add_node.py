@@ -61,7 +61,7 @@ def test_a_fourth_node_joins_takes_partitions_and_its_death_is_reported(
             client.produce("spread", p, [(frame_records(records), len(records))], acks="all")
             written[p] += records
         for p in on_new:
-            assert (cluster.data_dir / "node-4" / "spread" / str(p)).is_dir()
+            assert (cluster.data_dir / "node-4" / "partitions" / "spread" / str(p)).is_dir()
 
         # node 4 dies: health names it, with a nonzero exit
         cluster.cluster.nodes[:] = recorded.nodes  # the handle kills by its own record

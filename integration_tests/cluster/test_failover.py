@@ -77,7 +77,9 @@ async def test_kill_leader_while_producing_then_restart_catches_up(fresh_cluster
         assert caught_up, "the restarted node did not catch up"
         fresh_cluster.kill(victim, signal.SIGTERM)
 
-    node_log = SegmentedLog.open(fresh_cluster.data_dir / f"node-{victim}" / "failover" / "0")
+    node_log = SegmentedLog.open(
+        fresh_cluster.data_dir / f"node-{victim}" / "partitions" / "failover" / "0"
+    )
     try:
         batches = node_log.read(0, 64 * 1024 * 1024, hwm - 1)
     finally:

@@ -97,7 +97,13 @@ async def test_metrics_give_offsets_bytes_and_lag_per_partition(
             # holds a snapshot there: settled when each one's scrape shows its disk
             for n in cluster.nodes:
                 for part in (0, 1):
-                    where = cluster.data_dir / f"node-{n.node_id}" / "measured" / str(part)
+                    where = (
+                        cluster.data_dir
+                        / f"node-{n.node_id}"
+                        / "partitions"
+                        / "measured"
+                        / str(part)
+                    )
                     size = ("raftlog_partition_size_bytes", "measured", str(part))
                     if scrapes[n.node_id].get(size) != _segment_bytes(where):
                         return None
@@ -129,7 +135,7 @@ async def test_metrics_give_offsets_bytes_and_lag_per_partition(
         for n in cluster.nodes:
             for part in (0, 1):
                 on_disk = _segment_bytes(
-                    cluster.data_dir / f"node-{n.node_id}" / "measured" / str(part)
+                    cluster.data_dir / f"node-{n.node_id}" / "partitions" / "measured" / str(part)
                 )
                 reported = scrapes[n.node_id][
                     ("raftlog_partition_size_bytes", "measured", str(part))

@@ -106,7 +106,7 @@ def test_a_partition_moves_onto_a_new_node_under_writes_and_loses_nothing(
                 "node 4 to lead the moved partition",
             )
             # the node that left set its replica aside (never deletes it)
-            gone = cluster.data_dir / f"node-{leader}" / TOPIC / "0"
+            gone = cluster.data_dir / f"node-{leader}" / "partitions" / TOPIC / "0"
             wait_until(lambda: not gone.exists(), 30.0, f"node {leader} to close its replica")
             assert list(gone.parent.glob("0.moved-aside-*"))
 

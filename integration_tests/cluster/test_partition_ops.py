@@ -120,7 +120,9 @@ def test_add_partitions_grows_the_topic_and_new_partitions_take_writes(
             ]
             # every replica of a new partition opened its group on its node
             for node in meta.partitions[p].replicas:
-                assert (raftlog_cluster.data_dir / f"node-{node}" / topic / str(p)).is_dir()
+                assert (
+                    raftlog_cluster.data_dir / f"node-{node}" / "partitions" / topic / str(p)
+                ).is_dir()
 
     same = run_cli(servers, "topic", "add-partitions", topic, "--partitions", "5")
     assert same.returncode == 0, same.stderr

@@ -148,7 +148,10 @@ async def test_40mb_into_8mib_retention_keeps_every_node_under_24mib(cluster) ->
         # Every replica deleted whole segments: each one's first segment starts above 0,
         # and none starts past the agreed log start (a replica keeps more, never less).
         for node, d in dirs.items():
-            bases = sorted(int(p.name.split("-")[0]) for p in (d / "retained" / "0").glob("*.log"))
+            bases = sorted(
+                int(p.name.split("-")[0])
+                for p in (d / "partitions" / "retained" / "0").glob("*.log")
+            )
             assert bases and 0 < bases[0] <= start, (node, bases[:3], start)
 
         # A reader below the log start gets Kafka's OFFSET_OUT_OF_RANGE with both offsets.
@@ -258,7 +261,10 @@ async def test_retention_ms_deletes_old_segments_and_restart_keeps_log_start(clu
 
         def bases() -> dict[int, list[int]]:
             return {
-                node: sorted(int(p.name.split("-")[0]) for p in (d / "aged" / "0").glob("*.log"))
+                node: sorted(
+                    int(p.name.split("-")[0])
+                    for p in (d / "partitions" / "aged" / "0").glob("*.log")
+                )
                 for node, d in _node_dirs(cluster).items()
             }
 

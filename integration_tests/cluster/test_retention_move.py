@@ -91,7 +91,7 @@ def test_retention_then_move_onto_a_new_node_then_kill_an_old_one(
         assert client.describe_topic(TOPIC).partitions[0].replicas == target
 
         # the new replica's log starts where the leader's did, not at 0
-        new_dir = cluster.data_dir / "node-4" / TOPIC / "0"
+        new_dir = cluster.data_dir / "node-4" / "partitions" / TOPIC / "0"
         bases = sorted(int(p.name.split("-")[0]) for p in new_dir.glob("*.log"))
         assert bases and bases[0] > 0, bases[:3]
         assert list(new_dir.glob("start-snapshot-*")), "the installed snapshot is not kept"

@@ -94,7 +94,7 @@ async def test_nemesis_torn_tail_follower_repairs(fresh_cluster, tmp_path) -> No
         address = fresh_cluster.address(follower)
         dirty = metric(address, "raftlog_group_dirty_offset", gid)
         await asyncio.to_thread(fresh_cluster.kill, follower, signal.SIGKILL)
-        log_dir = fresh_cluster.data_dir / f"node-{follower}" / "torn" / "0"
+        log_dir = fresh_cluster.data_dir / f"node-{follower}" / "partitions" / "torn" / "0"
         cut = tear_tail(log_dir, 7)  # half of the last batch
         assert dirty is not None and cut.last_offset < dirty, (cut, dirty)
         w.release(40)  # written while the follower is down

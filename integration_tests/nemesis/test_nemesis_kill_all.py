@@ -60,5 +60,6 @@ async def test_nemesis_kill_every_node_mid_write_and_restart(fresh_cluster, tmp_
         assert identity.read_marker(node_dir, identity.NODE_MARKER) == str(n)
         assert identity.moved_aside(node_dir) == []
         for p in range(2):
-            assert identity.read_marker(node_dir / "killall" / str(p), identity.GROUP_MARKER)
+            marked = identity.partition_dir(node_dir, "killall", p)
+            assert identity.read_marker(marked, identity.GROUP_MARKER)
     assert_clean(report, f"kill -9 all nodes x{ROUNDS}", w.total_batches)

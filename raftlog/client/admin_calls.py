@@ -56,14 +56,17 @@ class AdminCalls:
         self,
         name: str,
         partitions: int | None = None,
-        replication_factor: int = 3,
+        replication_factor: int | None = None,
         schema: bytes | None = None,
         exist_ok: bool = False,
         configs: dict[str, str] | None = None,
     ) -> TopicMetadata:
         """Create a topic; ``partitions=None`` takes the cluster default.
 
-        The replication factor is capped at the node count. ``configs`` are
+        ``replication_factor=None`` takes the default, 3 capped at the node count;
+        an explicit one above the node count raises InvalidReplicationFactorError
+        (an InvalidRequestError naming ``replication_factor`` and the node count).
+        ``configs`` are
         the topic's config overrides by Kafka's names (``retention.bytes``,
         ``retention.ms``, ``segment.bytes``, ``segment.ms``). Raises
         TopicExistsError unless ``exist_ok``; InvalidRequestError for a bad
@@ -71,12 +74,12 @@ class AdminCalls:
         """
         if partitions is not None and partitions < 1:
             raise InvalidRequestError(f"partitions must be >= 1, got {partitions}")
-        if replication_factor < 1:
+        if replication_factor is not None and replication_factor < 1:
             raise InvalidRequestError(f"replication_factor must be >= 1, got {replication_factor}")
         req = CreateTopicRequest(
             name,
             -1 if partitions is None else partitions,
-            replication_factor,
+            -1 if replication_factor is None else replication_factor,
             schema,
             exist_ok,
             [ConfigEntry(k, str(v)) for k, v in (configs or {}).items()],

@@ -94,7 +94,7 @@ class BlockingRaftlogClient:
         self,
         name: str,
         partitions: int | None = None,
-        replication_factor: int = 3,
+        replication_factor: int | None = None,
         schema: bytes | None = None,
         exist_ok: bool = False,
     ) -> TopicMetadata:

@@ -20,8 +20,6 @@ from raftlog.rpc.messages import CoordinatorRequest, CoordinatorResponse
 
 __all__ = ["CoordinatorClient", "CoordinatorError"]
 
-COORDINATOR_REPLICAS = 3
-
 
 class CoordinatorError(RaftlogError):
     """The coordinator refused a command; the message says which field and why."""
@@ -61,4 +59,5 @@ class CoordinatorClient:
         return result
 
     async def _ensure_topic(self) -> None:
-        await self._client.create_topic(TRANSACTIONS_TOPIC, 1, COORDINATOR_REPLICAS, exist_ok=True)
+        # the default replication factor: 3, or fewer on a smaller cluster
+        await self._client.create_topic(TRANSACTIONS_TOPIC, 1, None, exist_ok=True)

@@ -44,6 +44,13 @@ class InvalidRequestError(RaftlogError):
     code = ErrorCode.INVALID_REQUEST
 
 
+class InvalidReplicationFactorError(InvalidRequestError):
+    """An explicit replication factor above the cluster's node count (Kafka's
+    INVALID_REPLICATION_FACTOR); an InvalidRequestError too."""
+
+    code = ErrorCode.INVALID_REPLICATION_FACTOR
+
+
 class RecordTooLargeError(RaftlogError):
     code = ErrorCode.RECORD_TOO_LARGE
 
@@ -136,6 +143,7 @@ _BY_CODE: dict[ErrorCode, type[RaftlogError]] = {
         InvalidTxnStateError,
         InvalidProducerEpochError,
         KafkaStorageError,
+        InvalidReplicationFactorError,
     )
 }
 

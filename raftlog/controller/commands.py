@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from collections.abc import Iterable
 
 from raftlog.rpc import codec
 from raftlog.storage.batch import BatchKind, RecordBatch
@@ -11,20 +12,39 @@ from raftlog.storage.batch import BatchKind, RecordBatch
 CONTROLLER_GROUP = 0
 """The controller's raft group id; partition groups are numbered from 1."""
 
-_TOPIC_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,248}")
+_TOPIC_NAME = re.compile(r"[A-Za-z0-9._-]{1,249}")
+INTERNAL_PREFIX = "__"
+"""Topic names starting with it are the system's own (``__transactions``)."""
 
 
 def validate_topic_name(name: str) -> str:
-    """Return ``name`` or raise ValueError naming the expected form.
+    """Return ``name`` or raise ValueError naming the field and the expected form.
 
-    Names become directory names, so they are restricted as Kafka's are.
+    Kafka's rule: 1-249 characters of letters, digits, '.', '_' and '-', neither
+    ``.`` nor ``..``. Names become one directory name under the node's partitions
+    directory (``raftlog.storage.identity.partition_dir``), so none can escape it
+    or collide with a node's own files. Names starting with ``__`` are reserved
+    for internal topics.
     """
-    if not isinstance(name, str) or not _TOPIC_NAME.fullmatch(name):
-        raise ValueError(
-            f"invalid topic name {name!r}: expected 1-249 characters of letters, digits, "
-            "'.', '_' or '-', starting with a letter or digit"
-        )
+    form = (
+        "expected 1-249 characters of letters, digits, '.', '_' or '-', "
+        "not '.' or '..', not starting with '__' (reserved for internal topics)"
+    )
+    if not isinstance(name, str) or not _TOPIC_NAME.fullmatch(name) or name in (".", ".."):
+        raise ValueError(f"invalid topic name {name!r}: {form}")
+    if name.startswith(INTERNAL_PREFIX):
+        raise ValueError(f"invalid topic name {name!r}: it is reserved: {form}")
     return name
+
+
+def colliding_topic(name: str, existing: Iterable[str]) -> str | None:
+    """An existing topic whose name differs from ``name`` only by '.' vs '_' (Kafka
+    refuses such a name: their metric names would collide); None when there is none."""
+    key = name.replace(".", "_")
+    for other in existing:
+        if other != name and other.replace(".", "_") == key:
+            return other
+    return None
 
 
 @codec.register(200)

@@ -48,7 +48,15 @@ import dataclasses
 import json
 from typing import Any
 
-__all__ = ["KEEP_VERSIONS", "CoordinatorState", "Decision", "Participant", "command_error"]
+__all__ = [
+    "KEEP_VERSIONS",
+    "CommandError",
+    "CoordinatorState",
+    "Decision",
+    "Participant",
+    "command_error",
+    "validate_command",
+]
 
 KEEP_VERSIONS = 64
 """Complete decisions kept per writer below its last committed version."""
@@ -429,6 +437,93 @@ _HANDLERS = {
 }
 
 READ_ONLY_OPS = frozenset({"pending", "all_pending", "cut"})
+
+_PARTICIPANT_FIELDS = frozenset(f.name for f in dataclasses.fields(Participant))
+# op -> (its required fields, its optional ones); "op" itself is implied
+_FIELDS: dict[str, tuple[frozenset[str], frozenset[str]]] = {
+    "register": (frozenset({"writer", "version", "participant"}), frozenset()),
+    "decide": (frozenset({"writer", "version", "run", "commit"}), frozenset({"named"})),
+    "complete": (frozenset({"writer", "version", "run", "markers"}), frozenset()),
+    "abort_run": (frozenset({"run", "version"}), frozenset()),
+    "pending": (frozenset({"writer"}), frozenset()),
+    "all_pending": (frozenset(), frozenset()),
+    "cut": (frozenset({"topic"}), frozenset({"topic_id"})),
+    "delete_writer": (frozenset({"writer"}), frozenset()),
+}
+assert _FIELDS.keys() == _HANDLERS.keys()
+
+
+def validate_command(command: Any) -> None:
+    """Check a command's shape before it is written to the coordinator's log.
+
+    Stateless and bounded: a known ``op``, exactly its fields (no others), each of
+    its type and range, participants' fields too, at most ``MAX_PARTICIPANTS``
+    participants or markers. Raises :class:`CommandError` naming the field and the
+    expected form. A command that passes may still be refused when applied (by the
+    state: an unregistered participant, a decided version), never for its shape.
+    """
+    if not isinstance(command, dict):
+        raise CommandError("command: expected a JSON object")
+    op = command.get("op")
+    fields = _FIELDS.get(op) if isinstance(op, str) else None
+    if fields is None:
+        raise CommandError(f"op: expected one of {sorted(_FIELDS)}, got {_short(op)}")
+    required, optional = fields
+    missing = sorted(required - command.keys())
+    if missing:
+        raise CommandError(f"{missing[0]}: required by op {op!r}")
+    extra = sorted(command.keys() - required - optional - {"op"})
+    if extra:
+        raise CommandError(
+            f"{_short(extra[0])}: not a field of op {op!r} (expected only "
+            f"{sorted(required | optional)})"
+        )
+    for name in ("writer", "run", "topic"):
+        if name in command:
+            _text(command, name)
+    if "version" in command:
+        _int(command, "version", 0, _I63)
+    if "topic_id" in command:
+        _int(command, "topic_id", -1, _I63)
+    if "commit" in command and not isinstance(command["commit"], bool):
+        raise CommandError(f"commit: expected true or false, got {_short(command['commit'])}")
+    if "participant" in command:
+        _checked_participant(command["participant"], "participant")
+    if "named" in command:
+        named = command["named"]
+        if not isinstance(named, list) or len(named) > MAX_PARTICIPANTS:
+            raise CommandError(f"named: expected a list of at most {MAX_PARTICIPANTS} participants")
+        for i, raw in enumerate(named):
+            _checked_participant(raw, f"named[{i}]")
+    if "markers" in command:
+        markers = command["markers"]
+        if not isinstance(markers, dict) or len(markers) > 2 * MAX_PARTICIPANTS:
+            raise CommandError(
+                f"markers: expected an object of at most {2 * MAX_PARTICIPANTS} "
+                "producer id -> marker offset"
+            )
+        for k, off in markers.items():
+            if not str(k).isdigit() or len(str(k)) > 19:
+                raise CommandError(f"markers: key {_short(k)}: expected a producer id")
+            if not isinstance(off, int) or isinstance(off, bool) or not -1 <= off <= _I63:
+                raise CommandError(f"markers[{k}]: expected an offset >= -1, got {_short(off)}")
+
+
+def _checked_participant(raw: Any, field: str) -> Participant:
+    if isinstance(raw, dict):
+        extra = sorted(raw.keys() - _PARTICIPANT_FIELDS)
+        if extra:
+            raise CommandError(
+                f"{field}.{_short(extra[0])}: not a participant field (expected only "
+                f"{sorted(_PARTICIPANT_FIELDS)})"
+            )
+    return _participant(raw, field)
+
+
+def _short(value: Any) -> str:
+    """``value`` for an error message, cut short (a refused value may be megabytes)."""
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
 
 
 def _text(cmd: dict[str, Any], field: str) -> str:

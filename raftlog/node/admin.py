@@ -32,6 +32,7 @@ from raftlog.controller import (
     RegisterNodeCmd,
     RemoveNodeCmd,
     TopicAssignment,
+    colliding_topic,
     command_batch,
     config_values,
     topic_config,
@@ -41,6 +42,7 @@ from raftlog.controller.commands import Command
 from raftlog.coordinator.tm_stm import TRANSACTIONS_TOPIC
 from raftlog.node.config import (
     DECOMMISSION_CATCH_UP_S,
+    DEFAULT_REPLICATION_FACTOR,
     HEARD_AFTER_TICKS,
     LEADERSHIP_TRANSFER_WAIT_S,
     MAX_PARTITIONS,
@@ -129,17 +131,26 @@ class AdminApi:
                 f"partitions: expected 1..{MAX_PARTITIONS} (or -1 for the default), "
                 f"got {req.partitions}",
             )
-        if req.replication_factor < 1:
+        if req.replication_factor < 1 and req.replication_factor != -1:
             raise RequestError(
                 ErrorCode.INVALID_REQUEST,
-                f"replication_factor: expected >= 1, got {req.replication_factor}",
+                f"replication_factor: expected >= 1 (or -1 for the default), "
+                f"got {req.replication_factor}",
             )
         overrides = _config_changes(req.configs)
         self._require_controller_leader()
         existing = self.controller_stm.topics.get(req.name)
         if existing is None:
+            other = colliding_topic(req.name, self.controller_stm.topics)
+            if other is not None:
+                raise RequestError(
+                    ErrorCode.INVALID_REQUEST,
+                    f"invalid topic name {req.name!r}: it collides with the existing topic "
+                    f"{other!r} (names differing only in '.' vs '_' are refused, as Kafka "
+                    "refuses them)",
+                )
             placeable = self._placeable_nodes()
-            rf = min(req.replication_factor, len(placeable))
+            rf = self._replication_factor(req.replication_factor, len(placeable))
             await self._replicate_controller(
                 CreateTopicCmd(
                     req.name,
@@ -156,6 +167,21 @@ class AdminApi:
         if topic is None:
             raise RequestError(ErrorCode.INTERNAL, f"topic {req.name!r} was not created")
         return CreateTopicResponse(await self._topic_info_now(topic))
+
+    @staticmethod
+    def _replication_factor(asked: int, nodes: int) -> int:
+        """The replication factor of a new topic: -1 (not given) is the default,
+        ``DEFAULT_REPLICATION_FACTOR`` capped at the node count; an explicit one above
+        the node count is refused (Kafka's INVALID_REPLICATION_FACTOR), never reduced."""
+        if asked == -1:
+            return max(1, min(DEFAULT_REPLICATION_FACTOR, nodes))
+        if asked > nodes:
+            raise RequestError(
+                ErrorCode.INVALID_REPLICATION_FACTOR,
+                f"replication_factor (--replication-factor): {asked} is above the "
+                f"{nodes} node(s) of the cluster that can hold replicas; expected 1..{nodes}",
+            )
+        return asked
 
     async def delete_topic(self, req: DeleteTopicRequest) -> DeleteTopicResponse:
         refuse_internal(req.name, "deleted")

@@ -35,6 +35,11 @@ FLUSH_SCOPE_GROUP = "group"
 FLUSH_SCOPES = (FLUSH_SCOPE_NODE, FLUSH_SCOPE_GROUP)
 COORDINATOR_ROLL_FORWARD_S = 5.0
 DEFAULT_RETENTION_CHECK_INTERVAL_MS = 10_000
+# How long a deleted topic's replica stays moved aside before the node deletes it
+# (Kafka's file.delete.delay.ms).
+DEFAULT_FILE_DELETE_DELAY_MS = 60_000
+# A new topic's replication factor when the client gives none (capped at the node count).
+DEFAULT_REPLICATION_FACTOR = 3
 # How long transfer-leadership waits for the new leader: under the client's attempt
 # timeout (10 s); a retriable TIMEOUT after it, and the client asks again (idempotent).
 LEADERSHIP_TRANSFER_WAIT_S = 8.0
@@ -88,6 +93,8 @@ class NodeConfig:
     # How often partition leaders apply retention and every replica deletes below the
     # log start (Kafka's log.retention.check.interval.ms).
     retention_check_interval_ms: int = DEFAULT_RETENTION_CHECK_INTERVAL_MS
+    # How long a deleted topic's replicas stay moved aside before the node deletes them.
+    file_delete_delay_ms: int = DEFAULT_FILE_DELETE_DELAY_MS
     # The leader balancer: how often the controller leader evens out leaderships
     # (0: never), and how long a user's transfer-leadership pins a partition.
     leader_balance_interval_ms: int = DEFAULT_LEADER_BALANCE_INTERVAL_MS
@@ -238,6 +245,13 @@ def add_server_arguments(p: argparse.ArgumentParser) -> None:
         help="how often partitions apply retention.bytes/retention.ms (default 10000)",
     )
     p.add_argument(
+        "--file-delete-delay-ms",
+        type=int,
+        default=DEFAULT_FILE_DELETE_DELAY_MS,
+        help="how long a deleted topic's replicas stay moved aside before the node "
+        "deletes them (Kafka's file.delete.delay.ms; default 60000)",
+    )
+    p.add_argument(
         "--leader-balance-interval-ms",
         type=int,
         default=DEFAULT_LEADER_BALANCE_INTERVAL_MS,
@@ -379,6 +393,11 @@ def config_from_args(args: argparse.Namespace) -> NodeConfig:
             f"got {retention_interval}"
         )
     day_ms = 24 * 3600 * 1000
+    file_delete_delay = getattr(args, "file_delete_delay_ms", DEFAULT_FILE_DELETE_DELAY_MS)
+    if not 0 <= file_delete_delay <= 365 * day_ms:
+        raise ValueError(
+            f"--file-delete-delay-ms: expected 0..31536000000 milliseconds, got {file_delete_delay}"
+        )
     balance_interval = getattr(
         args, "leader_balance_interval_ms", DEFAULT_LEADER_BALANCE_INTERVAL_MS
     )
@@ -425,6 +444,7 @@ def config_from_args(args: argparse.Namespace) -> NodeConfig:
         transaction_timeout_ms=txn_timeout,
         max_transaction_timeout_ms=max_txn_timeout,
         retention_check_interval_ms=retention_interval,
+        file_delete_delay_ms=file_delete_delay,
         leader_balance_interval_ms=balance_interval,
         leader_balance_pin_ms=pin_ms,
         replica_lag_time_max_ms=lag_max,

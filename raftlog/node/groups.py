@@ -21,12 +21,13 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from raftlog.controller.topic_config import TopicConfig
-from raftlog.coordinator.tm_stm import TRANSACTIONS_TOPIC, TmStm
+from raftlog.coordinator.state import CommandError, validate_command
+from raftlog.coordinator.tm_stm import MAX_COMMAND_BYTES, TRANSACTIONS_TOPIC, TmStm
 from raftlog.faults import failpoints
 from raftlog.faults.crash import cut_to_flushed
 from raftlog.node.config import FLUSH_SCOPE_GROUP, FLUSH_SCOPE_NODE
 from raftlog.node.replica_lag import FollowerLag, FollowerLagTracker
-from raftlog.node.retention import NO_RETENTION, Retention, RetentionPolicy
+from raftlog.node.retention import Retention, RetentionPolicy
 from raftlog.producers.outcomes import (
     DuplicateSequenceError,
     InvalidProducerEpochError,
@@ -77,6 +78,11 @@ TRANSFER_HEARD_TICKS = 10
 """A preferred replica not heard from in this many ticks is not handed the leadership."""
 TRANSFER_LAG_RECORDS = 1000
 """Nor one more records behind than this (the core catches it up while writes wait)."""
+
+TRANSACTIONS_SEGMENT_BYTES = 16 * 1024 * 1024
+"""The coordinator topic's largest segment: retention drops its closed segments."""
+TRANSACTIONS_RETENTION = RetentionPolicy(retention_bytes=0)
+"""Every closed segment below the leader's limit goes (see ``PartitionReplica.configure``)."""
 
 CONSISTENCY = {-1: Consistency.QUORUM_ACK, 1: Consistency.LEADER_ACK, 0: Consistency.NO_ACK}
 REQUEST_TIMEOUT_S = 30.0
@@ -289,13 +295,24 @@ class PartitionReplica:
 
     def configure(self, config: TopicConfig) -> None:
         """Run with a topic's settings (segment rolls and retention), from the next
-        append and the next retention round. The internal topic is never deleted."""
+        append and the next retention round.
+
+        The coordinator's topic keeps only what its state needs: tm_stm's snapshot
+        (saved with the commit context, installed on a replica behind the log start)
+        holds every transaction still open and every decision kept, so the commands
+        below it are redundant. Its closed segments (at most
+        ``TRANSACTIONS_SEGMENT_BYTES`` each) all go, up to the leader's limit (the
+        high watermark and its saved commit context): completed transactions' records
+        are dropped, an open one's state survives in the snapshot."""
         log = self.consensus.log
+        segment_bytes = config.segment_bytes
+        if self.topic == TRANSACTIONS_TOPIC:
+            segment_bytes = min(segment_bytes, TRANSACTIONS_SEGMENT_BYTES)
         if isinstance(log, SegmentedLog):
-            log.configure(segment_bytes=config.segment_bytes, segment_ms=config.segment_ms)
+            log.configure(segment_bytes=segment_bytes, segment_ms=config.segment_ms)
         if self.retention is not None:
             self.retention.policy = (
-                NO_RETENTION
+                TRANSACTIONS_RETENTION
                 if self.topic == TRANSACTIONS_TOPIC
                 else RetentionPolicy(config.retention_bytes, config.retention_ms)
             )
@@ -624,12 +641,23 @@ class PartitionReplica:
                 f"partition: {self.topic}/{self.partition} runs no transaction coordinator "
                 f"(only {TRANSACTIONS_TOPIC} does)",
             )
+        # Checked before anything is written: a refused command never reaches the log.
+        size = len(req.command.encode("utf-8", "surrogatepass"))
+        if size > MAX_COMMAND_BYTES:
+            raise RequestError(
+                ErrorCode.INVALID_REQUEST,
+                f"command: {size} bytes exceeds the limit of {MAX_COMMAND_BYTES} bytes",
+            )
         try:
             command = json.loads(req.command)
         except ValueError as exc:
             raise RequestError(
                 ErrorCode.INVALID_REQUEST, f"command: expected a JSON object ({exc})"
             ) from exc
+        try:
+            validate_command(command)
+        except CommandError as exc:
+            raise RequestError(ErrorCode.INVALID_REQUEST, f"coordinator command: {exc}") from exc
         async with _errors(self):
             result = await self.tm.execute(command)
             return CoordinatorResponse(json.dumps(result, separators=(",", ":")))

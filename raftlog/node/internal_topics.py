@@ -6,11 +6,10 @@ shape, see :func:`refuse_internal_create`)."""
 
 from __future__ import annotations
 
+from raftlog.controller.commands import INTERNAL_PREFIX
 from raftlog.coordinator.tm_stm import TRANSACTIONS_TOPIC
 from raftlog.rpc.messages import ErrorCode
 from raftlog.rpc.server import RequestError
-
-INTERNAL_PREFIX = "__"
 
 
 def is_internal(topic: str) -> bool:

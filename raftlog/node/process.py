@@ -81,7 +81,7 @@ from raftlog.node.shards import (
     report_serving,
     shard_of,
 )
-from raftlog.node.upkeep import Upkeep
+from raftlog.node.upkeep import OpenFailure, Upkeep
 from raftlog.producers.rm_stm import (
     RmStmConfig,
 )
@@ -177,6 +177,8 @@ class Node(Upkeep, AdminApi, MetadataApi, DataApi):
         self._runner: web.AppRunner | None = None
         self._stopping = False
         self._transfer_attempts: dict[int, float] = {}
+        # partition replicas that failed to open, retried with backoff (see Upkeep)
+        self._open_failures: dict[int, OpenFailure] = {}
 
     # ------------------------------------------------------------ lifecycle
 
@@ -194,13 +196,15 @@ class Node(Upkeep, AdminApi, MetadataApi, DataApi):
             "node",
             adopt_unmarked=True,
         )
+        if self.config.shard_index == 0:  # the other shards open groups only after it
+            await asyncio.to_thread(identity.migrate_layout, self.config.data_dir)
         await self.host.start()
         self.controller_stm.add_listener(self._reconcile_needed.set)
         internal = self.config.shard_index > 0
         if not internal:
             self.controller = await self.host.open_group(
                 CONTROLLER_GROUP,
-                self.config.data_dir / "_controller",
+                self.config.data_dir / identity.CONTROLLER_DIR,
                 sorted(self.config.peers),
                 state_machines=[self.controller_stm],
             )
@@ -238,6 +242,8 @@ class Node(Upkeep, AdminApi, MetadataApi, DataApi):
             self._retention_loop(),
             self._move_loop(),
         ]
+        if not internal:  # one process per node deletes its deleted topics' replicas
+            loops.append(self._file_delete_loop())
         if self.controller is not None:
             loops.append(self._leader_balancer_loop())
         self._tasks = [loop.create_task(c) for c in loops]
@@ -379,6 +385,7 @@ class Node(Upkeep, AdminApi, MetadataApi, DataApi):
             report["groups"] += theirs["groups"]
             report["leader_of"] += theirs["leader_of"]
             report["lagging_replicas"] += theirs["lagging_replicas"]
+            report["open_failures"] += theirs.get("open_failures", [])
         report["shards"] = shards
         return report
 
@@ -400,6 +407,8 @@ class Node(Upkeep, AdminApi, MetadataApi, DataApi):
             "lagging_replicas": self._lagging_replicas(),
             # free space and degraded mode (cluster health names a degraded node)
             "disk": self.disk.status(),
+            # partition replicas that failed to open (retried with backoff)
+            "open_failures": [f.to_json() for _, f in sorted(self._open_failures.items())],
         }
 
     def _lagging_replicas(self) -> list[dict[str, Any]]:

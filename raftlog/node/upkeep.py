@@ -8,9 +8,12 @@ loop runs until the node stops it."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import pathlib
 import time
+
+from tenacity import RetryCallState, wait_exponential
 
 from raftlog.controller import (
     BalanceLeaderCmd,
@@ -29,6 +32,38 @@ from raftlog.storage import identity
 from raftlog.storage.api import StorageCorruption
 
 log = logging.getLogger("raftlog.node")
+
+OPEN_RETRY_WAIT = wait_exponential(multiplier=0.5, min=0.5, max=30.0)
+"""Backoff between attempts to open a group that failed to open (0.5 s doubling to 30 s)."""
+
+
+@dataclasses.dataclass(slots=True)
+class OpenFailure:
+    """A partition replica of this node that failed to open: reported by ``/health``
+    (``open_failures``) and retried with backoff while the others serve."""
+
+    topic: str
+    partition: int
+    group_id: int
+    error: str
+    attempts: int
+    retry_at: float  # time.monotonic() of the next attempt
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "topic": self.topic,
+            "partition": self.partition,
+            "group_id": self.group_id,
+            "error": self.error,
+            "attempts": self.attempts,
+        }
+
+
+def _open_retry_delay(attempts: int) -> float:
+    """The wait before attempt ``attempts + 1`` (tenacity's exponential backoff)."""
+    state = RetryCallState(None, None, (), {})
+    state.attempt_number = attempts
+    return float(OPEN_RETRY_WAIT(state))
 
 
 class Upkeep:
@@ -67,9 +102,17 @@ class Upkeep:
         }
         for gid in [g for g in self.partitions if g not in desired]:
             await self._close_partition(gid, delete=True)
+        for gid in [g for g in self._open_failures if g not in desired]:
+            del self._open_failures[gid]
+        now = time.monotonic()
         for gid, (topic, part) in sorted(desired.items()):
             if gid not in self.partitions:
-                await self._open_partition(topic, part)
+                failed = self._open_failures.get(gid)
+                if failed is None or failed.retry_at <= now:
+                    await self._try_open_partition(topic, part, failed)
+                else:  # woken early (another change, a timer's rounding): wake again then
+                    loop = asyncio.get_running_loop()
+                    loop.call_later(failed.retry_at - now, self._reconcile_needed.set)
             rep = self.partitions.get(gid)
             if rep is not None:  # configs changed, or a partition just opened
                 rep.configure(self.controller_stm.topic_config(topic.name))
@@ -79,7 +122,43 @@ class Upkeep:
                     self._transfer_attempts.pop(gid, None)
 
     def _partition_dir(self, topic: str, partition: int) -> pathlib.Path:
-        return self.config.data_dir / topic / str(partition)
+        return identity.partition_dir(self.config.data_dir, topic, partition)
+
+    async def _try_open_partition(
+        self, topic: TopicAssignment, part: PartitionAssignment, failed: OpenFailure | None
+    ) -> None:
+        """Open one partition replica; a failure (any exception) is recorded, logged and
+        retried with backoff (the reconcile loop is woken for it), never stopping the
+        other groups from opening."""
+        try:
+            await self._open_partition(topic, part)
+        except Exception as exc:
+            attempts = 1 if failed is None else failed.attempts + 1
+            delay = _open_retry_delay(attempts)
+            error = f"{type(exc).__name__}: {exc}"
+            log.error(
+                "%s/%d (group %d) failed to open (attempt %d): %s; retrying in %.1f s",
+                topic.name,
+                part.partition,
+                part.group_id,
+                attempts,
+                error,
+                delay,
+            )
+            self._open_failures[part.group_id] = OpenFailure(
+                topic.name,
+                part.partition,
+                part.group_id,
+                error,
+                attempts,
+                time.monotonic() + delay,
+            )
+            asyncio.get_running_loop().call_later(delay, self._reconcile_needed.set)
+            return
+        if self._open_failures.pop(part.group_id, None) is not None:
+            log.info(
+                "%s/%d (group %d) opened after failing", topic.name, part.partition, part.group_id
+            )
 
     async def _open_partition(self, topic: TopicAssignment, part: PartitionAssignment) -> None:
         directory = self._partition_dir(topic.name, part.partition)
@@ -125,8 +204,31 @@ class Upkeep:
             return
         await self.host.close_group(gid)
         if delete:
-            # Moved aside, not deleted: only an explicit purge removes a group's data.
-            await asyncio.to_thread(identity.move_aside, replica.directory, f"dropped-group-{gid}")
+            # Moved aside, not deleted at once. A deleted topic's replica goes after
+            # --file-delete-delay-ms (_file_delete_loop); any other (a replica moved to
+            # other nodes) stays until an explicit purge.
+            deleted = self.controller_stm.find_group(gid) is None
+            reason = f"{identity.DELETED_GROUP if deleted else 'dropped-group-'}{gid}"
+            await asyncio.to_thread(identity.move_aside, replica.directory, reason)
+
+    async def _file_delete_loop(self) -> None:
+        """Delete, once ``--file-delete-delay-ms`` has passed since they were moved aside,
+        the replicas of deleted topics (Kafka's ``file.delete.delay.ms``); checked every
+        quarter of the delay (at most every 10 s). A failure is logged; the next round
+        retries."""
+        delay_ms = self.config.file_delete_delay_ms
+        interval = min(10.0, max(0.05, delay_ms / 4000))
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                gone = await asyncio.to_thread(
+                    identity.delete_expired, self.config.data_dir, delay_ms, time.time()
+                )
+            except OSError as exc:
+                log.warning("deleting deleted topics' replicas failed: %r", exc)
+                continue
+            for p in gone:
+                log.info("deleted %s (its topic was deleted over %d ms ago)", p, delay_ms)
 
     async def _balance_loop(self) -> None:
         """Move each partition's leadership to its preferred replica when possible."""

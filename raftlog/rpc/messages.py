@@ -44,6 +44,8 @@ class ErrorCode(enum.IntEnum):
     # --min-free-bytes reserve, or a write found no space); nothing was written. Not
     # retried by the client: it fails at once and says so (retrying only hides it).
     KAFKA_STORAGE_ERROR = 19
+    # Kafka's code and name: a replication factor above the nodes that can hold replicas
+    INVALID_REPLICATION_FACTOR = 38
 
     @property
     def retriable(self) -> bool:

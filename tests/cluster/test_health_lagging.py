@@ -128,7 +128,7 @@ async def test_a_lagging_replica_is_listed_and_makes_the_cluster_unhealthy(
         "to the leader in time): t/1"
     ]
     doc = report.to_dict()
-    assert list(doc) == [*EXISTING_KEYS, "lagging_replicas"]
+    assert list(doc) == [*EXISTING_KEYS, "lagging_replicas", "unopened_replicas"]
     assert doc["under_replicated_partitions"] == [] and doc["leaderless_partitions"] == []
     assert doc["lagging_replicas"] == [
         {
@@ -236,3 +236,26 @@ async def test_a_degraded_node_is_named_with_its_free_space_and_fails_the_report
         f"node 3  {infos[2].address}  up  last heartbeat 45 ms ago  disk free 300 MiB",
     ]
     assert text[-1].startswith("problem: node 2 (")
+
+
+async def test_a_replica_a_node_failed_to_open_is_reported_with_its_error(
+    nodes: tuple[list[NodeInfo], dict[int, dict[str, Any]]],
+) -> None:
+    infos, docs = nodes
+    error = "NotADirectoryError: [Errno 20] Not a directory: '/d/partitions/t/1'"
+    failure = {"topic": "t", "partition": 1, "group_id": 9, "attempts": 4, "error": error}
+    docs.update({1: _doc(1, []), 2: {**_doc(2, []), "open_failures": [failure]}, 3: _doc(3, [])})
+    client = _StubClient(infos, [_topic([1, 1])])
+    report = await check_health(client, [i.address for i in infos])  # type: ignore[arg-type]
+    assert not report.healthy
+    assert report.to_dict()["unopened_replicas"] == [
+        {"node": 2, "topic": "t", "partition": 1, "error": failure["error"], "attempts": 4}
+    ]
+    assert report.problems == [
+        f"node 2 failed to open its replica of t/1 (4 attempts, retrying): {failure['error']}"
+    ]
+    text = report.render().splitlines()
+    assert text[-3:-1] == [
+        "unopened replicas: 1",
+        f"  t/1  node 2  failed to open (4 attempts): {failure['error']}",
+    ]

@@ -29,7 +29,7 @@ def test_sink_defaults() -> None:
         None,
         "all",
         None,
-        3,
+        None,  # the cluster's default, capped at its node count
     )
     assert (o.chunk_bytes, o.max_in_flight, o.request_timeout_ms) == (DEFAULT_CHUNK_BYTES, 5, 30000)
     assert o.txn_app_id is None and o.txn_version is None

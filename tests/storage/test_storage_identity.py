@@ -84,7 +84,8 @@ def _node_with_groups(*live: int) -> types.SimpleNamespace:
 
 
 def test_a_dropped_groups_log_is_moved_aside_and_a_live_groups_is_refused(tmp_path):
-    d = tmp_path / "events" / "0"
+    identity.claim_directory(tmp_path, identity.NODE_MARKER, "1", "node")
+    d = identity.partition_dir(tmp_path, "events", 0)
     identity.claim_directory(d, identity.GROUP_MARKER, "3", "group")
     (d / "data.log").write_bytes(b"old group")
     with pytest.raises(identity.ForeignDataDirectory, match="group 3, not to group 5"):
