@@ -41,6 +41,7 @@ from raftlog.cluster import (
     stop_node,
     wait_ready,
 )
+from raftlog.storage.identity import partition_dir
 
 CLIENT_TOKEN = "client-token-44"
 PEER_TOKEN = "peer-token-44"
@@ -157,10 +158,14 @@ def test_a_node_tightens_its_open_data_dir_and_keeps_its_files_private(
     log = pathlib.Path(node.log_file).read_text()
     assert f"data directory {data} was mode 0755" in log and "made it 0700" in log
     _produce_one(cluster, "kept")
-    partition = data / "kept" / "0"
+    partition = partition_dir(data, "kept", 0)
     segments = sorted(partition.glob("*.log"))
     assert segments, sorted(p.name for p in partition.iterdir())
-    assert (mode(data / "kept"), mode(partition)) == (0o700, 0o700)
+    assert (mode(partition.parent.parent), mode(partition.parent), mode(partition)) == (
+        0o700,
+        0o700,
+        0o700,
+    )
     assert {p.name: mode(p) for p in segments} == {p.name: 0o600 for p in segments}
 
 
