@@ -14,12 +14,17 @@ from raftlog.producers.rm_stm import (
     DEFAULT_MAX_TRANSACTION_TIMEOUT_MS,
     DEFAULT_TRANSACTION_TIMEOUT_MS,
 )
+from raftlog.rpc.edge_limits import EdgeLimits
 from raftlog.rpc.tls import TlsConfigError, TlsFiles, client_context, server_context
 
 log = logging.getLogger("raftlog.node")
 
 
 DEFAULT_PARTITIONS = 6
+# Batches in one produce and topic names in one metadata request (issue 44: 300,000
+# one-byte batches took a leader 25 s; one name 1,000,000 times made an 87 MB answer).
+DEFAULT_MAX_BATCHES_PER_PRODUCE = 10_000
+DEFAULT_MAX_TOPICS_PER_METADATA = 10_000
 DEFAULT_MAX_BATCH_BYTES = 16 * 1024 * 1024
 MAX_PARTITIONS = 10_000
 # bounds --shards: processes per node
@@ -93,6 +98,10 @@ class NodeConfig:
     shard_index: int = 0
     # How flushes are made durable: FLUSH_SCOPE_NODE or FLUSH_SCOPE_GROUP.
     flush_scope: str = FLUSH_SCOPE_NODE
+    # Limits at the edge (raftlog.rpc.edge_limits): connections and requests in flight.
+    edge: EdgeLimits = dataclasses.field(default_factory=EdgeLimits)
+    max_batches_per_produce: int = DEFAULT_MAX_BATCHES_PER_PRODUCE
+    max_topics_per_metadata: int = DEFAULT_MAX_TOPICS_PER_METADATA
 
     @property
     def address(self) -> str:
@@ -251,9 +260,83 @@ def add_server_arguments(p: argparse.ArgumentParser) -> None:
         "5.8, else as group); group: each partition's log fsyncs its own files, which "
         "suits a filesystem shared with heavy writers (default node)",
     )
+    _add_edge_arguments(p)
     # set by shard 0 for the processes it starts (raftlog.node.shards); never by users
     p.add_argument("--shard-index", type=int, default=0, help=argparse.SUPPRESS)
     p.add_argument("--log-level", default="INFO")
+
+
+#: the edge limits' flags: dest -> (lowest value, help); defaults from EdgeLimits
+_EDGE_FLAGS = {
+    "queued_max_request_bytes": (
+        1024 * 1024,
+        "bytes of requests read and not yet answered, node-wide; over it the node stops "
+        "reading from the connections that bring more until answers free room (Kafka's "
+        "queued.max.request.bytes; default {} = 256 MiB)",
+    ),
+    "max_in_flight_per_stream": (
+        1,
+        "requests of one stream (a client's or a peer's) answered at once; over it the "
+        "stream is not read until one is answered (default {})",
+    ),
+    "request_header_timeout_ms": (
+        100,
+        "close a connection that has not sent a whole HTTP request head within this "
+        "long (default {})",
+    ),
+    "connections_max_idle_ms": (
+        100,
+        "close a connection (keep-alive or stream) with nothing in flight that received "
+        "nothing for this long; clients reconnect (Kafka's connections.max.idle.ms; "
+        "default {})",
+    ),
+    "max_connections": (1, "connections a node accepts at once (default {})"),
+    "max_connections_per_ip": (
+        1,
+        "connections a node accepts at once from one client address (default {})",
+    ),
+}
+
+
+def _add_edge_arguments(p: argparse.ArgumentParser) -> None:
+    defaults = EdgeLimits()
+    for dest, (_low, text) in _EDGE_FLAGS.items():
+        default = getattr(defaults, dest)
+        p.add_argument(
+            "--" + dest.replace("_", "-"), type=int, default=default, help=text.format(default)
+        )
+    p.add_argument(
+        "--max-batches-per-produce",
+        type=int,
+        default=DEFAULT_MAX_BATCHES_PER_PRODUCE,
+        help="batches one produce may carry; more is refused with INVALID_REQUEST "
+        f"(default {DEFAULT_MAX_BATCHES_PER_PRODUCE})",
+    )
+    p.add_argument(
+        "--max-topics-per-metadata",
+        type=int,
+        default=DEFAULT_MAX_TOPICS_PER_METADATA,
+        help="distinct topic names one metadata request may name (duplicates are dropped "
+        f"first); more is refused with INVALID_REQUEST (default {DEFAULT_MAX_TOPICS_PER_METADATA})",
+    )
+
+
+def _edge_limits(args: argparse.Namespace) -> EdgeLimits:
+    """The edge flags, each checked against its lowest sensible value."""
+    defaults = EdgeLimits()
+    values = {}
+    for dest, (low, _text) in _EDGE_FLAGS.items():
+        value = getattr(args, dest, getattr(defaults, dest))
+        if value < low:
+            raise ValueError(
+                f"--{dest.replace('_', '-')}: expected an integer >= {low}, got {value}"
+            )
+        values[dest] = value
+    for flag in ("max_batches_per_produce", "max_topics_per_metadata"):
+        value = getattr(args, flag, 1)
+        if value < 1:
+            raise ValueError(f"--{flag.replace('_', '-')}: expected an integer >= 1, got {value}")
+    return EdgeLimits(**values)
 
 
 def config_from_args(args: argparse.Namespace) -> NodeConfig:
@@ -381,6 +464,13 @@ def config_from_args(args: argparse.Namespace) -> NodeConfig:
         shards=shards,
         shard_index=shard_index,
         flush_scope=getattr(args, "flush_scope", FLUSH_SCOPE_NODE),
+        edge=_edge_limits(args),
+        max_batches_per_produce=getattr(
+            args, "max_batches_per_produce", DEFAULT_MAX_BATCHES_PER_PRODUCE
+        ),
+        max_topics_per_metadata=getattr(
+            args, "max_topics_per_metadata", DEFAULT_MAX_TOPICS_PER_METADATA
+        ),
     )
 
 

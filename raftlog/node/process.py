@@ -76,6 +76,7 @@ from raftlog.producers.rm_stm import (
     RmStmConfig,
 )
 from raftlog.rpc import codec
+from raftlog.rpc.edge_limits import EdgeGuard
 from raftlog.rpc.messages import (
     AlterConfigRequest,
     CompleteMoveRequest,
@@ -156,7 +157,10 @@ class Node(Upkeep, AdminApi, MetadataApi, DataApi):
         self.controller_stm = ControllerStm()
         self.controller: Any = None
         self.partitions: dict[int, PartitionReplica] = {}
-        self.metrics = NodeMetrics(config.node_id, self._group_views, self._syncfs_calls)
+        self.edge = EdgeGuard(config.edge)
+        self.metrics = NodeMetrics(
+            config.node_id, self._group_views, self._syncfs_calls, edge=self.edge
+        )
         self._reconcile_needed = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
         self._runner: web.AppRunner | None = None
@@ -194,9 +198,15 @@ class Node(Upkeep, AdminApi, MetadataApi, DataApi):
             peer_token=self.config.peer_token,
             open_status=internal or is_loopback(self.config.host),
         )
-        app = make_app(self, auth=auth, max_request_bytes=self._max_request_bytes())
-        self._runner = web.AppRunner(app, access_log=None)
+        app = make_app(
+            self, auth=auth, max_request_bytes=self._max_request_bytes(), guard=self.edge
+        )
+        # aiohttp's own idle timer, between keep-alive requests, is the guard's too
+        idle_s = self.config.edge.connections_max_idle_ms / 1000
+        self._runner = web.AppRunner(app, access_log=None, keepalive_timeout=idle_s)
         await self._runner.setup()
+        assert self._runner.server is not None
+        self.edge.install(self._runner.server)
         # a shard K > 0 serves shard 0 alone, on a loopback port of its own, in plain HTTP
         site = web.TCPSite(
             self._runner,
@@ -261,6 +271,7 @@ class Node(Upkeep, AdminApi, MetadataApi, DataApi):
         for t in self._tasks:
             t.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self.edge.stop()
         if self._runner is not None:
             await self._runner.cleanup()
         for gid in list(self.partitions):
