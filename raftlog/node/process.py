@@ -201,8 +201,9 @@ class Node(Upkeep, AdminApi, MetadataApi, DataApi):
         app = make_app(
             self, auth=auth, max_request_bytes=self._max_request_bytes(), guard=self.edge
         )
-        # aiohttp's own idle timer, between keep-alive requests, is the guard's too
-        idle_s = self.config.edge.connections_max_idle_ms / 1000
+        # aiohttp's own idle timer between keep-alive requests: its default (75 s), or
+        # the guard's idle timeout when shorter
+        idle_s = min(75.0, self.config.edge.connections_max_idle_ms / 1000)
         self._runner = web.AppRunner(app, access_log=None, keepalive_timeout=idle_s)
         await self._runner.setup()
         assert self._runner.server is not None

@@ -25,11 +25,16 @@ declared size, each time it fills. A frame of 4 MiB (the sink's) is copied once
 in part (its first MiB); memory never exceeds four times what arrived.
 
 Reading can be paused for reasons of the owner's (:meth:`FrameReceiver.pause`):
-a stream with too many requests in flight, a node over its memory budget for
-requests (``budget``: every frame's bytes are charged to it, a large frame's as
-they arrive, and the owner releases them once answered); and while the
-transport's write buffer is over its high-water mark (answers the other end does
-not read): then no more requests are read from it either.
+a stream with too many requests in flight; and while the transport's write
+buffer is over its high-water mark (answers the other end does not read): then
+no more requests are read from it either. With a node's memory budget for
+requests (``budget``), every frame's bytes are charged to it (a large frame's as
+they arrive; the owner releases them once answered), and no frame is begun while
+the budget is exhausted: reading pauses at the frame's start, its first bytes
+left in the shared buffer, until the budget has room (Kafka mutes a channel so
+when its memory pool is out). A frame begun always completes, so a frame larger
+than the budget, or many begun at once, cannot wedge a node: the budget is
+exceeded by at most the frames in progress.
 
 Only what raftlog's streams send is accepted: whole binary frames, masked or
 not, never compressed or fragmented. A text or fragmented frame closes the
@@ -80,6 +85,11 @@ PAUSED_BUDGET = "memory budget"
 class RequestBudget(Protocol):
     """The node's memory budget for requests (:class:`raftlog.rpc.edge_limits.
     MemoryBudget`): what a FrameReceiver charges the bytes it reads to."""
+
+    @property
+    def exhausted(self) -> bool:
+        """Whether more bytes are in use than the budget allows."""
+        ...
 
     def charge(self, nbytes: int) -> bool:
         """Count ``nbytes`` more in use; whether the budget is now exhausted."""
@@ -231,10 +241,25 @@ class FrameReceiver(asyncio.BufferedProtocol):
         return frozenset(self._paused)
 
     def _charge(self, nbytes: int) -> None:
+        if self._budget is not None:
+            self._budget.charge(nbytes)
+
+    def _over_budget(self) -> bool:
+        """Whether a frame may not begin now (the budget is exhausted); if so, reading
+        is paused until the budget has room, then what the shared buffer holds is
+        parsed."""
         budget = self._budget
-        if budget is not None and budget.charge(nbytes) and PAUSED_BUDGET not in self._paused:
+        if budget is None or not budget.exhausted:
+            return False
+        if PAUSED_BUDGET not in self._paused:
             self.pause(PAUSED_BUDGET)
-            budget.wake_when_free(lambda: self.resume(PAUSED_BUDGET))
+            budget.wake_when_free(self._budget_freed)
+        return True
+
+    def _budget_freed(self) -> None:
+        self.resume(PAUSED_BUDGET)
+        if self._frame is None and not self._closing:
+            self._parse()  # the frames already read and held back
 
     def _release_partial(self) -> None:
         """Give back what a frame never delivered was charged, and drop its array."""
@@ -256,7 +281,7 @@ class FrameReceiver(asyncio.BufferedProtocol):
                 self._start += dropped
                 self._skip -= dropped
                 avail -= dropped
-            if avail < 2:
+            if avail < 2 or self._over_budget():
                 break
             pos = self._start
             first, second = head[pos], head[pos + 1]

@@ -116,24 +116,39 @@ def test_frames_of_several_mib_arrive_whole_however_the_reads_cut_them() -> None
     asyncio.run(body())
 
 
-def test_a_node_over_its_memory_budget_stops_reading_until_answers_release_it() -> None:
+def test_a_node_over_its_memory_budget_begins_no_frame_until_answers_release_it() -> None:
     async def body() -> None:
         budget = MemoryBudget(200_000)
         r, transport, got = make(budget=budget)
-        other, other_transport, _ = make(budget=budget)
+        other, other_transport, other_got = make(budget=budget)
         payloads = [os.urandom(150_000), os.urandom(150_000)]
         feed(r, frame(payloads[0]), random.Random(1))
         assert transport.reading and budget.used == 150_000
+        # begun under the budget, this frame completes past it (a frame never stalls)
         feed(r, frame(payloads[1]), random.Random(2))
-        # over the budget: this stream stopped reading
-        assert not transport.reading and PAUSED_BUDGET in r.paused
         assert budget.used == 300_000 and [bytes(g) for g in got] == payloads
-        # a small frame on another stream takes it further over: that one stops too
-        feed(other, frame(b"x" * 100), random.Random(3))
-        assert not other_transport.reading
-        budget.release(150_000)  # one answered: 150,100 in use, under 200,000
+        # over the budget: no frame begins, on this stream or another; reading stops
+        feed(r, frame(b"y" * 1000), random.Random(3))
+        feed(other, frame(b"x" * 100), random.Random(4))
+        assert len(got) == 2 and not other_got
+        assert not transport.reading and PAUSED_BUDGET in r.paused
+        assert not other_transport.reading and budget.used == 300_000
+        budget.release(150_000)  # one answered: room again, the held frames go on
         assert transport.reading and other_transport.reading and not r.paused
-        budget.release(150_100)
+        assert bytes(got[2]) == b"y" * 1000 and other_got == [b"x" * 100]
+        assert budget.used == 150_000 + 1000 + 100
+
+    asyncio.run(body())
+
+
+def test_a_frame_larger_than_the_budget_still_arrives() -> None:
+    async def body() -> None:
+        budget = MemoryBudget(1 << 20)
+        r, transport, got = make(budget=budget)
+        payload = os.urandom(3 << 20)
+        feed(r, frame(payload, mask=os.urandom(4)), random.Random(5))
+        assert [bytes(g) for g in got] == [payload] and transport.reading
+        budget.release(len(payload))
         assert budget.used == 0
 
     asyncio.run(body())
