@@ -21,10 +21,6 @@ log = logging.getLogger("raftlog.node")
 
 
 DEFAULT_PARTITIONS = 6
-# Batches in one produce and topic names in one metadata request (issue 44: 300,000
-# one-byte batches took a leader 25 s; one name 1,000,000 times made an 87 MB answer).
-DEFAULT_MAX_BATCHES_PER_PRODUCE = 10_000
-DEFAULT_MAX_TOPICS_PER_METADATA = 10_000
 DEFAULT_MAX_BATCH_BYTES = 16 * 1024 * 1024
 MAX_PARTITIONS = 10_000
 # bounds --shards: processes per node
@@ -100,8 +96,6 @@ class NodeConfig:
     flush_scope: str = FLUSH_SCOPE_NODE
     # Limits at the edge (raftlog.rpc.edge_limits): connections and requests in flight.
     edge: EdgeLimits = dataclasses.field(default_factory=EdgeLimits)
-    max_batches_per_produce: int = DEFAULT_MAX_BATCHES_PER_PRODUCE
-    max_topics_per_metadata: int = DEFAULT_MAX_TOPICS_PER_METADATA
 
     @property
     def address(self) -> str:
@@ -295,6 +289,15 @@ _EDGE_FLAGS = {
         1,
         "connections a node accepts at once from one client address (default {})",
     ),
+    "max_batches_per_produce": (
+        1,
+        "batches one produce may carry; more is refused with INVALID_REQUEST (default {})",
+    ),
+    "max_topics_per_metadata": (
+        1,
+        "distinct topic names one metadata request may name (duplicates are dropped "
+        "first); more is refused with INVALID_REQUEST (default {})",
+    ),
 }
 
 
@@ -305,20 +308,6 @@ def _add_edge_arguments(p: argparse.ArgumentParser) -> None:
         p.add_argument(
             "--" + dest.replace("_", "-"), type=int, default=default, help=text.format(default)
         )
-    p.add_argument(
-        "--max-batches-per-produce",
-        type=int,
-        default=DEFAULT_MAX_BATCHES_PER_PRODUCE,
-        help="batches one produce may carry; more is refused with INVALID_REQUEST "
-        f"(default {DEFAULT_MAX_BATCHES_PER_PRODUCE})",
-    )
-    p.add_argument(
-        "--max-topics-per-metadata",
-        type=int,
-        default=DEFAULT_MAX_TOPICS_PER_METADATA,
-        help="distinct topic names one metadata request may name (duplicates are dropped "
-        f"first); more is refused with INVALID_REQUEST (default {DEFAULT_MAX_TOPICS_PER_METADATA})",
-    )
 
 
 def _edge_limits(args: argparse.Namespace) -> EdgeLimits:
@@ -332,10 +321,6 @@ def _edge_limits(args: argparse.Namespace) -> EdgeLimits:
                 f"--{dest.replace('_', '-')}: expected an integer >= {low}, got {value}"
             )
         values[dest] = value
-    for flag in ("max_batches_per_produce", "max_topics_per_metadata"):
-        value = getattr(args, flag, 1)
-        if value < 1:
-            raise ValueError(f"--{flag.replace('_', '-')}: expected an integer >= 1, got {value}")
     return EdgeLimits(**values)
 
 
@@ -465,12 +450,6 @@ def config_from_args(args: argparse.Namespace) -> NodeConfig:
         shard_index=shard_index,
         flush_scope=getattr(args, "flush_scope", FLUSH_SCOPE_NODE),
         edge=_edge_limits(args),
-        max_batches_per_produce=getattr(
-            args, "max_batches_per_produce", DEFAULT_MAX_BATCHES_PER_PRODUCE
-        ),
-        max_topics_per_metadata=getattr(
-            args, "max_topics_per_metadata", DEFAULT_MAX_TOPICS_PER_METADATA
-        ),
     )
 
 

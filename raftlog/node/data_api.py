@@ -56,14 +56,15 @@ class DataApi:
                 f"topic: {TRANSACTIONS_TOPIC} is internal to the transaction coordinator "
                 f"and takes no produce",
             )
-        if len(req.batches) > self.config.max_batches_per_produce:
-            self.edge.refusals["max_batches_per_produce"] += 1
-            raise RequestError(
-                ErrorCode.INVALID_REQUEST,
-                f"batches: {len(req.batches)} batches exceed the limit of "
-                f"{self.config.max_batches_per_produce} per produce "
-                "(--max-batches-per-produce); send them in several produces",
+        if len(req.batches) > self.config.edge.max_batches_per_produce:
+            why = self.edge.refusal(
+                "max_batches_per_produce",
+                "batches",
+                len(req.batches),
+                "per produce",
+                "send them in several produces",
             )
+            raise RequestError(ErrorCode.INVALID_REQUEST, why)
         rep = self._leader_replica(req.topic, req.partition)
         for i, b in enumerate(req.batches):
             if len(b.payload) > self.config.max_batch_bytes:

@@ -96,14 +96,15 @@ class MetadataApi:
         await self._controller_read_barrier()
         # duplicates dropped before the cap: a name asked for twice is answered once
         names = list(dict.fromkeys(req.topics)) or sorted(self.controller_stm.topics)
-        if req.topics and len(names) > self.config.max_topics_per_metadata:
-            self.edge.refusals["max_topics_per_metadata"] += 1
-            raise RequestError(
-                ErrorCode.INVALID_REQUEST,
-                f"topics: {len(names)} distinct names exceed the limit of "
-                f"{self.config.max_topics_per_metadata} per metadata request "
-                "(--max-topics-per-metadata); ask in several requests, or name none for all",
+        if req.topics and len(names) > self.config.edge.max_topics_per_metadata:
+            why = self.edge.refusal(
+                "max_topics_per_metadata",
+                "topics (distinct names)",
+                len(names),
+                "per metadata request",
+                "ask in several requests, or name none for all",
             )
+            raise RequestError(ErrorCode.INVALID_REQUEST, why)
         topics = [self.controller_stm.topics[n] for n in names if n in self.controller_stm.topics]
         here = await self._statuses_here([p.group_id for t in topics for p in t.partitions])
         remote: dict[int, PartitionStatus] = {}

@@ -249,7 +249,8 @@ def parse(*argv: str) -> argparse.Namespace:
 def test_every_limit_is_a_flag_with_its_default() -> None:
     cfg = config_from_args(parse())
     assert cfg.edge == EdgeLimits()
-    assert cfg.max_batches_per_produce == 10_000 and cfg.max_topics_per_metadata == 10_000
+    assert cfg.edge.max_batches_per_produce == 10_000
+    assert cfg.edge.max_topics_per_metadata == 10_000
     cfg = config_from_args(
         parse(
             "--queued-max-request-bytes", str(64 << 20),
@@ -262,8 +263,7 @@ def test_every_limit_is_a_flag_with_its_default() -> None:
             "--max-topics-per-metadata", "6",
         )
     )  # fmt: skip
-    assert cfg.edge == EdgeLimits(64 << 20, 8, 500, 700, 30, 20)
-    assert (cfg.max_batches_per_produce, cfg.max_topics_per_metadata) == (5, 6)
+    assert cfg.edge == EdgeLimits(64 << 20, 8, 500, 700, 30, 20, 5, 6)
 
 
 @pytest.mark.parametrize("flag", sorted(FLAGS.values()))
