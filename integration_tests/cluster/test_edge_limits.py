@@ -307,3 +307,32 @@ def test_loopback_source_addresses_exist() -> None:
     """The per-address test connects from 127.0.0.2: Linux routes all of 127/8."""
     with socket.socket() as s:
         s.bind(("127.0.0.2", 0))
+
+
+async def test_frames_larger_than_the_memory_budget_go_through(tmp_path: pathlib.Path) -> None:
+    """A node whose budget (1 MiB) is smaller than each frame (3 MiB appends, produced
+    four at a time on the client stream and replicated on the peer streams) still
+    takes every one: a frame begun completes, and the budget only holds back the next
+    until answers free room. Every byte reads back."""
+    args = ["--queued-max-request-bytes", str(1 << 20), "--shards", "1"]
+    with running_cluster(tmp_path / "budget", extra_args=args) as small:
+        async with RaftlogClient(small.servers) as client:
+            await client.create_topic("big", partitions=1, replication_factor=3, exist_ok=True)
+            payloads = [os.urandom(3 << 20) for _ in range(12)]
+            offsets = []
+            for i in range(0, len(payloads), 4):
+                results = await asyncio.wait_for(
+                    asyncio.gather(
+                        *(client.produce("big", 0, [(p, 1)]) for p in payloads[i : i + 4])
+                    ),
+                    120,
+                )
+                offsets.extend(r.base_offset for r in results)
+            got = {}
+            for offset in offsets:
+                fetched = await client.fetch("big", 0, offset, max_bytes=4 << 20)
+                got[offset] = bytes(fetched.batches[0].payload)
+            assert sorted(got.values()) == sorted(payloads)
+            leader = (await client.describe_topic("big")).partitions[0].leader
+        assert await metric(small.address(leader), "raftlog_edge_backpressure_total",
+                            "queued_max_request_bytes") >= 1  # fmt: skip
