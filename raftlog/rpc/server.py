@@ -38,7 +38,10 @@ read while it has ``max_in_flight_per_stream`` requests being answered, while th
 node is over its memory budget for requests in flight, and while its answers are
 not read (the transport's write buffer over its high-water mark); a POST's body
 is not read while the node is over that budget. Every frame's and body's bytes
-are charged to the budget until its answer is written.
+are charged to the budget until its answer is ready. Answers are not: one the
+client does not read must not hold the node's budget, which would stop every
+other client's and peer's streams (Kafka's memory pool holds requests only);
+they are bounded per stream by the requests in flight and the write-buffer pause.
 """
 
 from __future__ import annotations
@@ -301,6 +304,14 @@ def make_app(
     receivers: set[FrameReceiver] = set()
     # strong references to the handlers of stream requests (the loop keeps weak ones)
     answering: set[asyncio.Task[None]] = set()
+    # what each stream request being answered holds of the budget, by its task
+    charges: dict[asyncio.Task[None], int] = {}
+
+    def answer_ready() -> None:
+        """The running stream request's answer is ready: its bytes leave the budget."""
+        task = asyncio.current_task()
+        if task is not None:
+            budget.release(charges.pop(task, 0))
 
     async def serve_stream(
         request: web.Request,
@@ -341,6 +352,7 @@ def make_app(
             nonlocal in_flight
             task = loop.create_task(answering_one)
             answering.add(task)
+            charges[task] = charged
             in_flight += 1
             if conn is not None:
                 conn.in_flight = in_flight
@@ -354,7 +366,7 @@ def make_app(
                 in_flight -= 1
                 if conn is not None:
                     conn.in_flight = in_flight
-                budget.release(charged)
+                budget.release(charges.pop(task, 0))
                 if slot:
                     slots.release()
                 if receiver is not None and in_flight < max_in_flight:
@@ -477,21 +489,17 @@ def make_app(
             parts: list[bytes | memoryview],
         ) -> None:
             node.count_request(f"/v1/{route}", status)
-            # an answer not yet written counts against the budget too (a fetch's)
-            size = sum(len(p) for p in parts)
-            budget.charge(size)
+            answer_ready()
             # the stream may have closed meanwhile: the client already failed this request
-            try:
-                with contextlib.suppress(ConnectionError):
-                    # a fetch's batches go to the socket as they were read: no join
-                    await send_frame(ws._writer, encoded_frame_parts(request_id, *parts))
-            finally:
-                budget.release(size)
+            with contextlib.suppress(ConnectionError):
+                # a fetch's batches go to the socket as they were read: no join
+                await send_frame(ws._writer, encoded_frame_parts(request_id, *parts))
 
         return await serve_stream(request, answer_client, refuse_oversized)
 
     async def answer(ws: web.WebSocketResponse, request_id: int, body: memoryview) -> None:
         frame = await peer_answer(request_id, body)
+        answer_ready()
         # the stream may have closed meanwhile: the sender already failed this request
         with contextlib.suppress(ConnectionError):
             await ws.send_bytes(frame)
