@@ -200,6 +200,47 @@ class _DiskCollector(Collector):
             yield family
 
 
+class EdgeView(Protocol):
+    """What the collector reads of the node's edge limits (raftlog.rpc.edge_limits)."""
+
+    refusals: dict[str, int]
+    backpressure: dict[str, int]
+
+    def gauges(self) -> dict[str, float]: ...
+
+
+class _EdgeCollector(Collector):
+    def __init__(self, node_id: int, edge: EdgeView) -> None:
+        self._node_id = str(node_id)
+        self._edge = edge
+
+    def collect(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily]:
+        # Exposed as raftlog_edge_refusals_total / raftlog_edge_backpressure_total: read
+        # from the guard's counters at scrape time, by the limit's name (its flag's).
+        refusals = CounterMetricFamily(
+            "raftlog_edge_refusals",
+            "connections and requests refused or closed at the edge, by limit",
+            labels=["node", "limit"],
+        )
+        for limit, n in sorted(self._edge.refusals.items()):
+            refusals.add_metric([self._node_id, limit], float(n))
+        backpressure = CounterMetricFamily(
+            "raftlog_edge_backpressure",
+            "times the node stopped reading a connection for a limit, by limit",
+            labels=["node", "limit"],
+        )
+        for limit, n in sorted(self._edge.backpressure.items()):
+            backpressure.add_metric([self._node_id, limit], float(n))
+        yield refusals
+        yield backpressure
+        for name, value in sorted(self._edge.gauges().items()):
+            gauge = GaugeMetricFamily(
+                f"raftlog_edge_{name}", f"the node's {name.replace('_', ' ')} now", labels=["node"]
+            )
+            gauge.add_metric([self._node_id], value)
+            yield gauge
+
+
 class NodeMetrics:
     """Every metric of one node, in a registry of its own."""
 
@@ -209,10 +250,14 @@ class NodeMetrics:
         groups: Callable[[], Iterable[GroupView]],
         syncs: Callable[[], int | None] = lambda: None,
         disk: Callable[[], dict[str, Any]] | None = None,
+        edge: EdgeView | None = None,
     ) -> None:
         """``syncs``: the node's syncfs calls, None when it makes none (no sample);
-        ``disk``: the node's :meth:`DiskSpace.status` (None: no disk metrics)."""
+        ``disk``: the node's :meth:`DiskSpace.status` (None: no disk metrics);
+        ``edge``: the node's edge limits, whose refusals and usage are exported."""
         self.registry = CollectorRegistry(auto_describe=True)
+        if edge is not None:
+            self.registry.register(_EdgeCollector(node_id, edge))
         self.registry.register(_GroupCollector(node_id, groups))
         self.registry.register(_SyncfsCollector(node_id, syncs))
         if disk is not None:

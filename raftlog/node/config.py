@@ -16,6 +16,7 @@ from raftlog.producers.rm_stm import (
     DEFAULT_MAX_TRANSACTION_TIMEOUT_MS,
     DEFAULT_TRANSACTION_TIMEOUT_MS,
 )
+from raftlog.rpc.edge_limits import EdgeLimits
 from raftlog.rpc.roles import CLIENT_TOKEN_ALIAS, TOKEN_FLAGS, Role
 from raftlog.rpc.tls import TlsConfigError, TlsFiles, client_context, server_context
 
@@ -112,6 +113,8 @@ class NodeConfig:
     # Below this much free space in data_dir's filesystem the node is degraded: it
     # refuses client writes (KAFKA_STORAGE_ERROR); see raftlog.node.disk_space.
     min_free_bytes: int = DEFAULT_MIN_FREE_BYTES
+    # Limits at the edge (raftlog.rpc.edge_limits): connections and requests in flight.
+    edge: EdgeLimits = dataclasses.field(default_factory=EdgeLimits)
 
     @property
     def address(self) -> str:
@@ -296,9 +299,74 @@ def add_server_arguments(p: argparse.ArgumentParser) -> None:
         "5.8, else as group); group: each partition's log fsyncs its own files, which "
         "suits a filesystem shared with heavy writers (default node)",
     )
+    _add_edge_arguments(p)
     # set by shard 0 for the processes it starts (raftlog.node.shards); never by users
     p.add_argument("--shard-index", type=int, default=0, help=argparse.SUPPRESS)
     p.add_argument("--log-level", default="INFO")
+
+
+#: the edge limits' flags: dest -> (lowest value, help); defaults from EdgeLimits
+_EDGE_FLAGS = {
+    "queued_max_request_bytes": (
+        1024 * 1024,
+        "bytes of requests read and not yet answered, node-wide; over it the node stops "
+        "reading from the connections that bring more until answers free room (Kafka's "
+        "queued.max.request.bytes; default {} = 256 MiB)",
+    ),
+    "max_in_flight_per_stream": (
+        1,
+        "requests of one stream (a client's or a peer's) answered at once; over it the "
+        "stream is not read until one is answered (default {})",
+    ),
+    "request_header_timeout_ms": (
+        100,
+        "close a connection that has not sent a whole HTTP request head within this "
+        "long (default {})",
+    ),
+    "connections_max_idle_ms": (
+        100,
+        "close a connection (keep-alive or stream) with nothing in flight that received "
+        "nothing for this long; clients reconnect (Kafka's connections.max.idle.ms; "
+        "default {})",
+    ),
+    "max_connections": (1, "connections a node accepts at once (default {})"),
+    "max_connections_per_ip": (
+        1,
+        "connections a node accepts at once from one client address (default {})",
+    ),
+    "max_batches_per_produce": (
+        1,
+        "batches one produce may carry; more is refused with INVALID_REQUEST (default {})",
+    ),
+    "max_topics_per_metadata": (
+        1,
+        "distinct topic names one metadata request may name (duplicates are dropped "
+        "first); more is refused with INVALID_REQUEST (default {})",
+    ),
+}
+
+
+def _add_edge_arguments(p: argparse.ArgumentParser) -> None:
+    defaults = EdgeLimits()
+    for dest, (_low, text) in _EDGE_FLAGS.items():
+        default = getattr(defaults, dest)
+        p.add_argument(
+            "--" + dest.replace("_", "-"), type=int, default=default, help=text.format(default)
+        )
+
+
+def _edge_limits(args: argparse.Namespace) -> EdgeLimits:
+    """The edge flags, each checked against its lowest sensible value."""
+    defaults = EdgeLimits()
+    values = {}
+    for dest, (low, _text) in _EDGE_FLAGS.items():
+        value = getattr(args, dest, getattr(defaults, dest))
+        if value < low:
+            raise ValueError(
+                f"--{dest.replace('_', '-')}: expected an integer >= {low}, got {value}"
+            )
+        values[dest] = value
+    return EdgeLimits(**values)
 
 
 def config_from_args(args: argparse.Namespace) -> NodeConfig:
@@ -453,6 +521,7 @@ def config_from_args(args: argparse.Namespace) -> NodeConfig:
         flush_scope=getattr(args, "flush_scope", FLUSH_SCOPE_NODE),
         allow_plaintext=allow_plaintext,
         min_free_bytes=min_free,
+        edge=_edge_limits(args),
     )
 
 

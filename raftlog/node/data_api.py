@@ -75,6 +75,15 @@ class DataApi:
         # internal topics' records are the node's own (__transactions: the coordinator's
         # commands, written by tm_stm only)
         refuse_internal(req.topic, "produced to")
+        if len(req.batches) > self.config.edge.max_batches_per_produce:
+            why = self.edge.refusal(
+                "max_batches_per_produce",
+                "batches",
+                len(req.batches),
+                "per produce",
+                "send them in several produces",
+            )
+            raise RequestError(ErrorCode.INVALID_REQUEST, why)
         rep = self._leader_replica(req.topic, req.partition)
         self._refuse_when_disk_full("produce")
         for i, b in enumerate(req.batches):

@@ -94,7 +94,17 @@ class MetadataApi:
 
     async def metadata(self, req: MetadataRequest) -> MetadataResponse:
         await self._controller_read_barrier()
-        names = req.topics or sorted(self.controller_stm.topics)
+        # duplicates dropped before the cap: a name asked for twice is answered once
+        names = list(dict.fromkeys(req.topics)) or sorted(self.controller_stm.topics)
+        if req.topics and len(names) > self.config.edge.max_topics_per_metadata:
+            why = self.edge.refusal(
+                "max_topics_per_metadata",
+                "topics (distinct names)",
+                len(names),
+                "per metadata request",
+                "ask in several requests, or name none for all",
+            )
+            raise RequestError(ErrorCode.INVALID_REQUEST, why)
         topics = [self.controller_stm.topics[n] for n in names if n in self.controller_stm.topics]
         here = await self._statuses_here([p.group_id for t in topics for p in t.partitions])
         remote: dict[int, PartitionStatus] = {}

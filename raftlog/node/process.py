@@ -86,6 +86,7 @@ from raftlog.producers.rm_stm import (
     RmStmConfig,
 )
 from raftlog.rpc import codec
+from raftlog.rpc.edge_limits import EdgeGuard
 from raftlog.rpc.messages import (
     AlterConfigRequest,
     CompleteMoveRequest,
@@ -169,8 +170,13 @@ class Node(Upkeep, AdminApi, MetadataApi, DataApi):
         self.partitions: dict[int, PartitionReplica] = {}
         # Free space and degraded mode (client writes refused while the disk is full).
         self.disk = DiskSpace(config.node_id, config.data_dir, config.min_free_bytes)
+        self.edge = EdgeGuard(config.edge)
         self.metrics = NodeMetrics(
-            config.node_id, self._group_views, self._syncfs_calls, disk=self.disk.status
+            config.node_id,
+            self._group_views,
+            self._syncfs_calls,
+            disk=self.disk.status,
+            edge=self.edge,
         )
         self._reconcile_needed = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
@@ -218,9 +224,16 @@ class Node(Upkeep, AdminApi, MetadataApi, DataApi):
             admin_token=self.config.admin_token,
             auto_create_topics=self.config.auto_create_topics_enable,
         )
-        app = make_app(self, auth=auth, max_request_bytes=self._max_request_bytes())
-        self._runner = web.AppRunner(app, access_log=None)
+        app = make_app(
+            self, auth=auth, max_request_bytes=self._max_request_bytes(), guard=self.edge
+        )
+        # aiohttp's own idle timer between keep-alive requests: its default (75 s), or
+        # the guard's idle timeout when shorter
+        idle_s = min(75.0, self.config.edge.connections_max_idle_ms / 1000)
+        self._runner = web.AppRunner(app, access_log=None, keepalive_timeout=idle_s)
         await self._runner.setup()
+        assert self._runner.server is not None
+        self.edge.install(self._runner.server)
         # a shard K > 0 serves shard 0 alone, on a loopback port of its own, in plain HTTP
         site = web.TCPSite(
             self._runner,
@@ -294,6 +307,7 @@ class Node(Upkeep, AdminApi, MetadataApi, DataApi):
         for t in self._tasks:
             t.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self.edge.stop()
         if self._runner is not None:
             await self._runner.cleanup()
         for gid in list(self.partitions):

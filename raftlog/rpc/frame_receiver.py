@@ -13,9 +13,28 @@ copies were about a tenth of the nodes' CPU under the sink's load (perf:
 for a :class:`FrameReceiver`, an :class:`asyncio.BufferedProtocol`: the event loop
 reads into the buffer it hands out. Small frames are parsed out of one reused
 64 KiB buffer (and copied out, they are small); a frame larger than what that
-buffer holds gets a ``bytearray`` of its exact size, which the socket fills
-directly, and is handed on as a read-only view: nothing writes to it afterwards,
-so a batch decoded from it keeps pointing into it (``RecordBatch.decode``).
+buffer holds gets an array of its own, which the socket fills directly, and is
+handed on as a read-only view: nothing writes to it afterwards, so a batch decoded
+from it keeps pointing into it (``RecordBatch.decode``).
+
+A frame's array grows as its bytes arrive, never by the length its header
+declares (a header is 14 bytes; a client could claim 33 MiB in each of many
+streams and send nothing more): it starts at :data:`FIRST_FRAME_BYTES` (or the
+frame's size, when smaller) and grows :data:`FRAME_GROWTH` times over, up to the
+declared size, each time it fills. A frame of 4 MiB (the sink's) is copied once
+in part (its first MiB); memory never exceeds four times what arrived.
+
+Reading can be paused for reasons of the owner's (:meth:`FrameReceiver.pause`):
+a stream with too many requests in flight; and while the transport's write
+buffer is over its high-water mark (answers the other end does not read): then
+no more requests are read from it either. With a node's memory budget for
+requests (``budget``), every frame's bytes are charged to it (a large frame's as
+they arrive; the owner releases them once answered), and no frame is begun while
+the budget is exhausted: reading pauses at the frame's start, its first bytes
+left in the shared buffer, until the budget has room (Kafka mutes a channel so
+when its memory pool is out). A frame begun always completes, so a frame larger
+than the budget, or many begun at once, cannot wedge a node: the budget is
+exceeded by at most the frames in progress.
 
 Only what raftlog's streams send is accepted: whole binary frames, masked or
 not, never compressed or fragmented. A text or fragmented frame closes the
@@ -35,14 +54,55 @@ from __future__ import annotations
 
 import asyncio
 import struct
+import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 import numpy
 from aiohttp import WSCloseCode
 from aiohttp._websocket.helpers import websocket_mask
 
-__all__ = ["OVERSIZED_HEAD_BYTES", "FrameReceiver", "take_over"]
+__all__ = [
+    "FIRST_FRAME_BYTES",
+    "FRAME_GROWTH",
+    "OVERSIZED_HEAD_BYTES",
+    "FrameReceiver",
+    "RequestBudget",
+    "take_over",
+]
+
+FIRST_FRAME_BYTES = 1024 * 1024
+"""The first array of a frame larger than the shared buffer (at most its size)."""
+
+FRAME_GROWTH = 4
+"""How many times over a frame's array grows each time it fills (to its size at most)."""
+
+#: the pause reasons a FrameReceiver sets itself
+PAUSED_WRITES = "write buffer over its high-water mark"
+PAUSED_BUDGET = "memory budget"
+
+
+class RequestBudget(Protocol):
+    """The node's memory budget for requests (:class:`raftlog.rpc.edge_limits.
+    MemoryBudget`): what a FrameReceiver charges the bytes it reads to."""
+
+    @property
+    def exhausted(self) -> bool:
+        """Whether more bytes are in use than the budget allows."""
+        ...
+
+    def charge(self, nbytes: int) -> bool:
+        """Count ``nbytes`` more in use; whether the budget is now exhausted."""
+        ...
+
+    def release(self, nbytes: int) -> None:
+        """Count ``nbytes`` fewer in use (they were answered, or dropped)."""
+        ...
+
+    def wake_when_free(self, resume: Callable[[], None]) -> None:
+        """Call ``resume`` once, when the budget is no longer exhausted."""
+        ...
+
 
 OVERSIZED_HEAD_BYTES = 16
 """How much of an oversized frame's payload ``on_oversized`` is given (at most)."""
@@ -65,6 +125,11 @@ class FrameReceiver(asyncio.BufferedProtocol):
     holds. ``done`` resolves when the connection is lost. ``inner`` (aiohttp's
     request handler) keeps getting the transport's flow-control and
     connection-lost callbacks, so the ``WebSocketResponse`` still writes.
+
+    With a ``budget``, every delivered frame's ``len(payload)`` bytes are charged
+    to it, and the owner must release them (once answered); bytes of a frame not
+    delivered (the connection lost in its middle) are released here.
+    ``last_active`` is the monotonic time bytes last arrived.
     """
 
     def __init__(
@@ -74,8 +139,12 @@ class FrameReceiver(asyncio.BufferedProtocol):
         on_frame: Callable[[bytes | memoryview], None],
         max_frame_bytes: int,
         on_oversized: Callable[[bytes, int], None] | None = None,
+        budget: RequestBudget | None = None,
     ) -> None:
         self._transport = transport
+        self._budget = budget
+        self._paused: set[str] = set()  # why reading is paused (empty: it is not)
+        self.last_active = time.monotonic()
         self._inner = inner
         self._on_frame = on_frame
         self._max = max_frame_bytes
@@ -84,9 +153,11 @@ class FrameReceiver(asyncio.BufferedProtocol):
         self._head = bytearray(_HEAD_BYTES)
         self._start = 0  # the unparsed bytes are _head[_start:_end]
         self._end = 0
-        # A large frame being filled: its buffer, bytes filled, mask (None: unmasked).
-        self._frame: numpy.ndarray | bytearray | None = None
+        # A large frame being filled: its array (grown as bytes arrive), bytes filled,
+        # its declared size, mask (None: unmasked).
+        self._frame: numpy.ndarray | None = None
         self._filled = 0
+        self._size = 0
         self._mask: bytes | None = None
         self._closing = False
         #: why the stream ended, once it has ('' before)
@@ -106,13 +177,22 @@ class FrameReceiver(asyncio.BufferedProtocol):
         return memoryview(self._head)[self._end :]
 
     def buffer_updated(self, nbytes: int) -> None:
-        if self._frame is not None:
+        self.last_active = time.monotonic()
+        frame = self._frame
+        if frame is not None:
             self._filled += nbytes
-            if self._filled == len(self._frame):
-                frame, mask, self._frame = self._frame, self._mask, None
+            self._charge(nbytes)
+            if self._filled == self._size:
+                mask, self._frame, self._filled = self._mask, None, 0
                 if mask is not None:
-                    websocket_mask(mask, frame)
-                self._deliver(memoryview(frame).toreadonly())
+                    _unmask_array(frame, mask)
+                self._hand(self._on_frame, memoryview(frame).toreadonly())
+            elif self._filled == len(frame):
+                # Full but the frame is not: grow it, by what arrived, not what was
+                # declared (one copy of what is here; the next growth is 4x larger).
+                grown = numpy.empty(min(self._size, len(frame) * FRAME_GROWTH), numpy.uint8)
+                grown[: self._filled] = frame
+                self._frame = grown
             return
         self._end += nbytes
         self._parse()
@@ -121,6 +201,8 @@ class FrameReceiver(asyncio.BufferedProtocol):
         return False  # close the transport
 
     def connection_lost(self, exc: Exception | None) -> None:
+        if self._frame is not None:
+            self._release_partial()
         if not self.reason:
             self.reason = f"connection lost: {exc}" if exc else "the connection closed"
         self._inner.connection_lost(exc)
@@ -129,9 +211,62 @@ class FrameReceiver(asyncio.BufferedProtocol):
 
     def pause_writing(self) -> None:
         self._inner.pause_writing()
+        # answers pile up unread: read no more requests until they drain
+        self.pause(PAUSED_WRITES)
 
     def resume_writing(self) -> None:
         self._inner.resume_writing()
+        self.resume(PAUSED_WRITES)
+
+    # -- flow control
+
+    def pause(self, reason: str) -> None:
+        """Stop reading from the socket (TCP pushes back on the sender) until every
+        reason given here is resumed."""
+        if not self._paused and not self._closing:
+            self._transport.pause_reading()
+        self._paused.add(reason)
+
+    def resume(self, reason: str) -> None:
+        """Take back one reason to pause; reading resumes once none is left."""
+        if reason not in self._paused:
+            return
+        self._paused.discard(reason)
+        if not self._paused and not self._closing and not self._transport.is_closing():
+            self._transport.resume_reading()
+
+    @property
+    def paused(self) -> frozenset[str]:
+        """Why reading is paused now (empty: it is not)."""
+        return frozenset(self._paused)
+
+    def _charge(self, nbytes: int) -> None:
+        if self._budget is not None:
+            self._budget.charge(nbytes)
+
+    def _over_budget(self) -> bool:
+        """Whether a frame may not begin now (the budget is exhausted); if so, reading
+        is paused until the budget has room, then what the shared buffer holds is
+        parsed."""
+        budget = self._budget
+        if budget is None or not budget.exhausted:
+            return False
+        if PAUSED_BUDGET not in self._paused:
+            self.pause(PAUSED_BUDGET)
+            budget.wake_when_free(self._budget_freed)
+        return True
+
+    def _budget_freed(self) -> None:
+        self.resume(PAUSED_BUDGET)
+        if self._frame is None and not self._closing:
+            self._parse()  # the frames already read and held back
+
+    def _release_partial(self) -> None:
+        """Give back what a frame never delivered was charged, and drop its array."""
+        if self._budget is not None and self._filled:
+            self._budget.release(self._filled)
+        self._frame = None
+        self._filled = 0
 
     # -- frames
 
@@ -146,7 +281,7 @@ class FrameReceiver(asyncio.BufferedProtocol):
                 self._start += dropped
                 self._skip -= dropped
                 avail -= dropped
-            if avail < 2:
+            if avail < 2 or self._over_budget():
                 break
             pos = self._start
             first, second = head[pos], head[pos + 1]
@@ -191,15 +326,17 @@ class FrameReceiver(asyncio.BufferedProtocol):
             if header + size <= _HEAD_BYTES:
                 break  # it fits in the shared buffer: wait for the rest (control frames too)
             # A frame larger than the shared buffer (a binary one: control frames are
-            # short): a buffer of its own, which the socket fills from here on. Not
+            # short): an array of its own, which the socket fills from here on, sized
+            # by what arrived (see the module doc), never by the declared size. Not
             # zeroed first (numpy.empty): bytearray(size) zero-filled every frame, 7 %
             # of a follower's CPU under the sink's load. A masked frame is unmasked in
-            # place, which aiohttp's helper does on a bytearray.
-            frame = numpy.empty(size, numpy.uint8) if mask is None else bytearray(size)
+            # place once whole.
             have = avail - header
-            memoryview(frame)[:have] = head[body : self._end]
-            self._frame, self._filled, self._mask = frame, have, mask
+            frame = numpy.empty(min(size, max(FIRST_FRAME_BYTES, have)), numpy.uint8)
+            frame[:have] = numpy.frombuffer(head, numpy.uint8, have, body)
+            self._frame, self._filled, self._size, self._mask = frame, have, size, mask
             self._start = self._end = 0
+            self._charge(have)
             return
         if self._start == self._end:
             self._start = self._end = 0
@@ -238,7 +375,8 @@ class FrameReceiver(asyncio.BufferedProtocol):
             self.close(WSCloseCode.OK, b"")
         # a pong needs nothing
 
-    def _deliver(self, payload: bytes | memoryview) -> None:
+    def _deliver(self, payload: bytes) -> None:
+        self._charge(len(payload))
         self._hand(self._on_frame, payload)
 
     def _hand(self, callback: Callable[..., None], *args: Any) -> None:
@@ -264,9 +402,20 @@ class FrameReceiver(asyncio.BufferedProtocol):
         self._closing = True
         if not self.reason:
             self.reason = f"closed here (code {code}: {message.decode(errors='replace')})"
-        self._frame = None
+        if self._frame is not None:
+            self._release_partial()
         self._send_control(_OP_CLOSE, _CLOSE_CODE.pack(code) + message)
         self._transport.close()
+
+
+def _unmask_array(frame: numpy.ndarray, mask: bytes) -> None:
+    """Unmask ``frame`` in place (RFC 6455: byte i XOR mask[i % 4]), four bytes at a
+    time: a native uint32 view of the mask lines up with a uint32 view of the bytes."""
+    words = len(frame) // 4
+    if words:
+        frame[: words * 4].view(numpy.uint32)[...] ^= numpy.frombuffer(mask, numpy.uint32)[0]
+    for i in range(len(frame) - words * 4):
+        frame[words * 4 + i] ^= mask[i]
 
 
 def _unmasked(data: bytearray, mask: bytes | None) -> bytes:
@@ -281,6 +430,7 @@ def take_over(
     on_frame: Callable[[bytes | memoryview], None],
     max_frame_bytes: int,
     on_oversized: Callable[[bytes, int], None] | None = None,
+    budget: RequestBudget | None = None,
 ) -> FrameReceiver | None:
     """Read an upgraded stream with a :class:`FrameReceiver` from now on; None where it
     cannot (a TLS connection, whose transport decrypts into its own buffers: aiohttp's
@@ -293,6 +443,6 @@ def take_over(
     """
     if transport is None or transport.is_closing() or transport.get_extra_info("sslcontext"):
         return None
-    receiver = FrameReceiver(transport, inner, on_frame, max_frame_bytes, on_oversized)
+    receiver = FrameReceiver(transport, inner, on_frame, max_frame_bytes, on_oversized, budget)
     transport.set_protocol(receiver)
     return receiver

@@ -35,6 +35,16 @@ answered under its id with an ErrorResponse (INVALID_REQUEST, the codec's
 message) and never reaches the node; a frame too short to carry an id, or a
 text frame, closes that stream (the peer fails what it had in flight and
 reconnects). Neither affects other streams or the node.
+
+Limits (:mod:`raftlog.rpc.edge_limits`, given as ``guard``): a stream stops being
+read while it has ``max_in_flight_per_stream`` requests being answered, while the
+node is over its memory budget for requests in flight, and while its answers are
+not read (the transport's write buffer over its high-water mark); a POST's body
+is not read while the node is over that budget. Every frame's and body's bytes
+are charged to the budget until its answer is ready. Answers are not: one the
+client does not read must not hold the node's budget, which would stop every
+other client's and peer's streams (Kafka's memory pool holds requests only);
+they are bounded per stream by the requests in flight and the write-buffer pause.
 """
 
 from __future__ import annotations
@@ -44,6 +54,7 @@ import contextlib
 import dataclasses
 import hmac
 import logging
+import time
 from collections.abc import Callable, Coroutine
 from typing import Any, Protocol
 
@@ -51,6 +62,7 @@ from aiohttp import WSCloseCode, WSMsgType, web
 
 from raftlog.rpc import codec
 from raftlog.rpc.codec import CodecError
+from raftlog.rpc.edge_limits import EdgeGuard, EdgeLimits
 from raftlog.rpc.frame_receiver import FrameReceiver, take_over
 from raftlog.rpc.frame_writer import send_frame
 from raftlog.rpc.messages import CLIENT_ROUTES, CLIENT_STREAM_PATH, ErrorCode, ErrorResponse
@@ -270,17 +282,39 @@ async def read_bounded_body(request: web.Request, limit: int) -> bytes:
     return b"".join(blocks)  # one block: no copy (bytes.join returns it as it is)
 
 
+#: why a stream's reading is paused (FrameReceiver.pause) for its requests in flight
+PAUSED_IN_FLIGHT = "max_in_flight_per_stream"
+
+
 def make_app(
-    node: NodeHandlers, *, auth: AuthPolicy | None = None, max_request_bytes: int
+    node: NodeHandlers,
+    *,
+    auth: AuthPolicy | None = None,
+    max_request_bytes: int,
+    guard: EdgeGuard | None = None,
 ) -> web.Application:
     """The application serving ``node``; ``max_request_bytes`` bounds a body.
 
     ``auth`` (default: everything open) is checked for every request before its
     body is read; a refusal is a framed ErrorResponse with code UNAUTHORIZED and
-    HTTP 401 or 403.
+    HTTP 401 or 403. ``guard`` (default: one with the default limits, not
+    installed on a server) holds the memory budget and the per-stream limit, and
+    is told where each request starts and ends (its header and idle timeouts).
     """
     client_types = {route: cls for cls, route in CLIENT_ROUTES.items()}
     policy = auth or AuthPolicy()
+    edge = guard or EdgeGuard(EdgeLimits())
+    budget = edge.budget
+    max_in_flight = edge.limits.max_in_flight_per_stream
+
+    @web.middleware
+    async def track(request: web.Request, handler: Any) -> web.StreamResponse:
+        # the request's head is whole: the connection passed its header timeout
+        edge.request_started(request.protocol)
+        try:
+            return await handler(request)
+        finally:
+            edge.request_ended(request.protocol)
 
     @web.middleware
     async def authenticate(request: web.Request, handler: Any) -> web.StreamResponse:
@@ -310,6 +344,14 @@ def make_app(
     receivers: set[FrameReceiver] = set()
     # strong references to the handlers of stream requests (the loop keeps weak ones)
     answering: set[asyncio.Task[None]] = set()
+    # what each stream request being answered holds of the budget, by its task
+    charges: dict[asyncio.Task[None], int] = {}
+
+    def answer_ready() -> None:
+        """The running stream request's answer is ready: its bytes leave the budget."""
+        task = asyncio.current_task()
+        if task is not None:
+            budget.release(charges.pop(task, 0))
 
     async def serve_stream(
         request: web.Request,
@@ -336,16 +378,46 @@ def make_app(
             return ws
         loop = asyncio.get_running_loop()
         receiver: FrameReceiver | None = None
+        conn = edge.connection(request.protocol)
+        in_flight = 0
+        # the TLS path (aiohttp's reader) waits on this instead of pausing a receiver
+        slots = asyncio.Semaphore(max_in_flight)
 
-        def spawn(answering_one: Coroutine[Any, Any, None]) -> None:
+        def spawn(
+            answering_one: Coroutine[Any, Any, None], charged: int = 0, slot: bool = False
+        ) -> None:
             # each request is handled on its own: a slow append does not hold back
-            # the heartbeats and votes behind it on the stream
+            # the heartbeats and votes behind it on the stream; at most max_in_flight
+            # at once (then the stream is not read: TCP pushes back on the sender)
+            nonlocal in_flight
             task = loop.create_task(answering_one)
             answering.add(task)
-            task.add_done_callback(answering.discard)
+            charges[task] = charged
+            in_flight += 1
+            if conn is not None:
+                conn.in_flight = in_flight
+            if in_flight >= max_in_flight and receiver is not None:
+                edge.backpressure[PAUSED_IN_FLIGHT] += 1
+                receiver.pause(PAUSED_IN_FLIGHT)
 
-        def spawn_answer(request_id: int, body: memoryview) -> None:
-            spawn(answer(ws, request_id, body))
+            def done(task: asyncio.Task[None]) -> None:
+                nonlocal in_flight
+                answering.discard(task)
+                in_flight -= 1
+                if conn is not None:
+                    conn.in_flight = in_flight
+                budget.release(charges.pop(task, 0))
+                if slot:
+                    slots.release()
+                if receiver is not None and in_flight < max_in_flight:
+                    receiver.resume(PAUSED_IN_FLIGHT)
+
+            task.add_done_callback(done)
+
+        def spawn_answer(
+            request_id: int, body: memoryview, charged: int, slot: bool = False
+        ) -> None:
+            spawn(answer(ws, request_id, body), charged, slot)
 
         def on_oversized(head: bytes, size: int) -> None:
             assert refuse_oversized is not None
@@ -355,13 +427,15 @@ def make_app(
             spawn(refuse_oversized(ws, request_id, message_head))
 
         def on_frame(frame: bytes | memoryview) -> None:
+            # the frame's bytes were charged to the budget: released once answered
             try:
                 request_id, body = split_frame(frame)
             except CodecError as exc:
+                budget.release(len(frame))
                 assert receiver is not None
                 receiver.close(WSCloseCode.PROTOCOL_ERROR, str(exc).encode()[:123])
                 return
-            spawn_answer(request_id, body)
+            spawn_answer(request_id, body, len(frame))
 
         # No await since prepare: no frame can have reached aiohttp's reader yet (the
         # other side sends only once it has the upgrade's answer).
@@ -371,17 +445,26 @@ def make_app(
             on_frame,
             max_frame,
             on_oversized if refuse_oversized else None,
+            budget,
         )
         if receiver is not None:
             receivers.add(receiver)
+            if conn is not None:
+                conn.receiver = receiver
+                conn.close = lambda why: receiver.close(WSCloseCode.GOING_AWAY, why.encode())
             try:
                 await receiver.done
             finally:
                 receivers.discard(receiver)
             return ws
         streams.add(ws)
+        activity = _Activity()
+        if conn is not None:
+            conn.receiver = activity
+            conn.close = lambda why: ws._writer.transport.close() if ws._writer else None
         try:
             async for msg in ws:
+                activity.last_active = time.monotonic()
                 if msg.type is not WSMsgType.BINARY:
                     await ws.close(
                         code=WSCloseCode.UNSUPPORTED_DATA,
@@ -393,7 +476,11 @@ def make_app(
                 except CodecError as exc:
                     await ws.close(code=WSCloseCode.PROTOCOL_ERROR, message=str(exc).encode())
                     break
-                spawn_answer(request_id, body)
+                # backpressure as a FrameReceiver's pause: the next frame is not read
+                budget.charge(len(msg.data))
+                await slots.acquire()
+                spawn_answer(request_id, body, len(msg.data), slot=True)
+                await budget.wait_free()
         finally:
             streams.discard(ws)
         return ws
@@ -449,6 +536,7 @@ def make_app(
             parts: list[bytes | memoryview],
         ) -> None:
             node.count_request(f"/v1/{route}", status)
+            answer_ready()
             # the stream may have closed meanwhile: the client already failed this request
             with contextlib.suppress(ConnectionError):
                 # a fetch's batches go to the socket as they were read: no join
@@ -458,6 +546,7 @@ def make_app(
 
     async def answer(ws: web.WebSocketResponse, request_id: int, body: memoryview) -> None:
         frame = await peer_answer(request_id, body)
+        answer_ready()
         # the stream may have closed meanwhile: the sender already failed this request
         with contextlib.suppress(ConnectionError):
             await ws.send_bytes(frame)
@@ -531,8 +620,13 @@ def make_app(
                 404,
             )
         else:
+            # over the node's memory budget: leave the body in the socket until answers
+            # free room (backpressure, as a stream's pause)
+            await budget.wait_free()
+            body = b""
             try:
                 body, msg = await read_body(request, route, cls)
+                budget.charge(len(body))
             except RequestError as exc:
                 status, answer = _error_body_of(exc)
             except Exception as exc:
@@ -541,8 +635,11 @@ def make_app(
                     ErrorCode.INTERNAL, f"{route} failed: {type(exc).__name__}: {exc}"
                 )
             else:
-                status, parts = await call(route, msg, body, _authorization(request))
-                answer = b"".join(parts)
+                try:
+                    status, parts = await call(route, msg, body, _authorization(request))
+                    answer = b"".join(parts)
+                finally:
+                    budget.release(len(body))
         node.count_request(f"/v1/{route}", status)
         return web.Response(body=answer, status=status, content_type=CONTENT_TYPE)
 
@@ -555,7 +652,7 @@ def make_app(
     async def health(request: web.Request) -> web.Response:
         return web.json_response(await node.health())
 
-    app = web.Application(middlewares=[authenticate], client_max_size=max_request_bytes)
+    app = web.Application(middlewares=[track, authenticate], client_max_size=max_request_bytes)
     app.router.add_get(STREAM_PATH, peer_stream)
     app.on_shutdown.append(close_streams)
     app.router.add_route("*", "/raft/{route}", unknown_peer_route)
@@ -570,6 +667,14 @@ def _authorization(request: web.Request) -> str:
     """The request's Authorization header ("" when absent). Bytes that are not UTF-8
     come as surrogate escapes: :meth:`AuthPolicy.identify` calls them malformed."""
     return request.headers.get("Authorization", "")
+
+
+@dataclasses.dataclass(slots=True)
+class _Activity:
+    """When a stream read by aiohttp's reader (TLS) last received a frame, as a
+    FrameReceiver's ``last_active`` says for its own (the idle timeout reads it)."""
+
+    last_active: float = dataclasses.field(default_factory=time.monotonic)
 
 
 def status_of_answer(answer: bytes | memoryview) -> int:
