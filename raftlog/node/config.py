@@ -101,6 +101,12 @@ class NodeConfig:
     flush_scope: str = FLUSH_SCOPE_NODE
     # --allow-plaintext: serve and peer beyond loopback without TLS (tokens in clear)
     allow_plaintext: bool = False
+    # --kafka-listen: where the Kafka protocol listener binds (None: no listener), every
+    # node's Kafka address (--kafka-peers; what Metadata lists as brokers), and the
+    # largest Kafka request accepted (--kafka-max-request-bytes)
+    kafka_listen: str | None = None
+    kafka_peers: dict[int, str] = dataclasses.field(default_factory=dict)
+    kafka_max_request_bytes: int = 0
 
     @property
     def address(self) -> str:
@@ -270,6 +276,26 @@ def add_server_arguments(p: argparse.ArgumentParser) -> None:
         "5.8, else as group); group: each partition's log fsyncs its own files, which "
         "suits a filesystem shared with heavy writers (default node)",
     )
+    p.add_argument(
+        "--kafka-listen",
+        default=None,
+        help="HOST:PORT of this node's Kafka protocol listener (loopback only until SASL "
+        "is supported; default: none)",
+    )
+    p.add_argument(
+        "--kafka-peers",
+        default="",
+        help="every node's Kafka listener, ID=HOST:PORT,...: the brokers Kafka clients "
+        "are told (default: this node's --kafka-listen alone)",
+    )
+    p.add_argument(
+        "--kafka-max-request-bytes",
+        type=int,
+        default=None,
+        help="the largest Kafka request a client may declare; a larger one closes its "
+        "connection before it is read (Kafka's socket.request.max.bytes; default: the "
+        "node's own request limit, 2 x --max-batch-bytes + 1 MiB)",
+    )
     # set by shard 0 for the processes it starts (raftlog.node.shards); never by users
     p.add_argument("--shard-index", type=int, default=0, help=argparse.SUPPRESS)
     p.add_argument("--log-level", default="INFO")
@@ -393,6 +419,7 @@ def config_from_args(args: argparse.Namespace) -> NodeConfig:
     shard_index = getattr(args, "shard_index", 0)
     if not 0 <= shard_index < shards:
         raise ValueError(f"--shard-index: expected 0..{shards - 1}, got {shard_index}")
+    kafka_listen, kafka_peers, kafka_max = _kafka_flags(args, token)
     return NodeConfig(
         node_id=args.node_id,
         host=host,
@@ -417,7 +444,48 @@ def config_from_args(args: argparse.Namespace) -> NodeConfig:
         shard_index=shard_index,
         flush_scope=getattr(args, "flush_scope", FLUSH_SCOPE_NODE),
         allow_plaintext=allow_plaintext,
+        kafka_listen=kafka_listen,
+        kafka_peers=kafka_peers,
+        kafka_max_request_bytes=kafka_max,
     )
+
+
+def _kafka_flags(
+    args: argparse.Namespace, client_token: str | None
+) -> tuple[str | None, dict[int, str], int]:
+    """(--kafka-listen, every node's Kafka address, --kafka-max-request-bytes or 0 for
+    the node's own limit); ValueError naming the flag and the expected form."""
+    listen = getattr(args, "kafka_listen", None)
+    peers_arg = getattr(args, "kafka_peers", "") or ""
+    max_bytes = getattr(args, "kafka_max_request_bytes", None)
+    if listen is None:
+        if peers_arg or max_bytes is not None:
+            raise ValueError("--kafka-peers and --kafka-max-request-bytes need --kafka-listen")
+        return None, {}, 0
+    host, _ = host_port(listen, "--kafka-listen")
+    if not is_loopback(host):
+        raise ValueError(
+            f"--kafka-listen: {listen!r} is beyond loopback, where the Kafka listener needs "
+            "TLS and SASL/PLAIN with the client token, and SASL is not yet supported: "
+            "listen on 127.0.0.1, localhost or ::1"
+        )
+    if client_token:
+        raise ValueError(
+            "--kafka-listen: this node has a client token, and Kafka clients cannot present "
+            "one until SASL is supported; run the Kafka listener on a node without tokens"
+        )
+    peers = parse_peers(peers_arg, "--kafka-peers") if peers_arg else {}
+    if peers.get(args.node_id, listen) != listen:
+        raise ValueError(
+            f"--kafka-peers: node {args.node_id} is listed as {peers[args.node_id]} but its "
+            f"--kafka-listen is {listen}"
+        )
+    peers[args.node_id] = listen
+    if max_bytes is not None and not 1024 <= max_bytes <= 2**31 - 1:
+        raise ValueError(
+            f"--kafka-max-request-bytes: expected 1024..2147483647 bytes, got {max_bytes}"
+        )
+    return listen, peers, max_bytes or 0
 
 
 def plaintext_warning(config: NodeConfig) -> str | None:
