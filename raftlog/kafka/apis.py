@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import secrets
 from typing import Any
 
 from raftlog.kafka.protocol import API_VERSIONS, RequestHead
@@ -56,6 +57,7 @@ OUT_OF_ORDER_SEQUENCE_NUMBER = 45
 DUPLICATE_SEQUENCE_NUMBER = 46
 INVALID_PRODUCER_EPOCH = 47
 INVALID_TXN_STATE = 48
+TRANSACTIONAL_ID_AUTHORIZATION_FAILED = 53
 UNKNOWN_PRODUCER_ID = 59
 PRODUCER_FENCED = 90
 UNKNOWN_SERVER_ERROR = -1
@@ -423,6 +425,24 @@ class KafkaApis:
             results.append({"name": name, "error_code": code})
         return {"throttle_time": 0, "responses": results}
 
+    # -- InitProducerId ------------------------------------------------------------
+
+    async def init_producer_id(self, head: RequestHead, req: Any) -> dict[str, Any]:
+        """An idempotent producer's id: a random 62-bit id at epoch 0, as raftlog's own
+        client picks one. Each partition's rm_stm meets the id with its first batch and
+        from then on dedups by (id, epoch, sequence), answering
+        OUT_OF_ORDER_SEQUENCE_NUMBER and DUPLICATE_SEQUENCE_NUMBER as Kafka does.
+        A transactional id is refused: Kafka transactions are a later slice."""
+        out: dict[str, Any] = {"throttle_time": 0, "producer_id": -1, "producer_epoch": -1}
+        refused = self._refused("init_producer")
+        if refused is not None:
+            out["error_code"] = TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+        elif req.transactional_id is not None:
+            out["error_code"] = INVALID_REQUEST
+        else:
+            out.update(error_code=NONE, producer_id=secrets.randbits(62), producer_epoch=0)
+        return out
+
 
 def _admin_code(exc: Exception) -> tuple[int, str]:
     """A controller call's Kafka code: NOT_CONTROLLER when this node does not lead it."""
@@ -455,4 +475,5 @@ _HANDLERS = {
     18: KafkaApis.api_versions,
     19: KafkaApis.create_topics,
     20: KafkaApis.delete_topics,
+    22: KafkaApis.init_producer_id,
 }

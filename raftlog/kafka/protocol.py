@@ -43,6 +43,7 @@ API_VERSIONS: dict[int, tuple[str, int, int]] = {
     18: ("ApiVersions", 0, 3),
     19: ("CreateTopics", 2, 4),
     20: ("DeleteTopics", 1, 3),
+    22: ("InitProducerId", 0, 1),
 }
 
 API_VERSIONS_KEY = 18
