@@ -228,6 +228,7 @@ class KafkaApis:
                     return out
                 if part.records is None:
                     raise KafkaRecordError(CORRUPT_MESSAGE, "the partition's records are null")
+                self._refuse_typed(topic)
                 decoded = [decode_batch(b) for b in split_batches(part.records)]
                 first = decoded[0]
                 resp = await self._call(
@@ -301,6 +302,18 @@ class KafkaApis:
             "responses": [{"topic": t, "partitions": ps} for t, ps in by_topic.items()],
         }
 
+    def _refuse_typed(self, topic: str) -> None:
+        """A typed topic (one with a schema: Arrow IPC payloads, the Spark sink's) is
+        neither read nor written through Kafka: its records have columns, not a key and
+        a value. UNSUPPORTED_FOR_MESSAGE_FORMAT naming the format."""
+        t = self.node.controller_stm.topics.get(topic)
+        if t is not None and t.schema is not None:
+            raise KafkaRecordError(
+                UNSUPPORTED_FOR_MESSAGE_FORMAT,
+                f"topic {topic!r} is a typed topic (Arrow IPC records with a schema); "
+                "Kafka clients read and write only topics of keyed or plain records",
+            )
+
     async def _fetch_one(self, topic: str, p: Any, isolation: int) -> dict[str, Any]:
         out: dict[str, Any] = {
             "partition_index": p.partition,
@@ -314,13 +327,7 @@ class KafkaApis:
             "records": b"",
         }
         try:
-            t = self.node.controller_stm.topics.get(topic)
-            if t is not None and t.schema is not None:
-                raise KafkaRecordError(
-                    UNSUPPORTED_FOR_MESSAGE_FORMAT,
-                    f"topic {topic!r} is a typed topic (Arrow IPC records with a schema); "
-                    "Kafka clients read only topics of keyed or plain records",
-                )
+            self._refuse_typed(topic)
             resp = await self._call(
                 "fetch",
                 FetchRequest(
