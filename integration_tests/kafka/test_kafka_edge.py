@@ -15,6 +15,7 @@ from kafka.record.default_records import DefaultRecordBatchBuilder
 from kafka_wire import Wire, decode_response, encode_request, frame, raw_header
 from kio.schema.api_versions.v3.request import ApiVersionsRequest
 from kio.schema.fetch.v11.request import FetchPartition, FetchRequest, FetchTopic
+from kio.schema.init_producer_id.v1.request import InitProducerIdRequest
 from kio.schema.produce.v8.request import (
     PartitionProduceData,
     ProduceRequest,
@@ -32,6 +33,7 @@ from raftlog.client import BlockingRaftlogClient
 
 UNSUPPORTED_VERSION = 35
 CORRUPT_MESSAGE = 2
+OUT_OF_ORDER_SEQUENCE_NUMBER = 45
 _API_VERSIONS = ApiVersionsRequest(client_software_name="t", client_software_version="1")
 
 
@@ -124,7 +126,7 @@ def test_corrupt_batches_get_corrupt_message_and_the_connection_stays_usable(
     address = _leader_address(kafka_cluster, bootstrap, topic)
     batch = _batch()
     if case == "wrong crc":
-        batch[-1] ^= 0xFF  # a value byte: the CRC no longer matches
+        batch[-2] ^= 0xFF  # the last value byte (the records still parse): CRC mismatch
     elif case == "record count":
         struct.pack_into(">i", batch, 57, 2**31 - 1)  # claims 2**31-1 records in a few bytes
         # recompute the CRC, so that only the count is wrong
@@ -194,3 +196,38 @@ def test_pipelined_requests_are_answered_in_request_order(kafka_cluster, bootstr
     assert part.error_code == 0 and part.high_watermark >= hwm and not part.records
     assert waited >= 1.4, f"the fetch answered after {waited:.2f}s, before its max_wait_ms"
     assert decode_response(second, 18, 3, 2).error_code == 0
+
+
+def _idempotent_batch(producer_id: int, epoch: int, sequence: int) -> bytes:
+    builder = DefaultRecordBatchBuilder(2, 0, False, producer_id, epoch, sequence, 2**20)
+    for i in range(3):
+        builder.append(i, 1_700_000_000_000 + i, b"k", b"value-%d" % i, [])
+    return bytes(builder.build())
+
+
+def test_idempotent_produce_dedups_and_refuses_a_sequence_gap(kafka_cluster, bootstrap) -> None:
+    """InitProducerId, then a batch, the same batch again (a retry: answered with the
+    first offset, stored once), then a batch with a gap in its sequence:
+    OUT_OF_ORDER_SEQUENCE_NUMBER."""
+    topic = "edge-idempotent"
+    address = _leader_address(kafka_cluster, bootstrap, topic)
+    with Wire(address) as wire:
+        init = wire.call(
+            InitProducerIdRequest(
+                transactional_id=None, transaction_timeout=datetime.timedelta(seconds=60)
+            )
+        )
+        assert init.error_code == 0 and init.producer_id >= 0 and init.producer_epoch == 0
+        pid, epoch = init.producer_id, init.producer_epoch
+        first = wire.call(_produce(topic, _idempotent_batch(pid, epoch, 0)), correlation_id=2)
+        (a,) = first.responses[0].partition_responses
+        assert a.error_code == 0
+        again = wire.call(_produce(topic, _idempotent_batch(pid, epoch, 0)), correlation_id=3)
+        (b,) = again.responses[0].partition_responses
+        assert (b.error_code, b.base_offset) == (0, a.base_offset)
+        gap = wire.call(_produce(topic, _idempotent_batch(pid, epoch, 10)), correlation_id=4)
+        (c,) = gap.responses[0].partition_responses
+        assert c.error_code == OUT_OF_ORDER_SEQUENCE_NUMBER, c
+    with BlockingRaftlogClient(kafka_cluster.servers) as client:
+        fetched = client.fetch(topic, 0, 0)
+    assert [b.base_offset for b in fetched.batches if b.record_count == 3] == [a.base_offset]

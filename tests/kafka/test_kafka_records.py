@@ -100,7 +100,7 @@ def test_producer_fields_are_kept() -> None:
 
 def test_a_wrong_crc_is_corrupt_message() -> None:
     batch = bytearray(kafka_batch([Record(b"value", timestamp_ms=1)]))
-    batch[-1] ^= 1
+    batch[-2] ^= 1  # the last value byte: the records still parse, the CRC does not match
     with pytest.raises(KafkaRecordError, match="CRC") as err:
         decode_batch(batch)
     assert err.value.code == CORRUPT_MESSAGE
