@@ -247,6 +247,9 @@ class KafkaApis:
                 out["base_offset"] = resp.base_offset
             except Exception as exc:
                 out["error_code"], out["error_message"] = kafka_code(exc)
+                if isinstance(exc, KafkaRecordError) and exc.code == CORRUPT_MESSAGE:
+                    # the node's own check counts those it refuses; these never reached it
+                    self.node.metrics.corrupt_batches.labels(topic).inc()
             return out
 
         work = [

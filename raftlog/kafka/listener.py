@@ -38,6 +38,7 @@ from kio.index import load_response_schema
 
 from raftlog.kafka.apis import UNSUPPORTED_VERSION, KafkaApis, api_versions_body
 from raftlog.kafka.protocol import (
+    API_VERSIONS,
     API_VERSIONS_KEY,
     RequestHead,
     UnsupportedRequest,
@@ -55,6 +56,8 @@ _SIZE = struct.Struct(">i")
 MIN_REQUEST_BYTES = 10
 #: Requests of one connection answered at once before it reads no further.
 DEFAULT_MAX_IN_FLIGHT = 64
+#: Open Kafka connections a node accepts (--kafka-max-connections).
+DEFAULT_MAX_CONNECTIONS = 1024
 
 
 class KafkaListener:
@@ -64,12 +67,18 @@ class KafkaListener:
         self,
         apis: KafkaApis,
         max_request_bytes: int,
+        metrics: Any,
         *,
+        max_connections: int = DEFAULT_MAX_CONNECTIONS,
         max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
         ssl_context: ssl.SSLContext | None = None,
     ) -> None:
+        """``metrics``: the node's :class:`raftlog.metrics.NodeMetrics` (its
+        ``kafka_*`` families)."""
         self.apis = apis
         self.max_request_bytes = max_request_bytes
+        self.metrics = metrics
+        self.max_connections = max_connections
         self.max_in_flight = max_in_flight
         self.ssl_context = ssl_context
         self._server: asyncio.Server | None = None
@@ -99,15 +108,25 @@ class KafkaListener:
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
         assert task is not None
-        self._connections.add(task)
         peer = writer.get_extra_info("peername")
+        if len(self._connections) >= self.max_connections:
+            log.warning(
+                "kafka: refusing %s: %d connections open (--kafka-max-connections)",
+                peer,
+                len(self._connections),
+            )
+            self._closed("connection_limit")
+            writer.close()
+            return
+        self._connections.add(task)
+        self.metrics.kafka_connections.set(len(self._connections))
         pending: asyncio.Queue[tuple[RequestHead, asyncio.Future[bytes | None]] | None]
         pending = asyncio.Queue(maxsize=self.max_in_flight)
         sender = asyncio.create_task(self._send_in_order(pending, writer, peer))
         try:
             await self._read_requests(reader, pending, peer)
         except (ConnectionError, asyncio.IncompleteReadError):
-            pass  # the client went away: nothing to answer
+            self._closed("truncated")  # the client went away mid-frame: nothing to answer
         finally:
             with contextlib.suppress(asyncio.CancelledError):
                 await pending.put(None)
@@ -117,6 +136,10 @@ class KafkaListener:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(writer.wait_closed(), 1.0)
             self._connections.discard(task)
+            self.metrics.kafka_connections.set(len(self._connections))
+
+    def _closed(self, reason: str) -> None:
+        self.metrics.kafka_connections_closed.labels(reason).inc()
 
     async def _read_requests(
         self,
@@ -140,6 +163,7 @@ class KafkaListener:
                     MIN_REQUEST_BYTES,
                     self.max_request_bytes,
                 )
+                self._closed("request_size")
                 return
             frame = await reader.readexactly(size)  # IncompleteReadError: cut short
             try:
@@ -147,11 +171,13 @@ class KafkaListener:
             except UnsupportedRequest as exc:
                 if exc.head.api_key != API_VERSIONS_KEY:
                     log.warning("kafka: closing %s: %s", peer, exc)
+                    self._closed("unsupported_api")
                     return
                 await pending.put((exc.head, _done(_unsupported_api_versions(exc.head))))
                 continue
             except Exception as exc:
                 log.warning("kafka: closing %s: a request header does not decode: %r", peer, exc)
+                self._closed("undecodable")
                 return
             try:
                 req = read_request(head, frame, body_at)
@@ -163,11 +189,13 @@ class KafkaListener:
                     head.api_version,
                     exc,
                 )
+                self._closed("undecodable")
                 return
             await pending.put((head, asyncio.ensure_future(self._answer(head, req))))
 
     async def _answer(self, head: RequestHead, req: Any) -> bytes | None:
         values = await self.apis.handle(head, req)
+        self.metrics.kafka_requests.labels(API_VERSIONS[head.api_key][0]).inc()
         if values is None:
             return None  # produce with acks=0: Kafka sends no response
         return encode_response(head, build(response_schema(head), values))
@@ -195,6 +223,7 @@ class KafkaListener:
                     peer,
                 )
                 broken = True
+                self._closed("failed")
                 writer.close()
                 continue
             if answer is None or broken or writer.is_closing():

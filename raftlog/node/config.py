@@ -107,6 +107,7 @@ class NodeConfig:
     kafka_listen: str | None = None
     kafka_peers: dict[int, str] = dataclasses.field(default_factory=dict)
     kafka_max_request_bytes: int = 0
+    kafka_max_connections: int = 1024
 
     @property
     def address(self) -> str:
@@ -296,6 +297,13 @@ def add_server_arguments(p: argparse.ArgumentParser) -> None:
         "connection before it is read (Kafka's socket.request.max.bytes; default: the "
         "node's own request limit, 2 x --max-batch-bytes + 1 MiB)",
     )
+    p.add_argument(
+        "--kafka-max-connections",
+        type=int,
+        default=None,
+        help="open Kafka connections the listener accepts; one more is closed at once "
+        "(default 1024)",
+    )
     # set by shard 0 for the processes it starts (raftlog.node.shards); never by users
     p.add_argument("--shard-index", type=int, default=0, help=argparse.SUPPRESS)
     p.add_argument("--log-level", default="INFO")
@@ -419,7 +427,7 @@ def config_from_args(args: argparse.Namespace) -> NodeConfig:
     shard_index = getattr(args, "shard_index", 0)
     if not 0 <= shard_index < shards:
         raise ValueError(f"--shard-index: expected 0..{shards - 1}, got {shard_index}")
-    kafka_listen, kafka_peers, kafka_max = _kafka_flags(args, token)
+    kafka_listen, kafka_peers, kafka_max, kafka_connections = _kafka_flags(args, token)
     return NodeConfig(
         node_id=args.node_id,
         host=host,
@@ -447,21 +455,27 @@ def config_from_args(args: argparse.Namespace) -> NodeConfig:
         kafka_listen=kafka_listen,
         kafka_peers=kafka_peers,
         kafka_max_request_bytes=kafka_max,
+        kafka_max_connections=kafka_connections,
     )
 
 
 def _kafka_flags(
     args: argparse.Namespace, client_token: str | None
-) -> tuple[str | None, dict[int, str], int]:
+) -> tuple[str | None, dict[int, str], int, int]:
     """(--kafka-listen, every node's Kafka address, --kafka-max-request-bytes or 0 for
-    the node's own limit); ValueError naming the flag and the expected form."""
+    the node's own limit, --kafka-max-connections); ValueError naming the flag and the
+    expected form."""
     listen = getattr(args, "kafka_listen", None)
     peers_arg = getattr(args, "kafka_peers", "") or ""
     max_bytes = getattr(args, "kafka_max_request_bytes", None)
+    max_connections = getattr(args, "kafka_max_connections", None)
     if listen is None:
-        if peers_arg or max_bytes is not None:
-            raise ValueError("--kafka-peers and --kafka-max-request-bytes need --kafka-listen")
-        return None, {}, 0
+        if peers_arg or max_bytes is not None or max_connections is not None:
+            raise ValueError(
+                "--kafka-peers, --kafka-max-request-bytes and --kafka-max-connections "
+                "need --kafka-listen"
+            )
+        return None, {}, 0, 1024
     host, _ = host_port(listen, "--kafka-listen")
     if not is_loopback(host):
         raise ValueError(
@@ -485,7 +499,11 @@ def _kafka_flags(
         raise ValueError(
             f"--kafka-max-request-bytes: expected 1024..2147483647 bytes, got {max_bytes}"
         )
-    return listen, peers, max_bytes or 0
+    if max_connections is not None and not 1 <= max_connections <= 1_000_000:
+        raise ValueError(
+            f"--kafka-max-connections: expected 1..1000000 connections, got {max_connections}"
+        )
+    return listen, peers, max_bytes or 0, max_connections or 1024
 
 
 def plaintext_warning(config: NodeConfig) -> str | None:

@@ -261,6 +261,8 @@ class Node(Upkeep, AdminApi, MetadataApi, DataApi):
         self._kafka = KafkaListener(
             KafkaApis(self, self.config.kafka_peers, auth),
             self.config.kafka_max_request_bytes or self._max_request_bytes(),
+            self.metrics,
+            max_connections=self.config.kafka_max_connections,
         )
         await self._kafka.start(host, int(port))
         log.info("node %d serving Kafka clients on %s", self.node_id, self._kafka.address)
