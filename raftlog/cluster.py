@@ -605,9 +605,9 @@ def _new_cluster(
 ) -> LocalCluster:
     """A cluster of ``nodes`` nodes on fresh ports (of ``hosts``, one per node, else
     127.0.0.1), not yet started or recorded."""
-    # A Kafka listener per node where one may run: on loopback, on a node without a
-    # client token (Kafka clients cannot present one until SASL is supported)
-    kafka = hosts is None and not auth_token and "--kafka-listen" not in (extra_args or [])
+    # A Kafka listener per node on loopback (with a client token, Kafka clients
+    # authenticate with SASL/PLAIN, the token as the password)
+    kafka = hosts is None and "--kafka-listen" not in (extra_args or [])
     ports = free_ports(nodes * 2 if kafka else nodes, hosts)
     hosts = hosts or ["127.0.0.1"] * nodes
     peers = {i: f"{h}:{p}" for i, h, p in zip(range(1, nodes + 1), hosts, ports, strict=False)}

@@ -14,6 +14,8 @@ produce with acks=0, which Kafka answers with nothing.
 from __future__ import annotations
 
 import asyncio
+import contextvars
+import hmac
 import logging
 import secrets
 from typing import Any
@@ -34,6 +36,7 @@ from raftlog.rpc.messages import (
     ProduceBatch,
     ProduceRequest,
 )
+from raftlog.rpc.roles import Role
 from raftlog.rpc.server import AuthPolicy, RequestError
 
 log = logging.getLogger("raftlog.kafka")
@@ -60,6 +63,14 @@ INVALID_TXN_STATE = 48
 TRANSACTIONAL_ID_AUTHORIZATION_FAILED = 53
 UNKNOWN_PRODUCER_ID = 59
 PRODUCER_FENCED = 90
+UNSUPPORTED_SASL_MECHANISM = 33
+ILLEGAL_SASL_STATE = 34
+SASL_AUTHENTICATION_FAILED = 58
+
+#: The role the current request's connection authenticated as with SASL/PLAIN (None:
+#: not authenticated). The listener sets it in each request's task; the handlers'
+#: own tasks inherit it.
+CALLER: contextvars.ContextVar[Role | None] = contextvars.ContextVar("kafka_caller", default=None)
 UNKNOWN_SERVER_ERROR = -1
 CORRUPT_MESSAGE = 2
 
@@ -105,19 +116,58 @@ def kafka_code(exc: Exception) -> tuple[int, str]:
 class KafkaApis:
     """The Kafka APIs of one node. ``node``: the :class:`raftlog.node.process.Node`;
     ``brokers``: every node's Kafka address (node id -> HOST:PORT), what Metadata lists;
-    ``policy``: the node's roles, applied to the Kafka door's callers, who hold none of
-    its tokens until SASL is supported (so on a node with tokens only open routes answer).
+    ``policy``: the node's roles, applied to the Kafka door's callers as to the HTTP
+    door's: a caller's role is the token it sent as its SASL/PLAIN password (client or
+    admin; never the peer token), which a node with a client or admin token requires
+    before any request but ApiVersions and the SASL exchange (``sasl_required``).
     """
 
     def __init__(self, node: Any, brokers: dict[int, str], policy: AuthPolicy) -> None:
         self.node = node
         self.brokers = brokers
         self.policy = policy
+        self.sasl_required = policy.client_token is not None or policy.admin_token is not None
+
+    def authenticate(self, auth_bytes: bytes) -> tuple[dict[str, Any], Role | None]:
+        """A SaslAuthenticate's answer and the role it grants (None: refused). PLAIN's
+        message is ``authzid NUL username NUL password``; the password is compared, in
+        constant time, with the client and admin tokens; the names are not checked."""
+        parts = bytes(auth_bytes).split(b"\0")
+        role = None
+        if len(parts) == 3:
+            password = parts[2]
+            for candidate, token in (
+                (Role.CLIENT, self.policy.client_token),
+                (Role.ADMIN, self.policy.admin_token),
+            ):
+                if token is not None and hmac.compare_digest(password, token.encode()):
+                    role = candidate
+        if role is None:
+            why = (
+                "expected PLAIN's authzid NUL username NUL password"
+                if len(parts) != 3
+                else "the password is neither the client token nor the admin token"
+            )
+            answer = {
+                "error_code": SASL_AUTHENTICATION_FAILED,
+                "error_message": f"SASL/PLAIN authentication failed: {why}",
+                "auth_bytes": b"",
+                "session_lifetime": 0,
+            }
+            return answer, None
+        answer = {
+            "error_code": NONE,
+            "error_message": None,
+            "auth_bytes": b"",
+            "session_lifetime": 0,
+        }
+        return answer, role
 
     # -- plumbing ----------------------------------------------------------------
 
     def _refused(self, route: str) -> str | None:
-        refusal = self.policy.route_refusal(route, None, "the Kafka listener has no SASL yet")
+        why = "" if CALLER.get() else "the connection has not authenticated (SASL/PLAIN)"
+        refusal = self.policy.route_refusal(route, CALLER.get(), why)
         return None if refusal is None else refusal[1]
 
     async def _call(self, route: str, msg: Any) -> Any:
@@ -148,6 +198,10 @@ class KafkaApis:
 
     async def api_versions(self, head: RequestHead, req: Any) -> dict[str, Any]:
         return api_versions_body(NONE)
+
+    async def sasl_handshake(self, head: RequestHead, req: Any) -> dict[str, Any]:
+        ok = req.mechanism == "PLAIN"
+        return {"error_code": NONE if ok else UNSUPPORTED_SASL_MECHANISM, "mechanisms": ["PLAIN"]}
 
     # -- Metadata -------------------------------------------------------------------
 
@@ -482,6 +536,7 @@ _HANDLERS = {
     1: KafkaApis.fetch,
     2: KafkaApis.list_offsets,
     3: KafkaApis.metadata,
+    17: KafkaApis.sasl_handshake,
     18: KafkaApis.api_versions,
     19: KafkaApis.create_topics,
     20: KafkaApis.delete_topics,

@@ -36,10 +36,18 @@ from typing import Any
 
 from kio.index import load_response_schema
 
-from raftlog.kafka.apis import UNSUPPORTED_VERSION, KafkaApis, api_versions_body
+from raftlog.kafka.apis import (
+    CALLER,
+    ILLEGAL_SASL_STATE,
+    UNSUPPORTED_VERSION,
+    KafkaApis,
+    api_versions_body,
+)
 from raftlog.kafka.protocol import (
     API_VERSIONS,
     API_VERSIONS_KEY,
+    SASL_AUTHENTICATE_KEY,
+    SASL_HANDSHAKE_KEY,
     RequestHead,
     UnsupportedRequest,
     build,
@@ -48,6 +56,7 @@ from raftlog.kafka.protocol import (
     read_request,
     response_schema,
 )
+from raftlog.rpc.roles import Role
 
 log = logging.getLogger("raftlog.kafka")
 
@@ -147,7 +156,14 @@ class KafkaListener:
         pending: asyncio.Queue[tuple[RequestHead, asyncio.Future[bytes | None]] | None],
         peer: Any,
     ) -> None:
-        """Read frames until the client closes or sends one that ends the connection."""
+        """Read frames until the client closes or sends one that ends the connection.
+
+        On a listener that requires SASL (``apis.sasl_required``), a connection may
+        send only ApiVersions, SaslHandshake (PLAIN) and SaslAuthenticate until the
+        last succeeds; its role (client or admin) is then every later request's. A
+        failed authentication is answered, then the connection closes (as Kafka's)."""
+        role: Role | None = None
+        handshaken = False
         while True:
             try:
                 prefix = await reader.readexactly(_SIZE.size)
@@ -191,9 +207,36 @@ class KafkaListener:
                 )
                 self._closed("undecodable")
                 return
-            await pending.put((head, asyncio.ensure_future(self._answer(head, req))))
+            if head.api_key == SASL_AUTHENTICATE_KEY:
+                if handshaken:
+                    values, role = self.apis.authenticate(req.auth_bytes)
+                else:
+                    values = {
+                        "error_code": ILLEGAL_SASL_STATE,
+                        "error_message": "SaslAuthenticate before a SaslHandshake (PLAIN)",
+                        "auth_bytes": b"",
+                    }
+                answer = encode_response(head, build(response_schema(head), values))
+                await pending.put((head, _done(answer)))
+                if role is None:
+                    log.warning("kafka: closing %s: %s", peer, values["error_message"])
+                    self._closed("authentication")
+                    return
+                continue
+            if head.api_key == SASL_HANDSHAKE_KEY:
+                handshaken = req.mechanism == "PLAIN"
+            elif self.apis.sasl_required and role is None and head.api_key != API_VERSIONS_KEY:
+                log.warning(
+                    "kafka: closing %s: API %d before SASL/PLAIN authentication",
+                    peer,
+                    head.api_key,
+                )
+                self._closed("unauthenticated")
+                return
+            await pending.put((head, asyncio.ensure_future(self._answer(head, req, role))))
 
-    async def _answer(self, head: RequestHead, req: Any) -> bytes | None:
+    async def _answer(self, head: RequestHead, req: Any, role: Role | None) -> bytes | None:
+        CALLER.set(role)  # this task's context: its handlers' tasks inherit it
         values = await self.apis.handle(head, req)
         self.metrics.kafka_requests.labels(API_VERSIONS[head.api_key][0]).inc()
         if values is None:

@@ -40,13 +40,18 @@ API_VERSIONS: dict[int, tuple[str, int, int]] = {
     1: ("Fetch", 4, 11),
     2: ("ListOffsets", 1, 5),
     3: ("Metadata", 0, 6),
+    # v1 only: v0 sends the SASL tokens after the handshake without Kafka's framing
+    17: ("SaslHandshake", 1, 1),
     18: ("ApiVersions", 0, 3),
     19: ("CreateTopics", 2, 4),
     20: ("DeleteTopics", 1, 3),
     22: ("InitProducerId", 0, 1),
+    36: ("SaslAuthenticate", 0, 2),
 }
 
 API_VERSIONS_KEY = 18
+SASL_HANDSHAKE_KEY = 17
+SASL_AUTHENTICATE_KEY = 36
 _KEY_VERSION = struct.Struct(">hh")
 
 
@@ -153,7 +158,7 @@ def build(cls: type, values: dict[str, Any]) -> Any:
                 value = tuple(build(inner, v) for v in value)
         elif f.metadata.get("kafka_type") == "error_code":
             value = KafkaError(value)
-        elif f.metadata.get("kafka_type") == "timedelta_i32":
+        elif f.metadata.get("kafka_type") in ("timedelta_i32", "timedelta_i64"):
             value = datetime.timedelta(milliseconds=value)
         elif isinstance(value, list):
             value = tuple(value)

@@ -280,8 +280,9 @@ def add_server_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--kafka-listen",
         default=None,
-        help="HOST:PORT of this node's Kafka protocol listener (loopback only until SASL "
-        "is supported; default: none)",
+        help="HOST:PORT of this node's Kafka protocol listener (default: none). With a "
+        "client token, Kafka clients authenticate with SASL/PLAIN, the token as the "
+        "password; beyond loopback that is required, over TLS (the node's --tls-*)",
     )
     p.add_argument(
         "--kafka-peers",
@@ -427,7 +428,9 @@ def config_from_args(args: argparse.Namespace) -> NodeConfig:
     shard_index = getattr(args, "shard_index", 0)
     if not 0 <= shard_index < shards:
         raise ValueError(f"--shard-index: expected 0..{shards - 1}, got {shard_index}")
-    kafka_listen, kafka_peers, kafka_max, kafka_connections = _kafka_flags(args, token)
+    kafka_listen, kafka_peers, kafka_max, kafka_connections = _kafka_flags(
+        args, token, tls, allow_plaintext
+    )
     return NodeConfig(
         node_id=args.node_id,
         host=host,
@@ -460,7 +463,7 @@ def config_from_args(args: argparse.Namespace) -> NodeConfig:
 
 
 def _kafka_flags(
-    args: argparse.Namespace, client_token: str | None
+    args: argparse.Namespace, client_token: str | None, tls: TlsFiles | None, allow_plaintext: bool
 ) -> tuple[str | None, dict[int, str], int, int]:
     """(--kafka-listen, every node's Kafka address, --kafka-max-request-bytes or 0 for
     the node's own limit, --kafka-max-connections); ValueError naming the flag and the
@@ -478,16 +481,18 @@ def _kafka_flags(
         return None, {}, 0, 1024
     host, _ = host_port(listen, "--kafka-listen")
     if not is_loopback(host):
-        raise ValueError(
-            f"--kafka-listen: {listen!r} is beyond loopback, where the Kafka listener needs "
-            "TLS and SASL/PLAIN with the client token, and SASL is not yet supported: "
-            "listen on 127.0.0.1, localhost or ::1"
-        )
-    if client_token:
-        raise ValueError(
-            "--kafka-listen: this node has a client token, and Kafka clients cannot present "
-            "one until SASL is supported; run the Kafka listener on a node without tokens"
-        )
+        if not client_token:
+            raise ValueError(
+                f"--kafka-listen: {listen!r} is beyond loopback, where Kafka clients must "
+                "authenticate with SASL/PLAIN, the client token as the password: pass "
+                "--client-token (or RAFTLOG_CLIENT_TOKEN)"
+            )
+        if tls is None and not allow_plaintext:
+            raise ValueError(
+                f"--kafka-listen: {listen!r} is beyond loopback, where SASL/PLAIN without "
+                "TLS sends the token across the network in plain text: pass "
+                "--tls-cert/--tls-key/--tls-ca, or --allow-plaintext on a network you trust"
+            )
     peers = parse_peers(peers_arg, "--kafka-peers") if peers_arg else {}
     if peers.get(args.node_id, listen) != listen:
         raise ValueError(

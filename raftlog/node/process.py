@@ -263,6 +263,8 @@ class Node(Upkeep, AdminApi, MetadataApi, DataApi):
             self.config.kafka_max_request_bytes or self._max_request_bytes(),
             self.metrics,
             max_connections=self.config.kafka_max_connections,
+            # the node's certificate, as its HTTPS: SASL/PLAIN's password is a token
+            ssl_context=server_context(self.config.tls) if self.config.tls else None,
         )
         await self._kafka.start(host, int(port))
         log.info("node %d serving Kafka clients on %s", self.node_id, self._kafka.address)

@@ -68,9 +68,16 @@ def _server_args(*extra: str) -> argparse.Namespace:
     )
 
 
-def test_kafka_listen_beyond_loopback_is_refused_until_sasl() -> None:
-    with pytest.raises(ValueError, match=r"--kafka-listen: .*SASL is not yet supported"):
+def test_kafka_listen_beyond_loopback_needs_sasl_and_tls() -> None:
+    with pytest.raises(ValueError, match=r"--kafka-listen: .*SASL/PLAIN.*--client-token"):
         config_from_args(_server_args("--kafka-listen", "10.0.0.1:9092"))
+    tokens = ("--client-token", "c-secret", "--peer-token", "p-secret")
+    with pytest.raises(ValueError, match=r"--kafka-listen: .*plain text: pass --tls-cert"):
+        config_from_args(_server_args("--kafka-listen", "10.0.0.1:9092", *tokens))
+    config = config_from_args(
+        _server_args("--kafka-listen", "10.0.0.1:9092", *tokens, "--allow-plaintext")
+    )
+    assert config.kafka_listen == "10.0.0.1:9092"
 
 
 def test_kafka_flags_are_checked_by_name() -> None:
