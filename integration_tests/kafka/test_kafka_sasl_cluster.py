@@ -12,10 +12,15 @@ from collections.abc import Iterator
 import pytest
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.admin import NewTopic
-from kafka.errors import KafkaError, TopicAuthorizationFailedError
+from kafka.errors import TopicAuthorizationFailedError
+from kafka_wire import Wire, frame, raw_header
+from kio.schema.sasl_authenticate.v2.request import SaslAuthenticateRequest
+from kio.schema.sasl_handshake.v1.request import SaslHandshakeRequest
+from secure_cluster import make_certificates
 
 from raftlog.cluster import LocalCluster, start_cluster, stop_cluster
 
+SASL_AUTHENTICATION_FAILED = 58
 TOKEN = "client-" + secrets.token_hex(8)
 ADMIN = "admin-" + secrets.token_hex(8)
 
@@ -75,13 +80,42 @@ def test_client_token_as_sasl_password_round_trips(token_cluster) -> None:
         admin.close()
 
 
-def test_a_wrong_password_is_refused(token_cluster) -> None:
-    with pytest.raises(KafkaError):
-        KafkaAdminClient(
-            bootstrap_servers=token_cluster.kafka_bootstrap,
-            request_timeout_ms=5000,
-            **_sasl("not-the-token"),
-        ).list_topics()
-    root = pathlib.Path(token_cluster.data_dir)
-    log = "".join((root / f"node-{n}.log").read_text() for n in (1, 2, 3))
-    assert "neither the client token nor the admin token" in log
+def test_a_wrong_password_is_refused_and_the_connection_closed(token_cluster) -> None:
+    address = token_cluster.kafka_bootstrap[0]
+    with Wire(address) as wire:
+        assert int(wire.call(SaslHandshakeRequest(mechanism="PLAIN")).error_code) == 0
+        answer = wire.call(SaslAuthenticateRequest(auth_bytes=b"\0u\0not-the-token"), 2)
+        assert int(answer.error_code) == SASL_AUTHENTICATION_FAILED
+        assert "neither the client token nor the admin token" in answer.error_message
+        assert wire.read_frame() is None  # closed after the answer
+    with Wire(address) as wire:  # and before authenticating, only the SASL exchange
+        wire.send(frame(raw_header(3, 1, 1) + b"\xff\xff\xff\xff"))  # Metadata v1
+        assert wire.read_frame() is None
+
+
+def test_sasl_ssl_on_a_node_with_tls(tmp_path: pathlib.Path) -> None:
+    """A node with --tls-*: its Kafka listener presents the node's certificate, and a
+    client verifying it against the CA authenticates with SASL/PLAIN over TLS."""
+    cert, key, ca = make_certificates(tmp_path / "certs", ["127.0.0.1"])
+    root = tmp_path / "cluster"
+    cluster = start_cluster(root, 1, auth_token=TOKEN, admin_token=ADMIN, tls=(cert, key, ca))
+    try:
+        (address,) = cluster.kafka_bootstrap
+        tls = {**_sasl(TOKEN), "security_protocol": "SASL_SSL", "ssl_cafile": ca}
+        admin = KafkaAdminClient(bootstrap_servers=[address], **tls)
+        try:
+            created = admin.create_topics([NewTopic("tls-topic", 1, 1)])
+            assert [t["error_code"] for t in created["topics"]] == [0]
+        finally:
+            admin.close()
+        producer = KafkaProducer(bootstrap_servers=[address], acks="all", **tls)
+        try:
+            assert producer.send("tls-topic", value=b"over tls").get(timeout=60).offset >= 0
+        finally:
+            producer.close()
+        # the same port refuses a client that does not speak TLS: no plaintext Kafka
+        with Wire(address) as wire:
+            wire.send(frame(raw_header(18, 0, 1)))
+            assert wire.read_frame() is None  # the TLS handshake fails: closed unanswered
+    finally:
+        stop_cluster(root, timeout_s=10.0)

@@ -22,7 +22,15 @@ The edge, before anything is allocated by what a client declares:
   (:mod:`raftlog.kafka.records`) and the connection stays usable.
 
 Nothing a connection does reaches another connection or the node's other work
-beyond the calls it makes: an error closes that connection only.
+beyond the calls it makes: an error closes that connection only. At most
+``max_connections`` are open at once (``--kafka-max-connections``): one more is closed
+as soon as it is accepted. Each closing is counted in
+``raftlog_kafka_connections_closed{reason}``.
+
+Authentication: on a node with tokens (``KafkaApis.sasl_required``) a connection
+authenticates with SASL/PLAIN (SaslHandshake v1, then SaslAuthenticate) before any
+request but ApiVersions; the token it sends as the password is its role for every
+later request (:data:`raftlog.kafka.apis.CALLER`).
 """
 
 from __future__ import annotations
