@@ -3,13 +3,19 @@ schemas), sent over a plain socket, so a test can also send what no client would
 
 from __future__ import annotations
 
+import datetime
 import io
 import socket
 import struct
 from typing import Any
 
+from kafka.record.default_records import DefaultRecordBatchBuilder
 from kio.index import load_response_schema
+from kio.schema.produce.v8.request import PartitionProduceData, ProduceRequest, TopicProduceData
 from kio.serial import entity_reader, entity_writer
+from tenacity import Retrying, retry_if_result, stop_after_attempt, stop_after_delay, wait_fixed
+
+from raftlog.client import BlockingRaftlogClient
 
 TIMEOUT_S = 30.0
 
@@ -102,3 +108,35 @@ def decode_response(answer: bytes, api_key: int, version: int, correlation_id: i
     assert header.correlation_id == correlation_id
     body, _ = entity_reader(schema)(answer, size)
     return body
+
+
+def produce_request(topic: str, records: bytes) -> ProduceRequest:
+    return ProduceRequest(
+        transactional_id=None,
+        acks=-1,
+        timeout=datetime.timedelta(seconds=30),
+        topic_data=(
+            TopicProduceData(
+                name=topic, partition_data=(PartitionProduceData(index=0, records=records),)
+            ),
+        ),
+    )
+
+
+def record_batch(count: int = 3) -> bytearray:
+    builder = DefaultRecordBatchBuilder(2, 0, False, -1, -1, -1, 2**20)
+    for i in range(count):
+        builder.append(i, 1_700_000_000_000 + i, b"k", b"value-%d" % i, [])
+    return builder.build()
+
+
+def leader_address(kafka_cluster, bootstrap, topic: str) -> str:
+    """The Kafka address of the node that leads ``topic``/0, once it has a leader."""
+    with BlockingRaftlogClient(kafka_cluster.servers) as client:
+        client.create_topic(topic, partitions=1, replication_factor=3, exist_ok=True)
+        leader = Retrying(
+            stop=stop_after_delay(60) | stop_after_attempt(300),
+            wait=wait_fixed(0.2),
+            retry=retry_if_result(lambda leader: leader not in (1, 2, 3)),
+        )(lambda: client.describe_topic(topic).partitions[0].leader)
+    return bootstrap[leader - 1]

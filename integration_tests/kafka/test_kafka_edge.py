@@ -12,22 +12,19 @@ import time
 
 import pytest
 from kafka.record.default_records import DefaultRecordBatchBuilder
-from kafka_wire import Wire, decode_response, encode_request, frame, raw_header
+from kafka_wire import (
+    Wire,
+    decode_response,
+    encode_request,
+    frame,
+    leader_address,
+    produce_request,
+    raw_header,
+    record_batch,
+)
 from kio.schema.api_versions.v3.request import ApiVersionsRequest
 from kio.schema.fetch.v11.request import FetchPartition, FetchRequest, FetchTopic
 from kio.schema.init_producer_id.v1.request import InitProducerIdRequest
-from kio.schema.produce.v8.request import (
-    PartitionProduceData,
-    ProduceRequest,
-    TopicProduceData,
-)
-from tenacity import (
-    Retrying,
-    retry_if_result,
-    stop_after_attempt,
-    stop_after_delay,
-    wait_fixed,
-)
 
 from raftlog.client import BlockingRaftlogClient
 
@@ -86,45 +83,13 @@ def test_bad_frames_close_the_connection_and_the_node_keeps_serving(bootstrap, c
     _api_versions_ok(address)
 
 
-def _produce(topic: str, records: bytes) -> ProduceRequest:
-    return ProduceRequest(
-        transactional_id=None,
-        acks=-1,
-        timeout=datetime.timedelta(seconds=30),
-        topic_data=(
-            TopicProduceData(
-                name=topic, partition_data=(PartitionProduceData(index=0, records=records),)
-            ),
-        ),
-    )
-
-
-def _batch(count: int = 3) -> bytearray:
-    builder = DefaultRecordBatchBuilder(2, 0, False, -1, -1, -1, 2**20)
-    for i in range(count):
-        builder.append(i, 1_700_000_000_000 + i, b"k", b"value-%d" % i, [])
-    return builder.build()
-
-
-def _leader_address(kafka_cluster, bootstrap, topic: str) -> str:
-    """The Kafka address of the node that leads ``topic``/0, once it has a leader."""
-    with BlockingRaftlogClient(kafka_cluster.servers) as client:
-        client.create_topic(topic, partitions=1, replication_factor=3, exist_ok=True)
-        leader = Retrying(
-            stop=stop_after_delay(60) | stop_after_attempt(300),
-            wait=wait_fixed(0.2),
-            retry=retry_if_result(lambda leader: leader not in (1, 2, 3)),
-        )(lambda: client.describe_topic(topic).partitions[0].leader)
-    return bootstrap[leader - 1]
-
-
 @pytest.mark.parametrize("case", ["wrong crc", "record count", "truncated batch"])
 def test_corrupt_batches_get_corrupt_message_and_the_connection_stays_usable(
     kafka_cluster, bootstrap, case
 ) -> None:
     topic = "edge-" + case.replace(" ", "-")
-    address = _leader_address(kafka_cluster, bootstrap, topic)
-    batch = _batch()
+    address = leader_address(kafka_cluster, bootstrap, topic)
+    batch = record_batch()
     if case == "wrong crc":
         batch[-2] ^= 0xFF  # the last value byte (the records still parse): CRC mismatch
     elif case == "record count":
@@ -136,12 +101,12 @@ def test_corrupt_batches_get_corrupt_message_and_the_connection_stays_usable(
     else:
         batch = batch[:-5]  # the declared length runs past the bytes sent
     with Wire(address) as wire:
-        answer = wire.call(_produce(topic, bytes(batch)), correlation_id=5)
+        answer = wire.call(produce_request(topic, bytes(batch)), correlation_id=5)
         (part,) = answer.responses[0].partition_responses
         assert part.error_code == CORRUPT_MESSAGE, part
         assert part.error_message
         # nothing entered the log, and the same connection still produces
-        good = wire.call(_produce(topic, bytes(_batch())), correlation_id=6)
+        good = wire.call(produce_request(topic, bytes(record_batch())), correlation_id=6)
         (ok,) = good.responses[0].partition_responses
         assert ok.error_code == 0, ok
     with BlockingRaftlogClient(kafka_cluster.servers) as client:
@@ -156,7 +121,7 @@ def test_pipelined_requests_are_answered_in_request_order(kafka_cluster, bootstr
     sent right after it on one connection: the fetch's answer comes first, after its
     wait, then the other's, though that one was ready at once."""
     topic = "edge-pipeline"
-    address = _leader_address(kafka_cluster, bootstrap, topic)
+    address = leader_address(kafka_cluster, bootstrap, topic)
     with BlockingRaftlogClient(kafka_cluster.servers) as client:
         _, hwm, _ = client.list_offsets(topic, 0)
     fetch = FetchRequest(
@@ -210,7 +175,7 @@ def test_idempotent_produce_dedups_and_refuses_a_sequence_gap(kafka_cluster, boo
     first offset, stored once), then a batch with a gap in its sequence:
     OUT_OF_ORDER_SEQUENCE_NUMBER."""
     topic = "edge-idempotent"
-    address = _leader_address(kafka_cluster, bootstrap, topic)
+    address = leader_address(kafka_cluster, bootstrap, topic)
     with Wire(address) as wire:
         init = wire.call(
             InitProducerIdRequest(
@@ -219,13 +184,17 @@ def test_idempotent_produce_dedups_and_refuses_a_sequence_gap(kafka_cluster, boo
         )
         assert init.error_code == 0 and init.producer_id >= 0 and init.producer_epoch == 0
         pid, epoch = init.producer_id, init.producer_epoch
-        first = wire.call(_produce(topic, _idempotent_batch(pid, epoch, 0)), correlation_id=2)
+        first = wire.call(
+            produce_request(topic, _idempotent_batch(pid, epoch, 0)), correlation_id=2
+        )
         (a,) = first.responses[0].partition_responses
         assert a.error_code == 0
-        again = wire.call(_produce(topic, _idempotent_batch(pid, epoch, 0)), correlation_id=3)
+        again = wire.call(
+            produce_request(topic, _idempotent_batch(pid, epoch, 0)), correlation_id=3
+        )
         (b,) = again.responses[0].partition_responses
         assert (b.error_code, b.base_offset) == (0, a.base_offset)
-        gap = wire.call(_produce(topic, _idempotent_batch(pid, epoch, 10)), correlation_id=4)
+        gap = wire.call(produce_request(topic, _idempotent_batch(pid, epoch, 10)), correlation_id=4)
         (c,) = gap.responses[0].partition_responses
         assert c.error_code == OUT_OF_ORDER_SEQUENCE_NUMBER, c
     with BlockingRaftlogClient(kafka_cluster.servers) as client:
