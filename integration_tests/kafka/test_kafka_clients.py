@@ -23,6 +23,7 @@ from tenacity import (
     wait_fixed,
 )
 
+from benchmarks.workloads.cluster_handle import running_cluster
 from raftlog.client import BlockingRaftlogClient
 
 N = 3000
@@ -198,3 +199,11 @@ def test_metadata_leaders_are_the_raft_leaders(kafka_cluster, bootstrap) -> None
             retry=retry_if_exception_type(AssertionError),
             reraise=True,
         )(same_leaders)
+
+
+def test_a_node_of_several_processes_forwards_to_the_owning_shard(tmp_path) -> None:
+    """With --shards 2 a node's Kafka listener (on shard 0) reaches the partitions of
+    shard 1 through the node's forwarding, as its HTTP door does."""
+    with running_cluster(tmp_path / "sharded", extra_args=["--shards", "2"]) as handle:
+        bootstrap = handle.cluster.kafka_bootstrap
+        _round_trip(handle, bootstrap, "sharded", enable_idempotence=False)
