@@ -534,6 +534,12 @@ def _cmd_local_start(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
     print(",".join(cluster.servers))
+    if cluster.kafka_bootstrap:
+        # stdout stays the servers line (scripts read it); the Kafka door beside it
+        print(
+            f"raftlog: Kafka clients: bootstrap.servers={','.join(cluster.kafka_bootstrap)}",
+            file=sys.stderr,
+        )
     return 0
 
 
@@ -560,12 +566,15 @@ def _cmd_local_status(args: argparse.Namespace) -> int:
         )
         return 1
     print(f"data dir: {cluster.data_dir}")
+    if cluster.kafka_bootstrap:
+        print(f"kafka bootstrap: {','.join(cluster.kafka_bootstrap)}")
     for st in cluster_status(cluster):
         h = st["health"] or {}
         state = "up" if st["alive"] else "down"
         leads = h.get("leader_of", "-")
+        kafka = f"kafka {st['kafka']}  " if st["kafka"] else ""
         print(
-            f"node {st['node_id']}  {st['address']}  pid {st['pid']}  {state}  "
+            f"node {st['node_id']}  {st['address']}  {kafka}pid {st['pid']}  {state}  "
             f"controller leader {h.get('controller_leader', '-')}  "
             f"groups {h.get('groups', '-')}  leading {leads}"
         )

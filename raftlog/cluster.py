@@ -147,6 +147,18 @@ class LocalCluster:
                 return arg.split("=", 1)[1]
         return None
 
+    def kafka_address(self, node: NodeProcess) -> str | None:
+        """``node``'s Kafka listener (its ``--kafka-listen``), None when it has none."""
+        for i, arg in enumerate(node.argv):
+            if arg == "--kafka-listen" and i + 1 < len(node.argv):
+                return node.argv[i + 1]
+        return None
+
+    @property
+    def kafka_bootstrap(self) -> list[str]:
+        """The nodes' Kafka listeners: a Kafka client's ``bootstrap.servers``."""
+        return [a for a in map(self.kafka_address, self.nodes) if a is not None]
+
     def to_json(self) -> str:
         raw: dict[str, Any] = {
             "data_dir": self.data_dir,
@@ -593,13 +605,25 @@ def _new_cluster(
 ) -> LocalCluster:
     """A cluster of ``nodes`` nodes on fresh ports (of ``hosts``, one per node, else
     127.0.0.1), not yet started or recorded."""
-    ports = free_ports(nodes, hosts)
+    # A Kafka listener per node on loopback (with a client token, Kafka clients
+    # authenticate with SASL/PLAIN, the token as the password)
+    kafka = hosts is None and "--kafka-listen" not in (extra_args or [])
+    ports = free_ports(nodes * 2 if kafka else nodes, hosts)
     hosts = hosts or ["127.0.0.1"] * nodes
-    peers = {i: f"{h}:{p}" for i, h, p in zip(range(1, nodes + 1), hosts, ports, strict=True)}
+    peers = {i: f"{h}:{p}" for i, h, p in zip(range(1, nodes + 1), hosts, ports, strict=False)}
+    kafka_ports = ports[nodes:]
+    kafka_peers = {i + 1: f"127.0.0.1:{p}" for i, p in enumerate(kafka_ports)}
     routes = peer_routes(dict(peers)) if peer_routes is not None else {}
     cluster = LocalCluster(str(root), [], auth_token)
     for node_id, address in peers.items():
         args = list(extra_args or [])
+        if kafka_peers:
+            args += [
+                "--kafka-listen",
+                kafka_peers[node_id],
+                "--kafka-peers",
+                ",".join(f"{i}={a}" for i, a in sorted(kafka_peers.items())),
+            ]
         if routes.get(node_id):
             args += [
                 "--peer-routes",
@@ -624,7 +648,16 @@ def ensure_local_cluster(data_dir: str | os.PathLike[str] | None = None) -> list
 
 #: Flags of a recorded node's argv that are its own, not the cluster's: a node added
 #: later gets every other flag of the first node, and its own values of these.
-_NODE_FLAGS = ("--node-id", "--listen", "--data-dir", "--peers", "--peer-routes", "--advertise")
+_NODE_FLAGS = (
+    "--node-id",
+    "--listen",
+    "--data-dir",
+    "--peers",
+    "--peer-routes",
+    "--advertise",
+    "--kafka-listen",
+    "--kafka-peers",
+)
 
 
 def _cluster_flags(argv: list[str]) -> list[str]:
@@ -825,6 +858,7 @@ def cluster_status(cluster: LocalCluster) -> list[dict[str, Any]]:
             {
                 "node_id": n.node_id,
                 "address": n.address,
+                "kafka": cluster.kafka_address(n),
                 "pid": n.pid,
                 "alive": alive,
                 "health": cluster.health(n) if alive else None,

@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Protocol
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import Collector
@@ -285,6 +285,24 @@ class NodeMetrics:
             "raftlog_produce_corrupt_batches",
             "produced batches refused as corrupt before entering the log (CORRUPT_MESSAGE)",
             ["topic"],
+            registry=self.registry,
+        )
+        # the Kafka protocol listener (raftlog.kafka.listener)
+        self.kafka_requests = Counter(
+            "raftlog_kafka_requests",
+            "Kafka protocol requests answered, by API",
+            ["api"],
+            registry=self.registry,
+        )
+        self.kafka_connections_closed = Counter(
+            "raftlog_kafka_connections_closed",
+            "Kafka connections the node closed on bad input or a limit, by reason",
+            ["reason"],
+            registry=self.registry,
+        )
+        self.kafka_connections = Gauge(
+            "raftlog_kafka_connections",
+            "open Kafka protocol connections (at most --kafka-max-connections)",
             registry=self.registry,
         )
 

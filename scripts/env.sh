@@ -79,6 +79,14 @@ if ! command -v nft >/dev/null 2>&1 || ! command -v ip >/dev/null 2>&1; then
         || echo "raftlog setup: nft or ip is missing; the network-namespace test will fail until 'apt-get install nftables iproute2'" >&2
 fi
 
+# The Kafka listener's compatibility tests (integration_tests/kafka) run kcat, the
+# operators' Kafka tool, from Debian's packages. Best effort, as etcd above.
+if ! command -v kcat >/dev/null 2>&1; then
+    echo "raftlog setup: installing kcat (the Kafka compatibility tests) through apt" >&2
+    apt_install kcat \
+        || echo "raftlog setup: kcat is missing; the kcat test will fail until 'apt-get install kcat'" >&2
+fi
+
 export PYSPARK_PYTHON="$ROOT/.venv/bin/python"
 export PYSPARK_DRIVER_PYTHON="$ROOT/.venv/bin/python"
 export PATH="$ROOT/.venv/bin:$PATH"

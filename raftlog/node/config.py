@@ -115,6 +115,13 @@ class NodeConfig:
     min_free_bytes: int = DEFAULT_MIN_FREE_BYTES
     # Limits at the edge (raftlog.rpc.edge_limits): connections and requests in flight.
     edge: EdgeLimits = dataclasses.field(default_factory=EdgeLimits)
+    # --kafka-listen: where the Kafka protocol listener binds (None: no listener), every
+    # node's Kafka address (--kafka-peers; what Metadata lists as brokers), and the
+    # largest Kafka request accepted (--kafka-max-request-bytes)
+    kafka_listen: str | None = None
+    kafka_peers: dict[int, str] = dataclasses.field(default_factory=dict)
+    kafka_max_request_bytes: int = 0
+    kafka_max_connections: int = 1024
 
     @property
     def address(self) -> str:
@@ -300,6 +307,34 @@ def add_server_arguments(p: argparse.ArgumentParser) -> None:
         "suits a filesystem shared with heavy writers (default node)",
     )
     _add_edge_arguments(p)
+    p.add_argument(
+        "--kafka-listen",
+        default=None,
+        help="HOST:PORT of this node's Kafka protocol listener (default: none). With a "
+        "client token, Kafka clients authenticate with SASL/PLAIN, the token as the "
+        "password; beyond loopback that is required, over TLS (the node's --tls-*)",
+    )
+    p.add_argument(
+        "--kafka-peers",
+        default="",
+        help="every node's Kafka listener, ID=HOST:PORT,...: the brokers Kafka clients "
+        "are told (default: this node's --kafka-listen alone)",
+    )
+    p.add_argument(
+        "--kafka-max-request-bytes",
+        type=int,
+        default=None,
+        help="the largest Kafka request a client may declare; a larger one closes its "
+        "connection before it is read (Kafka's socket.request.max.bytes; default: the "
+        "node's own request limit, 2 x --max-batch-bytes + 1 MiB)",
+    )
+    p.add_argument(
+        "--kafka-max-connections",
+        type=int,
+        default=None,
+        help="open Kafka connections the listener accepts; one more is closed at once "
+        "(default 1024)",
+    )
     # set by shard 0 for the processes it starts (raftlog.node.shards); never by users
     p.add_argument("--shard-index", type=int, default=0, help=argparse.SUPPRESS)
     p.add_argument("--log-level", default="INFO")
@@ -495,6 +530,9 @@ def config_from_args(args: argparse.Namespace) -> NodeConfig:
     shard_index = getattr(args, "shard_index", 0)
     if not 0 <= shard_index < shards:
         raise ValueError(f"--shard-index: expected 0..{shards - 1}, got {shard_index}")
+    kafka_listen, kafka_peers, kafka_max, kafka_connections = _kafka_flags(
+        args, token, tls, allow_plaintext
+    )
     return NodeConfig(
         node_id=args.node_id,
         host=host,
@@ -522,7 +560,60 @@ def config_from_args(args: argparse.Namespace) -> NodeConfig:
         allow_plaintext=allow_plaintext,
         min_free_bytes=min_free,
         edge=_edge_limits(args),
+        kafka_listen=kafka_listen,
+        kafka_peers=kafka_peers,
+        kafka_max_request_bytes=kafka_max,
+        kafka_max_connections=kafka_connections,
     )
+
+
+def _kafka_flags(
+    args: argparse.Namespace, client_token: str | None, tls: TlsFiles | None, allow_plaintext: bool
+) -> tuple[str | None, dict[int, str], int, int]:
+    """(--kafka-listen, every node's Kafka address, --kafka-max-request-bytes or 0 for
+    the node's own limit, --kafka-max-connections); ValueError naming the flag and the
+    expected form."""
+    listen = getattr(args, "kafka_listen", None)
+    peers_arg = getattr(args, "kafka_peers", "") or ""
+    max_bytes = getattr(args, "kafka_max_request_bytes", None)
+    max_connections = getattr(args, "kafka_max_connections", None)
+    if listen is None:
+        if peers_arg or max_bytes is not None or max_connections is not None:
+            raise ValueError(
+                "--kafka-peers, --kafka-max-request-bytes and --kafka-max-connections "
+                "need --kafka-listen"
+            )
+        return None, {}, 0, 1024
+    host, _ = host_port(listen, "--kafka-listen")
+    if not is_loopback(host):
+        if not client_token:
+            raise ValueError(
+                f"--kafka-listen: {listen!r} is beyond loopback, where Kafka clients must "
+                "authenticate with SASL/PLAIN, the client token as the password: pass "
+                "--client-token (or RAFTLOG_CLIENT_TOKEN)"
+            )
+        if tls is None and not allow_plaintext:
+            raise ValueError(
+                f"--kafka-listen: {listen!r} is beyond loopback, where SASL/PLAIN without "
+                "TLS sends the token across the network in plain text: pass "
+                "--tls-cert/--tls-key/--tls-ca, or --allow-plaintext on a network you trust"
+            )
+    peers = parse_peers(peers_arg, "--kafka-peers") if peers_arg else {}
+    if peers.get(args.node_id, listen) != listen:
+        raise ValueError(
+            f"--kafka-peers: node {args.node_id} is listed as {peers[args.node_id]} but its "
+            f"--kafka-listen is {listen}"
+        )
+    peers[args.node_id] = listen
+    if max_bytes is not None and not 1024 <= max_bytes <= 2**31 - 1:
+        raise ValueError(
+            f"--kafka-max-request-bytes: expected 1024..2147483647 bytes, got {max_bytes}"
+        )
+    if max_connections is not None and not 1 <= max_connections <= 1_000_000:
+        raise ValueError(
+            f"--kafka-max-connections: expected 1..1000000 connections, got {max_connections}"
+        )
+    return listen, peers, max_bytes or 0, max_connections or 1024
 
 
 def plaintext_warning(config: NodeConfig) -> str | None:

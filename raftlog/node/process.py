@@ -185,6 +185,7 @@ class Node(Upkeep, AdminApi, MetadataApi, DataApi):
         self._transfer_attempts: dict[int, float] = {}
         # partition replicas that failed to open, retried with backoff (see Upkeep)
         self._open_failures: dict[int, OpenFailure] = {}
+        self._kafka: Any = None  # the Kafka listener (raftlog.kafka.listener), if any
 
     # ------------------------------------------------------------ lifecycle
 
@@ -245,6 +246,8 @@ class Node(Upkeep, AdminApi, MetadataApi, DataApi):
             else None,
         )
         await site.start()
+        if self.config.kafka_listen and not internal:
+            await self._start_kafka(auth)
         loop = asyncio.get_running_loop()
         loops = [
             self._reconcile_loop(),
@@ -271,6 +274,25 @@ class Node(Upkeep, AdminApi, MetadataApi, DataApi):
             self.bound_address,
             self.config.address,
         )
+
+    async def _start_kafka(self, auth: AuthPolicy) -> None:
+        """The Kafka protocol listener (``--kafka-listen``): another door onto this
+        node's handlers, under the same roles (:mod:`raftlog.kafka`)."""
+        from raftlog.kafka.apis import KafkaApis
+        from raftlog.kafka.listener import KafkaListener
+
+        assert self.config.kafka_listen is not None
+        host, _, port = self.config.kafka_listen.rpartition(":")
+        self._kafka = KafkaListener(
+            KafkaApis(self, self.config.kafka_peers, auth),
+            self.config.kafka_max_request_bytes or self._max_request_bytes(),
+            self.metrics,
+            max_connections=self.config.kafka_max_connections,
+            # the node's certificate, as its HTTPS: SASL/PLAIN's password is a token
+            ssl_context=server_context(self.config.tls) if self.config.tls else None,
+        )
+        await self._kafka.start(host, int(port))
+        log.info("node %d serving Kafka clients on %s", self.node_id, self._kafka.address)
 
     @property
     def bound_address(self) -> str:
@@ -308,6 +330,8 @@ class Node(Upkeep, AdminApi, MetadataApi, DataApi):
             t.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         await self.edge.stop()
+        if self._kafka is not None:
+            await self._kafka.stop()
         if self._runner is not None:
             await self._runner.cleanup()
         for gid in list(self.partitions):

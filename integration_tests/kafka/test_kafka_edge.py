@@ -1,0 +1,202 @@
+"""The Kafka listener's edge on a real node: ApiVersions of a newer version (KIP-511),
+and bad input (a truncated frame, a huge declared size, an unknown API key, a wrong
+CRC, a record count that does not fit) gets Kafka's error code or a clean close, and
+the node keeps serving: a later request, on the same connection where it stays
+usable and on a new one where it closed, succeeds."""
+
+from __future__ import annotations
+
+import datetime
+import struct
+import time
+
+import pytest
+from kafka.record.default_records import DefaultRecordBatchBuilder
+from kafka_wire import (
+    Wire,
+    decode_response,
+    encode_request,
+    frame,
+    leader_address,
+    produce_request,
+    raw_header,
+    record_batch,
+)
+from kio.schema.api_versions.v3.request import ApiVersionsRequest
+from kio.schema.fetch.v11.request import FetchPartition, FetchRequest, FetchTopic
+from kio.schema.init_producer_id.v1.request import InitProducerIdRequest
+
+from raftlog.client import BlockingRaftlogClient
+
+UNSUPPORTED_VERSION = 35
+CORRUPT_MESSAGE = 2
+OUT_OF_ORDER_SEQUENCE_NUMBER = 45
+_API_VERSIONS = ApiVersionsRequest(client_software_name="t", client_software_version="1")
+
+
+def _api_versions_ok(address: str) -> None:
+    """A fresh connection gets a full ApiVersions v3 answer: the node still serves."""
+    with Wire(address) as wire:
+        answer = wire.call(
+            ApiVersionsRequest(client_software_name="t", client_software_version="1")
+        )
+    assert answer.error_code == 0
+    assert {k.api_key for k in answer.api_keys} >= {0, 1, 2, 3, 18, 19, 20}
+
+
+def test_api_versions_v4_gets_unsupported_version_and_the_api_list(bootstrap) -> None:
+    with Wire(bootstrap[0]) as wire:
+        # a v4 request: header v2 (flexible) of api 18 version 4, then an empty tagged body
+        head = struct.pack(">hhih", 18, 4, 77, 3) + b"raw" + b"\x00"
+        wire.send(frame(head + b"\x00\x00\x00"))
+        answer = wire.read_frame()
+        assert answer is not None
+        body = decode_response(answer, 18, 0, 77)  # KIP-511: the answer is a v0 body
+        assert body.error_code == UNSUPPORTED_VERSION
+        versions = {k.api_key: (k.min_version, k.max_version) for k in body.api_keys}
+        assert versions[18] == (0, 3)
+        assert versions[0] == (3, 8) and versions[1] == (4, 11) and versions[3] == (0, 6)
+        # the connection stays usable: the client retries with a version listed
+        again = wire.call(_API_VERSIONS)
+        assert again.error_code == 0
+
+
+@pytest.mark.parametrize(
+    "case",
+    ["truncated frame", "huge declared size", "negative size", "unknown api key", "bad header"],
+)
+def test_bad_frames_close_the_connection_and_the_node_keeps_serving(bootstrap, case) -> None:
+    address = bootstrap[1]
+    with Wire(address) as wire:
+        if case == "truncated frame":
+            wire.send(struct.pack(">i", 100) + raw_header(18, 0, 1)[:6])
+            wire.sock.shutdown(1)  # the client stops mid-frame
+        elif case == "huge declared size":
+            wire.send(struct.pack(">i", 2**31 - 1) + b"\x00" * 16)
+        elif case == "negative size":
+            wire.send(struct.pack(">i", -5))
+        elif case == "unknown api key":
+            wire.send(frame(raw_header(9999, 0, 1)))
+        else:  # a client id length past the frame's end
+            wire.send(frame(struct.pack(">hhih", 18, 0, 1, 500)))
+        assert wire.closed_by_server()
+    _api_versions_ok(address)
+
+
+@pytest.mark.parametrize("case", ["wrong crc", "record count", "truncated batch"])
+def test_corrupt_batches_get_corrupt_message_and_the_connection_stays_usable(
+    kafka_cluster, bootstrap, case
+) -> None:
+    topic = "edge-" + case.replace(" ", "-")
+    address = leader_address(kafka_cluster, bootstrap, topic)
+    batch = record_batch()
+    if case == "wrong crc":
+        batch[-2] ^= 0xFF  # the last value byte (the records still parse): CRC mismatch
+    elif case == "record count":
+        struct.pack_into(">i", batch, 57, 2**31 - 1)  # claims 2**31-1 records in a few bytes
+        # recompute the CRC, so that only the count is wrong
+        from kafka.record.util import calc_crc32c
+
+        struct.pack_into(">I", batch, 17, calc_crc32c(memoryview(batch)[21:]))
+    else:
+        batch = batch[:-5]  # the declared length runs past the bytes sent
+    with Wire(address) as wire:
+        answer = wire.call(produce_request(topic, bytes(batch)), correlation_id=5)
+        (part,) = answer.responses[0].partition_responses
+        assert part.error_code == CORRUPT_MESSAGE, part
+        assert part.error_message
+        # nothing entered the log, and the same connection still produces
+        good = wire.call(produce_request(topic, bytes(record_batch())), correlation_id=6)
+        (ok,) = good.responses[0].partition_responses
+        assert ok.error_code == 0, ok
+    with BlockingRaftlogClient(kafka_cluster.servers) as client:
+        _, hwm, _ = client.list_offsets(topic, 0)
+        fetched = client.fetch(topic, 0, 0)
+    data = [b for b in fetched.batches if b.record_count == 3]
+    assert len(data) == 1 and data[0].last_offset + 1 == hwm
+
+
+def test_pipelined_requests_are_answered_in_request_order(kafka_cluster, bootstrap) -> None:
+    """A long-polling fetch (nothing to read: it waits max_wait_ms) and an ApiVersions
+    sent right after it on one connection: the fetch's answer comes first, after its
+    wait, then the other's, though that one was ready at once."""
+    topic = "edge-pipeline"
+    address = leader_address(kafka_cluster, bootstrap, topic)
+    with BlockingRaftlogClient(kafka_cluster.servers) as client:
+        _, hwm, _ = client.list_offsets(topic, 0)
+    fetch = FetchRequest(
+        replica_id=-1,
+        max_wait=datetime.timedelta(milliseconds=1500),
+        min_bytes=1,
+        max_bytes=1 << 20,
+        isolation_level=0,
+        session_id=0,
+        session_epoch=-1,
+        topics=(
+            FetchTopic(
+                topic=topic,
+                partitions=(
+                    FetchPartition(
+                        partition=0,
+                        current_leader_epoch=-1,
+                        fetch_offset=hwm,
+                        log_start_offset=-1,
+                        partition_max_bytes=1 << 20,
+                    ),
+                ),
+            ),
+        ),
+        forgotten_topics_data=(),
+        rack_id="",
+    )
+    with Wire(address) as wire:
+        started = time.monotonic()
+        wire.send(encode_request(fetch, correlation_id=1) + encode_request(_API_VERSIONS, 2))
+        first = wire.read_frame()
+        waited = time.monotonic() - started
+        second = wire.read_frame()
+    assert first is not None and second is not None
+    answer = decode_response(first, 1, 11, 1)  # asserts correlation id 1 came first
+    (part,) = answer.responses[0].partitions
+    assert part.error_code == 0 and part.high_watermark >= hwm and not part.records
+    assert waited >= 1.4, f"the fetch answered after {waited:.2f}s, before its max_wait_ms"
+    assert decode_response(second, 18, 3, 2).error_code == 0
+
+
+def _idempotent_batch(producer_id: int, epoch: int, sequence: int) -> bytes:
+    builder = DefaultRecordBatchBuilder(2, 0, False, producer_id, epoch, sequence, 2**20)
+    for i in range(3):
+        builder.append(i, 1_700_000_000_000 + i, b"k", b"value-%d" % i, [])
+    return bytes(builder.build())
+
+
+def test_idempotent_produce_dedups_and_refuses_a_sequence_gap(kafka_cluster, bootstrap) -> None:
+    """InitProducerId, then a batch, the same batch again (a retry: answered with the
+    first offset, stored once), then a batch with a gap in its sequence:
+    OUT_OF_ORDER_SEQUENCE_NUMBER."""
+    topic = "edge-idempotent"
+    address = leader_address(kafka_cluster, bootstrap, topic)
+    with Wire(address) as wire:
+        init = wire.call(
+            InitProducerIdRequest(
+                transactional_id=None, transaction_timeout=datetime.timedelta(seconds=60)
+            )
+        )
+        assert init.error_code == 0 and init.producer_id >= 0 and init.producer_epoch == 0
+        pid, epoch = init.producer_id, init.producer_epoch
+        first = wire.call(
+            produce_request(topic, _idempotent_batch(pid, epoch, 0)), correlation_id=2
+        )
+        (a,) = first.responses[0].partition_responses
+        assert a.error_code == 0
+        again = wire.call(
+            produce_request(topic, _idempotent_batch(pid, epoch, 0)), correlation_id=3
+        )
+        (b,) = again.responses[0].partition_responses
+        assert (b.error_code, b.base_offset) == (0, a.base_offset)
+        gap = wire.call(produce_request(topic, _idempotent_batch(pid, epoch, 10)), correlation_id=4)
+        (c,) = gap.responses[0].partition_responses
+        assert c.error_code == OUT_OF_ORDER_SEQUENCE_NUMBER, c
+    with BlockingRaftlogClient(kafka_cluster.servers) as client:
+        fetched = client.fetch(topic, 0, 0)
+    assert [b.base_offset for b in fetched.batches if b.record_count == 3] == [a.base_offset]

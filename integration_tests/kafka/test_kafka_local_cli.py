@@ -1,0 +1,53 @@
+"""`raftlog local start` prints the Kafka bootstrap list (stderr; stdout stays the
+servers line), `kcat -b ADDR -L` accepts it, and `raftlog local status` shows it."""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import re
+import shutil
+import subprocess
+import sys
+
+from raftlog.cluster import stop_cluster
+
+
+def _cli(home: pathlib.Path, *args: str) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RAFTLOG_")}
+    env["RAFTLOG_HOME"] = str(home)
+    return subprocess.run(
+        [sys.executable, "-m", "raftlog", *args],
+        capture_output=True,
+        env=env,
+        timeout=120,
+        check=False,
+    )
+
+
+def test_local_start_prints_a_bootstrap_list_kcat_accepts(tmp_path: pathlib.Path) -> None:
+    kcat = shutil.which("kcat")
+    assert kcat, "kcat is missing: apt-get install kcat (scripts/env.sh installs it)"
+    home = tmp_path / "home"
+    try:
+        started = _cli(home, "local", "start", "--nodes", "3")
+        assert started.returncode == 0, started.stderr.decode()
+        servers = started.stdout.decode().strip().split(",")
+        assert len(servers) == 3  # stdout: the raftlog servers line, as before
+        found = re.search(r"bootstrap\.servers=(\S+)", started.stderr.decode())
+        assert found, started.stderr.decode()
+        bootstrap = found.group(1).split(",")
+        assert len(bootstrap) == 3 and not set(bootstrap) & set(servers)
+
+        listed = subprocess.run(
+            [kcat, "-b", bootstrap[0], "-L"], capture_output=True, timeout=60, check=False
+        )
+        assert listed.returncode == 0, listed.stderr.decode()
+        assert "3 brokers:" in listed.stdout.decode()
+
+        status = _cli(home, "local", "status").stdout.decode()
+        assert f"kafka bootstrap: {','.join(bootstrap)}" in status
+        for address in bootstrap:
+            assert f"kafka {address}" in status
+    finally:
+        stop_cluster(home, timeout_s=10.0)

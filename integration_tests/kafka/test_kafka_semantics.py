@@ -1,0 +1,104 @@
+"""Kafka semantics the listener maps onto raftlog's: isolation_level against an open
+transaction (read_committed stops at the last stable offset, and an aborted one is
+never read committed), acks=0 writes with no answer, and a follower answers a produce
+NOT_LEADER_OR_FOLLOWER."""
+
+from __future__ import annotations
+
+import datetime
+
+from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+from kafka_wire import Wire, leader_address, produce_request, record_batch
+from kio.schema.fetch.v11.request import FetchPartition, FetchRequest, FetchTopic
+
+from raftlog.client import BlockingRaftlogClient
+from raftlog.client.framing import frame_records
+
+NOT_LEADER_OR_FOLLOWER = 6
+
+
+def _fetch(address: str, topic: str, offset: int, isolation: int) -> tuple[int, int, list]:
+    """(high watermark, last stable offset, [(offset, value)]) of one Kafka fetch v11."""
+    from kafka.record.default_records import DefaultRecordBatch
+    from kafka.record.memory_records import MemoryRecords
+
+    request = FetchRequest(
+        max_wait=datetime.timedelta(milliseconds=100),
+        min_bytes=1,
+        isolation_level=isolation,
+        topics=(
+            FetchTopic(
+                topic=topic,
+                partitions=(
+                    FetchPartition(partition=0, fetch_offset=offset, partition_max_bytes=1 << 20),
+                ),
+            ),
+        ),
+        forgotten_topics_data=(),
+    )
+    with Wire(address) as wire:
+        answer = wire.call(request)
+    (part,) = answer.responses[0].partitions
+    assert part.error_code == 0, part
+    records = []
+    batches = MemoryRecords(part.records or b"")
+    while batches.has_next():
+        batch = batches.next_batch()
+        assert isinstance(batch, DefaultRecordBatch)
+        records += [(r.offset, r.value) for r in batch]
+    return part.high_watermark, part.last_stable_offset, records
+
+
+def test_isolation_level_against_open_and_aborted_transactions(kafka_cluster, bootstrap) -> None:
+    topic = "txn-isolation"
+    address = leader_address(kafka_cluster, bootstrap, topic)
+    with BlockingRaftlogClient(kafka_cluster.servers) as client:
+        committed = client.produce(topic, 0, [(frame_records([b"plain"]), 1)])
+        producer = client.idempotent_producer(topic, 0, transactional=True)
+        try:
+            open_tx = producer.send([b"in-flight"]).result(60)
+            hwm, lso, uncommitted = _fetch(address, topic, committed.base_offset, 0)
+            assert lso == open_tx.base_offset < hwm
+            assert (open_tx.base_offset, b"in-flight") in uncommitted
+            _, _, visible = _fetch(address, topic, committed.base_offset, 1)
+            assert visible == [(committed.base_offset, b"plain")]  # stops at the LSO
+            producer.abort()
+        finally:
+            producer.close(flush=False)
+    _, lso_after, visible = _fetch(address, topic, committed.base_offset, 1)
+    assert lso_after > open_tx.base_offset
+    assert visible == [(committed.base_offset, b"plain")]  # the aborted record never shows
+
+
+def test_acks_zero_writes_without_an_answer(kafka_cluster, bootstrap) -> None:
+    with BlockingRaftlogClient(kafka_cluster.servers) as client:
+        client.create_topic("acks-zero", partitions=1, replication_factor=3)
+    producer = KafkaProducer(bootstrap_servers=bootstrap, acks=0, enable_idempotence=False)
+    try:
+        for i in range(20):
+            producer.send("acks-zero", value=b"v%d" % i, partition=0)
+        producer.flush(timeout=60)
+    finally:
+        producer.close()
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, group_id=None, consumer_timeout_ms=5000)
+    try:
+        consumer.assign([TopicPartition("acks-zero", 0)])
+        consumer.seek_to_beginning()
+        got = []
+        for _ in range(10):
+            got += [m.value for m in consumer]
+            if len(got) >= 20:
+                break
+    finally:
+        consumer.close()
+    assert got == [b"v%d" % i for i in range(20)]
+
+
+def test_a_follower_answers_not_leader_or_follower(kafka_cluster, bootstrap) -> None:
+    topic = "edge-follower"
+    leader = leader_address(kafka_cluster, bootstrap, topic)
+    follower = next(a for a in bootstrap if a != leader)
+    with Wire(follower) as wire:
+        answer = wire.call(produce_request(topic, bytes(record_batch())))
+    (part,) = answer.responses[0].partition_responses
+    assert part.error_code == NOT_LEADER_OR_FOLLOWER, part

@@ -1,0 +1,550 @@
+"""The Kafka APIs of :data:`raftlog.kafka.protocol.API_VERSIONS`, answered by the
+node's own handlers: the Kafka door is another front onto the same calls as
+``POST /v1/<route>`` (produce, fetch, list_offsets, offset_for_timestamp, metadata,
+create_topic, delete_topic), with the same roles (:mod:`raftlog.rpc.roles`), the same
+batch check before the log (the node's produce runs
+:func:`raftlog.client.payload_check.check_payload`) and, on a node of several
+processes, the same forwarding to the shard that owns a partition.
+
+Each handler takes the decoded kio request and returns a dict of the response's
+values (:func:`raftlog.kafka.protocol.build` fits it to the version), or None for a
+produce with acks=0, which Kafka answers with nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import hmac
+import logging
+import secrets
+from typing import Any
+
+from raftlog.kafka.protocol import API_VERSIONS, RequestHead
+from raftlog.kafka.records import KafkaRecordError, decode_batch, encode_batch, split_batches
+from raftlog.rpc import codec
+from raftlog.rpc.messages import (
+    ConfigEntry,
+    CreateTopicRequest,
+    DeleteTopicRequest,
+    ErrorCode,
+    ErrorResponse,
+    FetchRequest,
+    ListOffsetsRequest,
+    MetadataRequest,
+    OffsetForTimestampRequest,
+    ProduceBatch,
+    ProduceRequest,
+)
+from raftlog.rpc.roles import Role
+from raftlog.rpc.server import AuthPolicy, RequestError
+
+log = logging.getLogger("raftlog.kafka")
+
+# Kafka error codes (Kafka's Errors.java); the partition-level ones of records.py too
+NONE = 0
+OFFSET_OUT_OF_RANGE = 1
+UNKNOWN_TOPIC_OR_PARTITION = 3
+LEADER_NOT_AVAILABLE = 5
+NOT_LEADER_OR_FOLLOWER = 6
+REQUEST_TIMED_OUT = 7
+MESSAGE_TOO_LARGE = 10
+INVALID_REQUIRED_ACKS = 21
+TOPIC_AUTHORIZATION_FAILED = 29
+UNSUPPORTED_VERSION = 35
+TOPIC_ALREADY_EXISTS = 36
+INVALID_REPLICATION_FACTOR = 38
+NOT_CONTROLLER = 41
+INVALID_REQUEST = 42
+UNSUPPORTED_FOR_MESSAGE_FORMAT = 43
+OUT_OF_ORDER_SEQUENCE_NUMBER = 45
+DUPLICATE_SEQUENCE_NUMBER = 46
+INVALID_PRODUCER_EPOCH = 47
+INVALID_TXN_STATE = 48
+TRANSACTIONAL_ID_AUTHORIZATION_FAILED = 53
+UNKNOWN_PRODUCER_ID = 59
+PRODUCER_FENCED = 90
+UNSUPPORTED_SASL_MECHANISM = 33
+ILLEGAL_SASL_STATE = 34
+SASL_AUTHENTICATION_FAILED = 58
+KAFKA_STORAGE_ERROR = 56
+
+#: The role the current request's connection authenticated as with SASL/PLAIN (None:
+#: not authenticated). The listener sets it in each request's task; the handlers'
+#: own tasks inherit it.
+CALLER: contextvars.ContextVar[Role | None] = contextvars.ContextVar("kafka_caller", default=None)
+UNKNOWN_SERVER_ERROR = -1
+CORRUPT_MESSAGE = 2
+
+#: raftlog's error codes -> Kafka's, for a partition's answer
+KAFKA_CODE: dict[ErrorCode, int] = {
+    ErrorCode.NOT_LEADER: NOT_LEADER_OR_FOLLOWER,
+    ErrorCode.LEADER_NOT_AVAILABLE: LEADER_NOT_AVAILABLE,
+    ErrorCode.TIMEOUT: REQUEST_TIMED_OUT,
+    ErrorCode.UNKNOWN_TOPIC: UNKNOWN_TOPIC_OR_PARTITION,
+    ErrorCode.UNKNOWN_PARTITION: UNKNOWN_TOPIC_OR_PARTITION,
+    ErrorCode.TOPIC_EXISTS: TOPIC_ALREADY_EXISTS,
+    ErrorCode.INVALID_REQUEST: INVALID_REQUEST,
+    ErrorCode.RECORD_TOO_LARGE: MESSAGE_TOO_LARGE,
+    ErrorCode.OFFSET_OUT_OF_RANGE: OFFSET_OUT_OF_RANGE,
+    ErrorCode.NOT_SUPPORTED: INVALID_REQUEST,
+    ErrorCode.UNAUTHORIZED: TOPIC_AUTHORIZATION_FAILED,
+    ErrorCode.FENCED: PRODUCER_FENCED,
+    ErrorCode.OUT_OF_ORDER_SEQUENCE: OUT_OF_ORDER_SEQUENCE_NUMBER,
+    ErrorCode.DUPLICATE_SEQUENCE: DUPLICATE_SEQUENCE_NUMBER,
+    ErrorCode.INVALID_TXN_STATE: INVALID_TXN_STATE,
+    ErrorCode.INVALID_PRODUCER_EPOCH: INVALID_PRODUCER_EPOCH,
+    ErrorCode.KAFKA_STORAGE_ERROR: KAFKA_STORAGE_ERROR,
+    # a leader that lost its term mid-request: the client refreshes metadata, retries
+    ErrorCode.STALE_TERM: NOT_LEADER_OR_FOLLOWER,
+    ErrorCode.INVALID_REPLICATION_FACTOR: INVALID_REPLICATION_FACTOR,
+}
+
+#: The longest a fetch waits for ``min_bytes`` whatever its ``max_wait_ms`` says.
+MAX_FETCH_WAIT_S = 30.0
+#: How often a waiting fetch looks again (the node's fetch is a read of its log).
+FETCH_POLL_S = 0.02
+_EARLIEST, _LATEST = -2, -1
+
+
+def kafka_code(exc: Exception) -> tuple[int, str]:
+    """(Kafka error code, message) of a failed node call."""
+    if isinstance(exc, KafkaRecordError):
+        return exc.code, str(exc)
+    if isinstance(exc, RequestError):
+        if exc.code is ErrorCode.INVALID_REQUEST and str(exc).startswith("CORRUPT_MESSAGE"):
+            return CORRUPT_MESSAGE, str(exc)
+        return KAFKA_CODE.get(exc.code, UNKNOWN_SERVER_ERROR), str(exc)
+    log.exception("kafka: a node call failed", exc_info=exc)
+    return UNKNOWN_SERVER_ERROR, f"{type(exc).__name__}: {exc}"
+
+
+class KafkaApis:
+    """The Kafka APIs of one node. ``node``: the :class:`raftlog.node.process.Node`;
+    ``brokers``: every node's Kafka address (node id -> HOST:PORT), what Metadata lists;
+    ``policy``: the node's roles, applied to the Kafka door's callers as to the HTTP
+    door's: a caller's role is the token it sent as its SASL/PLAIN password (client or
+    admin; never the peer token), which a node with a client or admin token requires
+    before any request but ApiVersions and the SASL exchange (``sasl_required``).
+    """
+
+    def __init__(self, node: Any, brokers: dict[int, str], policy: AuthPolicy) -> None:
+        self.node = node
+        self.brokers = brokers
+        self.policy = policy
+        self.sasl_required = policy.client_token is not None or policy.admin_token is not None
+
+    def authenticate(self, auth_bytes: bytes) -> tuple[dict[str, Any], Role | None]:
+        """A SaslAuthenticate's answer and the role it grants (None: refused). PLAIN's
+        message is ``authzid NUL username NUL password``; the password is compared, in
+        constant time, with the client and admin tokens; the names are not checked."""
+        parts = bytes(auth_bytes).split(b"\0")
+        role = None
+        if len(parts) == 3:
+            password = parts[2]
+            for candidate, token in (
+                (Role.CLIENT, self.policy.client_token),
+                (Role.ADMIN, self.policy.admin_token),
+            ):
+                if token is not None and hmac.compare_digest(password, token.encode()):
+                    role = candidate
+        if role is None:
+            why = (
+                "expected PLAIN's authzid NUL username NUL password"
+                if len(parts) != 3
+                else "the password is neither the client token nor the admin token"
+            )
+            answer = {
+                "error_code": SASL_AUTHENTICATION_FAILED,
+                "error_message": f"SASL/PLAIN authentication failed: {why}",
+                "auth_bytes": b"",
+                "session_lifetime": 0,
+            }
+            return answer, None
+        answer = {
+            "error_code": NONE,
+            "error_message": None,
+            "auth_bytes": b"",
+            "session_lifetime": 0,
+        }
+        return answer, role
+
+    # -- plumbing ----------------------------------------------------------------
+
+    def _refused(self, route: str) -> str | None:
+        why = "" if CALLER.get() else "the connection has not authenticated (SASL/PLAIN)"
+        refusal = self.policy.route_refusal(route, CALLER.get(), why)
+        return None if refusal is None else refusal[1]
+
+    async def _call(self, route: str, msg: Any) -> Any:
+        """The node's answer to ``msg``, as ``POST /v1/<route>`` gets it: forwarded to
+        the shard that owns its partition on a node of several processes."""
+        refused = self._refused(route)
+        if refused is not None:
+            raise RequestError(ErrorCode.UNAUTHORIZED, refused)
+        node = self.node
+        if node.shards is not None:
+            token = node.config.peer_token
+            forwarded = await node.forward_client(
+                route, msg, codec.encode(msg), f"Bearer {token}" if token else ""
+            )
+            if forwarded is not None:
+                answer = forwarded[1]
+                if codec.type_of(answer) is ErrorResponse:
+                    err = codec.decode(answer, ErrorResponse)
+                    raise RequestError(err.code, err.message, err.leader_id)
+                return codec.decode(answer)
+        return await node.handle_client(msg)
+
+    async def handle(self, head: RequestHead, req: Any) -> dict[str, Any] | None:
+        handler = _HANDLERS[head.api_key]
+        return await handler(self, head, req)
+
+    # -- ApiVersions ----------------------------------------------------------------
+
+    async def api_versions(self, head: RequestHead, req: Any) -> dict[str, Any]:
+        return api_versions_body(NONE)
+
+    async def sasl_handshake(self, head: RequestHead, req: Any) -> dict[str, Any]:
+        ok = req.mechanism == "PLAIN"
+        return {"error_code": NONE if ok else UNSUPPORTED_SASL_MECHANISM, "mechanisms": ["PLAIN"]}
+
+    # -- Metadata -------------------------------------------------------------------
+
+    async def metadata(self, head: RequestHead, req: Any) -> dict[str, Any]:
+        wanted = None if req.topics is None else [t.name for t in req.topics]
+        if head.api_version == 0 and wanted == []:
+            wanted = None  # v0: an empty list means every topic
+        brokers = []
+        for node_id, address in sorted(self.brokers.items()):
+            host, _, port = address.rpartition(":")
+            brokers.append({"node_id": node_id, "host": host, "port": int(port), "rack": None})
+        controller = -1
+        topics: list[dict[str, Any]] = []
+        if wanted != []:
+            try:
+                meta = await self._call("metadata", MetadataRequest(wanted or [], True))
+            except Exception as exc:
+                code, _ = kafka_code(exc)
+                meta = None
+                topics = [_topic_error(n, code) for n in wanted or []]
+            if meta is not None:
+                controller = meta.controller_leader
+                found = {t.name: t for t in meta.topics}
+                for name in wanted if wanted is not None else sorted(found):
+                    t = found.get(name)
+                    if t is None:
+                        topics.append(_topic_error(name, UNKNOWN_TOPIC_OR_PARTITION))
+                        continue
+                    topics.append(
+                        {
+                            "error_code": NONE,
+                            "name": t.name,
+                            "is_internal": t.name.startswith("__"),
+                            "partitions": [self._partition(p) for p in t.partitions],
+                        }
+                    )
+        else:
+            controller = self.node._controller_leader()
+        return {
+            "throttle_time": 0,
+            "brokers": brokers,
+            "cluster_id": "raftlog",
+            "controller_id": controller,
+            "topics": topics,
+        }
+
+    def _partition(self, p: Any) -> dict[str, Any]:
+        leader = p.leader if p.leader in self.brokers else -1
+        return {
+            "error_code": NONE if leader >= 0 else LEADER_NOT_AVAILABLE,
+            "partition_index": p.partition,
+            "leader_id": leader,
+            "replica_nodes": list(p.replicas),
+            # Raft has no ISR: every replica of the group may be elected
+            "isr_nodes": list(p.replicas),
+            "offline_replicas": [],
+        }
+
+    # -- Produce ---------------------------------------------------------------------
+
+    async def produce(self, head: RequestHead, req: Any) -> dict[str, Any] | None:
+        acks = int(req.acks)
+
+        async def one(topic: str, part: Any) -> dict[str, Any]:
+            out: dict[str, Any] = {
+                "index": part.index,
+                "error_code": NONE,
+                "base_offset": -1,
+                "log_append_time": None,
+                "log_start_offset": -1,
+                "record_errors": [],
+                "error_message": None,
+            }
+            try:
+                if acks not in (-1, 0, 1):
+                    out["error_code"] = INVALID_REQUIRED_ACKS
+                    out["error_message"] = f"acks: expected -1 (all), 1 or 0, got {acks}"
+                    return out
+                if part.records is None:
+                    raise KafkaRecordError(CORRUPT_MESSAGE, "the partition's records are null")
+                self._refuse_typed(topic)
+                decoded = [decode_batch(b) for b in split_batches(part.records)]
+                first = decoded[0]
+                resp = await self._call(
+                    "produce",
+                    ProduceRequest(
+                        topic,
+                        int(part.index),
+                        acks,
+                        [ProduceBatch(d.payload, d.record_count) for d in decoded],
+                        producer_id=first.producer_id,
+                        producer_epoch=first.producer_epoch,
+                        first_sequence=first.base_sequence,
+                        transactional=first.transactional,
+                    ),
+                )
+                out["base_offset"] = resp.base_offset
+            except Exception as exc:
+                out["error_code"], out["error_message"] = kafka_code(exc)
+                if isinstance(exc, KafkaRecordError) and exc.code == CORRUPT_MESSAGE:
+                    # the node's own check counts those it refuses; these never reached it
+                    self.node.metrics.corrupt_batches.labels(topic).inc()
+            return out
+
+        work = [
+            (t.name, asyncio.ensure_future(one(t.name, p)))
+            for t in req.topic_data
+            for p in t.partition_data
+        ]
+        await asyncio.gather(*(f for _, f in work))
+        if acks == 0:
+            return None
+        by_topic: dict[str, list[dict[str, Any]]] = {}
+        for name, f in work:
+            by_topic.setdefault(name, []).append(f.result())
+        return {
+            "responses": [{"name": n, "partition_responses": ps} for n, ps in by_topic.items()],
+            "throttle_time": 0,
+        }
+
+    # -- Fetch ------------------------------------------------------------------------
+
+    async def fetch(self, head: RequestHead, req: Any) -> dict[str, Any]:
+        """Every partition read at once; while fewer than ``min_bytes`` came and no
+        partition failed, read again until ``max_wait_ms`` (at most MAX_FETCH_WAIT_S)."""
+        loop = asyncio.get_running_loop()
+        wait_s = min(max(req.max_wait.total_seconds(), 0.0), MAX_FETCH_WAIT_S)
+        deadline = loop.time() + wait_s
+        isolation = int(getattr(req, "isolation_level", 0))
+        wanted = [(t.topic, p) for t in req.topics for p in t.partitions]
+        answers: list[dict[str, Any]] = []
+        for _ in range(int(wait_s / FETCH_POLL_S) + 2):
+            answers = await asyncio.gather(
+                *(self._fetch_one(topic, p, isolation) for topic, p in wanted)
+            )
+            size = sum(len(a["records"] or b"") for a in answers)
+            failed = any(a["error_code"] != NONE for a in answers)
+            if size >= max(1, req.min_bytes) or failed or loop.time() >= deadline:
+                break
+            await asyncio.sleep(min(FETCH_POLL_S, max(0.0, deadline - loop.time())))
+        # the response's max_bytes: whole partitions while they fit, the first always
+        budget = int(getattr(req, "max_bytes", 2**31 - 1))
+        for a in answers:
+            size = len(a["records"] or b"")
+            if size and budget <= 0:
+                a["records"] = b""
+            budget -= size
+        by_topic: dict[str, list[dict[str, Any]]] = {}
+        for (topic, _), a in zip(wanted, answers, strict=True):
+            by_topic.setdefault(topic, []).append(a)
+        return {
+            "throttle_time": 0,
+            "error_code": NONE,
+            "session_id": 0,
+            "responses": [{"topic": t, "partitions": ps} for t, ps in by_topic.items()],
+        }
+
+    def _refuse_typed(self, topic: str) -> None:
+        """A typed topic (one with a schema: Arrow IPC payloads, the Spark sink's) is
+        neither read nor written through Kafka: its records have columns, not a key and
+        a value. UNSUPPORTED_FOR_MESSAGE_FORMAT naming the format."""
+        t = self.node.controller_stm.topics.get(topic)
+        if t is not None and t.schema is not None:
+            raise KafkaRecordError(
+                UNSUPPORTED_FOR_MESSAGE_FORMAT,
+                f"topic {topic!r} is a typed topic (Arrow IPC records with a schema); "
+                "Kafka clients read and write only topics of keyed or plain records",
+            )
+
+    async def _fetch_one(self, topic: str, p: Any, isolation: int) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "partition_index": p.partition,
+            "error_code": NONE,
+            "high_watermark": -1,
+            "last_stable_offset": -1,
+            "log_start_offset": -1,
+            # read_committed: the node's fetch leaves aborted data out already
+            "aborted_transactions": [],
+            "preferred_read_replica": -1,
+            "records": b"",
+        }
+        try:
+            self._refuse_typed(topic)
+            resp = await self._call(
+                "fetch",
+                FetchRequest(
+                    topic,
+                    int(p.partition),
+                    int(p.fetch_offset),
+                    max(1, int(p.partition_max_bytes)),
+                    1 if isolation == 1 else 0,
+                ),
+            )
+            out["high_watermark"] = resp.high_watermark
+            out["last_stable_offset"] = resp.last_stable_offset
+            out["log_start_offset"] = resp.start_offset
+            out["records"] = b"".join(
+                encode_batch(b, topic) for b in resp.batches if b.last_offset >= p.fetch_offset
+            )
+        except Exception as exc:
+            out["error_code"], message = kafka_code(exc)
+            if out["error_code"] == UNSUPPORTED_FOR_MESSAGE_FORMAT:
+                log.warning("kafka fetch of %s/%s refused: %s", topic, p.partition, message)
+        return out
+
+    # -- ListOffsets ---------------------------------------------------------------
+
+    async def list_offsets(self, head: RequestHead, req: Any) -> dict[str, Any]:
+        committed = int(getattr(req, "isolation_level", 0)) == 1
+
+        async def one(topic: str, p: Any) -> dict[str, Any]:
+            out = {
+                "partition_index": p.partition_index,
+                "error_code": NONE,
+                "timestamp": -1,
+                "offset": -1,
+                "leader_epoch": -1,
+            }
+            try:
+                ts = int(p.timestamp)
+                if ts in (_EARLIEST, _LATEST):
+                    r = await self._call(
+                        "list_offsets", ListOffsetsRequest(topic, int(p.partition_index))
+                    )
+                    if ts == _EARLIEST:
+                        out["offset"] = r.start_offset
+                    else:
+                        out["offset"] = r.last_stable_offset if committed else r.high_watermark
+                else:
+                    r = await self._call(
+                        "offset_for_timestamp",
+                        OffsetForTimestampRequest(topic, int(p.partition_index), ts),
+                    )
+                    out["offset"], out["timestamp"] = r.offset, r.timestamp_ms
+            except Exception as exc:
+                out["error_code"], _ = kafka_code(exc)
+            return out
+
+        topics = []
+        for t in req.topics:
+            parts = await asyncio.gather(*(one(t.name, p) for p in t.partitions))
+            topics.append({"name": t.name, "partitions": list(parts)})
+        return {"throttle_time": 0, "topics": topics}
+
+    # -- CreateTopics / DeleteTopics ---------------------------------------------------
+
+    async def create_topics(self, head: RequestHead, req: Any) -> dict[str, Any]:
+        results = []
+        for t in req.topics:
+            code, message = NONE, None
+            try:
+                if req.validate_only:
+                    raise RequestError(
+                        ErrorCode.INVALID_REQUEST, "validate_only is not supported yet"
+                    )
+                if t.assignments:
+                    raise RequestError(
+                        ErrorCode.INVALID_REQUEST,
+                        "assignments: manual replica assignment is not supported; "
+                        "give num_partitions and replication_factor",
+                    )
+                rf = int(t.replication_factor)
+                await self._call(
+                    "create_topic",
+                    CreateTopicRequest(
+                        t.name,
+                        int(t.num_partitions),
+                        len(self.node.config.peers) if rf == -1 else rf,
+                        configs=[ConfigEntry(c.name, c.value or "") for c in t.configs],
+                    ),
+                )
+            except Exception as exc:
+                code, message = _admin_code(exc)
+            results.append({"name": t.name, "error_code": code, "error_message": message})
+        return {"throttle_time": 0, "topics": results}
+
+    async def delete_topics(self, head: RequestHead, req: Any) -> dict[str, Any]:
+        results = []
+        for name in req.topic_names:
+            code = NONE
+            try:
+                await self._call("delete_topic", DeleteTopicRequest(name))
+            except Exception as exc:
+                code, _ = _admin_code(exc)
+            results.append({"name": name, "error_code": code})
+        return {"throttle_time": 0, "responses": results}
+
+    # -- InitProducerId ------------------------------------------------------------
+
+    async def init_producer_id(self, head: RequestHead, req: Any) -> dict[str, Any]:
+        """An idempotent producer's id: a random 62-bit id at epoch 0, as raftlog's own
+        client picks one. Each partition's rm_stm meets the id with its first batch and
+        from then on dedups by (id, epoch, sequence), answering
+        OUT_OF_ORDER_SEQUENCE_NUMBER and DUPLICATE_SEQUENCE_NUMBER as Kafka does.
+        A transactional id is refused: Kafka transactions are a later slice."""
+        out: dict[str, Any] = {"throttle_time": 0, "producer_id": -1, "producer_epoch": -1}
+        refused = self._refused("init_producer")
+        if refused is not None:
+            out["error_code"] = TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+        elif req.transactional_id is not None:
+            out["error_code"] = INVALID_REQUEST
+        else:
+            out.update(error_code=NONE, producer_id=secrets.randbits(62), producer_epoch=0)
+        return out
+
+
+def _admin_code(exc: Exception) -> tuple[int, str]:
+    """A controller call's Kafka code: NOT_CONTROLLER when this node does not lead it."""
+    if isinstance(exc, RequestError) and exc.code is ErrorCode.NOT_LEADER:
+        return NOT_CONTROLLER, str(exc)
+    return kafka_code(exc)
+
+
+def _topic_error(name: str, code: int) -> dict[str, Any]:
+    return {"error_code": code, "name": name, "is_internal": False, "partitions": []}
+
+
+def api_versions_body(error_code: int) -> dict[str, Any]:
+    """An ApiVersions answer: every API and version range of this listener."""
+    return {
+        "error_code": error_code,
+        "api_keys": [
+            {"api_key": key, "min_version": low, "max_version": high}
+            for key, (_, low, high) in sorted(API_VERSIONS.items())
+        ],
+        "throttle_time": 0,
+    }
+
+
+_HANDLERS = {
+    0: KafkaApis.produce,
+    1: KafkaApis.fetch,
+    2: KafkaApis.list_offsets,
+    3: KafkaApis.metadata,
+    17: KafkaApis.sasl_handshake,
+    18: KafkaApis.api_versions,
+    19: KafkaApis.create_topics,
+    20: KafkaApis.delete_topics,
+    22: KafkaApis.init_producer_id,
+}

@@ -1,0 +1,229 @@
+"""Kafka's RecordBatch v2 <-> raftlog's stored batches: one log, two front doors.
+
+A Kafka producer's batch is decoded (CRC checked, decompression bounded, record count
+checked against the bytes before anything is sized by it) and its records (key, value,
+headers, timestamp) are stored in raftlog's own *keyed* payload
+(:func:`raftlog.client.framing.frame_keyed`), uncompressed, one raftlog batch per Kafka
+batch with the same record count. So ``raftlog consume`` and the Spark source read them
+as they read ``raftlog produce``'s, and a raftlog batch at offset ``o`` with ``n``
+records is answered to a Kafka fetch as one RecordBatch v2 with base offset ``o`` and
+offset deltas ``0..n-1``: Kafka's offsets are raftlog's.
+
+The RecordBatch v2 wire codec is kafka-python's (``kafka.record.default_records``:
+varints, CRC-32C, attributes), a maintained implementation of Kafka's format; the
+bounds around it (sizes, counts, the decompression cap) are this module's.
+
+Errors are :class:`KafkaRecordError` carrying the Kafka error code a broker answers for
+the partition (CORRUPT_MESSAGE, UNSUPPORTED_COMPRESSION_TYPE, INVALID_RECORD, ...).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import struct
+import zlib
+
+from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
+
+from raftlog.client.compression import decompress
+from raftlog.client.framing import Record, frame_keyed, unframe_any
+from raftlog.client.payload_check import ARROW_MARKER
+from raftlog.storage.batch import MAX_PAYLOAD_BYTES, Compression, RecordBatch
+
+# Kafka error codes a partition's produce or fetch answer carries (Kafka's Errors.java)
+CORRUPT_MESSAGE = 2
+INVALID_RECORD = 87
+UNSUPPORTED_COMPRESSION_TYPE = 76
+UNSUPPORTED_FOR_MESSAGE_FORMAT = 43
+
+_HEADER = DefaultRecordBatch.HEADER_STRUCT
+HEADER_SIZE = _HEADER.size  # 61 bytes: base offset .. record count
+_LENGTH = struct.Struct(">qi")  # base offset, batch length (the bytes after this field)
+_PATCH = struct.Struct(">qii")  # base offset, batch length, partition leader epoch
+_MIN_RECORD_BYTES = 7  # length, attributes, timestamp and offset deltas, key, value, headers
+_GZIP = 1
+_SNAPPY = 2
+
+
+class KafkaRecordError(ValueError):
+    """A Kafka batch that is not stored, or a stored batch Kafka cannot be given;
+    ``code`` is the Kafka error code for the partition, the message says what and why."""
+
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ProducedBatch:
+    """One Kafka batch as raftlog stores it: a keyed payload of ``record_count`` records,
+    and the batch's producer fields (-1 when it has none)."""
+
+    payload: bytes
+    record_count: int
+    producer_id: int
+    producer_epoch: int
+    base_sequence: int
+    transactional: bool
+
+
+def split_batches(records: bytes | memoryview, max_batches: int = 1024) -> list[memoryview]:
+    """The RecordBatches of a produce request's ``records`` field, each a view.
+
+    KafkaRecordError(CORRUPT_MESSAGE) when a declared length does not fit the bytes
+    (a truncated batch), a batch is shorter than its header, or there are more than
+    ``max_batches`` of them.
+    """
+    view = memoryview(records)
+    out: list[memoryview] = []
+    pos = 0
+    while pos < len(view):
+        if len(out) >= max_batches:
+            raise KafkaRecordError(CORRUPT_MESSAGE, f"more than {max_batches} record batches")
+        if pos + _LENGTH.size > len(view):
+            raise KafkaRecordError(CORRUPT_MESSAGE, "a record batch is truncated in its header")
+        _, length = _LENGTH.unpack_from(view, pos)
+        end = pos + _LENGTH.size + length
+        if length < HEADER_SIZE - _LENGTH.size or end > len(view):
+            raise KafkaRecordError(
+                CORRUPT_MESSAGE,
+                f"a record batch declares {length} bytes after its length field; "
+                f"{len(view) - pos - _LENGTH.size} follow it",
+            )
+        out.append(view[pos:end])
+        pos = end
+    if not out:
+        raise KafkaRecordError(CORRUPT_MESSAGE, "the partition's records hold no batch")
+    return out
+
+
+def _inflate_gzip(data: bytes | memoryview, limit: int) -> bytes:
+    """gzip, stopping past ``limit`` bytes (a small bomb costs no more than that)."""
+    inflater = zlib.decompressobj(16 + zlib.MAX_WBITS)
+    try:
+        out = inflater.decompress(data, limit + 1)
+    except zlib.error as exc:
+        raise KafkaRecordError(CORRUPT_MESSAGE, f"gzip records are corrupt: {exc}") from None
+    if len(out) > limit:
+        raise KafkaRecordError(
+            CORRUPT_MESSAGE, f"gzip records expand past the limit of {limit} bytes"
+        )
+    if not inflater.eof:
+        raise KafkaRecordError(CORRUPT_MESSAGE, "gzip records are truncated")
+    return out
+
+
+def decode_batch(batch: bytes | memoryview, max_bytes: int = MAX_PAYLOAD_BYTES) -> ProducedBatch:
+    """The records of one Kafka RecordBatch v2 as a raftlog keyed payload.
+
+    Checked before anything is stored: magic 2, the CRC-32C, not a control batch,
+    a supported codec (none, gzip, lz4, zstd), decompression into at most
+    ``max_bytes``, a record count that the bytes can hold (at least 7 bytes a record)
+    and that the records fill exactly. KafkaRecordError says which, with its code.
+    """
+    if len(batch) < HEADER_SIZE:
+        raise KafkaRecordError(
+            CORRUPT_MESSAGE, f"a record batch of {len(batch)} bytes is shorter than its header"
+        )
+    head = _HEADER.unpack_from(batch, 0)
+    magic, attributes, count = head[3], head[5], head[12]
+    if magic != 2:
+        raise KafkaRecordError(
+            UNSUPPORTED_FOR_MESSAGE_FORMAT, f"record batch magic {magic}: only v2 is accepted"
+        )
+    data = bytes(batch)
+    reader = DefaultRecordBatch(data)
+    if not reader.validate_crc():
+        raise KafkaRecordError(CORRUPT_MESSAGE, "record batch CRC-32C does not match its bytes")
+    if reader.is_control_batch:
+        raise KafkaRecordError(INVALID_RECORD, "a producer may not write a control batch")
+    codec = attributes & DefaultRecordBatch.CODEC_MASK
+    body: bytes | memoryview = memoryview(data)[HEADER_SIZE:]
+    if codec == _GZIP:
+        body = _inflate_gzip(body, max_bytes)
+    elif codec in (Compression.LZ4, Compression.ZSTD):
+        try:
+            body = decompress(Compression(codec), body, limit=max_bytes)
+        except ValueError as exc:
+            raise KafkaRecordError(CORRUPT_MESSAGE, str(exc)) from None
+    elif codec == _SNAPPY:
+        raise KafkaRecordError(
+            UNSUPPORTED_COMPRESSION_TYPE,
+            "snappy is not accepted: compress with none, gzip, lz4 or zstd",
+        )
+    elif codec != 0:
+        raise KafkaRecordError(UNSUPPORTED_COMPRESSION_TYPE, f"unknown codec id {codec}")
+    if not 1 <= count <= max(1, len(body) // _MIN_RECORD_BYTES):
+        raise KafkaRecordError(
+            CORRUPT_MESSAGE,
+            f"record count {count} does not fit the batch's {len(body)} bytes of records "
+            f"(each record takes at least {_MIN_RECORD_BYTES})",
+        )
+    if codec:
+        # the records decoded from an uncompressed copy: kafka-python's own inflate is
+        # unbounded, ours above is not
+        plain = bytearray(data[:HEADER_SIZE]) + body
+        struct.pack_into(">h", plain, 21, attributes & ~DefaultRecordBatch.CODEC_MASK)
+        reader = DefaultRecordBatch(plain)
+    log_append = reader.timestamp_type == DefaultRecordBatch.LOG_APPEND_TIME
+    try:
+        records = [
+            Record(
+                r.value,
+                r.key,
+                tuple(r.headers),
+                None if log_append else r.timestamp,
+            )
+            for r in reader
+        ]
+    except Exception as exc:  # kafka-python: CorruptRecordError, UnicodeDecodeError
+        raise KafkaRecordError(CORRUPT_MESSAGE, f"records do not decode: {exc}") from None
+    return ProducedBatch(
+        frame_keyed(records),
+        len(records),
+        reader.producer_id,
+        reader.producer_epoch,
+        reader.base_sequence,
+        reader.is_transactional,
+    )
+
+
+def encode_batch(batch: RecordBatch, topic: str = "") -> bytes:
+    """``batch`` (a data batch read from the log) as one Kafka RecordBatch v2 with base
+    offset ``batch.base_offset``, one record per stored record, leader epoch = its term.
+
+    KafkaRecordError(UNSUPPORTED_FOR_MESSAGE_FORMAT) for an Arrow IPC payload (a typed
+    topic, written by the Spark sink with a schema) or one that holds neither layout.
+    """
+    payload = decompress(Compression(batch.compression), batch.payload)
+    records = unframe_any(bytes(payload), batch.record_count)
+    if records is None:
+        if bytes(payload[:4]) == ARROW_MARKER:
+            raise KafkaRecordError(
+                UNSUPPORTED_FOR_MESSAGE_FORMAT,
+                f"topic {topic!r} holds Arrow IPC record batches (a typed topic); Kafka "
+                "clients read only topics of keyed or plain records",
+            )
+        if batch.record_count != 1:
+            raise KafkaRecordError(
+                UNSUPPORTED_FOR_MESSAGE_FORMAT,
+                f"the batch at offset {batch.base_offset} of topic {topic!r} holds "
+                f"{batch.record_count} records in no layout Kafka clients read",
+            )
+        records = [Record(bytes(payload))]  # one opaque value (framing's plain rule)
+    builder = DefaultRecordBatchBuilder(
+        magic=2,
+        compression_type=0,
+        is_transactional=batch.is_transactional,
+        producer_id=batch.producer_id,
+        producer_epoch=batch.producer_epoch,
+        base_sequence=batch.first_sequence,
+        batch_size=2**31 - 1,
+    )
+    for i, r in enumerate(records):
+        stamp = r.timestamp_ms if r.timestamp_ms is not None else batch.timestamp_ms
+        builder.append(i, int(stamp), r.key, r.value, list(r.headers))
+    out = builder.build()
+    # base offset, length and leader epoch precede the CRC'd bytes: set them after
+    _PATCH.pack_into(out, 0, batch.base_offset, len(out) - _LENGTH.size, batch.term)
+    return bytes(out)

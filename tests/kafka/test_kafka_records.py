@@ -1,0 +1,180 @@
+"""Kafka RecordBatch v2 <-> raftlog's stored batches (raftlog.kafka.records): records
+survive both ways (key, value, headers, timestamp; offsets = raftlog's), and every
+batch that must not enter the log is refused with Kafka's code before anything is
+sized by what it declares."""
+
+from __future__ import annotations
+
+import dataclasses
+import gzip
+import struct
+
+import pyarrow as pa
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
+from kafka.record.util import calc_crc32c
+
+from raftlog.client.framing import Record, frame_keyed, frame_records, unframe_keyed
+from raftlog.client.payload_check import check_payload
+from raftlog.kafka.records import (
+    CORRUPT_MESSAGE,
+    INVALID_RECORD,
+    UNSUPPORTED_COMPRESSION_TYPE,
+    UNSUPPORTED_FOR_MESSAGE_FORMAT,
+    KafkaRecordError,
+    decode_batch,
+    encode_batch,
+    split_batches,
+)
+from raftlog.storage.batch import RecordBatch
+
+CODECS = {"none": 0, "gzip": 1, "lz4": 3, "zstd": 4}
+
+
+def kafka_batch(records: list[Record], codec: int = 0, producer: tuple = (-1, -1, -1)) -> bytes:
+    builder = DefaultRecordBatchBuilder(2, codec, False, *producer, 2**30)
+    for i, r in enumerate(records):
+        builder.append(i, r.timestamp_ms, r.key, r.value, list(r.headers))
+    return bytes(builder.build())
+
+
+def _crc(batch: bytearray) -> None:
+    struct.pack_into(">I", batch, 17, calc_crc32c(memoryview(batch)[21:]))
+
+
+records_st = st.lists(
+    st.builds(
+        Record,
+        value=st.none() | st.binary(max_size=40),
+        key=st.none() | st.binary(max_size=10),
+        headers=st.lists(
+            st.tuples(st.text(max_size=5), st.none() | st.binary(max_size=5)), max_size=3
+        ).map(tuple),
+        timestamp_ms=st.integers(0, 2**41),
+    ),
+    min_size=1,
+    max_size=20,
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    records=records_st, codec=st.sampled_from(sorted(CODECS.values())), base=st.integers(0, 2**40)
+)
+def test_a_kafka_batch_round_trips_through_the_log(records, codec, base) -> None:
+    produced = decode_batch(kafka_batch(records, codec))
+    assert produced.record_count == len(records)
+    # what is stored is a keyed payload the node's batch check accepts as is
+    check_payload(produced.payload, produced.record_count)
+    assert unframe_keyed(produced.payload, len(records)) == records
+    stored = dataclasses.replace(
+        RecordBatch.create(produced.payload, len(records)), base_offset=base, term=7
+    )
+    out = DefaultRecordBatch(encode_batch(stored, "t"))
+    assert out.validate_crc()
+    assert out.base_offset == base and out.leader_epoch == 7
+    got = list(out)
+    assert [r.offset for r in got] == list(range(base, base + len(records)))
+    assert [(r.key, r.value, tuple(r.headers), r.timestamp) for r in got] == [
+        (r.key, r.value, r.headers, r.timestamp_ms) for r in records
+    ]
+
+
+def test_plain_raftlog_records_are_read_with_the_batch_timestamp() -> None:
+    stored = dataclasses.replace(
+        RecordBatch.create(frame_records([b"a", b"bc"]), 2, timestamp_ms=1234), base_offset=10
+    )
+    got = list(DefaultRecordBatch(encode_batch(stored)))
+    assert [(r.offset, r.key, r.value, r.timestamp) for r in got] == [
+        (10, None, b"a", 1234),
+        (11, None, b"bc", 1234),
+    ]
+
+
+def test_producer_fields_are_kept() -> None:
+    produced = decode_batch(kafka_batch([Record(b"v", timestamp_ms=1)], producer=(42, 3, 17)))
+    assert (produced.producer_id, produced.producer_epoch, produced.base_sequence) == (42, 3, 17)
+
+
+def test_a_wrong_crc_is_corrupt_message() -> None:
+    batch = bytearray(kafka_batch([Record(b"value", timestamp_ms=1)]))
+    batch[-2] ^= 1  # the last value byte: the records still parse, the CRC does not match
+    with pytest.raises(KafkaRecordError, match="CRC") as err:
+        decode_batch(batch)
+    assert err.value.code == CORRUPT_MESSAGE
+
+
+def test_a_record_count_the_bytes_cannot_hold_is_refused_by_count() -> None:
+    batch = bytearray(kafka_batch([Record(b"v", timestamp_ms=1)]))
+    struct.pack_into(">i", batch, 57, 2**31 - 1)
+    _crc(batch)
+    with pytest.raises(KafkaRecordError, match="record count 2147483647 does not fit") as err:
+        decode_batch(batch)
+    assert err.value.code == CORRUPT_MESSAGE
+
+
+def test_a_count_below_its_records_is_corrupt() -> None:
+    batch = bytearray(kafka_batch([Record(b"v", timestamp_ms=1), Record(b"w", timestamp_ms=1)]))
+    struct.pack_into(">i", batch, 57, 1)
+    _crc(batch)
+    with pytest.raises(KafkaRecordError) as err:
+        decode_batch(batch)
+    assert err.value.code == CORRUPT_MESSAGE
+
+
+def test_a_gzip_bomb_stops_at_the_limit() -> None:
+    bomb = bytearray(kafka_batch([Record(b"v", timestamp_ms=1)]))
+    body = gzip.compress(b"\x00" * (4 * 1024 * 1024))
+    bomb = bomb[:61] + body
+    struct.pack_into(">i", bomb, 8, len(bomb) - 12)
+    struct.pack_into(">h", bomb, 21, 1)  # gzip
+    _crc(bomb)
+    with pytest.raises(KafkaRecordError, match="past the limit of 1048576 bytes") as err:
+        decode_batch(bomb, max_bytes=1024 * 1024)
+    assert err.value.code == CORRUPT_MESSAGE
+
+
+def test_snappy_and_control_batches_are_refused_by_code() -> None:
+    batch = bytearray(kafka_batch([Record(b"v", timestamp_ms=1)]))
+    struct.pack_into(">h", batch, 21, 2)  # snappy
+    _crc(batch)
+    with pytest.raises(KafkaRecordError, match="snappy") as err:
+        decode_batch(batch)
+    assert err.value.code == UNSUPPORTED_COMPRESSION_TYPE
+    struct.pack_into(">h", batch, 21, 0x20)  # control
+    _crc(batch)
+    with pytest.raises(KafkaRecordError, match="control") as err:
+        decode_batch(batch)
+    assert err.value.code == INVALID_RECORD
+
+
+def test_split_refuses_a_length_past_the_bytes() -> None:
+    one = kafka_batch([Record(b"v", timestamp_ms=1)])
+    assert [bytes(b) for b in split_batches(one + one)] == [one, one]
+    for cut in (one[:-1], one[:10], one + one[:20], b""):
+        with pytest.raises(KafkaRecordError) as err:
+            split_batches(cut)
+        assert err.value.code == CORRUPT_MESSAGE
+
+
+def test_an_arrow_topic_batch_names_its_format() -> None:
+    table = pa.table({"x": [1, 2]})
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema) as writer:
+        writer.write_table(table)
+    stored = RecordBatch.create(sink.getvalue().to_pybytes(), 2)
+    with pytest.raises(KafkaRecordError, match="topic 'typed' holds Arrow IPC") as err:
+        encode_batch(stored, "typed")
+    assert err.value.code == UNSUPPORTED_FOR_MESSAGE_FORMAT
+
+
+def test_keyed_payloads_from_raftlog_produce_keep_keys_and_headers() -> None:
+    records = [Record(b"v1", b"k1", (("h", b"x"),)), Record(None, b"k2")]
+    stored = RecordBatch.create(frame_keyed(records), 2, timestamp_ms=99)
+    got = list(DefaultRecordBatch(encode_batch(stored)))
+    assert [(r.key, r.value, r.headers, r.timestamp) for r in got] == [
+        (b"k1", b"v1", [("h", b"x")], 99),
+        (b"k2", None, [], 99),
+    ]
