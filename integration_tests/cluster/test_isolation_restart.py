@@ -24,7 +24,14 @@ from raftlog.storage import identity
 def cluster(tmp_path: pathlib.Path) -> Iterator[ClusterHandle]:
     """A private cluster (the tests restart its nodes); every node stopped by PID."""
     with running_cluster(
-        tmp_path / "cluster", extra_args=["--retention-check-interval-ms", "200"]
+        tmp_path / "cluster",
+        # small coordinator segments: retention has closed ones to drop within a test
+        extra_args=[
+            "--retention-check-interval-ms",
+            "200",
+            "--transaction-state-log-segment-bytes",
+            "4096",
+        ],
     ) as handle:
         yield handle
 
@@ -91,10 +98,7 @@ def test_completed_transactions_leave_the_coordinators_log_and_open_ones_survive
         "epoch": 0,
     }
     with BlockingRaftlogClient(cluster.servers, request_timeout_s=60.0) as client:
-        # small segments, so that retention has closed segments to drop within the test
-        client.call(
-            lambda c: c.create_topic(TRANSACTIONS_TOPIC, 1, configs={"segment.bytes": "4096"})
-        )
+        client.call(lambda c: c.create_topic(TRANSACTIONS_TOPIC, 1))
         reply = _coordinator(client, "register", writer="open", version=0, participant=participant)
         assert reply["status"] == "registered"
         for version in range(200):

@@ -38,6 +38,8 @@ COORDINATOR_ROLL_FORWARD_S = 5.0
 DEFAULT_RETENTION_CHECK_INTERVAL_MS = 10_000
 # How long a deleted topic's replica stays moved aside before the node deletes it
 # (Kafka's file.delete.delay.ms).
+DEFAULT_TRANSACTION_STATE_LOG_SEGMENT_BYTES = 16 * 1024 * 1024
+"""``__transactions``' largest segment (Kafka's ``transaction.state.log.segment.bytes``)."""
 DEFAULT_FILE_DELETE_DELAY_MS = 60_000
 # A new topic's replication factor when the client gives none (capped at the node count).
 DEFAULT_REPLICATION_FACTOR = 3
@@ -96,6 +98,9 @@ class NodeConfig:
     retention_check_interval_ms: int = DEFAULT_RETENTION_CHECK_INTERVAL_MS
     # How long a deleted topic's replicas stay moved aside before the node deletes them.
     file_delete_delay_ms: int = DEFAULT_FILE_DELETE_DELAY_MS
+    # the coordinator topic's largest segment (--transaction-state-log-segment-bytes):
+    # retention drops its closed segments, so completed transactions' records go
+    transaction_state_log_segment_bytes: int = DEFAULT_TRANSACTION_STATE_LOG_SEGMENT_BYTES
     # The leader balancer: how often the controller leader evens out leaderships
     # (0: never), and how long a user's transfer-leadership pins a partition.
     leader_balance_interval_ms: int = DEFAULT_LEADER_BALANCE_INTERVAL_MS
@@ -260,6 +265,14 @@ def add_server_arguments(p: argparse.ArgumentParser) -> None:
         default=DEFAULT_FILE_DELETE_DELAY_MS,
         help="how long a deleted topic's replicas stay moved aside before the node "
         "deletes them (Kafka's file.delete.delay.ms; default 60000)",
+    )
+    p.add_argument(
+        "--transaction-state-log-segment-bytes",
+        type=int,
+        default=DEFAULT_TRANSACTION_STATE_LOG_SEGMENT_BYTES,
+        help="the largest segment of the coordinator's internal topic __transactions: "
+        "retention drops its closed segments, and with them completed transactions "
+        "(Kafka's transaction.state.log.segment.bytes; default 16777216)",
     )
     p.add_argument(
         "--leader-balance-interval-ms",
@@ -501,6 +514,14 @@ def config_from_args(args: argparse.Namespace) -> NodeConfig:
         raise ValueError(
             f"--file-delete-delay-ms: expected 0..31536000000 milliseconds, got {file_delete_delay}"
         )
+    txn_segment = getattr(
+        args, "transaction_state_log_segment_bytes", DEFAULT_TRANSACTION_STATE_LOG_SEGMENT_BYTES
+    )
+    if not 1024 <= txn_segment <= 1 << 30:
+        raise ValueError(
+            f"--transaction-state-log-segment-bytes: expected 1024..1073741824 bytes, "
+            f"got {txn_segment}"
+        )
     balance_interval = getattr(
         args, "leader_balance_interval_ms", DEFAULT_LEADER_BALANCE_INTERVAL_MS
     )
@@ -551,6 +572,7 @@ def config_from_args(args: argparse.Namespace) -> NodeConfig:
         max_transaction_timeout_ms=max_txn_timeout,
         retention_check_interval_ms=retention_interval,
         file_delete_delay_ms=file_delete_delay,
+        transaction_state_log_segment_bytes=txn_segment,
         leader_balance_interval_ms=balance_interval,
         leader_balance_pin_ms=pin_ms,
         replica_lag_time_max_ms=lag_max,

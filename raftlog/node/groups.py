@@ -25,7 +25,11 @@ from raftlog.coordinator.state import CommandError, validate_command
 from raftlog.coordinator.tm_stm import MAX_COMMAND_BYTES, TRANSACTIONS_TOPIC, TmStm
 from raftlog.faults import failpoints
 from raftlog.faults.crash import cut_to_flushed
-from raftlog.node.config import FLUSH_SCOPE_GROUP, FLUSH_SCOPE_NODE
+from raftlog.node.config import (
+    DEFAULT_TRANSACTION_STATE_LOG_SEGMENT_BYTES,
+    FLUSH_SCOPE_GROUP,
+    FLUSH_SCOPE_NODE,
+)
 from raftlog.node.replica_lag import FollowerLag, FollowerLagTracker
 from raftlog.node.retention import Retention, RetentionPolicy
 from raftlog.producers.outcomes import (
@@ -79,8 +83,6 @@ TRANSFER_HEARD_TICKS = 10
 TRANSFER_LAG_RECORDS = 1000
 """Nor one more records behind than this (the core catches it up while writes wait)."""
 
-TRANSACTIONS_SEGMENT_BYTES = 16 * 1024 * 1024
-"""The coordinator topic's largest segment: retention drops its closed segments."""
 TRANSACTIONS_RETENTION = RetentionPolicy(retention_bytes=0)
 """Every closed segment below the leader's limit goes (see ``PartitionReplica.configure``)."""
 
@@ -105,10 +107,13 @@ class GroupHost:
         rm_config: RmStmConfig | None = None,
         data_dir: pathlib.Path | None = None,
         flush_scope: str = FLUSH_SCOPE_GROUP,
+        transactions_segment_bytes: int = DEFAULT_TRANSACTION_STATE_LOG_SEGMENT_BYTES,
     ) -> None:
         """``flush_scope``: ``node`` makes one syncfs of ``data_dir``'s filesystem serve
         every group whose log is on it (:mod:`raftlog.raft.node_flush`), where the
-        system's syncfs reports write-back errors; ``group``: each log fsyncs its files."""
+        system's syncfs reports write-back errors; ``group``: each log fsyncs its files.
+        ``transactions_segment_bytes``: ``__transactions``' largest segment (see
+        :meth:`PartitionReplica.configure`)."""
         self.node_id = node_id
         self.data_dir = data_dir
         self.flush_scope = flush_scope
@@ -116,6 +121,7 @@ class GroupHost:
         self.node_flush: NodeFlush | None = None
         self._flush_device: int | None = None
         self.rm_config = rm_config or RmStmConfig()
+        self.transactions_segment_bytes = transactions_segment_bytes
         self.transport = transport
         self.heartbeats = HeartbeatManager(node_id, transport, heartbeat_interval_s)
         self.dispatcher = PeerDispatcher(node_id, self.heartbeats)
@@ -195,7 +201,16 @@ class GroupHost:
         await c.start()
         self.groups[group] = c
         return PartitionReplica(
-            topic, partition, group, directory, list(replicas), c, rm, tm, retention
+            topic,
+            partition,
+            group,
+            directory,
+            list(replicas),
+            c,
+            rm,
+            tm,
+            retention,
+            transactions_segment_bytes=self.transactions_segment_bytes,
         )
 
     def _register_crash_hook(self, group: int, log: SegmentedLog) -> None:
@@ -270,8 +285,10 @@ class PartitionReplica:
         rm: RmStm,
         tm: TmStm | None = None,
         retention: Retention | None = None,
+        transactions_segment_bytes: int = DEFAULT_TRANSACTION_STATE_LOG_SEGMENT_BYTES,
     ) -> None:
         self.topic = topic
+        self.transactions_segment_bytes = transactions_segment_bytes
         self.partition = partition
         self.group_id = group_id
         self.directory = directory
@@ -301,13 +318,14 @@ class PartitionReplica:
         (saved with the commit context, installed on a replica behind the log start)
         holds every transaction still open and every decision kept, so the commands
         below it are redundant. Its closed segments (at most
-        ``TRANSACTIONS_SEGMENT_BYTES`` each) all go, up to the leader's limit (the
+        ``transactions_segment_bytes`` each: the node's
+        ``--transaction-state-log-segment-bytes``) all go, up to the leader's limit (the
         high watermark and its saved commit context): completed transactions' records
         are dropped, an open one's state survives in the snapshot."""
         log = self.consensus.log
         segment_bytes = config.segment_bytes
         if self.topic == TRANSACTIONS_TOPIC:
-            segment_bytes = min(segment_bytes, TRANSACTIONS_SEGMENT_BYTES)
+            segment_bytes = min(segment_bytes, self.transactions_segment_bytes)
         if isinstance(log, SegmentedLog):
             log.configure(segment_bytes=segment_bytes, segment_ms=config.segment_ms)
         if self.retention is not None:

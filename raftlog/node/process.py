@@ -164,6 +164,7 @@ class Node(Upkeep, AdminApi, MetadataApi, DataApi):
             ),
             data_dir=config.data_dir,
             flush_scope=config.flush_scope,
+            transactions_segment_bytes=config.transaction_state_log_segment_bytes,
         )
         self.controller_stm = ControllerStm()
         self.controller: Any = None

@@ -50,7 +50,7 @@ def _victim_dir(data_dir: pathlib.Path, seed: int) -> pathlib.Path:
     rng = random.Random(seed)
     victim = rng.choice(chaos_nemeses.NODES)
     partition = rng.randrange(chaos_nemeses.PARTITIONS)
-    return data_dir / f"node-{victim}" / FakeWorkload.topic / str(partition)
+    return data_dir / f"node-{victim}" / "partitions" / FakeWorkload.topic / str(partition)
 
 
 def test_torn_waits_for_the_victims_log_then_kills_and_tears_it(
@@ -80,7 +80,7 @@ def test_torn_waits_for_the_victims_log_then_kills_and_tears_it(
         return detail
 
     detail = asyncio.run(scenario())
-    victim = int(log_dir.parent.parent.name.removeprefix("node-"))
+    victim = int(log_dir.parents[2].name.removeprefix("node-"))
     assert cluster.events == ["created", f"kill {victim}", "tear", f"restart {victim}"]
     assert "(last whole batch 41)" in detail
 

@@ -207,3 +207,12 @@ def test_beyond_loopback_with_tls_nothing_is_warned(tmp_path: pathlib.Path) -> N
     cfg = config_from_args(parse(*off, *tls, "--tls-ca", str(tmp_path / "ca.pem")))
     assert cfg.tls is not None and not cfg.allow_plaintext
     assert plaintext_warning(cfg) is None
+
+
+def test_the_coordinator_topics_segment_size_is_a_flag_with_kafkas_default() -> None:
+    listen = ("--listen", "127.0.0.1:9001")
+    assert config_from_args(parse(*listen)).transaction_state_log_segment_bytes == 16 << 20
+    cfg = config_from_args(parse(*listen, "--transaction-state-log-segment-bytes", "4096"))
+    assert cfg.transaction_state_log_segment_bytes == 4096
+    with pytest.raises(ValueError, match=r"--transaction-state-log-segment-bytes: expected 1024"):
+        config_from_args(parse(*listen, "--transaction-state-log-segment-bytes", "10"))
