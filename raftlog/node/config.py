@@ -101,6 +101,9 @@ class NodeConfig:
     flush_scope: str = FLUSH_SCOPE_NODE
     # --allow-plaintext: serve and peer beyond loopback without TLS (tokens in clear)
     allow_plaintext: bool = False
+    # --quiesce / --no-quiesce: idle groups stop ticking and heartbeating
+    # (raftlog.raft.core.RaftCore.quiescent); node liveness stands in for them.
+    quiesce: bool = True
 
     @property
     def address(self) -> str:
@@ -270,6 +273,15 @@ def add_server_arguments(p: argparse.ArgumentParser) -> None:
         "5.8, else as group); group: each partition's log fsyncs its own files, which "
         "suits a filesystem shared with heavy writers (default node)",
     )
+    p.add_argument(
+        "--quiesce",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="a partition with nothing to replicate stops ticking and sending heartbeats "
+        "of its own; one heartbeat per pair of nodes tells whether a node is up, and a "
+        "write, a lagging replica, a dead node or a membership change wakes it "
+        "(--no-quiesce: every partition ticks; default on)",
+    )
     # set by shard 0 for the processes it starts (raftlog.node.shards); never by users
     p.add_argument("--shard-index", type=int, default=0, help=argparse.SUPPRESS)
     p.add_argument("--log-level", default="INFO")
@@ -417,6 +429,7 @@ def config_from_args(args: argparse.Namespace) -> NodeConfig:
         shard_index=shard_index,
         flush_scope=getattr(args, "flush_scope", FLUSH_SCOPE_NODE),
         allow_plaintext=allow_plaintext,
+        quiesce=getattr(args, "quiesce", True),
     )
 
 

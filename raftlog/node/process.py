@@ -161,11 +161,14 @@ class Node(Upkeep, AdminApi, MetadataApi, DataApi):
             ),
             data_dir=config.data_dir,
             flush_scope=config.flush_scope,
+            quiesce=config.quiesce,
         )
         self.controller_stm = ControllerStm()
         self.controller: Any = None
         self.partitions: dict[int, PartitionReplica] = {}
-        self.metrics = NodeMetrics(config.node_id, self._group_views, self._syncfs_calls)
+        self.metrics = NodeMetrics(
+            config.node_id, self._group_views, self._syncfs_calls, self.host.clock_stats
+        )
         self._reconcile_needed = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
         self._runner: web.AppRunner | None = None
