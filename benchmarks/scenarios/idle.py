@@ -35,6 +35,32 @@ def add_arguments(group: argparse._ArgumentGroup) -> None:
     group.add_argument(
         "--idle-seconds", type=int, default=None, help="CPU window per partition count"
     )
+    group.add_argument(
+        "--partitions",
+        type=_steps,
+        default=None,
+        help="the partition counts to measure, comma-separated, increasing, each a "
+        f"multiple of {TOPIC_PARTITIONS} (default 0,150,450; quick 0,30)",
+    )
+
+
+def _steps(text: str) -> tuple[int, ...]:
+    """``--partitions``: "0,150,1500" -> (0, 150, 1500); ValueError names the option."""
+    try:
+        steps = tuple(int(part) for part in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"--partitions: expected counts like 0,150,1500, got {text!r}"
+        ) from None
+    if (
+        not steps
+        or any(n < 0 or n % TOPIC_PARTITIONS for n in steps)
+        or list(steps) != sorted(set(steps))
+    ):
+        raise argparse.ArgumentTypeError(
+            f"--partitions: expected increasing multiples of {TOPIC_PARTITIONS}, got {text!r}"
+        )
+    return steps
 
 
 async def _grow(client: Any, have: int, want: int) -> int:
@@ -72,6 +98,7 @@ async def measure(
             if have and rows:
                 base = float(rows[0]["cores (3 nodes)"])
                 row["cores per 100 partitions"] = (cores - base) * 100 / have
+                row["cores per 1,000 partitions"] = (cores - base) * 1000 / have
             rows.append(row)
             ctx.advance(1)
     finally:
@@ -88,13 +115,13 @@ async def measure(
 
 @scenario(
     "idle",
-    "an idle 3-node cluster's CPU by partition count (0, 150, 450; quick 0, 30)",
+    "an idle 3-node cluster's CPU by partition count (0, 150, 450, or --partitions; quick 0, 30)",
     add_arguments=add_arguments,
 )
 def run(ctx: RunContext) -> list[Row]:
     if getattr(ctx.args, "servers", None):
         raise Skip("it reads the nodes' CPU from /proc by PID, so it runs only on a local cluster")
-    steps = QUICK_STEPS if ctx.quick else FULL_STEPS
+    steps = getattr(ctx.args, "partitions", None) or (QUICK_STEPS if ctx.quick else FULL_STEPS)
     window_s = ctx.option("idle_seconds", quick=QUICK_WINDOW_S, full=FULL_WINDOW_S)
     ctx.set_total(len(steps))
     with (
