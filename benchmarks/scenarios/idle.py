@@ -5,7 +5,8 @@ idle at any moment. Each partition here is a Raft group with its own ticks and
 heartbeats (an idle follower gets one every ``idle_heartbeat_ticks``), so an idle
 cluster's CPU grows with its partitions. A 3-node local cluster gets topics of
 ``TOPIC_PARTITIONS`` partitions (3 replicas each) in steps; after each step every
-partition has a leader, the groups settle, and then the nodes' CPU (user +
+partition has a leader, the groups settle (and, where the nodes quiesce idle
+groups, until they report them quiescent: ``s to quiesce``), and then the nodes' CPU (user +
 system of every process of every node, from ``/proc``) is measured over a window
 in which no client calls. Local cluster only: it reads the nodes' CPU by PID.
 """
@@ -15,6 +16,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import time
+import urllib.request
 from typing import Any
 
 from benchmarks.context import RunContext
@@ -29,6 +31,13 @@ FULL_WINDOW_S, QUICK_WINDOW_S = 10, 3
 SETTLE_S = 3.0
 """After the last leader is elected: the commit index reaches every follower, whose
 groups only then count as idle."""
+QUIESCE_WAIT_S = 120.0
+"""Then, on nodes that quiesce idle groups, until each node has ticked at most
+QUIESCE_SLACK groups (the controller's and a few stragglers) for QUIESCE_QUIET
+checks a second apart (the leader balancer's moves after a creation wake groups
+for a while), or this long."""
+QUIESCE_SLACK = 5
+QUIESCE_QUIET = 5
 
 
 def add_arguments(group: argparse._ArgumentGroup) -> None:
@@ -72,6 +81,33 @@ async def _grow(client: Any, have: int, want: int) -> int:
     return have
 
 
+def _active_groups(address: str) -> float | None:
+    """A node's raftlog_raft_active_groups (None when it exports none: no quiescence)."""
+    with urllib.request.urlopen(f"http://{address}/metrics", timeout=30) as resp:
+        for line in resp.read().decode().splitlines():
+            if line.startswith("raftlog_raft_active_groups{"):
+                return float(line.rsplit(" ", 1)[1])
+    return None
+
+
+async def _quiesced(servers: list[str]) -> float:
+    """Wait until every node has ticked at most QUIESCE_SLACK groups for QUIESCE_QUIET
+    checks in a row (bounded by QUIESCE_WAIT_S); the seconds waited."""
+    start = time.monotonic()
+    quiet = 0
+    while time.monotonic() - start < QUIESCE_WAIT_S and quiet < QUIESCE_QUIET:
+        try:
+            active = [await asyncio.to_thread(_active_groups, a) for a in servers]
+        except OSError:  # a node too busy to render /metrics in time: not settled yet
+            await asyncio.sleep(1.0)
+            continue
+        if any(a is None for a in active):
+            break  # nodes that do not quiesce: the settle above is all there is
+        quiet = quiet + 1 if all(a <= QUIESCE_SLACK for a in active) else 0
+        await asyncio.sleep(1.0)
+    return time.monotonic() - start
+
+
 async def _cores(pids: list[int], window_s: float) -> float:
     """Cores the processes ``pids`` (and their children) used over ``window_s``."""
     start_cpu, start = tree_cpu_seconds(pids), time.monotonic()
@@ -93,8 +129,13 @@ async def measure(
         for want in steps:
             have = await _grow(client, have, want)
             await asyncio.sleep(SETTLE_S)
+            settled_s = await _quiesced(servers)
             cores = await _cores(pids, window_s)
-            row: Row = {"partitions": f"{have}", "cores (3 nodes)": cores}
+            row: Row = {
+                "partitions": f"{have}",
+                "cores (3 nodes)": cores,
+                "s to quiesce": settled_s,
+            }
             if have and rows:
                 base = float(rows[0]["cores (3 nodes)"])
                 row["cores per 100 partitions"] = (cores - base) * 100 / have

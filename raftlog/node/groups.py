@@ -417,7 +417,10 @@ class PartitionReplica:
         """Feed the follower lag tracker one sample of the leader's progress (forgets
         every follower on a follower)."""
         c = self.consensus
-        if not c.is_leader:
+        if not c.is_leader or c.quiescent:
+            # Quiescent: every follower holds the whole log (the core's condition), so
+            # none lags; the tracker starts afresh, all caught up, when the group wakes.
+            # An idle node then samples nothing per partition.
             self.lag.reset()
             return
         matched = {node: p.match_offset for node, p in c.core.progress.items()}

@@ -46,9 +46,15 @@ Supervision: a group's task that fails with anything but a Raft error or a
 timeout (a bug, or a value that slipped past decoding) is logged with the
 group's ``name``, recorded in ``fatal_error`` (the simulator fails the seed on
 it) and counted in ``task_failures``; the replica steps down, callers waiting
-on that task get an error, and the group's long-running tasks (ticker,
-flusher, batcher, applier) are restarted after a tick. A node never keeps the
+on that task get an error, and the group's long-running tasks (flusher,
+batcher, applier) are restarted after a tick; a tick that raises (the node
+clock calls ``clock_tick``) is reported the same way. A node never keeps the
 leadership of a group it cannot serve.
+
+Ticks: the node's :class:`~raftlog.raft.node_clock.NodeClock` (``clock=``; None:
+one of the group's own) ticks this group while its core is not quiescent
+(:attr:`RaftCore.quiescent`); ``process_ready`` adds it to or drops it from the
+clock after every ``Ready``.
 
 Timing: the stages use the running event loop's clock (``asyncio.sleep``), so
 the simulator drives time by running them on a virtual-time loop.
