@@ -385,6 +385,11 @@ class Consensus:
         if on != self._ticking:
             self._ticking = on
             self.clock.set_active(self, on)
+            if not on and self.running:
+                # Quiescing: the periodic save (every commit_context_interval_ticks)
+                # stops with the ticks, so the context is saved once now, with the
+                # whole log committed (a replica behind its promise clears it durably).
+                self.save_commit_context()
 
     def clock_tick(self) -> None:
         """One tick of the node clock (only while this group is active)."""
