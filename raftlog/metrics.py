@@ -241,6 +241,36 @@ class _EdgeCollector(Collector):
             yield gauge
 
 
+class _RaftClockCollector(Collector):
+    """The node clock and its heartbeats (raftlog.raft.node_clock): how many groups
+    tick, how many are quiescent, and what the heartbeats cost."""
+
+    _GAUGES = {
+        "active_groups": "groups the node clock ticks (not quiescent)",
+        "quiescent_groups": "groups quiescent here: no ticks, no heartbeats of their own",
+    }
+    _COUNTERS = {
+        "group_heartbeats": "per-group heartbeats this node sent as leader",
+        "heartbeat_batches": "heartbeat requests sent, one per peer node a round",
+        "nodes_declared_dead": "times node liveness declared a peer node dead",
+    }
+
+    def __init__(self, node_id: int, stats: Callable[[], dict[str, float]]) -> None:
+        self._node_id = str(node_id)
+        self._stats = stats
+
+    def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
+        stats = self._stats()
+        for name, doc in self._GAUGES.items():
+            gauge = GaugeMetricFamily(f"raftlog_raft_{name}", doc, labels=["node"])
+            gauge.add_metric([self._node_id], stats[name])
+            yield gauge
+        for name, doc in self._COUNTERS.items():
+            counter = CounterMetricFamily(f"raftlog_raft_{name}", doc, labels=["node"])
+            counter.add_metric([self._node_id], stats[name])
+            yield counter
+
+
 class NodeMetrics:
     """Every metric of one node, in a registry of its own."""
 
@@ -251,10 +281,12 @@ class NodeMetrics:
         syncs: Callable[[], int | None] = lambda: None,
         disk: Callable[[], dict[str, Any]] | None = None,
         edge: EdgeView | None = None,
+        raft_clock: Callable[[], dict[str, float]] | None = None,
     ) -> None:
         """``syncs``: the node's syncfs calls, None when it makes none (no sample);
         ``disk``: the node's :meth:`DiskSpace.status` (None: no disk metrics);
-        ``edge``: the node's edge limits, whose refusals and usage are exported."""
+        ``edge``: the node's edge limits, whose refusals and usage are exported;
+        ``raft_clock``: the node clock's figures (``GroupHost.clock_stats``)."""
         self.registry = CollectorRegistry(auto_describe=True)
         if edge is not None:
             self.registry.register(_EdgeCollector(node_id, edge))
@@ -268,6 +300,8 @@ class NodeMetrics:
             ["route"],
             registry=self.registry,
         )
+        if raft_clock is not None:
+            self.registry.register(_RaftClockCollector(node_id, raft_clock))
         self.append_latency = Histogram(
             "raftlog_append_latency_seconds",
             "produce latency from request to acknowledgement, by acks",

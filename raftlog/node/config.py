@@ -127,6 +127,9 @@ class NodeConfig:
     kafka_peers: dict[int, str] = dataclasses.field(default_factory=dict)
     kafka_max_request_bytes: int = 0
     kafka_max_connections: int = 1024
+    # --quiesce / --no-quiesce: idle groups stop ticking and heartbeating
+    # (raftlog.raft.core.RaftCore.quiescent); node liveness stands in for them.
+    quiesce: bool = True
 
     @property
     def address(self) -> str:
@@ -347,6 +350,15 @@ def add_server_arguments(p: argparse.ArgumentParser) -> None:
         default=None,
         help="open Kafka connections the listener accepts; one more is closed at once "
         "(default 1024)",
+    )
+    p.add_argument(
+        "--quiesce",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="a partition with nothing to replicate stops ticking and sending heartbeats "
+        "of its own; one heartbeat per pair of nodes tells whether a node is up, and a "
+        "write, a lagging replica, a dead node or a membership change wakes it "
+        "(--no-quiesce: every partition ticks; default on)",
     )
     # set by shard 0 for the processes it starts (raftlog.node.shards); never by users
     p.add_argument("--shard-index", type=int, default=0, help=argparse.SUPPRESS)
@@ -586,6 +598,7 @@ def config_from_args(args: argparse.Namespace) -> NodeConfig:
         kafka_peers=kafka_peers,
         kafka_max_request_bytes=kafka_max,
         kafka_max_connections=kafka_connections,
+        quiesce=getattr(args, "quiesce", True),
     )
 
 

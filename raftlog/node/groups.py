@@ -13,6 +13,7 @@ aborted data.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import logging
 import os
@@ -51,6 +52,7 @@ from raftlog.raft.errors import (
     TermMismatchError,
 )
 from raftlog.raft.heartbeat_manager import HeartbeatManager
+from raftlog.raft.node_clock import NodeClock
 from raftlog.raft.node_flush import NodeFlush
 from raftlog.raft.progress import ProgressState
 from raftlog.raft.replicate_batcher import Consistency
@@ -108,6 +110,7 @@ class GroupHost:
         data_dir: pathlib.Path | None = None,
         flush_scope: str = FLUSH_SCOPE_GROUP,
         transactions_segment_bytes: int = DEFAULT_TRANSACTION_STATE_LOG_SEGMENT_BYTES,
+        quiesce: bool = True,
     ) -> None:
         """``flush_scope``: ``node`` makes one syncfs of ``data_dir``'s filesystem serve
         every group whose log is on it (:mod:`raftlog.raft.node_flush`), where the
@@ -123,13 +126,23 @@ class GroupHost:
         self.rm_config = rm_config or RmStmConfig()
         self.transactions_segment_bytes = transactions_segment_bytes
         self.transport = transport
-        self.heartbeats = HeartbeatManager(node_id, transport, heartbeat_interval_s)
+        self.options = ConsensusOptions(quiesce=quiesce)
+        # A peer silent for two election timeouts is declared dead: the quiescent groups
+        # it leads wake, and campaign one election timeout later (as without quiescence).
+        dead_after_s = max(
+            2 * self.options.election_timeout_ticks * self.options.tick_interval_s,
+            4 * heartbeat_interval_s,
+        )
+        self.heartbeats = HeartbeatManager(node_id, transport, heartbeat_interval_s, dead_after_s)
+        # One clock ticks every active group of the node and paces the heartbeat rounds.
+        self.clock = NodeClock(self.options.tick_interval_s, self.heartbeats)
         self.dispatcher = PeerDispatcher(node_id, self.heartbeats)
         self.groups: dict[int, Consensus] = {}
         self._crash_hooks: dict[int, Any] = {}
 
     async def start(self) -> None:
         await self.heartbeats.start()
+        self.clock.start()
         if self.flush_scope == FLUSH_SCOPE_NODE and self.data_dir is not None:
             # Opened before any group writes: syncfs reports errors from its opening on.
             barrier = REAL_FS.open_barrier(self.data_dir)
@@ -147,9 +160,22 @@ class GroupHost:
     async def stop(self) -> None:
         for gid in list(self.groups):
             await self.close_group(gid)
+        await self.clock.stop()
         await self.heartbeats.stop()
         if self.node_flush is not None:
             await self.node_flush.stop()
+
+    def clock_stats(self) -> dict[str, float]:
+        """The node clock's and heartbeats' figures (the raftlog_raft_* metrics)."""
+        hosted = sum(1 for c in self.groups.values() if c.running)
+        return {
+            "active_groups": float(self.clock.active_groups),
+            "quiescent_groups": float(sum(1 for c in self.groups.values() if c.quiescent)),
+            "hosted_groups": float(hosted),
+            "group_heartbeats": float(self.heartbeats.group_heartbeats_sent),
+            "heartbeat_batches": float(self.heartbeats.batches_sent),
+            "nodes_declared_dead": float(self.heartbeats.nodes_declared_dead),
+        }
 
     def _flush_barrier(self, directory: pathlib.Path) -> Callable[[], Awaitable[None]] | None:
         """The node's syncfs for a log in ``directory``: only on the filesystem it
@@ -169,9 +195,10 @@ class GroupHost:
             Configuration.of(replicas, priorities=priorities(replicas)),
             log,
             self.transport,
-            ConsensusOptions(),
+            dataclasses.replace(self.options),
             seed=self.node_id * 1_000_003 + group,
             heartbeats=self.heartbeats,
+            clock=self.clock,
             flush_barrier=self._flush_barrier(directory),
         )
 
@@ -425,7 +452,10 @@ class PartitionReplica:
         """Feed the follower lag tracker one sample of the leader's progress (forgets
         every follower on a follower)."""
         c = self.consensus
-        if not c.is_leader:
+        if not c.is_leader or c.quiescent:
+            # Quiescent: every follower holds the whole log (the core's condition), so
+            # none lags; the tracker starts afresh, all caught up, when the group wakes.
+            # An idle node then samples nothing per partition.
             self.lag.reset()
             return
         matched = {node: p.match_offset for node, p in c.core.progress.items()}

@@ -165,6 +165,7 @@ class Node(Upkeep, AdminApi, MetadataApi, DataApi):
             data_dir=config.data_dir,
             flush_scope=config.flush_scope,
             transactions_segment_bytes=config.transaction_state_log_segment_bytes,
+            quiesce=config.quiesce,
         )
         self.controller_stm = ControllerStm()
         self.controller: Any = None
@@ -178,6 +179,7 @@ class Node(Upkeep, AdminApi, MetadataApi, DataApi):
             self._syncfs_calls,
             disk=self.disk.status,
             edge=self.edge,
+            raft_clock=self.host.clock_stats,
         )
         self._reconcile_needed = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []

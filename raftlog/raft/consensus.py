@@ -46,9 +46,15 @@ Supervision: a group's task that fails with anything but a Raft error or a
 timeout (a bug, or a value that slipped past decoding) is logged with the
 group's ``name``, recorded in ``fatal_error`` (the simulator fails the seed on
 it) and counted in ``task_failures``; the replica steps down, callers waiting
-on that task get an error, and the group's long-running tasks (ticker,
-flusher, batcher, applier) are restarted after a tick. A node never keeps the
+on that task get an error, and the group's long-running tasks (flusher,
+batcher, applier) are restarted after a tick; a tick that raises (the node
+clock calls ``clock_tick``) is reported the same way. A node never keeps the
 leadership of a group it cannot serve.
+
+Ticks: the node's :class:`~raftlog.raft.node_clock.NodeClock` (``clock=``; None:
+one of the group's own) ticks this group while its core is not quiescent
+(:attr:`RaftCore.quiescent`); ``process_ready`` adds it to or drops it from the
+clock after every ``Ready``.
 
 Timing: the stages use the running event loop's clock (``asyncio.sleep``), so
 the simulator drives time by running them on a virtual-time loop.
@@ -92,6 +98,7 @@ from raftlog.raft.messages import (
     VoteReply,
     VoteRequest,
 )
+from raftlog.raft.node_clock import NodeClock
 from raftlog.raft.options import ConsensusOptions
 from raftlog.raft.recovery import Recovery
 from raftlog.raft.replicate_batcher import (
@@ -138,7 +145,10 @@ class Consensus:
         heartbeats: HeartbeatManager | None = None,
         name: str | None = None,
         flush_barrier: Callable[[], Awaitable[None]] | None = None,
+        clock: NodeClock | None = None,
     ) -> None:
+        """``clock``: the node's clock, which ticks this group while it is not quiescent
+        (None: a clock of the group's own, started and stopped with it)."""
         self.group = group
         # The node's syncfs (NodeFlush.sync) that replaces this log's own fsync; None:
         # the log fsyncs its files (see raftlog.raft.flush).
@@ -189,10 +199,9 @@ class Consensus:
         # Called (no arguments) whenever the commit index advanced: the simulator checks
         # quorum durability at that very moment, not only at its next step.
         self.commit_listeners: list[Callable[[], None]] = []
-        # How fast this node's clock runs (ticks every tick_interval_s / clock_rate): the
-        # simulator's clock drift; 0 stops the clock (a pause: the missed ticks run at once
-        # when it is set back). Always 1.0 in production.
-        self.clock_rate = 1.0
+        self._own_clock = clock is None
+        self.clock = clock if clock is not None else NodeClock(self.options.tick_interval_s)
+        self._ticking = False  # on the clock's active list (not quiescent)
         # How many times this replica truncated its log (the only way its flushed offset
         # goes back): the simulator's check that leaders never regress their view of it.
         self.truncations = 0
@@ -252,12 +261,15 @@ class Consensus:
         self.batcher = ReplicateBatcher(self._entries, self.options.batcher_memory_bytes)
         self._applier.restore(self._restored_ctx)
         self.running = True
-        for service in ("ticker", "flusher", "batcher"):
+        for service in ("flusher", "batcher"):
             self._start_service(service)
         if self._applier.stms:
             self._start_service("applier")
         if self._heartbeats is not None:
             self._heartbeats.register(self)
+        self._set_ticking(True)
+        if self._own_clock:
+            self.clock.start()
 
     async def stop(self) -> None:
         """Stop every task; pending callers fail with NotLeaderError; saves the commit context."""
@@ -282,6 +294,9 @@ class Consensus:
 
     def _shutdown(self) -> None:
         self.running = False
+        self._set_ticking(False)
+        if self._own_clock:
+            self.clock.kill()
         if self._heartbeats is not None and self._heartbeats.group(self.group) is self:
             self._heartbeats.unregister(self.group)
         err = NotLeaderError(self.group, -1, f"group {self.group} on node {self.node_id} stopped")
@@ -298,8 +313,6 @@ class Consensus:
         return task
 
     def _service_coro(self, service: str) -> Coroutine[Any, Any, Any]:
-        if service == "ticker":
-            return self._ticker()
         if service == "flusher":
             return self.flusher.run()
         if service == "batcher":
@@ -351,19 +364,49 @@ class Consensus:
         except Exception as again:  # the vote save failed: retried on the next tick
             log_.error("%s on node %s: stepping down: %r", self.name, self.node_id, again)
 
-    async def _ticker(self) -> None:
-        missed = 0
-        while True:
-            if self.clock_rate <= 0:
-                # The simulator's clock pause: no tick runs while it lasts; the ticks it
-                # missed all run at once when the clock resumes (the clock jumps).
-                await asyncio.sleep(self.options.tick_interval_s)
-                missed += 1
-                continue
-            await asyncio.sleep(self.options.tick_interval_s / self.clock_rate)
-            for _ in range(missed + 1):
-                self._tick()
-            missed = 0
+    @property
+    def clock_rate(self) -> float:
+        """How fast this node's clock runs (ticks every tick_interval_s / clock_rate): the
+        simulator's clock drift; 0 stops the clock (a pause: the missed ticks run at once
+        when it is set back). Always 1.0 in production. The node clock's: shared by the
+        node's groups."""
+        return self.clock.rate
+
+    @clock_rate.setter
+    def clock_rate(self, rate: float) -> None:
+        self.clock.rate = rate
+
+    @property
+    def quiescent(self) -> bool:
+        """Not ticked nor heartbeated now (see :attr:`RaftCore.quiescent`)."""
+        return self.core.quiescent
+
+    def _set_ticking(self, on: bool) -> None:
+        if on != self._ticking:
+            self._ticking = on
+            self.clock.set_active(self, on)
+            if not on and self.running:
+                # Quiescing: the periodic save (every commit_context_interval_ticks)
+                # stops with the ticks, so the context is saved once now, with the
+                # whole log committed (a replica behind its promise clears it durably).
+                self.save_commit_context()
+
+    def clock_tick(self) -> None:
+        """One tick of the node clock (only while this group is active)."""
+        self._tick()
+
+    def on_tick_failed(self, exc: Exception) -> None:
+        """A tick raised (a bug): as a failed task (the clock goes on)."""
+        self._on_task_failed("ticker", exc)
+
+    def peer_nodes(self) -> list[int]:
+        return [n for n in self.configs.latest.members if n != self.node_id]
+
+    def on_node_dead(self, node: int) -> None:
+        """Node liveness declared ``node`` dead: the core decides whether to wake."""
+        if self.running:
+            self.core.on_node_dead(node)
+            self.process_ready()
 
     def _tick(self) -> None:
         self.core.tick()
@@ -451,6 +494,7 @@ class Consensus:
         self._applier.appended(batches)
         if self.configs.observe(batches):
             self.core.on_configuration_changed()
+            self._watch_members()
         self._follower.appended()
 
     def install_local(
@@ -469,6 +513,7 @@ class Consensus:
         self.log.restart_at(offset + 1, term)
         self.configs.restart(*config)
         self.core.on_configuration_changed()
+        self._watch_members()
         self._applier.install(ctx)
         if self.snapshot_store is not None:
             self.snapshot_store.installed(offset, data)
@@ -487,6 +532,10 @@ class Consensus:
         """(offset, data): the group's state as of the last applied offset (without state
         machines: the commit index, as far as flushed), in the commit context's format."""
         return self._applier.snapshot()
+
+    def _watch_members(self) -> None:
+        if self._heartbeats is not None and self.running:
+            self._heartbeats.watch(self.peer_nodes())
 
     def truncate_local(self, offset: int) -> None:
         """Drop the log from ``offset`` on (a follower's conflicting suffix)."""
@@ -512,6 +561,8 @@ class Consensus:
         leader's local append, the vote persisted before anything is sent, then the
         flush in parallel with the sends."""
         ready = self.core.take_ready()
+        if self.running:
+            self._set_ticking(not self.core.quiescent)
         if ready.append:
             # Local, not a message: it goes even when the vote's save below fails.
             self.append_local(ready.append)

@@ -137,6 +137,9 @@ class CoreOptions:
     # a late reply to the leader's quorum check, costs nothing. The simulator runs 3
     # against its timeout of 5: less margin, on purpose.
     idle_heartbeat_ticks: int = 3
+    # Quiesce a group that has nothing to do (see RaftCore.quiescent): no ticks and no
+    # per-group heartbeats until something wakes it; node liveness stands in for them.
+    quiesce: bool = True
 
 
 @dataclasses.dataclass(slots=True)
@@ -263,6 +266,10 @@ class RaftCore:
         # Called with (follower, progress) after a reply updated a follower's progress
         # (the simulator checks that the view never goes back); None in production.
         self.progress_listener: Callable[[int, FollowerProgress], None] | None = None
+        # Quiescence (see the ``quiescent`` property's docstring). Leader: the followers
+        # that confirmed quiescing in reply to a ``quiesce`` heartbeat since the last wake.
+        self._quiescent = False
+        self._quiesced_peers: set[int] = set()
         self._ready = Ready()
         self._refresh_role()
 
@@ -289,6 +296,69 @@ class RaftCore:
             self.promised_offset = -1
             return False
         return True
+
+    @property
+    def quiescent(self) -> bool:
+        """True while the group needs neither ticks nor per-group heartbeats here.
+
+        A leader quiesces once its whole log is committed in its term and flushed on
+        every member, nothing is in flight, pending or changing (a transfer, a
+        configuration, a promotion), and every member confirmed quiescing in reply
+        to a heartbeat that asked it to (``Heartbeat.quiesce``). A follower quiesces
+        on such a heartbeat when it holds exactly the leader's log, all committed and
+        flushed. The driver
+        stops ticking a quiescent group (the node clock drops it) and the leader
+        sends it no heartbeats; node liveness (one heartbeat per node pair) stands in
+        for them. Anything that is not a quiesce heartbeat wakes it: a proposal, an
+        append, a vote or timeout-now request, a configuration change, a transfer, a
+        step-down, a reply that shows a follower behind, or :meth:`on_node_dead` for
+        the leader's node (a follower) or a member's node (the leader). A woken
+        follower's election timer goes on from where it stopped, so a follower whose
+        leader's node died campaigns one election timeout after the node was
+        declared dead, as today. Only liveness depends on quiescence: no vote, no
+        append and no commit rule reads it."""
+        return self._quiescent
+
+    def _wake(self) -> None:
+        self._quiesced_peers.clear()
+        self._quiescent = False
+
+    def on_node_dead(self, node: int) -> None:
+        """Node liveness declared ``node`` dead: wake if it is this quiescent follower's
+        leader, or a member of this quiescent leader's group."""
+        if not self._quiescent:
+            return
+        if self.role is Role.LEADER:
+            if node in self.progress:
+                self._wake()
+        elif node == self.leader_id and not mutations.active("quiesced_keeps_dead_leader"):
+            self._wake()
+
+    def _can_quiesce(self) -> bool:
+        """Leader: nothing to replicate, commit, flush or change (see ``quiescent``)."""
+        if not (
+            self.options.quiesce
+            and self.role is Role.LEADER
+            and self.transfer_target == -1
+            and not self._unsent
+            and not self._promoting
+        ):
+            return False
+        end = self.log.dirty_offset
+        if (
+            self.commit_index != end
+            or self.log.flushed_offset < end
+            or self.config_change_in_flight
+            or not self.committed_in_term
+            or self.behind_promise
+        ):
+            return False
+        # No "heard lately" condition: each member's confirmation of a quiesce
+        # heartbeat is a fresh reply, and any change since wakes the group.
+        return all(
+            p.state is ProgressState.REPLICATE and self._heartbeat_idle(p)
+            for p in self.progress.values()
+        )
 
     @property
     def accepting_writes(self) -> bool:
@@ -318,6 +388,8 @@ class RaftCore:
     # ---------------------------------------------------------------- ticking
 
     def tick(self) -> None:
+        if self._quiescent:
+            return  # the driver stops ticking a quiescent group; a stray tick is a no-op
         self.ticks += 1
         if self.role is Role.LEADER:
             self._tick_leader()
@@ -326,6 +398,9 @@ class RaftCore:
             self._on_election_timeout()
 
     def _tick_leader(self) -> None:
+        if not self.progress and self._can_quiesce():
+            self._quiescent = True  # a group of one: nobody to confirm it
+            return
         if self.transfer_target != -1:
             self._transfer_elapsed += 1
             if self._transfer_elapsed > self.options.transfer_timeout_ticks:
@@ -374,6 +449,7 @@ class RaftCore:
             return
         if self.behind_promise:
             return  # it may lack committed entries: it must not lead (see behind_promise)
+        self._wake()
         self._prevoting = prevote
         self._votes = {self.node_id: True}
         if prevote:
@@ -430,6 +506,9 @@ class RaftCore:
         return (last_term, last_offset) >= (self.log.last_term, self.log.dirty_offset)
 
     def handle_vote(self, req: VoteRequest) -> VoteReply:
+        # A candidate: some member's timer runs, so this one's must too (a quiescent
+        # follower would otherwise hold its lease against it for good).
+        self._wake()
         # Behind its promise, this replica's log says nothing about what was committed:
         # a candidate it finds up to date may miss entries it acknowledged itself.
         log_ok = self._log_up_to_date(req.last_log_term, req.last_log_offset) and (
@@ -479,6 +558,7 @@ class RaftCore:
         self._tally()
 
     def handle_timeout_now(self, req: TimeoutNowRequest) -> TimeoutNowReply:
+        self._wake()
         accepted = (
             req.term == self.term
             and req.source_node == self.leader_id
@@ -499,6 +579,7 @@ class RaftCore:
 
     def _become_follower(self, term: int, leader: int) -> None:
         was_leader = self.role is Role.LEADER
+        self._wake()
         self._drop_unsent()
         if term > self.term:
             self.term = term
@@ -519,6 +600,7 @@ class RaftCore:
             self._ready.stepped_down = True
 
     def _become_leader(self) -> None:
+        self._wake()
         self.role = Role.LEADER
         self._drop_unsent()
         self.leader_id = self.node_id
@@ -554,6 +636,7 @@ class RaftCore:
 
     def on_configuration_changed(self) -> None:
         """Call after the configuration history changed (append or truncation)."""
+        self._wake()
         self._refresh_role()
         if self.role is Role.LEADER:
             self._sync_progress()
@@ -577,6 +660,7 @@ class RaftCore:
 
     def check_append(self, req: AppendEntriesRequest) -> AppendPlan | AppendEntriesReply:
         """Validate an append; a rejection reply or the plan to apply before ``finish_append``."""
+        self._wake()
         if not self._accept_leader(req.term, req.source_node):
             return self._append_reply(req, APPEND_FAILURE, -1)
         start = self.log.start_offset
@@ -650,6 +734,20 @@ class RaftCore:
         ):
             matched = hb.prev_log_offset
             self._verified(matched, hb.leader_commit)
+        end = self.log.dirty_offset
+        quiesced = (
+            hb.quiesce
+            and self.options.quiesce
+            and matched == end
+            and hb.leader_commit == end
+            and self.commit_index == end
+            and self.log.flushed_offset >= end
+            and not self.behind_promise
+        )
+        if quiesced:
+            self._quiescent = True
+        else:
+            self._wake()
         return HeartbeatReply(
             group=self.group,
             term=self.term,
@@ -658,6 +756,7 @@ class RaftCore:
             last_flushed_offset=self._reported_flushed(),
             last_dirty_offset=self.log.dirty_offset,
             seq=self._reply_seq(source, hb.term, hb.seq),
+            quiesced=quiesced,
         )
 
     def _reported_flushed(self) -> int:
@@ -721,9 +820,10 @@ class RaftCore:
         commit index that the last appends did not carry reaches the follower within
         ``idle_heartbeat_ticks`` ticks of them. Only liveness depends on this, never
         safety: a heartbeat carries nothing that an append does not."""
-        if self.role is not Role.LEADER:
+        if self.role is not Role.LEADER or self._quiescent:
             return []
         every = self.options.idle_heartbeat_ticks
+        quiesce = self._can_quiesce()
         due = []
         for node in sorted(self.progress):
             p = self.progress[node]
@@ -734,7 +834,7 @@ class RaftCore:
                 and (self._heartbeat_idle(p) or self._appended_lately(p))
             ):
                 continue
-            due.append((node, self.heartbeat_for(node)))
+            due.append((node, self.heartbeat_for(node, quiesce)))
         return due
 
     def _heartbeat_idle(self, p: FollowerProgress) -> bool:
@@ -755,7 +855,7 @@ class RaftCore:
             and p.flushed_offset >= p.dirty_offset
         )
 
-    def heartbeat_for(self, node: int) -> Heartbeat:
+    def heartbeat_for(self, node: int, quiesce: bool = False) -> Heartbeat:
         p = self.progress[node]
         p.heartbeat_tick = self.ticks
         p.heartbeat_commit = self.commit_index
@@ -768,6 +868,7 @@ class RaftCore:
             prev_log_term=term if term is not None else 0,
             leader_commit=self.commit_index,
             seq=self.next_seq(node),
+            quiesce=quiesce,
         )
 
     def handle_append_reply(
@@ -875,6 +976,21 @@ class RaftCore:
         self._maybe_advance_commit()
         if peer == self.transfer_target:
             self._advance_transfer()
+        self._after_reply(peer, isinstance(reply, HeartbeatReply) and reply.quiesced)
+
+    def _after_reply(self, peer: int, quiesced: bool) -> None:
+        """Leader, after a fresh reply: count a follower's confirmation of a quiesce
+        heartbeat, and quiesce once every member confirmed; wake when the group has
+        something to do again."""
+        if not self._can_quiesce():
+            self._wake()
+            return
+        if not quiesced:
+            self._quiesced_peers.discard(peer)
+            return
+        self._quiesced_peers.add(peer)
+        if self._quiesced_peers >= self.progress.keys():
+            self._quiescent = True
 
     def _probe(self, p: FollowerProgress, next_offset: int) -> None:
         """Move ``p`` to probe from ``next_offset`` (never below the log start) and ask
@@ -916,6 +1032,7 @@ class RaftCore:
         them up from the log, chunk by chunk). The caller takes the ready before
         anything else proposes (no await in between).
         """
+        self._wake()
         if self.role is not Role.LEADER:
             raise SafetyViolation(f"group {self.group}: propose on a {self.role.value}")
         if self._ready.append:
@@ -1234,8 +1351,13 @@ class RaftCore:
         if not self.snapshot_wanted(node, req.term) or p is None:
             return None
         if reply.seq <= p.last_reply_seq and not mutations.active("accept_stale_replies"):
+            # Overtaken by a newer reply (a heartbeat's): it says nothing reliable, but the
+            # install goes on with this chunk again, whose next reply says how many bytes
+            # the follower holds. Stopping restarted the install from its first byte at
+            # the next heartbeat, and an install of many chunks under late replies
+            # restarted for good (the simulator's seed 333: 99 chunks of one byte).
             self.stale_replies += 1
-            return None
+            return req.chunk_offset
         p.last_reply_seq = reply.seq
         p.last_heard_tick = self.ticks
         p.recovery_failures = 0
@@ -1304,6 +1426,7 @@ class RaftCore:
         p = self.progress.get(node)
         if self.role is not Role.LEADER or p is None:
             return
+        self._wake()
         if p.state is ProgressState.REPLICATE and p.in_flight == 0:
             self._probe(p, min(p.next_offset, p.match_offset + 1))
 
@@ -1365,6 +1488,7 @@ class RaftCore:
         ``transfer_timeout_ticks``: writes resume). Meanwhile the core catches ``target``
         up and, once it matches the leader's log end, sends it timeout-now (a ready's
         message), again every few ticks until it takes over or the transfer ends."""
+        self._wake()
         self.transfer_target = target
         self._transfer_elapsed = 0
         self._timeout_now_sent_tick = -1

@@ -6,11 +6,23 @@ peer node, and sends one :class:`HeartbeatBatchRequest` per peer (skipping a
 peer whose previous batch is still in flight, so a slow peer never piles up
 requests). Replies are routed back to their groups, which update the
 followers' flushed and dirty offsets and may start recovery.
+
+Node liveness: every round also goes to each peer that a hosted group has as a
+member, empty when no group has a heartbeat for it, so that quiescent groups
+(which send none) still learn whether the peer's node is up. A peer heard from
+(a reply to our batch, or a batch of its own) within ``dead_after_s`` is alive;
+past it, the peer is *declared dead* once, and every hosted group is told
+(``on_node_dead``: a quiescent one whose leader, or member, is there wakes),
+which costs one pass over the groups per death, not per round. With a
+:class:`~raftlog.raft.node_clock.NodeClock` (``driven_by_clock``), the clock
+runs the rounds over its active groups only; alone, the manager runs its own
+loop over every registered group.
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterable
 
 from raftlog.raft.errors import TransportError
 from raftlog.raft.messages import (
@@ -27,9 +39,30 @@ GROUP_UNAVAILABLE_TERM = -1
 
 
 class HeartbeatManager:
-    def __init__(self, node_id: int, transport: Transport, interval_s: float = 0.1) -> None:
+    def __init__(
+        self,
+        node_id: int,
+        transport: Transport,
+        interval_s: float = 0.1,
+        dead_after_s: float = 1.0,
+    ) -> None:
         if interval_s <= 0:
             raise ValueError(f"heartbeat interval_s must be > 0, got {interval_s}")
+        if dead_after_s <= interval_s:
+            raise ValueError(
+                f"heartbeat dead_after_s must be above interval_s ({interval_s}), "
+                f"got {dead_after_s}"
+            )
+        self.dead_after_s = dead_after_s
+        # True when a NodeClock runs the rounds (start() then runs no loop of its own).
+        self.driven_by_clock = False
+        # Liveness: when each peer was last heard from (loop time), and those declared dead.
+        self._last_heard: dict[int, float] = {}
+        self._dead: set[int] = set()
+        self.nodes_declared_dead = 0
+        # Per-group heartbeats sent (the cost quiescence removes), and node-level batches.
+        self.group_heartbeats_sent = 0
+        self.batches_sent = 0
         self.node_id = node_id
         self.transport = transport
         self.interval_s = interval_s
@@ -40,6 +73,37 @@ class HeartbeatManager:
 
     def register(self, consensus: HeartbeatGroup) -> None:
         self._groups[consensus.group] = consensus
+        self.watch(consensus.peer_nodes())
+
+    def watch(self, nodes: Iterable[int]) -> None:
+        """Track the liveness of ``nodes`` (a group's members; this node is skipped).
+        A peer starts alive, as if heard now: the node just started or joined."""
+        now = None
+        for node in nodes:
+            if node != self.node_id and node not in self._last_heard:
+                if now is None:
+                    now = asyncio.get_running_loop().time()
+                self._last_heard[node] = now
+
+    def is_alive(self, node: int) -> bool:
+        """False once ``node`` was declared dead, until it is heard from again."""
+        return node not in self._dead
+
+    def _heard(self, node: int) -> None:
+        if node in self._last_heard or node in self._dead:
+            self._last_heard[node] = asyncio.get_running_loop().time()
+            self._dead.discard(node)
+
+    def _check_liveness(self) -> None:
+        now = asyncio.get_running_loop().time()
+        for node, heard in self._last_heard.items():
+            if node in self._dead or now - heard <= self.dead_after_s:
+                continue
+            self._dead.add(node)
+            self.nodes_declared_dead += 1
+            for c in list(self._groups.values()):
+                if c.running:
+                    c.on_node_dead(node)
 
     def unregister(self, group: int) -> None:
         self._groups.pop(group, None)
@@ -48,7 +112,9 @@ class HeartbeatManager:
         return self._groups.get(group)
 
     async def start(self) -> None:
-        if self._task is None:
+        for node in self._last_heard:  # a restart: nobody was heard while stopped
+            self._heard(node)
+        if self._task is None and not self.driven_by_clock:
             self._task = asyncio.get_running_loop().create_task(self._run())
 
     async def stop(self) -> None:
@@ -74,19 +140,26 @@ class HeartbeatManager:
             await asyncio.sleep(self.interval_s)
             self.send_round()
 
-    def send_round(self) -> None:
-        """Send one heartbeat batch to every peer that a led group has as member."""
-        per_peer: dict[int, list[tuple[HeartbeatGroup, Heartbeat]]] = {}
-        for c in list(self._groups.values()):
+    def send_round(self, groups: Iterable[HeartbeatGroup] | None = None) -> None:
+        """Send one heartbeat batch to every watched peer: the heartbeats that the led
+        groups among ``groups`` (default: every registered group) have for it, or none
+        (liveness alone). Then declare dead the peers not heard from in time."""
+        per_peer: dict[int, list[tuple[HeartbeatGroup, Heartbeat]]] = {
+            node: [] for node in self._last_heard
+        }
+        for c in list(self._groups.values()) if groups is None else groups:
             if not (c.running and c.is_leader):
                 continue
             for node, hb in c.heartbeats():
                 per_peer.setdefault(node, []).append((c, hb))
+        self._check_liveness()
         loop = asyncio.get_running_loop()
         for peer, items in sorted(per_peer.items()):
             if peer in self._in_flight:
                 continue
             self._in_flight.add(peer)
+            self.batches_sent += 1
+            self.group_heartbeats_sent += len(items)
             task = loop.create_task(self._send(peer, items))
             self._sends[task] = None
             task.add_done_callback(lambda t: self._sends.pop(t, None))
@@ -101,12 +174,14 @@ class HeartbeatManager:
             self._in_flight.discard(peer)
         if not isinstance(reply, HeartbeatBatchReply) or len(reply.replies) != len(items):
             return
+        self._heard(peer)
         for (c, hb), r in zip(items, reply.replies, strict=True):
             if c.running:
                 c.on_heartbeat_reply(peer, hb, r)
 
     async def handle_heartbeats(self, req: HeartbeatBatchRequest) -> HeartbeatBatchReply:
         """Route each group's heartbeat; groups not hosted here answer "unavailable"."""
+        self._heard(req.source_node)
         replies = []
         for hb in req.heartbeats:
             c = self._groups.get(hb.group)

@@ -68,6 +68,8 @@ class AppendEntriesReply:
     last_flushed_offset: int
     last_dirty_offset: int
     seq: int = -1  # the request's, echoed
+    # The follower quiesced on this heartbeat's ``quiesce`` (its state matched it).
+    quiesced: bool = False
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -110,6 +112,8 @@ class InstallSnapshotReply:
     last_flushed_offset: int
     last_dirty_offset: int
     seq: int = -1  # the request's, echoed
+    # The follower quiesced on this heartbeat's ``quiesce`` (its state matched it).
+    quiesced: bool = False
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -172,6 +176,9 @@ class Heartbeat:
     prev_log_term: int
     leader_commit: int
     seq: int = -1
+    # The leader asks the follower to quiesce (stop its election timer) when it holds
+    # exactly the leader's log, all of it committed and flushed (RaftCore.handle_heartbeat).
+    quiesce: bool = False
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -183,6 +190,8 @@ class HeartbeatReply:
     last_flushed_offset: int
     last_dirty_offset: int
     seq: int = -1  # the request's, echoed
+    # The follower quiesced on this heartbeat's ``quiesce`` (its state matched it).
+    quiesced: bool = False
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

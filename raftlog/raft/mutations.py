@@ -42,6 +42,7 @@ MUTATIONS: tuple[str, ...] = (
     "ignore_inflight_bound",
     "recovery_pipelines_unmatched",
     "paused_backlog_gap",
+    "quiesced_keeps_dead_leader",
 )
 
 ACTIVE: set[str] = set()

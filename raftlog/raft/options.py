@@ -49,6 +49,8 @@ class ConsensusOptions:
     idle_heartbeat_ticks: int = _CORE.idle_heartbeat_ticks
     check_quorum: bool = _CORE.check_quorum
     transfer_timeout_ticks: int = _CORE.transfer_timeout_ticks
+    # Quiescence of idle groups (RaftCore.quiescent); False keeps every group ticking.
+    quiesce: bool = _CORE.quiesce
     # Save the commit context (and state machine snapshots) every this many ticks.
     commit_context_interval_ticks: int = 20
 

@@ -102,6 +102,14 @@ class HeartbeatGroup(Protocol):
 
     def handle_heartbeat(self, source: int, hb: Heartbeat) -> HeartbeatReply: ...
 
+    def peer_nodes(self) -> list[int]:
+        """The other members of the group (the nodes whose liveness it depends on)."""
+        ...
+
+    def on_node_dead(self, node: int) -> None:
+        """Node liveness declared ``node`` dead (a quiescent group may wake)."""
+        ...
+
     async def handle(self, message: object) -> object:
         """The reply to one peer request addressed to this group (the node's dispatcher)."""
         ...

@@ -16,6 +16,7 @@ from raftlog.raft.configuration import Configuration
 from raftlog.raft.consensus import Consensus, ConsensusOptions
 from raftlog.raft.dispatch import PeerDispatcher
 from raftlog.raft.heartbeat_manager import HeartbeatManager
+from raftlog.raft.node_clock import NodeClock
 from raftlog.sim.network import Endpoint, SimNetwork
 from raftlog.storage.memory import MemoryLog
 
@@ -51,6 +52,7 @@ class SimNode:
         self.on_progress: Callable[[SimNode, int, Any], None] | None = None
         self.consensus: Consensus
         self.heartbeats: HeartbeatManager
+        self.clock: NodeClock
 
     def spawn(self, coro: Any) -> asyncio.Task[Any]:
         task = asyncio.get_running_loop().create_task(coro)
@@ -62,7 +64,15 @@ class SimNode:
         """A fresh HeartbeatManager and Consensus for this incarnation (not started yet);
         a subclass attaches its state machine here, before the node joins the network."""
         transport = self.network.transport(self.node_id)
-        self.heartbeats = HeartbeatManager(self.node_id, transport, self.heartbeat_interval_s)
+        # Node liveness declares a peer dead after an election timeout without a word.
+        dead_after_s = max(
+            self.options.election_timeout_ticks * self.options.tick_interval_s,
+            2 * self.heartbeat_interval_s,
+        )
+        self.heartbeats = HeartbeatManager(
+            self.node_id, transport, self.heartbeat_interval_s, dead_after_s
+        )
+        self.clock = NodeClock(self.options.tick_interval_s, self.heartbeats)
         self.consensus = Consensus(
             GROUP,
             self.node_id,
@@ -72,6 +82,7 @@ class SimNode:
             self.options,
             seed=self.seed * 1009 + self.node_id * 7 + self.incarnation,
             heartbeats=self.heartbeats,
+            clock=self.clock,
         )
         self.consensus.snapshot_store = self.snapshots
 
@@ -111,6 +122,7 @@ class SimNode:
         self.network.attach(self.node_id, Endpoint(dispatcher.handle, self.spawn))
         await self.consensus.start()
         await self.heartbeats.start()
+        self.clock.start()
         self.alive = True
 
     def crash(self, keep_unflushed: int = 0) -> None:
@@ -118,6 +130,7 @@ class SimNode:
             return
         self.alive = False
         self.network.detach(self.node_id)
+        self.clock.kill()
         self.consensus.kill()
         self.heartbeats.kill()
         for t in list(self._tasks):
@@ -145,6 +158,7 @@ class SimNode:
         if self.alive:
             self.alive = False
             self.network.detach(self.node_id)
+            await self.clock.stop()
             await self.heartbeats.stop()
             await self.consensus.stop()
             for t in list(self._tasks):

@@ -35,12 +35,20 @@ from raftlog.sim.network import NetworkOptions
 from raftlog.sim.node import SimNode
 from raftlog.storage.batch import RecordBatch
 
+QUIESCE_WITHIN_S = 3.0
+"""Virtual seconds an idle, healthy group gets to quiesce on every node (the prologue)."""
+QUIESCED_FAILOVER_S = 2.0
+"""Virtual seconds for a new leader once a quiescent group's leader crashed: liveness's
+verdict (an election timeout without a word), then an election timeout and a vote."""
+
 _CONSISTENCIES = [Consistency.QUORUM_ACK] * 3 + [Consistency.LEADER_ACK, Consistency.NO_ACK]
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class SimConfig:
-    chaos_s: float = 3.0  # virtual seconds of faults and writes
+    # Virtual seconds of faults and writes (after the quiesce prologue): 4, up from 3,
+    # since the directed scenarios include an idle spell.
+    chaos_s: float = 4.0
     final_s: float = 15.0  # virtual seconds allowed to recover after healing
     step_s: float = 0.01  # invariant check period
     nodes: tuple[int, ...] = (3, 5)
@@ -57,6 +65,9 @@ class SeedResult:
     committed_offset: int
     checks: int
     error: str = ""
+    # Times the group was seen quiescent on every live node (the prologue's, and the
+    # checker's observations during the chaos): quiescence was exercised at all.
+    quiesced: int = 0
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -65,6 +76,7 @@ class Summary:
     failed: list[SeedResult]
     acked: int
     checks: int
+    quiesced: int = 0
 
     @property
     def ok(self) -> bool:
@@ -119,6 +131,12 @@ class _Sim:
         self.trace: collections.deque[str] = collections.deque(maxlen=60)
         self._leaders: dict[int, int] = {}
         self.writes = 0
+        # Clients write nothing until then (virtual time): an idle spell, so that the
+        # group quiesces; drawn on a stream of its own, so the other draws do not move.
+        self.idle_until = 0.0
+        self.idle_rng = random.Random(seed * 41 + 3)
+        self.quiesced = 0
+        self._was_quiescent = False
         self.stop = False
         self.background: list[asyncio.Task[None]] = []
         # Compactions (retention) on their own stream, so that the other draws do not move:
@@ -131,6 +149,9 @@ class _Sim:
         checker_task = asyncio.create_task(self._checker())
         # Its error is raised below or superseded by an earlier one: never "unretrieved".
         checker_task.add_done_callback(lambda t: t.cancelled() or t.exception())
+        await self._quiesce_then_crash_leader()
+        if checker_task.done():
+            checker_task.result()
         tasks = [asyncio.create_task(self._client(i)) for i in range(4)]
         tasks.append(asyncio.create_task(self._nemesis()))
         # The checker, a client or the nemesis raising ends the run at once with its error.
@@ -178,7 +199,41 @@ class _Sim:
             len(self.checker.acked),
             self.checker.history_end,
             self.checker.checks,
+            quiesced=self.quiesced,
         )
+
+    async def _quiesce_then_crash_leader(self) -> None:
+        """The prologue: with nobody writing, the group must quiesce on every node; then
+        the leader crashes, and node liveness must wake the followers, one of which
+        campaigns and leads within ``QUIESCED_FAILOVER_S`` (virtual). A quiescent
+        follower that kept its dead leader (the ``quiesced_keeps_dead_leader``
+        mutation) would wait for good. Under the network's own faults only (loss,
+        duplicates, late replies); the chaos's idle spells quiesce it under the rest."""
+        cluster = self.cluster
+        self.idle_until = float("inf")
+        try:
+            leader = await cluster.wait_for_leader(self.config.final_s)
+            step = cluster.options.tick_interval_s
+            for _ in range(int(QUIESCE_WITHIN_S / step)):
+                if all(n.consensus.quiescent for n in cluster.live()):
+                    break
+                await asyncio.sleep(step)
+            else:
+                self.trace.append(f"{self._now():.3f} prologue: not quiescent")
+                return
+            leader = cluster.leader() or leader
+            self.trace.append(f"{self._now():.3f} quiescent; crash leader {leader.node_id}")
+            leader.crash(keep_unflushed=0)
+            new = await self._new_leader(leader.node_id, QUIESCED_FAILOVER_S)
+            if new is None:
+                raise AssertionError(
+                    f"no leader within {QUIESCED_FAILOVER_S} s after the leader of a "
+                    f"quiescent group (node {leader.node_id}) crashed"
+                )
+            self.trace.append(f"{self._now():.3f} node {new.node_id} leads after it")
+            await leader.restart()
+        finally:
+            self.idle_until = 0.0
 
     async def _final_write(self) -> None:
         """A quorum_ack write must succeed once healed (elections may still churn a bit).
@@ -205,6 +260,11 @@ class _Sim:
 
     def _check(self) -> None:
         nodes = list(self.cluster.nodes.values())
+        live = [n for n in nodes if n.alive]
+        quiescent = bool(live) and all(n.consensus.quiescent for n in live)
+        if quiescent and not self._was_quiescent:
+            self.quiesced += 1
+        self._was_quiescent = quiescent
         for node in nodes:
             if node.alive and node.consensus.is_leader:
                 term = node.consensus.term
@@ -232,6 +292,8 @@ class _Sim:
             # asyncio.wait_for may swallow a cancellation (3.11), so also check the flag.
             if self.stop:
                 return
+            if self._now() < self.idle_until:
+                continue
             leader = self.cluster.leader()
             if leader is None:
                 continue
@@ -254,8 +316,9 @@ class _Sim:
         # whose timeout is the minimum wins that race one time in five) and a calm spell
         # (only the network's own faults: loss, duplicates, late replies, under steady
         # writes; and one follower's clock pauses, then jumps), so that each completes
-        # inside the chaos window; then random faults.
-        first = ["isolate", "lag", "calm", "lag"]
+        # inside the chaos window, and an idle spell (the group quiesces, then a random
+        # fault strikes it; see _idle_then_fault); then random faults and idle spells.
+        first = ["isolate", "lag", "idle", "calm", "lag"]
         for i in range(10_000):
             await asyncio.sleep(rng.uniform(0.05, 0.3))
             if self.stop:
@@ -270,8 +333,11 @@ class _Sim:
                     start = await node.compact(self._check)
                     if start is not None:
                         self.trace.append(f"{self._now():.3f} compact {node.node_id} to {start}")
-            action = rng.random()
             scenario = first[i] if i < len(first) else None
+            if scenario == "idle" or (scenario is None and self.idle_rng.random() < 0.3):
+                self.trace.append(f"{self._now():.3f} {await self._idle_then_fault()}")
+                continue
+            action = rng.random()
             if scenario == "calm":
                 leader = await self._settled_leader()
                 paused = self._pause_a_follower_clock(leader)
@@ -286,6 +352,33 @@ class _Sim:
                     rng, self.background, reconfigure=self._reconfigure, clock_pauses=True
                 )
             self.trace.append(f"{self._now():.3f} {done}")
+
+    async def _idle_then_fault(self) -> str:
+        """An idle spell: from a whole cluster, nobody writes until the group quiesces,
+        then one random fault (a crash, a partition, a clock pause, a transfer, a
+        step-down, a reconfiguration) strikes the quiescent group, and the writes
+        resume a little later: quiescence under the simulator's faults. Drawn from the
+        idle stream, so the nemesis's own draws do not move."""
+        rng = self.idle_rng
+        leader = await self._settled_leader()
+        if leader is None:
+            return "idle: no leader"
+        self.idle_until = float("inf")
+        try:
+            step = self.cluster.options.tick_interval_s
+            for _ in range(int(1.0 / step)):
+                if all(n.consensus.quiescent for n in self.cluster.live()):
+                    break
+                await asyncio.sleep(step)
+            else:
+                return "idle: not quiescent"
+            done = await self.cluster.random_fault(
+                rng, self.background, reconfigure=self._reconfigure, clock_pauses=True
+            )
+            await asyncio.sleep(rng.uniform(0.1, 0.4))
+            return f"idle, quiescent, then {done}"
+        finally:
+            self.idle_until = 0.0
 
     def _pause_a_follower_clock(self, leader: SimNode | None) -> str:
         """During the calm spell, stop one follower's clock for a while, then let it jump
@@ -416,5 +509,9 @@ def run_seeds(seeds: Iterable[int], config: SimConfig | None = None, processes: 
     results = run_many(run_seed, seeds, config, processes, chunksize=16)
     failed = [r for r in results if not r.ok]
     return Summary(
-        len(results), failed, sum(r.acked for r in results), sum(r.checks for r in results)
+        len(results),
+        failed,
+        sum(r.acked for r in results),
+        sum(r.checks for r in results),
+        sum(r.quiesced for r in results),
     )

@@ -59,6 +59,14 @@ recovery_inflight=R`` sets the window, the recovery chunk size and recovery's wi
   ``recovery`` and the follower's stage carry it out;
 - ``transfer LEADER TARGET``: begin a leadership transfer (``deliver`` then carries
   the timeout-now the core decides to send).
+
+Quiescence:
+
+- ``heartbeats LEADER``: one heartbeat round (what ``heartbeats_due`` makes, each
+  delivered and answered; prints whether it asked to quiesce and whether the
+  follower did), then every node's quiescence and tick count;
+- ``quiescent``: every node's quiescence and tick count;
+- ``node-dead ID NODE``: node liveness on ID declares NODE dead.
 """
 
 from __future__ import annotations
@@ -219,6 +227,44 @@ class Interpreter:
             *self._after_ready(leader),
             *self._progress(leader, follower),
             f"commit={self.net.cores[leader].commit_index}",
+        ]
+
+    def cmd_heartbeats(self, args: list[str]) -> list[str]:
+        """One heartbeat round of LEADER, as the node's heartbeat manager sends it: the
+        heartbeats the core says are due, each delivered and its reply fed back."""
+        leader = int(args[0])
+        core = self.net.cores[leader]
+        out = []
+        for follower, hb in core.heartbeats_due():
+            if not self.net.reachable(leader, follower):
+                out.append(f"hb {leader}->{follower} seq={hb.seq} quiesce={hb.quiesce}: lost")
+                continue
+            reply = self.net.cores[follower].handle_heartbeat(leader, hb)
+            self.net.process(follower)
+            core.handle_append_reply(
+                follower, hb.term, hb.prev_log_offset, reply, is_heartbeat=True
+            )
+            self.net.process(leader)
+            out.append(
+                f"hb {leader}->{follower} seq={hb.seq} quiesce={hb.quiesce}: "
+                f"quiesced={reply.quiesced}"
+            )
+        return (out or ["(no heartbeat due)"]) + self._quiescence()
+
+    def cmd_quiescent(self, args: list[str]) -> list[str]:
+        return self._quiescence()
+
+    def cmd_node_dead(self, args: list[str]) -> list[str]:
+        """``node-dead ID NODE``: node liveness on ID declares NODE dead."""
+        self.net.cores[int(args[0])].on_node_dead(int(args[1]))
+        return self._quiescence()
+
+    def _quiescence(self) -> list[str]:
+        return [
+            " ".join(
+                f"n{i}={'quiescent' if c.quiescent else 'awake'}@{c.ticks}"
+                for i, c in sorted(self.net.cores.items())
+            )
         ]
 
     def cmd_seq(self, args: list[str]) -> list[str]:
@@ -670,6 +716,7 @@ def test_parse_rejects_a_command_without_separator() -> None:
         ("flush_coalescing", "commit_on_leader_flush"),
         ("recovery_pipelined", "recovery_pipelines_unmatched"),
         ("inflight_window_full", "paused_backlog_gap"),
+        ("quiesce_dead_leader", "quiesced_keeps_dead_leader"),
     ],
 )
 def test_a_planted_fault_breaks_its_script(script: str, mutation: str) -> None:

@@ -1,0 +1,162 @@
+"""One clock per node: ticks reach the active groups only, heartbeat rounds go over
+them only, and node liveness wakes a quiescent follower whose leader's node died.
+
+The clock's contract (raftlog.raft.node_clock): a tick costs time in proportion to
+the active groups, not the hosted ones. Here 1,000 stub groups are hosted and 10 are
+active; a tick must call those 10 and no other (with the active-set filter undone,
+every group is ticked and the count check fails). A group's tick that raises is
+reported to that group and the others still tick.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from raftlog.raft.heartbeat_manager import HeartbeatManager
+from raftlog.raft.messages import Heartbeat, HeartbeatBatchReply, HeartbeatReply
+from raftlog.raft.node_clock import NodeClock
+from raftlog.sim.cluster import SimCluster, sim_options
+from raftlog.sim.loop import run_virtual
+
+
+class StubGroup:
+    """A group as the clock and the heartbeat manager see it; counts what they call."""
+
+    def __init__(self, group: int, leader: bool = False, fail: bool = False) -> None:
+        self.group = group
+        self.running = True
+        self._leader = leader
+        self.fail = fail
+        self.ticks = 0
+        self.heartbeat_calls = 0
+        self.failures: list[Exception] = []
+        self.dead: list[int] = []
+
+    @property
+    def is_leader(self) -> bool:
+        return self._leader
+
+    def clock_tick(self) -> None:
+        self.ticks += 1
+        if self.fail:
+            raise RuntimeError(f"group {self.group}: a bug")
+
+    def on_tick_failed(self, exc: Exception) -> None:
+        self.failures.append(exc)
+
+    def heartbeats(self) -> list[tuple[int, Heartbeat]]:
+        self.heartbeat_calls += 1
+        return []
+
+    def on_heartbeat_reply(self, peer: int, hb: Heartbeat, reply: HeartbeatReply) -> None:
+        pass
+
+    def handle_heartbeat(self, source: int, hb: Heartbeat) -> HeartbeatReply:
+        raise AssertionError("not used")
+
+    async def handle(self, message: object) -> object:
+        raise AssertionError("not used")
+
+    def peer_nodes(self) -> list[int]:
+        return [2, 3]
+
+    def on_node_dead(self, node: int) -> None:
+        self.dead.append(node)
+
+
+class SilentTransport:
+    """Every peer answers empty heartbeat batches, except those in ``down``."""
+
+    def __init__(self) -> None:
+        self.down: set[int] = set()
+        self.sent: list[tuple[int, int]] = []
+
+    async def send(self, node: int, request: Any) -> Any:
+        from raftlog.raft.errors import TransportError
+
+        self.sent.append((node, len(request.heartbeats)))
+        if node in self.down:
+            raise TransportError(f"node {node} is down")
+        return HeartbeatBatchReply(node, 1, [])
+
+
+def test_a_tick_reaches_the_active_groups_only() -> None:
+    clock = NodeClock(0.05)
+    groups = [StubGroup(g) for g in range(1000)]
+    for g in groups[:10]:
+        clock.set_active(g, True)
+    for _ in range(5):
+        clock.tick()
+    assert [g.ticks for g in groups[:10]] == [5] * 10
+    assert sum(g.ticks for g in groups[10:]) == 0
+    assert clock.active_groups == 10
+    clock.set_active(groups[3], False)  # quiesced
+    clock.tick()
+    assert groups[3].ticks == 5 and groups[4].ticks == 6
+
+
+def test_a_failing_tick_is_reported_and_the_others_still_tick() -> None:
+    clock = NodeClock(0.05)
+    bad, good = StubGroup(1, fail=True), StubGroup(2)
+    clock.set_active(bad, True)
+    clock.set_active(good, True)
+    clock.tick()
+    assert len(bad.failures) == 1 and "a bug" in str(bad.failures[0])
+    assert good.ticks == 1
+
+
+def test_rounds_ask_active_leaders_only_and_a_silent_peer_is_declared_dead() -> None:
+    async def scenario() -> tuple[list[StubGroup], SilentTransport, HeartbeatManager]:
+        transport = SilentTransport()
+        hb = HeartbeatManager(1, transport, interval_s=0.05, dead_after_s=0.3)
+        clock = NodeClock(0.05, hb)
+        groups = [StubGroup(g, leader=True) for g in range(100)]
+        for g in groups:
+            hb.register(g)
+        for g in groups[:4]:
+            clock.set_active(g, True)
+        clock.start()
+        await asyncio.sleep(0.5)
+        transport.down.add(3)
+        await asyncio.sleep(1.0)
+        await clock.stop()
+        return groups, transport, hb
+
+    groups, transport, hb = run_virtual(scenario())
+    assert all(g.heartbeat_calls > 0 for g in groups[:4])
+    assert sum(g.heartbeat_calls for g in groups[4:]) == 0
+    # Node liveness: one (empty) batch per peer and round, quiescent groups or not.
+    assert {node for node, _ in transport.sent} == {2, 3}
+    assert hb.nodes_declared_dead == 1 and not hb.is_alive(3) and hb.is_alive(2)
+    # Every hosted group hears of it once, quiescent ones included.
+    assert all(g.dead == [3] for g in groups)
+
+
+def test_a_quiescent_group_whose_leader_node_dies_elects_another_leader() -> None:
+    """Real cores and stages on the simulator: the group quiesces everywhere (the
+    clock ticks nobody), the leader crashes, and another node leads within two
+    seconds (liveness's verdict, then an election timeout)."""
+
+    async def scenario() -> tuple[list[int], int, int, float]:
+        cluster = SimCluster(3, seed=5, options=sim_options())
+        await cluster.start()
+        await cluster.write(b"x")
+        leader = await cluster.wait_for_leader()
+        for _ in range(100):
+            if all(n.consensus.quiescent for n in cluster.nodes.values()):
+                break
+            await asyncio.sleep(0.05)
+        active = [n.clock.active_groups for n in cluster.nodes.values()]
+        leader.crash()
+        loop = asyncio.get_running_loop()
+        start = loop.time()
+        new = await cluster.wait_for_leader(5.0, exclude=leader.node_id)
+        took = loop.time() - start
+        await cluster.stop()
+        return active, leader.node_id, new.node_id, took
+
+    active, old, new, took = run_virtual(scenario())
+    assert active == [0, 0, 0]
+    assert new != old
+    assert took < 2.0, took
