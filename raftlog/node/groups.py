@@ -282,15 +282,20 @@ class GroupHost:
 def last_heard_ms(c: Consensus) -> dict[int, int]:
     """On a leader: per other member, milliseconds since its last reply or heartbeat
     reply (by the leader's ticks; counted from the start of the leadership for a
-    member not heard since). Empty on a follower, which tracks no one."""
+    member not heard since), or since its node was last heard from at all, whichever
+    is longer: a quiescent group's ticks stop, so by ticks alone a dead node's age
+    would freeze at the moment the group quiesced (health would call it fresh, and
+    the leader balancer live). Empty on a follower, which tracks no one."""
     if not c.is_leader:
         return {}
     core = c.core
     tick_ms = c.options.tick_interval_s * 1000
-    return {
-        node: int((core.ticks - p.last_heard_tick) * tick_ms)
-        for node, p in sorted(core.progress.items())
-    }
+    heard: dict[int, int] = {}
+    for node, p in sorted(core.progress.items()):
+        ms = int((core.ticks - p.last_heard_tick) * tick_ms)
+        ago = c.node_heard_ago_s(node)
+        heard[node] = ms if ago is None else max(ms, int(ago * 1000))
+    return heard
 
 
 def _cut_log(log: SegmentedLog) -> None:

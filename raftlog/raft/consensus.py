@@ -399,6 +399,13 @@ class Consensus:
         """A tick raised (a bug): as a failed task (the clock goes on)."""
         self._on_task_failed("ticker", exc)
 
+    def node_heard_ago_s(self, node: int) -> float | None:
+        """Seconds since ``node`` was last heard from by this node's heartbeat manager
+        (node liveness), None without one or for a node it does not watch."""
+        if self._heartbeats is None:
+            return None
+        return self._heartbeats.heard_ago_s(node)
+
     def peer_nodes(self) -> list[int]:
         return [n for n in self.configs.latest.members if n != self.node_id]
 

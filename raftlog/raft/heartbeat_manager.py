@@ -89,6 +89,15 @@ class HeartbeatManager:
         """False once ``node`` was declared dead, until it is heard from again."""
         return node not in self._dead
 
+    def heard_ago_s(self, node: int) -> float | None:
+        """Seconds since ``node`` was last heard from (a batch of its own or a reply to
+        ours), on the loop's clock; None for a node not watched. Unlike a group's ticks,
+        this goes on while the groups are quiescent."""
+        heard = self._last_heard.get(node)
+        if heard is None:
+            return None
+        return asyncio.get_running_loop().time() - heard
+
     def _heard(self, node: int) -> None:
         if node in self._last_heard or node in self._dead:
             self._last_heard[node] = asyncio.get_running_loop().time()
