@@ -22,11 +22,13 @@ from typing import Any
 
 from raftlog.kafka.protocol import API_VERSIONS, RequestHead
 from raftlog.kafka.records import KafkaRecordError, decode_batch, encode_batch, split_batches
+from raftlog.kafka.topic_configs import RESOURCE_NAMES, RESOURCE_TOPIC, config_entries
 from raftlog.rpc import codec
 from raftlog.rpc.messages import (
     ConfigEntry,
     CreateTopicRequest,
     DeleteTopicRequest,
+    DescribeConfigsRequest,
     ErrorCode,
     ErrorResponse,
     FetchRequest,
@@ -495,6 +497,47 @@ class KafkaApis:
             results.append({"name": name, "error_code": code})
         return {"throttle_time": 0, "responses": results}
 
+    # -- DescribeConfigs -----------------------------------------------------------
+
+    async def describe_configs(self, head: RequestHead, req: Any) -> dict[str, Any]:
+        """Topic configs, as ``raftlog topic describe`` shows them
+        (:mod:`raftlog.kafka.topic_configs`); an unknown topic gets
+        UNKNOWN_TOPIC_OR_PARTITION, a broker resource INVALID_REQUEST (raftlog's node
+        settings are its command line, not configs)."""
+        synonyms = bool(getattr(req, "include_synonyms", False))
+
+        async def one(resource: Any) -> dict[str, Any]:
+            out: dict[str, Any] = {
+                "error_code": NONE,
+                "error_message": None,
+                "resource_type": resource.resource_type,
+                "resource_name": resource.resource_name,
+                "configs": [],
+            }
+            kind = int(resource.resource_type)
+            if kind != RESOURCE_TOPIC:
+                what = RESOURCE_NAMES.get(kind, f"type {kind}")
+                out["error_code"] = INVALID_REQUEST
+                out["error_message"] = (
+                    f"resource_type: {what} configs are not described; "
+                    f"expected a topic ({RESOURCE_TOPIC})"
+                )
+                return out
+            try:
+                if not resource.resource_name:
+                    raise RequestError(ErrorCode.UNKNOWN_TOPIC, "resource_name: a topic name")
+                answer = await self._call(
+                    "describe_configs", DescribeConfigsRequest([resource.resource_name])
+                )
+                (configs,) = answer.topics
+                out["configs"] = config_entries(configs, resource.configuration_keys, synonyms)
+            except Exception as exc:
+                out["error_code"], out["error_message"] = kafka_code(exc)
+            return out
+
+        results = await asyncio.gather(*(one(r) for r in req.resources))
+        return {"throttle_time": 0, "results": list(results)}
+
     # -- InitProducerId ------------------------------------------------------------
 
     async def init_producer_id(self, head: RequestHead, req: Any) -> dict[str, Any]:
@@ -547,4 +590,5 @@ _HANDLERS = {
     19: KafkaApis.create_topics,
     20: KafkaApis.delete_topics,
     22: KafkaApis.init_producer_id,
+    32: KafkaApis.describe_configs,
 }

@@ -46,6 +46,8 @@ API_VERSIONS: dict[int, tuple[str, int, int]] = {
     19: ("CreateTopics", 2, 4),
     20: ("DeleteTopics", 1, 3),
     22: ("InitProducerId", 0, 1),
+    # v0 is gone from Kafka's schemas (Kafka 4 dropped it); every current client sends v1+
+    32: ("DescribeConfigs", 1, 4),
     36: ("SaslAuthenticate", 0, 2),
 }
 
