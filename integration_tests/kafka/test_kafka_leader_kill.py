@@ -1,0 +1,94 @@
+"""A partition leader killed (SIGKILL, by PID, through the cluster handle) while
+kafka-python writes with its defaults (idempotent, acks=all): every send succeeds, and
+reading everything back gives exactly the records written, each once, in order per
+partition, at the offsets the producer was told. This module has a cluster of its own
+(the fixture is per module), since it kills one of its nodes."""
+
+from __future__ import annotations
+
+import collections
+import time
+
+from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+from tenacity import Retrying, retry_if_result, stop_after_attempt, stop_after_delay, wait_fixed
+
+from raftlog.client import BlockingRaftlogClient
+
+N = 30_000
+PARTITIONS = 3
+KILL_AFTER = 8_000  # records acknowledged before the kill: the write is well under way
+TIMEOUT_S = 180
+
+
+def _leaders(servers: list[str], topic: str) -> dict[int, int]:
+    with BlockingRaftlogClient(servers) as client:
+        return {p.partition: p.leader for p in client.describe_topic(topic).partitions}
+
+
+def test_a_leader_killed_during_an_idempotent_write_loses_and_duplicates_nothing(
+    kafka_cluster, bootstrap
+) -> None:
+    topic = "leader-kill"
+    servers = kafka_cluster.servers
+    with BlockingRaftlogClient(servers) as client:
+        client.create_topic(topic, partitions=PARTITIONS, replication_factor=3)
+    leaders = Retrying(
+        stop=stop_after_delay(60) | stop_after_attempt(300),
+        wait=wait_fixed(0.2),
+        retry=retry_if_result(lambda ls: not all(v in (1, 2, 3) for v in ls.values())),
+    )(lambda: _leaders(servers, topic))
+
+    producer = KafkaProducer(bootstrap_servers=bootstrap)  # defaults: idempotent, acks=all
+    assert producer.config["enable_idempotence"] and producer.config["acks"] in (-1, "all")
+    victim = leaders[0]
+    try:
+        futures = []
+        killed_at = None
+        for i in range(N):
+            futures.append(
+                producer.send(
+                    topic, key=b"key-%d" % i, value=b"value-%d" % i, partition=i % PARTITIONS
+                )
+            )
+            if i == KILL_AFTER + 2_000:
+                # some acknowledged, more in flight and buffered: kill partition 0's leader
+                futures[KILL_AFTER].get(timeout=TIMEOUT_S)
+                killed_at = i
+                kafka_cluster.kill(victim)
+                assert not kafka_cluster.alive(victim)
+            if i % 500 == 0:
+                time.sleep(0.01)  # the write spans the kill and the election after it
+        producer.flush(timeout=TIMEOUT_S)
+        acked = [f.get(timeout=TIMEOUT_S) for f in futures]
+    finally:
+        producer.close(timeout=30)
+    assert killed_at is not None
+    after = _leaders(servers, topic)
+    assert after[0] != victim, f"partition 0 is still led by the killed node {victim}"
+
+    sent: dict[int, list[tuple[int, bytes, bytes]]] = collections.defaultdict(list)
+    for i, meta in enumerate(acked):
+        sent[meta.partition].append((meta.offset, b"key-%d" % i, b"value-%d" % i))
+
+    consumer = KafkaConsumer(
+        bootstrap_servers=[a for n, a in enumerate(bootstrap, 1) if n != victim],
+        group_id=None,
+        enable_auto_commit=False,
+        consumer_timeout_ms=5000,
+    )
+    read: dict[int, list[tuple[int, bytes, bytes]]] = collections.defaultdict(list)
+    try:
+        consumer.assign([TopicPartition(topic, p) for p in range(PARTITIONS)])
+        consumer.seek_to_beginning()
+        for _ in range(60):  # bounded: each pass ends after 5 s without a record
+            for m in consumer:
+                read[m.partition].append((m.offset, m.key, m.value))
+            if sum(map(len, read.values())) >= N:
+                break
+    finally:
+        consumer.close()
+    keys = [k for records in read.values() for _, k, _ in records]
+    assert len(keys) == len(set(keys)), "a record was written twice"
+    assert sum(map(len, read.values())) == N, "a record was lost"
+    # exactly the records written, once each, in order, at the offsets acknowledged
+    assert dict(read) == dict(sent)
