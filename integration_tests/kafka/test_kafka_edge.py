@@ -12,6 +12,7 @@ import time
 
 import pytest
 from kafka.record.default_records import DefaultRecordBatchBuilder
+from kafka.record.util import calc_crc32c
 from kafka_wire import (
     Wire,
     decode_response,
@@ -27,6 +28,7 @@ from kio.schema.fetch.v11.request import FetchPartition, FetchRequest, FetchTopi
 from kio.schema.init_producer_id.v1.request import InitProducerIdRequest
 
 from raftlog.client import BlockingRaftlogClient
+from raftlog.kafka.protocol import API_VERSIONS
 
 UNSUPPORTED_VERSION = 35
 CORRUPT_MESSAGE = 2
@@ -56,9 +58,13 @@ def test_api_versions_v4_gets_unsupported_version_and_the_api_list(bootstrap) ->
         versions = {k.api_key: (k.min_version, k.max_version) for k in body.api_keys}
         assert versions[18] == (0, 3)
         assert versions[0] == (3, 8) and versions[1] == (4, 11) and versions[3] == (0, 6)
+        assert versions[32] == (1, 4)  # DescribeConfigs
+        # the full list: every API the listener answers, at the versions it answers
+        assert versions == {key: (low, high) for key, (_, low, high) in API_VERSIONS.items()}
         # the connection stays usable: the client retries with a version listed
         again = wire.call(_API_VERSIONS)
         assert again.error_code == 0
+    _api_versions_ok(bootstrap[1])  # and another connection is served
 
 
 @pytest.mark.parametrize(
@@ -83,7 +89,18 @@ def test_bad_frames_close_the_connection_and_the_node_keeps_serving(bootstrap, c
     _api_versions_ok(address)
 
 
-@pytest.mark.parametrize("case", ["wrong crc", "record count", "truncated batch"])
+#: record counts that do not fit the 3 records of :func:`record_batch` (the CRC is
+#: recomputed, so that only the count is wrong), and the message each gets
+_COUNTS = {
+    "record count huge": (2**31 - 1, "does not fit"),  # 2**31-1 records in a few bytes
+    "record count zero": (0, "does not fit"),
+    "record count negative": (-1, "does not fit"),
+    "record count too high": (5, "do not decode"),  # the bytes end after the third
+    "record count too low": (2, "unconsumed bytes"),  # bytes follow the second
+}
+
+
+@pytest.mark.parametrize("case", ["wrong crc", "truncated batch", *_COUNTS])
 def test_corrupt_batches_get_corrupt_message_and_the_connection_stays_usable(
     kafka_cluster, bootstrap, case
 ) -> None:
@@ -92,11 +109,8 @@ def test_corrupt_batches_get_corrupt_message_and_the_connection_stays_usable(
     batch = record_batch()
     if case == "wrong crc":
         batch[-2] ^= 0xFF  # the last value byte (the records still parse): CRC mismatch
-    elif case == "record count":
-        struct.pack_into(">i", batch, 57, 2**31 - 1)  # claims 2**31-1 records in a few bytes
-        # recompute the CRC, so that only the count is wrong
-        from kafka.record.util import calc_crc32c
-
+    elif case in _COUNTS:
+        struct.pack_into(">i", batch, 57, _COUNTS[case][0])
         struct.pack_into(">I", batch, 17, calc_crc32c(memoryview(batch)[21:]))
     else:
         batch = batch[:-5]  # the declared length runs past the bytes sent
@@ -105,10 +119,13 @@ def test_corrupt_batches_get_corrupt_message_and_the_connection_stays_usable(
         (part,) = answer.responses[0].partition_responses
         assert part.error_code == CORRUPT_MESSAGE, part
         assert part.error_message
+        if case in _COUNTS:
+            assert _COUNTS[case][1] in part.error_message, part.error_message
         # nothing entered the log, and the same connection still produces
         good = wire.call(produce_request(topic, bytes(record_batch())), correlation_id=6)
         (ok,) = good.responses[0].partition_responses
         assert ok.error_code == 0, ok
+    _api_versions_ok(address)  # another connection is served too
     with BlockingRaftlogClient(kafka_cluster.servers) as client:
         _, hwm, _ = client.list_offsets(topic, 0)
         fetched = client.fetch(topic, 0, 0)
