@@ -45,7 +45,8 @@ def _fetch(address: str, topic: str, offset: int, isolation: int) -> tuple[int, 
     while batches.has_next():
         batch = batches.next_batch()
         assert isinstance(batch, DefaultRecordBatch)
-        records += [(r.offset, r.value) for r in batch]
+        if not batch.is_control_batch:  # as clients do: never handed to the application
+            records += [(r.offset, r.value) for r in batch]
     return part.high_watermark, part.last_stable_offset, records
 
 

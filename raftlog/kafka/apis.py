@@ -21,7 +21,13 @@ import secrets
 from typing import Any
 
 from raftlog.kafka.protocol import API_VERSIONS, RequestHead
-from raftlog.kafka.records import KafkaRecordError, decode_batch, encode_batch, split_batches
+from raftlog.kafka.records import (
+    KafkaRecordError,
+    decode_batch,
+    encode_batch,
+    skip_batch,
+    split_batches,
+)
 from raftlog.kafka.topic_configs import RESOURCE_NAMES, RESOURCE_TOPIC, config_entries
 from raftlog.rpc import codec
 from raftlog.rpc.messages import (
@@ -386,7 +392,8 @@ class KafkaApis:
             "high_watermark": -1,
             "last_stable_offset": -1,
             "log_start_offset": -1,
-            # read_committed: the node's fetch leaves aborted data out already
+            # read_committed: the node's fetch leaves aborted data out already, and the
+            # control batch that covers it (skip_batch) is no producer's: none to list
             "aborted_transactions": [],
             "preferred_read_replica": -1,
             "records": b"",
@@ -406,9 +413,14 @@ class KafkaApis:
             out["high_watermark"] = resp.high_watermark
             out["last_stable_offset"] = resp.last_stable_offset
             out["log_start_offset"] = resp.start_offset
-            out["records"] = b"".join(
-                encode_batch(b, topic) for b in resp.batches if b.last_offset >= p.fetch_offset
-            )
+            batches = [b for b in resp.batches if b.last_offset >= p.fetch_offset]
+            chunks = [encode_batch(b, topic) for b in batches]
+            seen_to = batches[-1].last_offset + 1 if batches else int(p.fetch_offset)
+            if resp.next_offset > seen_to:
+                # offsets the reader never sees follow: a control batch moves it past them
+                stamp = batches[-1].timestamp_ms if batches else 0
+                chunks.append(skip_batch(seen_to, resp.next_offset - 1, stamp))
+            out["records"] = b"".join(chunks)
         except Exception as exc:
             out["error_code"], message = kafka_code(exc)
             if out["error_code"] == UNSUPPORTED_FOR_MESSAGE_FORMAT:

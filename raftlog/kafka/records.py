@@ -24,6 +24,7 @@ import struct
 import zlib
 
 from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
+from kafka.record.util import calc_crc32c
 
 from raftlog.client.compression import decompress
 from raftlog.client.framing import Record, frame_keyed, unframe_any
@@ -43,6 +44,12 @@ _PATCH = struct.Struct(">qii")  # base offset, batch length, partition leader ep
 _MIN_RECORD_BYTES = 7  # length, attributes, timestamp and offset deltas, key, value, headers
 _GZIP = 1
 _SNAPPY = 2
+_CONTROL = 0x20  # RecordBatch v2 attributes: a control batch
+_CRC_AT, _ATTRIBUTES_AT = 17, 21  # the CRC-32C covers the bytes from the attributes on
+#: a control record's key and value (Kafka's ControlRecordType): version 0, COMMIT (1);
+#: value: version 0, coordinator epoch 0
+_COMMIT_KEY = struct.pack(">hh", 0, 1)
+_COMMIT_VALUE = struct.pack(">hi", 0, 0)
 
 
 class KafkaRecordError(ValueError):
@@ -226,4 +233,35 @@ def encode_batch(batch: RecordBatch, topic: str = "") -> bytes:
     out = builder.build()
     # base offset, length and leader epoch precede the CRC'd bytes: set them after
     _PATCH.pack_into(out, 0, batch.base_offset, len(out) - _LENGTH.size, batch.term)
+    return bytes(out)
+
+
+def skip_batch(first_offset: int, last_offset: int, timestamp_ms: int) -> bytes:
+    """A Kafka control batch covering offsets ``first_offset .. last_offset``, which a
+    reader never sees: raftlog's own control batches (transaction markers, fences,
+    Raft's configuration and no-op batches) and, read committed, aborted data, which
+    the node leaves out of a fetch (:mod:`raftlog.producers.fetch_filter`).
+
+    Kafka consumers never hand a control batch to the application, and move their
+    position past its last offset (as past a transaction marker of a Kafka broker's
+    log); without it a consumer whose position sits on such offsets would fetch them
+    again and again, and its lag would never drain. It holds one COMMIT control record
+    of no producer (-1) at ``last_offset``: commit markers are ignored by every
+    client, at every isolation level, and no aborted transaction is listed for it.
+    """
+    builder = DefaultRecordBatchBuilder(
+        magic=2,
+        compression_type=0,
+        is_transactional=True,
+        producer_id=-1,
+        producer_epoch=-1,
+        base_sequence=-1,
+        batch_size=2**31 - 1,
+    )
+    builder.append(last_offset - first_offset, timestamp_ms, _COMMIT_KEY, _COMMIT_VALUE, [])
+    out = builder.build()
+    (attributes,) = struct.unpack_from(">h", out, _ATTRIBUTES_AT)
+    struct.pack_into(">h", out, _ATTRIBUTES_AT, attributes | _CONTROL)
+    struct.pack_into(">I", out, _CRC_AT, calc_crc32c(memoryview(out)[_ATTRIBUTES_AT:]))
+    _PATCH.pack_into(out, 0, first_offset, len(out) - _LENGTH.size, -1)
     return bytes(out)
