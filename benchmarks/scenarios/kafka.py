@@ -1,0 +1,131 @@
+"""Scenario ``kafka``: the Kafka protocol door against the native client, same run.
+
+On one local 3-node cluster, 100-byte records to one partition (R=3, acks=all):
+
+- ``native client``: the raftlog client's batched produce (batches of 1,000 records,
+  4 in flight: the ``peers`` scenario's batched load; latency per batch request),
+  then a read of everything written by 1 MiB fetches, one at a time, counting each
+  batch's records;
+- ``Kafka (confluent-kafka)``: librdkafka's idempotent producer with its defaults
+  (latency per record, from ``produce()`` to its delivery report; see
+  :func:`benchmarks.workloads.kafka_load.kafka_produce` for why one request is in
+  flight), then a consumer assigned the partition reading everything from its
+  beginning;
+- ``Kafka / native``: the ratios (goals: produce >= 0.5x, consume >= 0.7x);
+- ``conversion``: the listener's CPU per record, measured in this process: a
+  produced RecordBatch v2 into raftlog's keyed payload, a stored batch into a
+  RecordBatch v2 for a fetch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+
+from benchmarks.context import RunContext
+from benchmarks.registry import Row, Skip, scenario
+from benchmarks.scenarios.small import seconds_per_step
+from benchmarks.workloads import raftlog_local
+from benchmarks.workloads.kafka_load import (
+    RECORD_SIZE,
+    confluent,
+    conversion_cost,
+    kafka_consume,
+    kafka_produce,
+    latency,
+    native_consume,
+)
+from benchmarks.workloads.raftlog_load import batched_load
+
+FULL_SECONDS, QUICK_SECONDS = 10.0, 2.0
+RECORDS_PER_BATCH = 1000
+IN_FLIGHT = 4
+MAX_REQUESTS = 1_000_000
+NATIVE_TOPIC, KAFKA_TOPIC = "bench-native", "bench-kafka"
+
+
+def add_arguments(group: argparse._ArgumentGroup) -> None:
+    group.add_argument(
+        "--kafka-seconds", type=float, default=None, help="seconds of producing per path"
+    )
+
+
+async def native(servers: list[str], seconds: float) -> tuple[Row, Row]:
+    client = raftlog_local.client_class()(servers)
+    try:
+        for topic in (NATIVE_TOPIC, KAFKA_TOPIC):
+            await raftlog_local.create_topic(client, topic, 1)
+        batch = (os.urandom(RECORD_SIZE * RECORDS_PER_BATCH), RECORDS_PER_BATCH)
+        load = await batched_load(
+            servers, NATIVE_TOPIC, 1, batch, "all", IN_FLIGHT, seconds, MAX_REQUESTS
+        )
+        records = load.requests * RECORDS_PER_BATCH
+        read, read_s = await native_consume(client, NATIVE_TOPIC, records)
+    finally:
+        await client.close()
+    cols = load.latency()
+    row: Row = {
+        "path": "native client",
+        "produce records/s": records / load.seconds,
+        "p50 ms": cols.get("p50 ms", 0.0),
+        "p99 ms": cols.get("p99 ms", 0.0),
+        "consume records/s": read / read_s if read_s > 0 else 0.0,
+        "errors": load.errors,
+    }
+    return row, {"records": records, "read": read}
+
+
+@scenario(
+    "kafka",
+    "confluent-kafka produce/consume through the Kafka listener vs the native client: "
+    "records/s, p50/p99, ratios, conversion CPU per record",
+    add_arguments=add_arguments,
+)
+def run(ctx: RunContext) -> list[Row]:
+    confluent()  # skip before starting a cluster when it is missing
+    seconds = seconds_per_step(ctx, QUICK_SECONDS, FULL_SECONDS, "kafka_seconds")
+    if getattr(ctx.args, "servers", None):
+        raise Skip("needs the local cluster it starts (--servers gives no Kafka bootstrap)")
+    ctx.set_total(3)
+    with (
+        ctx.scratch_dir("kafka") as data_dir,
+        raftlog_local.local_cluster(data_dir, ctx=ctx) as cluster,
+    ):
+        bootstrap = cluster.kafka_bootstrap
+        mine, counts = asyncio.run(native(cluster.servers, seconds))
+        ctx.advance(1)
+        produced = kafka_produce(bootstrap, KAFKA_TOPIC, seconds, MAX_REQUESTS)
+        read, read_s = kafka_consume(bootstrap, KAFKA_TOPIC, produced.records)
+        ctx.advance(1)
+    theirs: Row = {
+        "path": "Kafka (confluent-kafka)",
+        "produce records/s": produced.records_per_s,
+        **latency(produced.latencies_s),
+        "consume records/s": read / read_s if read_s > 0 else 0.0,
+        "errors": produced.errors,
+    }
+    if produced.first_error:
+        ctx.note(f"Kafka produce: first error: {produced.first_error}")
+    if read < produced.records or counts["read"] < counts["records"]:
+        ctx.note(
+            f"read back {read} of {produced.records} (Kafka) and {counts['read']} of "
+            f"{counts['records']} (native) before the read timeout"
+        )
+    ratio: Row = {"path": "Kafka / native"}
+    for key in ("produce records/s", "consume records/s"):
+        if float(mine[key]) > 0:
+            ratio[key] = float(theirs[key]) / float(mine[key])
+    cost = conversion_cost()
+    ctx.advance(1)
+    ctx.note(
+        f"1 partition (R=3, acks=all), {RECORD_SIZE}-byte records, {seconds:g} s of "
+        f"producing per path; native: batches of {RECORDS_PER_BATCH} records, "
+        f"{IN_FLIGHT} in flight, latency per batch; Kafka: idempotent, librdkafka's "
+        "defaults (one produce request in flight per partition: an idempotent "
+        "librdkafka producer counts records, not requests, against its window of 5), "
+        "latency per record; each path "
+        "then reads what it wrote from offset 0. Goals: Kafka produce >= 0.5x and "
+        "consume >= 0.7x of native"
+    )
+    return [mine, theirs, ratio, {"path": "conversion (CPU per record)", **cost}]

@@ -1,0 +1,175 @@
+"""Kafka-protocol loads through confluent-kafka (librdkafka), the native client's
+batched reads beside them, and the listener's record conversion cost per record.
+
+confluent-kafka is a test extra (``pip install -e '.[test]'``); :func:`confluent`
+raises :class:`benchmarks.registry.Skip` with that command when it is missing.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import os
+import time
+from typing import Any
+
+from benchmarks.registry import Skip
+from benchmarks.workloads.latency import latency_columns
+
+RECORD_SIZE = 100
+FLUSH_TIMEOUT_S = 120.0
+READ_TIMEOUT_S = 300.0
+FETCH_BYTES = 1 << 20
+
+
+def confluent() -> Any:
+    """The ``confluent_kafka`` module, or Skip naming the install command."""
+    try:
+        import confluent_kafka
+    except ImportError:
+        raise Skip("confluent-kafka is not installed: pip install -e '.[test]'") from None
+    return confluent_kafka
+
+
+@dataclasses.dataclass
+class ProduceResult:
+    records: int  # acknowledged
+    seconds: float  # from the first produce() to the last acknowledgement
+    latencies_s: list[float]  # per record: produce() to its delivery report
+    errors: int = 0
+    first_error: str = ""
+
+    @property
+    def records_per_s(self) -> float:
+        return self.records / self.seconds if self.seconds > 0 else 0.0
+
+
+def kafka_produce(
+    bootstrap: list[str], topic: str, seconds: float, max_records: int
+) -> ProduceResult:
+    """confluent-kafka's idempotent producer (acks=all, librdkafka's defaults otherwise:
+    linger 5 ms, batches up to 10,000 records or 1 MB, 100,000 records queued) writing
+    100-byte records to partition 0 for ``seconds``; produce() waits, polling, while
+    its queue is full.
+
+    librdkafka's idempotent producer keeps at most 5 *records* in flight per partition
+    (``rd_kafka_broker_produce_toppar``: 5 minus ``rktp_msgs_inflight``, a count of
+    messages), so with batches of more than 5 records one produce request is in flight
+    per partition: its throughput is a batch per round trip, against any broker."""
+    ck = confluent()
+    producer = ck.Producer(
+        {
+            "bootstrap.servers": ",".join(bootstrap),
+            "acks": "all",
+            "enable.idempotence": True,
+        }
+    )
+    value = os.urandom(RECORD_SIZE)
+    clock = time.perf_counter
+    result = ProduceResult(0, 0.0, [])
+    last_ack = [0.0]
+
+    def delivered(t0: float, err: Any, _msg: Any) -> None:
+        now = clock()
+        last_ack[0] = now
+        if err is not None:
+            result.errors += 1
+            result.first_error = result.first_error or str(err)
+            return
+        result.latencies_s.append(now - t0)
+
+    start = clock()
+    deadline = start + seconds
+    sent = 0
+    while sent < max_records and clock() < deadline:
+        try:
+            producer.produce(
+                topic, value, partition=0, on_delivery=functools.partial(delivered, clock())
+            )
+            sent += 1
+        except BufferError:  # the queue holds `outstanding` records: wait for reports
+            producer.poll(0.001)
+            continue
+        if sent % 512 == 0:
+            producer.poll(0)
+    left = producer.flush(FLUSH_TIMEOUT_S)
+    result.errors += left
+    result.records = len(result.latencies_s)
+    result.seconds = (last_ack[0] or clock()) - start
+    return result
+
+
+def kafka_consume(bootstrap: list[str], topic: str, records: int) -> tuple[int, float]:
+    """(records read, seconds) for a confluent-kafka consumer assigned partition 0 from
+    its beginning, until it has read ``records`` (bounded by READ_TIMEOUT_S)."""
+    ck = confluent()
+    consumer = ck.Consumer(
+        {
+            "bootstrap.servers": ",".join(bootstrap),
+            "group.id": "bench-unused",  # assigned, never joined
+            "enable.auto.commit": False,
+        }
+    )
+    clock = time.perf_counter
+    read = 0
+    try:
+        consumer.assign([ck.TopicPartition(topic, 0, ck.OFFSET_BEGINNING)])
+        start = clock()
+        deadline = start + READ_TIMEOUT_S
+        while read < records and clock() < deadline:
+            for m in consumer.consume(10_000, 0.5):
+                if m.error() is None:
+                    read += 1
+        return read, clock() - start
+    finally:
+        consumer.close()
+
+
+async def native_consume(client: Any, topic: str, records: int) -> tuple[int, float]:
+    """(records read, seconds) for the native client fetching partition 0 from offset 0
+    in 1 MiB fetches, one at a time, counting each batch's records (no per-record
+    decoding: the batched path)."""
+    clock = time.perf_counter
+    read, offset = 0, 0
+    start = clock()
+    deadline = start + READ_TIMEOUT_S
+    while read < records and clock() < deadline:
+        r = await client.fetch(topic, 0, offset, max_bytes=FETCH_BYTES)
+        read += sum(b.record_count for b in r.batches)
+        offset = r.next_offset
+    return read, clock() - start
+
+
+def conversion_cost(records: int = 1000, rounds: int = 20) -> dict[str, float]:
+    """CPU microseconds per record of the listener's conversions, in this process:
+    a produced RecordBatch v2 of ``records`` 100-byte records (keyed) into raftlog's
+    keyed payload (CRC check and decode included), and a stored batch back into a
+    RecordBatch v2 for a fetch."""
+    from kafka.record.default_records import DefaultRecordBatchBuilder
+
+    from raftlog.kafka.records import decode_batch, encode_batch
+    from raftlog.storage.batch import RecordBatch
+
+    builder = DefaultRecordBatchBuilder(2, 0, False, 1, 0, 0, 2**31 - 1)
+    value = os.urandom(RECORD_SIZE)
+    for i in range(records):
+        builder.append(i, 1_700_000_000_000 + i, b"key-%d" % i, value, [])
+    produced = bytes(builder.build())
+    clock = time.process_time
+    t0 = clock()
+    for _ in range(rounds):
+        decoded = decode_batch(produced)
+    produce_s = clock() - t0
+    stored = RecordBatch.create(decoded.payload, decoded.record_count)
+    t0 = clock()
+    for _ in range(rounds):
+        encode_batch(stored)
+    fetch_s = clock() - t0
+    per = 1e6 / (records * rounds)
+    return {"produce us/record": produce_s * per, "fetch us/record": fetch_s * per}
+
+
+def latency(values_s: list[float]) -> dict[str, float]:
+    """The p50 and p99 columns (ms) of :func:`latency_columns`."""
+    cols = latency_columns(values_s)
+    return {k: cols[k] for k in ("p50 ms", "p99 ms") if k in cols}
