@@ -178,3 +178,26 @@ def test_keyed_payloads_from_raftlog_produce_keep_keys_and_headers() -> None:
         (b"k1", b"v1", [("h", b"x")], 99),
         (b"k2", None, [], 99),
     ]
+
+
+@pytest.mark.parametrize(("first", "last"), [(0, 0), (14, 16), (2**40, 2**40 + 999)])
+def test_a_skip_batch_covers_its_offsets_as_a_commit_marker_of_no_producer(first, last) -> None:
+    """What clients see of offsets they never read: a valid control batch ending at
+    ``last`` (so their position moves to ``last + 1``), whose one record is a COMMIT
+    control record (ignored at every isolation level) of no producer."""
+    from aiokafka.record.control_record import COMMIT_MARKER, ControlRecord
+    from aiokafka.record.default_records import DefaultRecordBatch as AioBatch
+
+    from raftlog.kafka.records import skip_batch
+
+    data = skip_batch(first, last, 1_700_000_000_000)
+    batch = DefaultRecordBatch(data)
+    assert batch.validate_crc() and batch.is_control_batch
+    assert (batch.base_offset, batch.next_offset, batch.producer_id) == (first, last + 1, -1)
+    (record,) = list(batch)
+    assert record.offset == last and not record.abort
+    theirs = AioBatch(data)  # aiokafka's own codec reads it the same way
+    assert theirs.validate_crc() and theirs.is_control_batch
+    assert theirs.next_offset == last + 1
+    assert ControlRecord.parse(next(theirs).key) == COMMIT_MARKER
+    assert split_batches(data) and len(split_batches(data + data)) == 2
