@@ -92,3 +92,69 @@ def test_a_leader_killed_during_an_idempotent_write_loses_and_duplicates_nothing
     assert sum(map(len, read.values())) == N, "a record was lost"
     # exactly the records written, once each, in order, at the offsets acknowledged
     assert dict(read) == dict(sent)
+
+
+def test_a_confluent_consumer_reads_on_through_a_leader_kill(kafka_cluster, bootstrap) -> None:
+    """librdkafka reading a partition whose leader is SIGKILLed mid-read: with
+    Metadata capped at v6 (no leader epochs, so no OffsetForLeaderEpoch validation)
+    it finds the new leader and reads on from its position, every record once, in
+    order, to the end of the log."""
+    from confluent_kafka import Consumer
+    from confluent_kafka import TopicPartition as CkPartition
+
+    for node in (1, 2, 3):  # the test above may have left a node dead
+        if not kafka_cluster.alive(node):
+            kafka_cluster.restart(node)
+    topic, total, kill_at = "leader-kill-read", 20_000, 5_000
+    servers = kafka_cluster.servers
+    with BlockingRaftlogClient(servers) as client:
+        client.create_topic(topic, partitions=1, replication_factor=3)
+    producer = KafkaProducer(bootstrap_servers=bootstrap)
+    try:
+        for i in range(total):
+            producer.send(topic, value=b"v%d" % i, partition=0)
+        producer.flush(timeout=TIMEOUT_S)
+    finally:
+        producer.close(timeout=30)
+    with BlockingRaftlogClient(servers) as client:
+        _, hwm, _ = client.list_offsets(topic, 0)
+    victim = _leaders(servers, topic)[0]
+    assert victim in (1, 2, 3)
+
+    consumer = Consumer(
+        {
+            "bootstrap.servers": ",".join(bootstrap),
+            "group.id": "unused",
+            "enable.auto.commit": False,
+            # small fetches, a small prefetch queue: the kill lands mid-read
+            "max.partition.fetch.bytes": 64 * 1024,
+            "queued.max.messages.kbytes": 256,
+        }
+    )
+    read: list[tuple[int, bytes]] = []
+    killed = False
+    try:
+        consumer.assign([CkPartition(topic, 0, -2)])  # -2: the beginning
+        deadline = time.monotonic() + TIMEOUT_S
+        position = -1
+        while time.monotonic() < deadline:
+            for m in consumer.consume(500, 0.5):
+                assert m.error() is None, m.error()
+                read.append((m.offset(), m.value()))
+            if not killed and len(read) >= kill_at:
+                kafka_cluster.kill(victim)
+                killed = True
+            (tp,) = consumer.position([CkPartition(topic, 0)])
+            position = tp.offset
+            # a new leader appends a batch of its term when elected: the end moves past hwm
+            if len(read) >= total and position > hwm:
+                break
+    finally:
+        consumer.close()
+    assert killed and not kafka_cluster.alive(victim)
+    with BlockingRaftlogClient(servers) as client:
+        _, hwm, _ = client.list_offsets(topic, 0)
+    assert [v for _, v in read] == [b"v%d" % i for i in range(total)]  # once each, in order
+    offsets = [o for o, _ in read]
+    assert offsets == sorted(set(offsets))
+    assert position == hwm, f"the consumer stopped at {position}, the log ends at {hwm}"
