@@ -45,7 +45,11 @@ class ProduceResult:
 
 
 def kafka_produce(
-    bootstrap: list[str], topic: str, seconds: float, max_records: int
+    bootstrap: list[str],
+    topic: str,
+    seconds: float,
+    max_records: int,
+    queued: int | None = None,
 ) -> ProduceResult:
     """confluent-kafka's idempotent producer (acks=all, librdkafka's defaults otherwise:
     linger 5 ms, batches up to 10,000 records or 1 MB, 100,000 records queued) writing
@@ -55,13 +59,18 @@ def kafka_produce(
     librdkafka's idempotent producer keeps at most 5 *records* in flight per partition
     (``rd_kafka_broker_produce_toppar``: 5 minus ``rktp_msgs_inflight``, a count of
     messages), so with batches of more than 5 records one produce request is in flight
-    per partition: its throughput is a batch per round trip, against any broker."""
+    per partition: its throughput is a batch per round trip, against any broker.
+
+    ``queued``: librdkafka's queue bound (``queue.buffering.max.messages``; None: its
+    default, 100,000), which is also the records unacknowledged: a record's latency
+    is mostly its wait in that queue when the queue is long."""
     ck = confluent()
     producer = ck.Producer(
         {
             "bootstrap.servers": ",".join(bootstrap),
             "acks": "all",
             "enable.idempotence": True,
+            **({} if queued is None else {"queue.buffering.max.messages": queued}),
         }
     )
     value = os.urandom(RECORD_SIZE)
