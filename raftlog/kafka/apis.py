@@ -20,6 +20,7 @@ import logging
 import secrets
 from typing import Any
 
+from raftlog.kafka.groups.handlers import GROUP_APIS, GROUP_ROUTE, GroupApis
 from raftlog.kafka.protocol import API_VERSIONS, RequestHead
 from raftlog.kafka.records import KafkaRecordError, decode_batch, encode_batch, split_batches
 from raftlog.rpc import codec
@@ -133,6 +134,7 @@ class KafkaApis:
         self.brokers = brokers
         self.policy = policy
         self.sasl_required = policy.client_token is not None or policy.admin_token is not None
+        self.groups = GroupApis(node, brokers, self._call, node.config.kafka_group_limits)
 
     def authenticate(self, auth_bytes: bytes) -> tuple[dict[str, Any], Role | None]:
         """A SaslAuthenticate's answer and the role it grants (None: refused). PLAIN's
@@ -197,6 +199,8 @@ class KafkaApis:
         return await node.handle_client(msg)
 
     async def handle(self, head: RequestHead, req: Any) -> dict[str, Any] | None:
+        if head.api_key in GROUP_APIS:
+            return await self.groups.handle(head, req, self._refused(GROUP_ROUTE))
         handler = _HANDLERS[head.api_key]
         return await handler(self, head, req)
 
