@@ -134,7 +134,7 @@ class KafkaApis:
         self.brokers = brokers
         self.policy = policy
         self.sasl_required = policy.client_token is not None or policy.admin_token is not None
-        self.groups = GroupApis(node, brokers, self._call, node.config.kafka_group_limits)
+        self.groups = GroupApis(node, brokers, self._call)
 
     def authenticate(self, auth_bytes: bytes) -> tuple[dict[str, Any], Role | None]:
         """A SaslAuthenticate's answer and the role it grants (None: refused). PLAIN's

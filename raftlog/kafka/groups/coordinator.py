@@ -83,9 +83,11 @@ class GroupCoordinator:
     """The coordinator of the groups whose partition this node's process leads."""
 
     def __init__(self, node: Any, limits: GroupLimits | None = None) -> None:
+        """``node``: the :class:`raftlog.node.process.Node` (None: a listener tested
+        without one, which serves no group)."""
         self.node = node
         self.limits = limits or GroupLimits()
-        self.metrics = node.metrics
+        self.metrics = getattr(node, "metrics", None)
         self._loaded: dict[int, _Loaded] = {}
         self._joins: dict[tuple[str, str], asyncio.Future[JoinAnswer]] = {}
         self._syncs: dict[tuple[str, str], asyncio.Future[SyncAnswer]] = {}
@@ -95,7 +97,7 @@ class GroupCoordinator:
     # -- lifecycle ---------------------------------------------------------------
 
     def start(self) -> None:
-        if self._ticker is None:
+        if self._ticker is None and hasattr(self.node, "controller_stm"):
             self._ticker = asyncio.get_running_loop().create_task(self._tick_loop())
 
     async def stop(self) -> None:

@@ -5,7 +5,7 @@ Each handler takes the decoded kio request and returns the response's values as 
 dict (:func:`raftlog.kafka.protocol.build` fits them to the version), as the other
 handlers of :class:`raftlog.kafka.apis.KafkaApis` do; the work is the coordinator's
 (:class:`~raftlog.kafka.groups.coordinator.GroupCoordinator`). Every API needs the
-client role (``kafka_group`` in :mod:`raftlog.rpc.roles`); a caller without it gets
+client role (what ``fetch`` needs, :mod:`raftlog.rpc.roles`); a caller without it gets
 GROUP_AUTHORIZATION_FAILED (FindCoordinator and the group calls) or
 TOPIC/GROUP_AUTHORIZATION_FAILED per partition (OffsetCommit, OffsetFetch).
 
@@ -22,7 +22,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode as KafkaError
 
 from raftlog.coordinator.group_stm import CONSUMER_OFFSETS_TOPIC
-from raftlog.kafka.groups.coordinator import GroupCoordinator, GroupError, GroupLimits
+from raftlog.kafka.groups.coordinator import GroupCoordinator, GroupError
 from raftlog.kafka.protocol import RequestHead
 from raftlog.rpc.messages import MetadataRequest
 
@@ -39,8 +39,9 @@ GROUP_APIS: dict[int, str] = {
     14: "sync_group",
 }
 
-#: The role route of every group API (raftlog.rpc.roles.ROUTE_ROLES: client).
-GROUP_ROUTE = "kafka_group"
+#: The route whose role every group API needs: a group's members read, so what fetch
+#: needs (raftlog.rpc.roles.ROUTE_ROLES: the client role).
+GROUP_ROUTE = "fetch"
 
 _GROUP_KEY, _TXN_KEY = 0, 1
 
@@ -48,18 +49,15 @@ _GROUP_KEY, _TXN_KEY = 0, 1
 class GroupApis:
     """The group APIs of one node. ``call``: the Kafka door's node call
     (``KafkaApis._call``, which applies the caller's role); ``brokers``: node id ->
-    Kafka HOST:PORT."""
+    Kafka HOST:PORT; the limits are the node's (``config.kafka_group_limits``)."""
 
     def __init__(
-        self,
-        node: Any,
-        brokers: dict[int, str],
-        call: Callable[[str, Any], Awaitable[Any]],
-        limits: GroupLimits | None = None,
+        self, node: Any, brokers: dict[int, str], call: Callable[[str, Any], Awaitable[Any]]
     ) -> None:
         self.node = node
         self.brokers = brokers
         self._call = call
+        limits = getattr(getattr(node, "config", None), "kafka_group_limits", None)
         self.coordinator = GroupCoordinator(node, limits)
 
     async def stop(self) -> None:

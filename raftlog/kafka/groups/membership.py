@@ -250,6 +250,8 @@ class Group:
                 list(protocols),
                 group_instance_id,
             )
+            if not self.members:
+                self.protocol_type = protocol_type  # the first member sets it (as Kafka's)
             self.members[member_id] = m
             m.awaiting_join = True
             fx.merge(self._prepare_rebalance(now_ms, joining=True))
