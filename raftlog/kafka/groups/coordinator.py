@@ -27,7 +27,8 @@ offset's metadata bytes, session timeouts.
 
 A node of several processes (``--shards`` > 1) coordinates the groups whose
 ``__consumer_offsets`` partition its first process (the one serving Kafka) hosts;
-for the others it answers NOT_COORDINATOR (see docs/kafka.md).
+for the others FindCoordinator and the group calls answer COORDINATOR_NOT_AVAILABLE
+naming the cause (forwarding group calls to the owning process is not built yet).
 """
 
 from __future__ import annotations
@@ -188,6 +189,23 @@ class GroupCoordinator:
             )
         return partition_for(group_id, len(t.partitions))
 
+    def refuse_other_shard(self, partition: int) -> None:
+        """COORDINATOR_NOT_AVAILABLE naming the cause when ``partition``'s replica lives in
+        another process of this node (``--shards`` > 1): group membership is kept by the
+        process serving Kafka, which reaches only its own partitions' group_stm."""
+        t = self.node.controller_stm.topics.get(CONSUMER_OFFSETS_TOPIC)
+        owns = getattr(self.node, "owns", None)
+        if t is None or owns is None or partition >= len(t.partitions):
+            return
+        if not owns(t.partitions[partition].group_id):
+            raise GroupError(
+                KafkaError.coordinator_not_available,
+                f"{CONSUMER_OFFSETS_TOPIC}/{partition} is hosted by another process of node "
+                f"{self.node.node_id} (--shards {self.node.config.shards}): consumer groups "
+                "are coordinated by the process serving Kafka; run nodes that coordinate "
+                "groups with --shards 1 (docs/kafka.md)",
+            )
+
     def _local_replica(self, partition: int) -> Any:
         t = self.node.controller_stm.topics.get(CONSUMER_OFFSETS_TOPIC)
         if t is None or partition >= len(t.partitions):
@@ -201,6 +219,7 @@ class GroupCoordinator:
         earlier terms committed; (re)loaded on the first call of a term."""
         self.validate_group_id(group_id)
         p = self.partition_of(group_id)
+        self.refuse_other_shard(p)
         rep = self._local_replica(p)
         if rep is None or not rep.consensus.is_leader:
             raise GroupError(KafkaError.not_coordinator)

@@ -98,6 +98,7 @@ class GroupApis:
             coordinator.start()
             coordinator.validate_group_id(req.key)
             partition = coordinator.partition_of(req.key)
+            coordinator.refuse_other_shard(partition)
             meta = await self._call("metadata", MetadataRequest([CONSUMER_OFFSETS_TOPIC], True))
             leader = -1
             for t in meta.topics:
