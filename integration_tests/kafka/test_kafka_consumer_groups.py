@@ -11,6 +11,7 @@ import collections
 import datetime
 import os
 import time
+import urllib.request
 
 import pytest
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
@@ -41,6 +42,12 @@ from raftlog.coordinator.group_stm import CONSUMER_OFFSETS_TOPIC, partition_for
 #: for a quick run.
 RECORDS = int(os.environ.get("RAFTLOG_KAFKA_GROUP_RECORDS", "100000"))
 READ_TIMEOUT_S = 240.0
+#: A group id on the same __consumer_offsets partition (of 8) as "group-failover".
+SURVIVOR = next(
+    f"group-survivor-{i}"
+    for i in range(1000)
+    if partition_for(f"group-survivor-{i}", 8) == partition_for("group-failover", 8)
+)
 
 
 def _create(bootstrap: list[str], topic: str, partitions: int = 3) -> None:
@@ -244,6 +251,10 @@ def test_committed_offsets_survive_a_coordinator_leader_change(tmp_path) -> None
         finally:
             consumer.close(autocommit=False)
 
+        # a member of another group on the same partition, joined and synced before the
+        # kill, with a session long enough to outlive the election
+        member, gen = _stable_member(bootstrap, SURVIVOR, session_ms=60_000)
+
         with BlockingRaftlogClient(handle.servers) as client:
             partitions = len(client.describe_topic(CONSUMER_OFFSETS_TOPIC).partitions)
             p = partition_for(group, partitions)
@@ -267,6 +278,19 @@ def test_committed_offsets_survive_a_coordinator_leader_change(tmp_path) -> None
         with BlockingRaftlogClient([handle.address(i) for i in (1, 2, 3) if i != leader]) as c:
             new_leader = c.describe_topic(CONSUMER_OFFSETS_TOPIC).partitions[p].leader
         assert new_leader not in (leader, -1)
+
+        # the new coordinator rebuilt the group from __consumer_offsets: same member,
+        # same generation, its assignment, and it takes the member's commits
+        with Wire(_coordinator(alive, SURVIVOR)) as w:
+            beat = w.call(HeartbeatRequest(group_id=SURVIVOR, generation_id=gen, member_id=member))
+            assert beat.error_code == E.none
+            synced = w.call(
+                SyncGroupRequest(
+                    group_id=SURVIVOR, generation_id=gen, member_id=member, assignments=()
+                )
+            )
+            assert (synced.error_code, synced.assignment) == (E.none, b"assigned")
+            assert _commit(w, SURVIVOR, gen, member, "after", topic=topic) == E.none
 
         # a new member, through the new coordinator, resumes from the committed offsets
         expected = {(p, o) for p, o in written if o >= 10 + p}
@@ -294,6 +318,25 @@ def test_committed_offsets_survive_a_coordinator_leader_change(tmp_path) -> None
         assert len(seen) == len(set(seen)) and set(seen) == expected
 
 
+def _stable_member(bootstrap: list[str], group: str, session_ms: int) -> tuple[str, int]:
+    """A member of ``group`` that joined and synced (as its leader) over the raw wire:
+    (member id, generation)."""
+    with Wire(_coordinator(bootstrap, group)) as w:
+        member = _join(w, group, "", session_ms=session_ms).member_id
+        joined = _join(w, group, member, session_ms=session_ms)
+        assert joined.error_code == E.none, joined
+        synced = w.call(
+            SyncGroupRequest(
+                group_id=group,
+                generation_id=joined.generation_id,
+                member_id=member,
+                assignments=(SyncGroupRequestAssignment(member_id=member, assignment=b"assigned"),),
+            )
+        )
+        assert synced.error_code == E.none, synced
+        return member, joined.generation_id
+
+
 def _coordinator(bootstrap: list[str], group: str) -> str:
     def find() -> str:
         with Wire(bootstrap[0]) as w:
@@ -317,7 +360,9 @@ def _join(w: Wire, group: str, member: str, metadata: bytes = b"\0\0", session_m
     )
 
 
-def _commit(w: Wire, group: str, generation: int, member: str, metadata: str = ""):
+def _commit(
+    w: Wire, group: str, generation: int, member: str, metadata: str = "", topic="groups-raw"
+):
     r = w.call(
         OffsetCommitRequest(
             group_id=group,
@@ -325,7 +370,7 @@ def _commit(w: Wire, group: str, generation: int, member: str, metadata: str = "
             member_id=member,
             topics=(
                 OffsetCommitRequestTopic(
-                    name="groups-raw",
+                    name=topic,
                     partitions=(
                         OffsetCommitRequestPartition(
                             partition_index=0,
@@ -341,10 +386,24 @@ def _commit(w: Wire, group: str, generation: int, member: str, metadata: str = "
     return r.topics[0].partitions[0].error_code
 
 
-def test_bad_group_input_gets_kafkas_error_codes(bootstrap) -> None:
+def _refusals(server: str) -> dict[str, float]:
+    """raftlog_kafka_group_refusals_total by limit, from a node's /metrics."""
+    with urllib.request.urlopen(f"http://{server}/metrics", timeout=10) as r:
+        text = r.read().decode()
+    out = {}
+    for line in text.splitlines():
+        if line.startswith("raftlog_kafka_group_refusals_total{"):
+            labels, _, value = line.partition("} ")
+            out[labels.split('limit="')[1].rstrip('"')] = float(value)
+    return out
+
+
+def test_bad_group_input_gets_kafkas_error_codes(kafka_cluster, bootstrap) -> None:
     group = "group-raw"
     _create(bootstrap, "groups-raw", 1)
     address = _coordinator(bootstrap, group)
+    server = kafka_cluster.servers[bootstrap.index(address)]
+    before = _refusals(server)
     with Wire(address) as w:
         first = _join(w, group, "")
         assert first.error_code == E.member_id_required and first.member_id
@@ -399,6 +458,9 @@ def test_bad_group_input_gets_kafkas_error_codes(bootstrap) -> None:
         )
         assert [m.error_code for m in left.members] == [E.none, E.unknown_member_id]
         assert beat(gen, member) == E.unknown_member_id
+    after = _refusals(server)
+    for limit in ("member_metadata_bytes", "offset_metadata_bytes"):
+        assert after.get(limit, 0) == before.get(limit, 0) + 1, limit
 
 
 @pytest.mark.parametrize("api", ["JoinGroup", "OffsetCommit"])

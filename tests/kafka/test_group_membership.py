@@ -215,3 +215,99 @@ def test_the_partition_of_a_group_is_kafkas() -> None:
     # a negative hashCode: "polygenelubricants".hashCode() == Integer.MIN_VALUE -> 0
     assert partition_for("polygenelubricants", 7) == 0
     assert all(0 <= partition_for(f"group-{i}", 8) < 8 for i in range(100))
+
+
+def test_random_interleavings_keep_the_groups_invariants() -> None:
+    """Seeded runs of members joining, syncing, heartbeating, leaving, stores landing
+    late or failing, and time passing, in random order; after every step: the
+    generation never goes down, a Stable or CompletingRebalance group's leader is a
+    member and its protocol every member's, an Empty group has no member, every answer
+    goes to a parked request (once), a successful sync's assignment is the one the
+    leader of that generation gave. At the end, with time far ahead, the group is
+    Empty and every parked request was answered."""
+    for seed in range(200):
+        _random_run(seed)
+
+
+def _random_run(seed: int) -> None:
+    import random
+
+    rng = random.Random(seed)
+    g = Group("g", initial_delay_ms=rng.choice([0, 500]), max_members=4)
+    now, generation = 0, 0
+    parked_joins: set[str] = set()
+    parked_syncs: set[str] = set()
+    given: dict[tuple[int, str], bytes] = {}
+    stores: list[int] = []
+    known: list[str] = []
+
+    def settle(fx) -> None:
+        for j in fx.joins:
+            assert j.member_id in parked_joins, (seed, j)
+            parked_joins.discard(j.member_id)
+        for sy in fx.syncs:
+            assert sy.member_id in parked_syncs, (seed, sy)
+            parked_syncs.discard(sy.member_id)
+            if sy.error is E.none:
+                assert given[(g.generation, sy.member_id)] == sy.assignment, seed
+        if fx.store is not None:
+            stores.append(fx.store)
+
+    for _ in range(60):
+        now += rng.choice([0, 10, 400, 2000, 6000])
+        op = rng.choice(["join", "join", "sync", "beat", "leave", "tick", "store"])
+        mid = rng.choice([*known, ""]) if known else ""
+        if op == "join":
+            new = f"m{len(known)}"
+            answer, fx = g.join(
+                mid,
+                new_member_id=new,
+                client_id="c",
+                client_host="",
+                session_timeout_ms=5000,
+                rebalance_timeout_ms=8000,
+                protocol_type="consumer",
+                protocols=[("range", b"r"), ("rr", b"x")],
+                require_known_member_id=rng.random() < 0.5,
+                now_ms=now,
+            )
+            who = mid or (answer.member_id if answer is not None else new)
+            if who not in known and who:
+                known.append(who)
+            if answer is None:
+                parked_joins.add(who)
+            settle(fx)
+        elif op == "sync" and mid:
+            assignments = {m: f"{g.generation}-{m}".encode() for m in g.members}
+            if mid == g.leader and g.storing is None:
+                for m in g.members:
+                    given[(g.generation, m)] = assignments[m]
+            answer, fx = g.sync(mid, g.generation, assignments, now)
+            if answer is None:
+                parked_syncs.add(mid)
+            settle(fx)
+        elif op == "beat" and mid:
+            g.heartbeat(mid, g.generation, now)
+        elif op == "leave" and mid:
+            _, fx = g.leave(mid, now)  # its parked requests: UNKNOWN_MEMBER_ID
+            settle(fx)
+        elif op == "store" and stores:
+            error = rng.choice([E.none, E.none, E.not_coordinator])
+            settle(g.stored(stores.pop(0), error, now))
+        else:
+            settle(g.tick(now))
+        assert g.generation >= generation, seed
+        generation = g.generation
+        if g.state in (GroupState.STABLE, GroupState.COMPLETING_REBALANCE):
+            assert g.leader in g.members, seed
+            assert all(g.protocol in dict(m.protocols) for m in g.members.values())
+        if g.state is GroupState.EMPTY:
+            assert not g.members, seed
+        if g.state is GroupState.STABLE:
+            assert not parked_joins, seed
+    while stores:
+        settle(g.stored(stores.pop(0), E.none, now))
+    settle(g.tick(now + 60_000))
+    settle(g.tick(now + 120_000))
+    assert g.state is GroupState.EMPTY and not g.members, seed
+    assert not parked_joins and not parked_syncs, seed
