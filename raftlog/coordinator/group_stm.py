@@ -26,9 +26,9 @@ CONSUMER_OFFSETS_TOPIC = "__consumer_offsets"
 """The internal topic whose partitions run group_stm (Kafka's name)."""
 
 CONSUMER_OFFSETS_PARTITIONS = 8
-"""Its partitions when the cluster creates it (Kafka's ``offsets.topic.num.partitions``
-is 50: each partition here is a Raft group, so fewer; a group never moves once placed,
-so the count is fixed at creation)."""
+"""Its partitions, when the first FindCoordinator creates it (Kafka's
+``offsets.topic.num.partitions`` is 50: each partition here is a Raft group, so fewer;
+a group never moves once placed, so the count is fixed at creation)."""
 
 
 def partition_for(group_id: str, partitions: int) -> int:

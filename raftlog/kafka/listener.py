@@ -105,7 +105,7 @@ class KafkaListener:
         self._server = await asyncio.start_server(
             self._serve, host, port, ssl=self.ssl_context, reuse_address=True
         )
-        self.apis.groups.coordinator.start()  # its timers; it creates __consumer_offsets
+        self.apis.groups.coordinator.start()  # the group coordinator's timers
 
     @property
     def address(self) -> str:

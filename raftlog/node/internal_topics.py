@@ -39,7 +39,7 @@ def refuse_internal_create(topic: str, partitions: int, has_configs: bool) -> No
         return
     if topic == TRANSACTIONS_TOPIC and partitions in (1, -1) and not has_configs:
         return
-    # the group coordinator's, created by the controller's leader (raftlog.kafka.groups)
+    # the group coordinator's, created on a group's first FindCoordinator (raftlog.kafka.groups)
     if (
         topic == CONSUMER_OFFSETS_TOPIC
         and partitions == CONSUMER_OFFSETS_PARTITIONS

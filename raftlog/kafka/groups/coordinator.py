@@ -42,24 +42,16 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode as KafkaError
 
-from raftlog.coordinator.group_stm import (
-    CONSUMER_OFFSETS_PARTITIONS,
-    CONSUMER_OFFSETS_TOPIC,
-    GroupStm,
-    partition_for,
-)
+from raftlog.coordinator.group_stm import CONSUMER_OFFSETS_TOPIC, GroupStm, partition_for
 from raftlog.kafka.groups.limits import GroupLimits
 from raftlog.kafka.groups.membership import Effects, Group, JoinAnswer, SyncAnswer
 from raftlog.raft.errors import NotLeaderError, RaftError, TermMismatchError
-from raftlog.rpc.messages import CreateTopicRequest
 from raftlog.rpc.server import RequestError
 
 log = logging.getLogger("raftlog.kafka.groups")
 
 #: How often the coordinator expires sessions and checks its leaderships.
 TICK_S = 0.1
-#: How often the controller's leader checks that __consumer_offsets exists.
-ENSURE_TOPIC_S = 1.0
 
 
 class GroupError(Exception):
@@ -115,17 +107,10 @@ class GroupCoordinator:
         return int(asyncio.get_running_loop().time() * 1000)
 
     async def _tick_loop(self) -> None:
-        since_check = ENSURE_TOPIC_S
         while True:
             await asyncio.sleep(TICK_S)
             try:
                 self.tick()
-                since_check += TICK_S
-                if since_check >= ENSURE_TOPIC_S:
-                    since_check = 0.0
-                    await self._ensure_topic()
-            except asyncio.CancelledError:
-                raise
             except Exception:
                 log.exception("group coordinator tick failed")
 
@@ -155,26 +140,6 @@ class GroupCoordinator:
                 for m in g.members.values()
             )
         )
-
-    async def _ensure_topic(self) -> None:
-        """The controller's leader creates ``__consumer_offsets`` (Kafka creates it on
-        the first FindCoordinator; here as soon as a node serves Kafka): a fixed number
-        of partitions, the default replication factor."""
-        node = self.node
-        controller = getattr(node, "controller", None)
-        if controller is None or not controller.is_leader:
-            return
-        if CONSUMER_OFFSETS_TOPIC in node.controller_stm.topics:
-            return
-        try:
-            await node.create_topic(
-                CreateTopicRequest(
-                    CONSUMER_OFFSETS_TOPIC, CONSUMER_OFFSETS_PARTITIONS, -1, exist_ok=True
-                )
-            )
-            log.info("created %s", CONSUMER_OFFSETS_TOPIC)
-        except RequestError as exc:
-            log.warning("could not create %s yet: %s", CONSUMER_OFFSETS_TOPIC, exc)
 
     # -- placement and loading ---------------------------------------------------
 

@@ -15,16 +15,17 @@ transactions plug in: its coordinator is the leader of ``__transactions``.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 from kio.schema.errors import ErrorCode as KafkaError
 
-from raftlog.coordinator.group_stm import CONSUMER_OFFSETS_TOPIC
+from raftlog.coordinator.group_stm import CONSUMER_OFFSETS_PARTITIONS, CONSUMER_OFFSETS_TOPIC
 from raftlog.kafka.groups.coordinator import GroupCoordinator, GroupError
 from raftlog.kafka.protocol import RequestHead
-from raftlog.rpc.messages import MetadataRequest
+from raftlog.rpc.messages import CreateTopicRequest, MetadataRequest
 
 log = logging.getLogger("raftlog.kafka.groups")
 
@@ -49,18 +50,29 @@ _GROUP_KEY, _TXN_KEY = 0, 1
 class GroupApis:
     """The group APIs of one node. ``call``: the Kafka door's node call
     (``KafkaApis._call``, which applies the caller's role); ``brokers``: node id ->
-    Kafka HOST:PORT; the limits are the node's (``config.kafka_group_limits``)."""
+    Kafka HOST:PORT; ``create``: creates a topic at the controller's leader as the
+    caller (``KafkaApis._create_as_caller``); the limits are the node's
+    (``config.kafka_group_limits``)."""
 
     def __init__(
-        self, node: Any, brokers: dict[int, str], call: Callable[[str, Any], Awaitable[Any]]
+        self,
+        node: Any,
+        brokers: dict[int, str],
+        call: Callable[[str, Any], Awaitable[Any]],
+        create: Callable[[CreateTopicRequest], Awaitable[None]],
     ) -> None:
         self.node = node
         self.brokers = brokers
         self._call = call
+        self._create = create
+        self._creating: asyncio.Task[None] | None = None
         limits = getattr(getattr(node, "config", None), "kafka_group_limits", None)
         self.coordinator = GroupCoordinator(node, limits)
 
     async def stop(self) -> None:
+        if self._creating is not None:
+            self._creating.cancel()
+            await asyncio.gather(self._creating, return_exceptions=True)
         await self.coordinator.stop()
 
     async def handle(self, head: RequestHead, req: Any, refused: str | None) -> dict[str, Any]:
@@ -97,6 +109,8 @@ class GroupApis:
             coordinator = self.coordinator
             coordinator.start()
             coordinator.validate_group_id(req.key)
+            if CONSUMER_OFFSETS_TOPIC not in self.node.controller_stm.topics:
+                self._create_offsets_topic()
             partition = coordinator.partition_of(req.key)
             coordinator.refuse_other_shard(partition)
             meta = await self._call("metadata", MetadataRequest([CONSUMER_OFFSETS_TOPIC], True))
@@ -119,6 +133,23 @@ class GroupApis:
             out["error_code"] = KafkaError.coordinator_not_available
             out["error_message"] = f"{type(exc).__name__}: {exc}"
         return out
+
+    def _create_offsets_topic(self) -> None:
+        """Kafka creates ``__consumer_offsets`` on the first FindCoordinator: here too,
+        in the background (one creation at a time; the client asks again meanwhile and
+        gets COORDINATOR_NOT_AVAILABLE), in its fixed shape, as the caller."""
+        if self._creating is not None and not self._creating.done():
+            return
+        request = CreateTopicRequest(CONSUMER_OFFSETS_TOPIC, CONSUMER_OFFSETS_PARTITIONS, -1)
+
+        async def create() -> None:
+            try:
+                await self._create(request)
+                log.info("created %s", CONSUMER_OFFSETS_TOPIC)
+            except Exception as exc:
+                log.warning("could not create %s: %s", CONSUMER_OFFSETS_TOPIC, exc)
+
+        self._creating = asyncio.get_running_loop().create_task(create())
 
     # -- JoinGroup / SyncGroup / Heartbeat / LeaveGroup ---------------------------
 
