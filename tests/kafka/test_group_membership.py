@@ -311,3 +311,37 @@ def _random_run(seed: int) -> None:
     settle(g.tick(now + 120_000))
     assert g.state is GroupState.EMPTY and not g.members, seed
     assert not parked_joins and not parked_syncs, seed
+
+
+def test_group_limit_flags_set_the_limits_and_are_checked_by_name() -> None:
+    import argparse
+
+    import pytest
+
+    from raftlog.kafka.groups.limits import GroupLimits
+    from raftlog.node.config import add_server_arguments, config_from_args
+
+    def config(*extra: str):
+        p = argparse.ArgumentParser()
+        add_server_arguments(p)
+        base = ["--node-id", "1", "--listen", "127.0.0.1:9000", "--data-dir", "/d"]
+        return config_from_args(p.parse_args([*base, *extra]))
+
+    assert config().kafka_group_limits == GroupLimits()
+    limits = config(
+        "--kafka-max-groups",
+        "7",
+        "--kafka-max-group-members",
+        "3",
+        "--kafka-max-group-metadata-bytes",
+        "2048",
+        "--kafka-max-offset-metadata-bytes",
+        "0",
+    ).kafka_group_limits
+    assert (limits.max_groups, limits.max_members) == (7, 3)
+    assert limits.max_member_metadata_bytes == limits.max_assignment_bytes == 2048
+    assert limits.max_offset_metadata_bytes == 0
+    with pytest.raises(ValueError, match="--kafka-max-group-members: expected 1"):
+        config("--kafka-max-group-members", "0")
+    with pytest.raises(ValueError, match="--kafka-max-group-metadata-bytes: expected 1024"):
+        config("--kafka-max-group-metadata-bytes", "10")
