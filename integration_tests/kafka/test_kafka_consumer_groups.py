@@ -480,3 +480,30 @@ def test_a_node_that_is_not_the_coordinator_says_so(bootstrap, api) -> None:
             assert _join(w, group, "").error_code == E.not_coordinator
         else:
             assert _commit(w, group, -1, "") == E.not_coordinator
+
+
+def test_a_node_of_two_processes_names_why_it_cannot_coordinate_some_groups(tmp_path) -> None:
+    """With --shards 2 the process serving Kafka hosts about half of the
+    __consumer_offsets partitions: groups there work, the others get
+    COORDINATOR_NOT_AVAILABLE naming --shards (docs/kafka.md, "Not supported yet")."""
+    with running_cluster(tmp_path / "cluster", extra_args=["--shards", "2"]) as handle:
+        bootstrap = handle.cluster.kafka_bootstrap
+        answers: dict[str, object] = {}
+
+        def find_all() -> None:
+            with Wire(bootstrap[0]) as w:
+                for i in range(40):
+                    group = f"sharded-{i}"
+                    answers[group] = w.call(FindCoordinatorRequest(key=group, key_type=0))
+            codes = {r.error_code for r in answers.values()}
+            assert codes == {E.none, E.coordinator_not_available}, codes
+            refused = [r for r in answers.values() if r.error_code != E.none]
+            assert all("another process" in (r.error_message or "") for r in refused), refused
+
+        _wait_for(find_all, "__consumer_offsets with leaders", timeout_s=120)
+        for r in answers.values():
+            if r.error_code == E.coordinator_not_available:
+                assert "--shards 2" in r.error_message and "--shards 1" in r.error_message
+        group = next(g for g, r in answers.items() if r.error_code == E.none)
+        member, gen = _stable_member(bootstrap, group, session_ms=10_000)
+        assert member and gen >= 1

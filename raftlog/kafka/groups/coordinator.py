@@ -297,6 +297,9 @@ class GroupCoordinator:
         except (TimeoutError, RaftError, OSError) as exc:
             log.warning("a write to %s failed: %r", CONSUMER_OFFSETS_TOPIC, exc)
             return KafkaError.coordinator_not_available
+        except Exception:  # a full disk, a bug: the client retries, the node serves on
+            log.exception("a write to %s failed", CONSUMER_OFFSETS_TOPIC)
+            return KafkaError.coordinator_not_available
         if result.get("status") != "ok":
             log.warning("%s refused a command: %s", CONSUMER_OFFSETS_TOPIC, result.get("error"))
             return KafkaError.invalid_commit_offset_size
