@@ -56,8 +56,6 @@ ROUTE_ROLES: dict[str, Role] = {
     "coordinator": Role.CLIENT,
     "partition_status": Role.CLIENT,
     "describe_configs": Role.CLIENT,
-    # the Kafka door's consumer group APIs (raftlog.kafka.groups; no /v1/ route)
-    "kafka_group": Role.CLIENT,
     AUTO_CREATE_ROUTE: Role.CLIENT,  # admin when auto.create.topics.enable is false
     "delete_topic": Role.ADMIN,
     "alter_config": Role.ADMIN,
