@@ -507,3 +507,60 @@ def test_a_node_of_two_processes_names_why_it_cannot_coordinate_some_groups(tmp_
         group = next(g for g, r in answers.items() if r.error_code == E.none)
         member, gen = _stable_member(bootstrap, group, session_ms=10_000)
         assert member and gen >= 1
+
+
+def test_a_group_on_a_cluster_with_tokens_authenticates_with_sasl(tmp_path) -> None:
+    """On a node with tokens the group's first FindCoordinator creates
+    __consumer_offsets with the client token the consumer authenticated with, and the
+    group reads and commits through SASL/PLAIN connections."""
+    import secrets
+
+    from raftlog.cluster import start_cluster, stop_cluster
+
+    token, admin_token = "client-" + secrets.token_hex(8), "admin-" + secrets.token_hex(8)
+    for role in ("AUTH", "CLIENT", "ADMIN", "PEER"):
+        os.environ.pop(f"RAFTLOG_{role}_TOKEN", None)
+    root = tmp_path / "cluster"
+    cluster = start_cluster(root, 3, auth_token=token, admin_token=admin_token)
+    sasl = {
+        "security_protocol": "SASL_PLAINTEXT",
+        "sasl_mechanism": "PLAIN",
+        "sasl_plain_username": "anyone",
+        "sasl_plain_password": token,
+    }
+    try:
+        bootstrap = cluster.kafka_bootstrap
+        admin = KafkaAdminClient(bootstrap_servers=bootstrap, **sasl)
+        try:
+            admin.create_topics([NewTopic("groups-sasl", 1, 3)])
+        finally:
+            admin.close()
+        producer = KafkaProducer(bootstrap_servers=bootstrap, **sasl)
+        try:
+            for i in range(50):
+                producer.send("groups-sasl", value=b"v%d" % i)
+            producer.flush(60)
+        finally:
+            producer.close()
+        consumer = KafkaConsumer(
+            "groups-sasl",
+            bootstrap_servers=bootstrap,
+            group_id="group-sasl",
+            auto_offset_reset="earliest",
+            enable_auto_commit=False,
+            **sasl,
+        )
+        try:
+            values = []
+            deadline = time.monotonic() + 90
+            while len(values) < 50 and time.monotonic() < deadline:
+                for records in consumer.poll(1000).values():
+                    values += [r.value for r in records]
+            assert values == [b"v%d" % i for i in range(50)]
+            consumer.commit()
+            position = consumer.position(TopicPartition("groups-sasl", 0))
+            assert consumer.committed(TopicPartition("groups-sasl", 0)) == position
+        finally:
+            consumer.close()
+    finally:
+        stop_cluster(root, timeout_s=10.0)
