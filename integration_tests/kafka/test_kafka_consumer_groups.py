@@ -280,17 +280,24 @@ def test_committed_offsets_survive_a_coordinator_leader_change(tmp_path) -> None
         assert new_leader not in (leader, -1)
 
         # the new coordinator rebuilt the group from __consumer_offsets: same member,
-        # same generation, its assignment, and it takes the member's commits
-        with Wire(_coordinator(alive, SURVIVOR)) as w:
-            beat = w.call(HeartbeatRequest(group_id=SURVIVOR, generation_id=gen, member_id=member))
-            assert beat.error_code == E.none
-            synced = w.call(
-                SyncGroupRequest(
-                    group_id=SURVIVOR, generation_id=gen, member_id=member, assignments=()
+        # same generation, its assignment, and it takes the member's commits (asked
+        # again, as a client does, if the leadership moved on meanwhile: the leader
+        # balancer may hand it to another live replica)
+        def survivor() -> None:
+            with Wire(_coordinator(alive, SURVIVOR)) as w:
+                beat = w.call(
+                    HeartbeatRequest(group_id=SURVIVOR, generation_id=gen, member_id=member)
                 )
-            )
-            assert (synced.error_code, synced.assignment) == (E.none, b"assigned")
-            assert _commit(w, SURVIVOR, gen, member, "after", topic=topic) == E.none
+                assert beat.error_code == E.none, beat
+                synced = w.call(
+                    SyncGroupRequest(
+                        group_id=SURVIVOR, generation_id=gen, member_id=member, assignments=()
+                    )
+                )
+                assert (synced.error_code, synced.assignment) == (E.none, b"assigned")
+                assert _commit(w, SURVIVOR, gen, member, "after", topic=topic) == E.none
+
+        _wait_for(survivor, "the rebuilt group", timeout_s=40)
 
         # a new member, through the new coordinator, resumes from the committed offsets
         expected = {(p, o) for p, o in written if o >= 10 + p}
