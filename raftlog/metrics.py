@@ -339,6 +339,40 @@ class NodeMetrics:
             "open Kafka protocol connections (at most --kafka-max-connections)",
             registry=self.registry,
         )
+        # the consumer group coordinator (raftlog.kafka.groups)
+        self.kafka_groups = Gauge(
+            "raftlog_kafka_groups",
+            "consumer groups with members this node coordinates (at most --kafka-max-groups)",
+            registry=self.registry,
+        )
+        self.kafka_group_members = Gauge(
+            "raftlog_kafka_group_members",
+            "members of the consumer groups this node coordinates (at most "
+            "--kafka-max-group-members per group)",
+            registry=self.registry,
+        )
+        self.kafka_group_refusals = Counter(
+            "raftlog_kafka_group_refusals",
+            "group requests refused by a coordinator limit, by limit",
+            ["limit"],
+            registry=self.registry,
+        )
+        self.kafka_group_rebalances = Counter(
+            "raftlog_kafka_group_rebalances",
+            "consumer group rebalances completed (a new generation)",
+            registry=self.registry,
+        )
+        self.kafka_offset_commits = Counter(
+            "raftlog_kafka_offset_commits",
+            "partition offsets committed to __consumer_offsets (acks=all)",
+            registry=self.registry,
+        )
+        self.kafka_group_metadata_bytes = Gauge(
+            "raftlog_kafka_group_metadata_bytes",
+            "subscription and assignment bytes held for the members of the groups this "
+            "node coordinates",
+            registry=self.registry,
+        )
 
     def render(self) -> bytes:
         """The exposition text of every metric."""

@@ -85,12 +85,16 @@ class TmStm:
 
     # -- commands ------------------------------------------------------------
 
-    async def execute(self, command: dict[str, Any]) -> dict[str, Any]:
+    async def execute(
+        self, command: dict[str, Any], expected_term: int | None = None
+    ) -> dict[str, Any]:
         """Replicate ``command`` and return its result, as applied on this leader.
 
         Raises :class:`~raftlog.raft.errors.NotLeaderError` on a follower, and
         TimeoutError or a RaftError when the command's outcome is unknown (the
-        caller retries: every command is idempotent).
+        caller retries: every command is idempotent). ``expected_term``: append only
+        in that term (TermMismatchError otherwise, nothing appended); None: the
+        current one.
         """
         payload = json.dumps(command, sort_keys=True, separators=(",", ":")).encode()
         if len(payload) > MAX_COMMAND_BYTES:
@@ -100,7 +104,8 @@ class TmStm:
         if not self._c.is_leader:
             raise NotLeaderError(getattr(self._c, "group", -1), getattr(self._c, "leader_id", -1))
         batch = RecordBatch.create(payload, 1)
-        stages = self._c.replicate([batch], Consistency.QUORUM_ACK, self._c.term)
+        term = self._c.term if expected_term is None else expected_term
+        stages = self._c.replicate([batch], Consistency.QUORUM_ACK, term)
         res = await asyncio.wait_for(asyncio.shield(stages.finished), self._timeout_s)
         offset = res.last_offset
         # The applier may run before or after this task resumes: results are kept by

@@ -20,6 +20,7 @@ import logging
 import secrets
 from typing import Any
 
+from raftlog.kafka.groups.handlers import GROUP_APIS, GROUP_ROUTE, GroupApis
 from raftlog.kafka.protocol import API_VERSIONS, RequestHead
 from raftlog.kafka.records import (
     KafkaRecordError,
@@ -141,6 +142,7 @@ class KafkaApis:
         self.brokers = brokers
         self.policy = policy
         self.sasl_required = policy.client_token is not None or policy.admin_token is not None
+        self.groups = GroupApis(node, brokers, self._call, self._create_as_caller)
 
     def authenticate(self, auth_bytes: bytes) -> tuple[dict[str, Any], Role | None]:
         """A SaslAuthenticate's answer and the role it grants (None: refused). PLAIN's
@@ -204,7 +206,26 @@ class KafkaApis:
                 return codec.decode(answer)
         return await node.handle_client(msg)
 
+    async def _create_as_caller(self, req: CreateTopicRequest) -> None:
+        """Create a topic the Kafka door itself needs (``__consumer_offsets``, on a
+        group's first FindCoordinator) at the controller's leader, with the token the
+        caller authenticated with: the same role check as the caller's own create."""
+        from raftlog.client.async_client import RaftlogClient
+
+        role = CALLER.get()
+        tokens = {Role.CLIENT: self.policy.client_token, Role.ADMIN: self.policy.admin_token}
+        node = self.node
+        async with RaftlogClient(
+            sorted(node.config.peers.values()),
+            auth_token=None if role is None else tokens.get(role),
+            tls_ca_file=node.config.tls.ca_file if node.config.tls else None,
+            request_timeout_s=10.0,
+        ) as client:
+            await client.create_topic(req.name, req.partitions, None, exist_ok=True)
+
     async def handle(self, head: RequestHead, req: Any) -> dict[str, Any] | None:
+        if head.api_key in GROUP_APIS:
+            return await self.groups.handle(head, req, self._refused(GROUP_ROUTE))
         handler = _HANDLERS[head.api_key]
         return await handler(self, head, req)
 

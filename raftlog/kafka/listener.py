@@ -105,6 +105,7 @@ class KafkaListener:
         self._server = await asyncio.start_server(
             self._serve, host, port, ssl=self.ssl_context, reuse_address=True
         )
+        self.apis.groups.coordinator.start()  # the group coordinator's timers
 
     @property
     def address(self) -> str:
@@ -119,6 +120,7 @@ class KafkaListener:
         for task in list(self._connections):
             task.cancel()
         await asyncio.gather(*self._connections, return_exceptions=True)
+        await self.apis.groups.stop()
         with contextlib.suppress(Exception):
             await asyncio.wait_for(self._server.wait_closed(), 5.0)
 

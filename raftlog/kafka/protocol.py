@@ -40,6 +40,14 @@ API_VERSIONS: dict[int, tuple[str, int, int]] = {
     1: ("Fetch", 4, 11),
     2: ("ListOffsets", 1, 5),
     3: ("Metadata", 0, 6),
+    # consumer groups (raftlog.kafka.groups)
+    8: ("OffsetCommit", 2, 7),
+    9: ("OffsetFetch", 1, 5),
+    10: ("FindCoordinator", 0, 2),
+    11: ("JoinGroup", 0, 5),
+    12: ("Heartbeat", 0, 3),
+    13: ("LeaveGroup", 0, 3),
+    14: ("SyncGroup", 0, 3),
     # v1 only: v0 sends the SASL tokens after the handshake without Kafka's framing
     17: ("SaslHandshake", 1, 1),
     18: ("ApiVersions", 0, 3),

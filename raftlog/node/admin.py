@@ -39,6 +39,7 @@ from raftlog.controller import (
     validate_topic_name,
 )
 from raftlog.controller.commands import Command
+from raftlog.coordinator.group_stm import CONSUMER_OFFSETS_TOPIC
 from raftlog.coordinator.tm_stm import TRANSACTIONS_TOPIC
 from raftlog.node.config import (
     DECOMMISSION_CATCH_UP_S,
@@ -120,7 +121,7 @@ class AdminApi:
             req.name, req.partitions, bool(req.configs) or req.schema is not None
         )
         try:
-            if req.name != TRANSACTIONS_TOPIC:  # internal names start with "__"
+            if req.name not in (TRANSACTIONS_TOPIC, CONSUMER_OFFSETS_TOPIC):  # "__" names
                 validate_topic_name(req.name)
         except ValueError as exc:
             raise RequestError(ErrorCode.INVALID_REQUEST, str(exc)) from exc

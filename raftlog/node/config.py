@@ -11,6 +11,7 @@ import os
 import pathlib
 from typing import Any
 
+from raftlog.kafka.groups.limits import GroupLimits
 from raftlog.node.disk_space import DEFAULT_MIN_FREE_BYTES
 from raftlog.producers.rm_stm import (
     DEFAULT_MAX_TRANSACTION_TIMEOUT_MS,
@@ -127,6 +128,8 @@ class NodeConfig:
     kafka_peers: dict[int, str] = dataclasses.field(default_factory=dict)
     kafka_max_request_bytes: int = 0
     kafka_max_connections: int = 1024
+    # what Kafka clients may make the group coordinator hold (--kafka-max-group*)
+    kafka_group_limits: GroupLimits = dataclasses.field(default_factory=GroupLimits)
     # --quiesce / --no-quiesce: idle groups stop ticking and heartbeating
     # (raftlog.raft.core.RaftCore.quiescent); node liveness stands in for them.
     quiesce: bool = True
@@ -351,6 +354,8 @@ def add_server_arguments(p: argparse.ArgumentParser) -> None:
         help="open Kafka connections the listener accepts; one more is closed at once "
         "(default 1024)",
     )
+    for flag, (_fields, lo, what) in _GROUP_FLAGS.items():
+        p.add_argument(flag, type=int, default=None, help=what + f" (at least {lo})")
     p.add_argument(
         "--quiesce",
         action=argparse.BooleanOptionalAction,
@@ -363,6 +368,51 @@ def add_server_arguments(p: argparse.ArgumentParser) -> None:
     # set by shard 0 for the processes it starts (raftlog.node.shards); never by users
     p.add_argument("--shard-index", type=int, default=0, help=argparse.SUPPRESS)
     p.add_argument("--log-level", default="INFO")
+
+
+#: the group coordinator's limits: flag -> (GroupLimits fields it sets, lowest value,
+#: help); defaults from GroupLimits (raftlog.kafka.groups.limits)
+_GROUP_FLAGS: dict[str, tuple[tuple[str, ...], int, str]] = {
+    "--kafka-max-groups": (
+        ("max_groups",),
+        1,
+        "consumer groups with members one node coordinates; a new one beyond gets "
+        f"COORDINATOR_NOT_AVAILABLE (default {GroupLimits.max_groups})",
+    ),
+    "--kafka-max-group-members": (
+        ("max_members",),
+        1,
+        "members of one consumer group (Kafka's group.max.size); one more gets "
+        f"GROUP_MAX_SIZE_REACHED (default {GroupLimits.max_members})",
+    ),
+    "--kafka-max-group-metadata-bytes": (
+        ("max_member_metadata_bytes", "max_assignment_bytes"),
+        1024,
+        "bytes of one group member's subscription (JoinGroup) and of its assignment "
+        "(SyncGroup); more gets INVALID_REQUEST "
+        f"(default {GroupLimits.max_member_metadata_bytes})",
+    ),
+    "--kafka-max-offset-metadata-bytes": (
+        ("max_offset_metadata_bytes",),
+        0,
+        "bytes of a committed offset's metadata (Kafka's offset.metadata.max.bytes); more "
+        f"gets OFFSET_METADATA_TOO_LARGE (default {GroupLimits.max_offset_metadata_bytes})",
+    ),
+}
+
+
+def _group_limits(args: argparse.Namespace) -> GroupLimits:
+    """The --kafka-max-group* flags over GroupLimits' defaults; ValueError naming the
+    flag below its lowest value."""
+    values: dict[str, int] = {}
+    for flag, (fields, lo, _help) in _GROUP_FLAGS.items():
+        value = getattr(args, flag[2:].replace("-", "_"), None)
+        if value is None:
+            continue
+        if not lo <= value <= 2**31 - 1:
+            raise ValueError(f"{flag}: expected {lo}..2147483647, got {value}")
+        values.update(dict.fromkeys(fields, value))
+    return GroupLimits(**values)
 
 
 #: the edge limits' flags: dest -> (lowest value, help); defaults from EdgeLimits
@@ -598,6 +648,7 @@ def config_from_args(args: argparse.Namespace) -> NodeConfig:
         kafka_peers=kafka_peers,
         kafka_max_request_bytes=kafka_max,
         kafka_max_connections=kafka_connections,
+        kafka_group_limits=_group_limits(args),
         quiesce=getattr(args, "quiesce", True),
     )
 

@@ -22,6 +22,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from raftlog.controller.topic_config import TopicConfig
+from raftlog.coordinator.group_stm import CONSUMER_OFFSETS_TOPIC, GroupStm
 from raftlog.coordinator.state import CommandError, validate_command
 from raftlog.coordinator.tm_stm import MAX_COMMAND_BYTES, TRANSACTIONS_TOPIC, TmStm
 from raftlog.faults import failpoints
@@ -87,6 +88,10 @@ TRANSFER_LAG_RECORDS = 1000
 
 TRANSACTIONS_RETENTION = RetentionPolicy(retention_bytes=0)
 """Every closed segment below the leader's limit goes (see ``PartitionReplica.configure``)."""
+
+_SNAPSHOTTED_TOPICS = (TRANSACTIONS_TOPIC, CONSUMER_OFFSETS_TOPIC)
+"""Internal topics whose state machine's snapshot holds all their state: closed
+segments below the leader's limit all go (``PartitionReplica.configure``)."""
 
 CONSISTENCY = {-1: Consistency.QUORUM_ACK, 1: Consistency.LEADER_ACK, 0: Consistency.NO_ACK}
 REQUEST_TIMEOUT_S = 30.0
@@ -221,6 +226,8 @@ class GroupHost:
         rm = RmStm(c, self.rm_config)  # registers itself with c.add_state_machine, before start()
         # the transaction coordinator runs on the internal topic's partitions, after rm_stm
         tm = TmStm(c) if topic == TRANSACTIONS_TOPIC else None
+        # the consumer groups' state on __consumer_offsets (raftlog.kafka.groups)
+        group_stm = GroupStm(c) if topic == CONSUMER_OFFSETS_TOPIC else None
         log = c.log
         assert isinstance(log, SegmentedLog)
         # the log start's state machine comes last, after those of older snapshots
@@ -238,6 +245,7 @@ class GroupHost:
             tm,
             retention,
             transactions_segment_bytes=self.transactions_segment_bytes,
+            group_stm=group_stm,
         )
 
     def _register_crash_hook(self, group: int, log: SegmentedLog) -> None:
@@ -318,8 +326,10 @@ class PartitionReplica:
         tm: TmStm | None = None,
         retention: Retention | None = None,
         transactions_segment_bytes: int = DEFAULT_TRANSACTION_STATE_LOG_SEGMENT_BYTES,
+        group_stm: GroupStm | None = None,
     ) -> None:
         self.topic = topic
+        self.group_stm = group_stm
         self.transactions_segment_bytes = transactions_segment_bytes
         self.partition = partition
         self.group_id = group_id
@@ -353,17 +363,19 @@ class PartitionReplica:
         ``transactions_segment_bytes`` each: the node's
         ``--transaction-state-log-segment-bytes``) all go, up to the leader's limit (the
         high watermark and its saved commit context): completed transactions' records
-        are dropped, an open one's state survives in the snapshot."""
+        are dropped, an open one's state survives in the snapshot. ``__consumer_offsets``
+        likewise: group_stm's snapshot holds every group's offsets and metadata (what
+        Kafka's log compaction keeps)."""
         log = self.consensus.log
         segment_bytes = config.segment_bytes
-        if self.topic == TRANSACTIONS_TOPIC:
+        if self.topic in _SNAPSHOTTED_TOPICS:
             segment_bytes = min(segment_bytes, self.transactions_segment_bytes)
         if isinstance(log, SegmentedLog):
             log.configure(segment_bytes=segment_bytes, segment_ms=config.segment_ms)
         if self.retention is not None:
             self.retention.policy = (
                 TRANSACTIONS_RETENTION
-                if self.topic == TRANSACTIONS_TOPIC
+                if self.topic in _SNAPSHOTTED_TOPICS
                 else RetentionPolicy(config.retention_bytes, config.retention_ms)
             )
 

@@ -7,6 +7,7 @@ shape, see :func:`refuse_internal_create`)."""
 from __future__ import annotations
 
 from raftlog.controller.commands import INTERNAL_PREFIX
+from raftlog.coordinator.group_stm import CONSUMER_OFFSETS_PARTITIONS, CONSUMER_OFFSETS_TOPIC
 from raftlog.coordinator.tm_stm import TRANSACTIONS_TOPIC
 from raftlog.rpc.messages import ErrorCode
 from raftlog.rpc.server import RequestError
@@ -31,10 +32,19 @@ def refuse_internal_create(topic: str, partitions: int, has_configs: bool) -> No
     """Refuse creating an internal topic through the API, naming it. The one exception
     is the transaction coordinator's ``__transactions``, which the coordinator client
     creates on first use: in its fixed shape only (one partition, no config overrides
-    nor schema: ``has_configs`` False), so nobody can make it otherwise."""
+    nor schema: ``has_configs`` False), so nobody can make it otherwise; and the group
+    coordinator's ``__consumer_offsets``, in its fixed shape too
+    (``CONSUMER_OFFSETS_PARTITIONS`` partitions, no overrides)."""
     if not is_internal(topic):
         return
     if topic == TRANSACTIONS_TOPIC and partitions in (1, -1) and not has_configs:
+        return
+    # the group coordinator's, created on a group's first FindCoordinator (raftlog.kafka.groups)
+    if (
+        topic == CONSUMER_OFFSETS_TOPIC
+        and partitions == CONSUMER_OFFSETS_PARTITIONS
+        and not has_configs
+    ):
         return
     if topic == TRANSACTIONS_TOPIC:
         raise RequestError(
