@@ -130,6 +130,8 @@ class NodeConfig:
     # --quiesce / --no-quiesce: idle groups stop ticking and heartbeating
     # (raftlog.raft.core.RaftCore.quiescent); node liveness stands in for them.
     quiesce: bool = True
+    # --console: serve the console's page at /console (raftlog.console), client role
+    console: bool = False
 
     @property
     def address(self) -> str:
@@ -359,6 +361,12 @@ def add_server_arguments(p: argparse.ArgumentParser) -> None:
         "of its own; one heartbeat per pair of nodes tells whether a node is up, and a "
         "write, a lagging replica, a dead node or a membership change wakes it "
         "(--no-quiesce: every partition ticks; default on)",
+    )
+    p.add_argument(
+        "--console",
+        action="store_true",
+        help="serve the read-only web console at /console (the client role, this node's "
+        "TLS; a browser gives the client token as the password); default off",
     )
     # set by shard 0 for the processes it starts (raftlog.node.shards); never by users
     p.add_argument("--shard-index", type=int, default=0, help=argparse.SUPPRESS)
@@ -599,6 +607,7 @@ def config_from_args(args: argparse.Namespace) -> NodeConfig:
         kafka_max_request_bytes=kafka_max,
         kafka_max_connections=kafka_connections,
         quiesce=getattr(args, "quiesce", True),
+        console=getattr(args, "console", False),
     )
 
 
