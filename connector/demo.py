@@ -210,6 +210,10 @@ def main(argv: list[str] | None = None) -> int:
                 .load()
                 .selectExpr("value", "timestamp", "concat('event-', value) AS payload")
             )
+            # Adaptive query execution does not apply to streaming queries, and Spark warns
+            # about it at the start of each one: off for the stream, back for the read-back.
+            adaptive = spark.conf.get("spark.sql.adaptive.enabled", "true")
+            spark.conf.set("spark.sql.adaptive.enabled", "false")
             query = (
                 stream.writeStream.format("raftlog")
                 .option("topic", topic)
@@ -217,6 +221,7 @@ def main(argv: list[str] | None = None) -> int:
                 .trigger(processingTime=f"{interval_ms} milliseconds")
                 .start()
             )
+            spark.conf.set("spark.sql.adaptive.enabled", adaptive)
             print(
                 f"streaming rate-micro-batch ({args.rows_per_batch:,} rows per micro-batch, "
                 f"one every {interval_ms / 1000:g} s) -> raftlog topic {topic!r} "
@@ -296,14 +301,15 @@ def explain(topic: str, batches: int, rows: int, exactly_once: bool, keep_topic:
         if exactly_once
         else "the read-back did NOT match what the stream produced (see the counts above)"
     )
-    look = (
-        f"  raftlog consume {topic} --from-beginning --max 5   # the first records\n"
-        f"  raftlog topic describe {topic}                      # partitions, leaders, offsets\n"
-        "  raftlog console                                       # the web console\n"
-        "(run them with `--keep-topic --keep-cluster` so the topic and the cluster stay)"
-    )
-    if keep_topic:
-        look = look.rsplit("\n", 1)[0]
+    commands = [
+        (f"raftlog consume {topic} --from-beginning --max 5", "the first records"),
+        (f"raftlog topic describe {topic}", "partitions, leaders, offsets"),
+        ("raftlog console", "the web console, at http://127.0.0.1:9650/console"),
+    ]
+    width = max(len(c) for c, _ in commands)
+    look = "\n".join(f"  {c:<{width}}  # {why}" for c, why in commands)
+    if not keep_topic:
+        look += "\n(with --keep-topic --keep-cluster, the demo leaves both for these to look at)"
     return (
         f"\nwhat happened: {batches} micro-batches wrote {rows:,} rows into topic {topic!r}, "
         f"each micro-batch one atomic commit on every partition;\n{check}.\n"
@@ -357,3 +363,7 @@ def delete_topic(topic: str) -> tuple[bool, str]:
             f"{TOPIC_DELETE_WAIT_S:g} s (they drop them once they catch up)"
         )
     return True, f"deleted topic {topic!r} (--keep-topic keeps it)"
+
+
+if __name__ == "__main__":
+    sys.exit(main())
