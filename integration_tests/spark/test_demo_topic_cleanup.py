@@ -4,7 +4,8 @@ normal run logs no WARN line.
 The demo is a program (``python -m pyspark_raftlog.demo``) that starts the embedded
 local cluster from Spark's Python workers, which see only the environment the JVM
 started with: so it runs here as a subprocess, with a RAFTLOG_HOME of the test's own,
-twice (small micro-batches). Every node recorded there is stopped by PID at the end.
+twice (small micro-batches; the second on the cluster the first left running).
+Every node recorded there is stopped by PID at the end.
 """
 
 from __future__ import annotations
@@ -62,17 +63,20 @@ def _replicas(home: pathlib.Path, topic: str) -> tuple[int, int]:
     return 0, 0
 
 
-def test_demo_deletes_its_topic_unless_keep_topic(home: pathlib.Path) -> None:
-    done = _demo(home, "--topic", "demo-gone")
-    out = done.stdout
+def test_demo_keeps_its_topic_with_keep_topic_and_deletes_it_without(home: pathlib.Path) -> None:
+    kept = _demo(home, "--topic", "demo-kept", "--keep-topic", "--keep-cluster")
+    out = kept.stdout
     assert "the first micro-batch also starts the local 3-node cluster" in out
-    assert "raftlog consume demo-gone" in out and "raftlog console" in out
-    assert "deleted topic 'demo-gone'" in out
-    # the demo started the cluster, so it stopped it and removed the topic's files
-    assert re.search(r"stopped the local cluster the demo started and removed the topic's", out)
-    assert _replicas(home, "demo-gone") == (0, 0)
+    assert "raftlog consume demo-kept" in out and "raftlog console" in out
+    assert "deleted topic" not in out
+    assert "the local cluster is still running" in out
+    assert _replicas(home, "demo-kept") == (18, 0)  # 6 partitions, 3 replicas each
 
-    kept = _demo(home, "--topic", "demo-kept", "--keep-topic")
-    assert "deleted topic" not in kept.stdout
-    replicas, deleted = _replicas(home, "demo-kept")
-    assert (replicas, deleted) == (18, 0)  # 6 partitions, 3 replicas each, on disk
+    # the cluster runs: this run does not start it, deletes its own topic through the
+    # API, and the nodes move its replicas aside (removed after --file-delete-delay-ms)
+    gone = _demo(home, "--topic", "demo-gone")
+    assert "the first micro-batch also creates the topic" in gone.stdout
+    assert "deleted topic 'demo-gone' (--keep-topic keeps it)" in gone.stdout
+    replicas, deleted = _replicas(home, "demo-gone")
+    assert replicas == 0 and deleted > 0
+    assert _replicas(home, "demo-kept") == (18, 0)  # another run's topic is not touched
