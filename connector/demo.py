@@ -32,12 +32,14 @@ its trigger interval.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import tempfile
 import time
 from datetime import datetime
 from typing import Any
 
+from pyspark_raftlog.logsetup import LEVEL_ENV
 from pyspark_raftlog.session import build_session
 from tenacity import retry, retry_if_result, stop_after_delay, wait_fixed
 
@@ -199,6 +201,9 @@ def main(argv: list[str] | None = None) -> int:
     from pyspark.sql import SparkSession
 
     own_session = SparkSession.getActiveSession() is None  # never stop a caller's session
+    # the demo prints each micro-batch itself; the sink's INFO summary would say it twice
+    # (its warnings still show). Read by Spark's workers, which inherit it from here.
+    os.environ.setdefault(LEVEL_ENV, "WARNING")
     spark = build_session("raftlog-demo")
     quiet_logger(spark, QUIET_FALLING_BEHIND)
     try:

@@ -42,7 +42,7 @@ CHROMIUM_ARGS = [
     "--disable-sync",
 ]
 DOWN_WITHIN_S = 10.0
-PAGE_TIMEOUT_MS = 90_000  # a micro-batch on a loaded 2-core machine
+PAGE_TIMEOUT_MS = 300_000  # liveness only: the first micro-batch on a busy 2-core machine
 
 
 @pytest.fixture
