@@ -50,7 +50,6 @@ from raftlog.cluster import (
     stop_cluster,
     topic_disk_usage,
 )
-from raftlog.health import format_bytes
 
 STOP_MARGIN_MS = 300
 """Stop only when the next trigger is at least this far away (a stop takes milliseconds)."""
@@ -288,6 +287,8 @@ def main(argv: list[str] | None = None) -> int:
         if started_here and not args.keep_cluster:
             stopped = stop_cluster()
             if stopped is not None:
+                from raftlog.health import format_bytes  # (the connector's row: not at the top)
+
                 freed = remove_deleted_topic_files(stopped, topic) if deleted else 0
                 print(
                     "stopped the local cluster the demo started"
