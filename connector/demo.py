@@ -57,6 +57,10 @@ QUIET_ON_STOP = "org.apache.spark.scheduler.DAGScheduler"
 """Logs a WARN "Failed to cancel job group ... Cannot find active jobs" on every stop of an
 idle query (the stop cancels the query's jobs, and between micro-batches there are none)."""
 MAX_STOP_WAIT_S = 120.0
+FIRST_BATCH_WAIT_S = 600.0
+"""How long the first micro-batch may take (it also starts the cluster, creates the topic
+and starts Spark's Python workers: minutes on a busy 2-core machine) before the demo
+stops the query in the middle of it."""
 """After ``--seconds``, how long to wait for a gap between micro-batches before stopping anyway."""
 POLL_S = 0.05
 QUIET_FALLING_BEHIND = "org.apache.spark.sql.execution.streaming.runtime.ProcessingTimeExecutor"
@@ -159,7 +163,7 @@ def stream_until(spark: Any, query: Any, seconds: float, interval_ms: int) -> li
     # The clock starts when the first micro-batch is done: that one also starts the
     # local cluster, creates the topic and starts Spark's Python workers.
     deadline = give_up = float("inf")
-    start_limit = time.monotonic() + MAX_STOP_WAIT_S
+    start_limit = time.monotonic() + FIRST_BATCH_WAIT_S
     while query.isActive:
         for p in query.recentProgress:
             if p["batchId"] not in seen:
@@ -178,7 +182,8 @@ def stream_until(spark: Any, query: Any, seconds: float, interval_ms: int) -> li
                 break
         if now >= give_up or (not seen and now >= start_limit):
             why = "no gap between micro-batches came" if seen else "no micro-batch completed"
-            print(f"{why} in {MAX_STOP_WAIT_S:g} s; stopping the query in the middle of one")
+            waited = MAX_STOP_WAIT_S if seen else FIRST_BATCH_WAIT_S
+            print(f"{why} in {waited:g} s; stopping the query in the middle of one")
             print("(Spark logs the aborted write; the check below still holds).")
             query.stop()
             break
