@@ -148,11 +148,13 @@ def quiet_logger(spark: Any, name: str) -> None:
     configurator.setLevel(name, jvm.org.apache.logging.log4j.Level.ERROR)
 
 
-def stream_until(spark: Any, query: Any, seconds: float, interval_ms: int) -> list[Any]:
+def stream_until(
+    spark: Any, query: Any, seconds: float, interval_ms: int
+) -> tuple[list[Any], bool]:
     """Report micro-batches as they complete; after ``seconds``, stop between two of them.
 
     ``seconds`` count from the end of the first micro-batch. Returns the progress of
-    every completed micro-batch. The stop is issued when
+    every completed micro-batch, and whether the stop came between two. The stop is issued when
     no trigger is active and the next trigger (the multiple of ``interval_ms``
     after the last batch's start; at once if that batch overran its interval) is
     at least :data:`STOP_MARGIN_MS` away. If no such gap comes within
@@ -160,6 +162,7 @@ def stream_until(spark: Any, query: Any, seconds: float, interval_ms: int) -> li
     and says so.
     """
     seen: dict[int, Any] = {}
+    between = False
     # The clock starts when the first micro-batch is done: that one also starts the
     # local cluster, creates the topic and starts Spark's Python workers.
     deadline = give_up = float("inf")
@@ -179,6 +182,7 @@ def stream_until(spark: Any, query: Any, seconds: float, interval_ms: int) -> li
             idle = not query.status["isTriggerActive"]
             if idle and next_trigger_ms - time.time() * 1000 >= STOP_MARGIN_MS:
                 stop_idle(spark, query)
+                between = True
                 break
         if now >= give_up or (not seen and now >= start_limit):
             why = "no gap between micro-batches came" if seen else "no micro-batch completed"
@@ -192,7 +196,7 @@ def stream_until(spark: Any, query: Any, seconds: float, interval_ms: int) -> li
         if p["batchId"] not in seen:
             seen[p["batchId"]] = p
             _report(p, interval_ms)
-    return [seen[b] for b in sorted(seen)]
+    return [seen[b] for b in sorted(seen)], between
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -245,7 +249,7 @@ def main(argv: list[str] | None = None) -> int:
                 "Python workers, so it takes longer than the others"
             )
             print(first, flush=True)
-            progress = stream_until(spark, query, args.seconds, interval_ms)
+            progress, between = stream_until(spark, query, args.seconds, interval_ms)
             if query.exception() is not None:
                 print(f"the query failed: {query.exception()}", file=sys.stderr)
                 return 1
@@ -254,9 +258,10 @@ def main(argv: list[str] | None = None) -> int:
             later = progress[1:] or progress  # the first batch also starts the cluster
             later_rows = sum(int(p["numInputRows"]) for p in later)
             later_ms = sum(int(p["durationMs"].get("triggerExecution", 0)) for p in later)
+            where = "between micro-batches" if between else "in the middle of a micro-batch"
             print(
-                f"query stopped between micro-batches after {len(progress)} micro-batches: "
-                f"{rows_in:,} rows written in {millis / 1000:.1f} s of micro-batches"
+                f"query stopped {where} after {len(progress)} "
+                f"micro-batches: {rows_in:,} rows written in {millis / 1000:.1f} s of micro-batches"
             )
             throughput = later_rows * 1000.0 / later_ms if later_ms > 0 else 0.0
             if later_ms > 0:
