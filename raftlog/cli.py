@@ -133,7 +133,7 @@ def build_parser() -> argparse.ArgumentParser:
     local_sub = local.add_subparsers(dest="local_command", metavar="ACTION")
     for name, handler, help_text in (
         ("start", _cmd_local_start, "start a detached local cluster (no-op if running)"),
-        ("status", _cmd_local_status, "nodes, PIDs and leaders"),
+        ("status", _cmd_local_status, "nodes, PIDs and leaders; the disk each topic uses"),
         ("stop", _cmd_local_stop, "stop the processes `local start` started"),
     ):
         p = local_sub.add_parser(name, help=help_text)
@@ -428,8 +428,24 @@ def build_parser() -> argparse.ArgumentParser:
     offsets.add_argument("--format", choices=["text", "json"], default="text")
     offsets.set_defaults(handler=_cmd_offsets)
 
+    console = sub.add_parser(
+        "console",
+        help="serve a read-only web page of the cluster: nodes, topics, partitions, open "
+        "transactions and the Spark writers' micro-batches",
+        description="Reads the cluster as a client (--servers, --auth-token, --tls-ca, as "
+        "the other commands) and serves the page at http://127.0.0.1:9650/console; it "
+        "refreshes itself. A browser gives the client token, when the cluster has one, "
+        "as the password. A node serves the same page at /console when started with "
+        "--console.",
+    )
+    from raftlog.console.app import add_console_arguments
+
+    add_console_arguments(console)
+    console.set_defaults(handler=_cmd_console)
+
     for p in (
         health,
+        console,
         decommission,
         create,
         describe,
@@ -578,7 +594,30 @@ def _cmd_local_status(args: argparse.Namespace) -> int:
             f"controller leader {h.get('controller_leader', '-')}  "
             f"groups {h.get('groups', '-')}  leading {leads}"
         )
+    _print_topic_disk(cluster)
     return 0
+
+
+def _print_topic_disk(cluster: Any) -> None:
+    """The disk each topic takes on the local cluster's nodes (all replicas), and what
+    deleted topics still hold until the nodes remove it."""
+    from raftlog.cluster import topic_disk_usage
+    from raftlog.health import format_bytes
+
+    usage = topic_disk_usage(cluster)
+    live = [u for u in usage if u.replicas]
+    width = max([len("topic"), *(len(u.topic) for u in live)])
+    print(f"{'topic':<{width}}  partitions  replicas  disk")
+    for u in live:
+        print(f"{u.topic:<{width}}  {u.partitions:>10}  {u.replicas:>8}  {format_bytes(u.bytes)}")
+    total = sum(u.bytes for u in live)
+    print(f"{'total':<{width}}  {'':>10}  {'':>8}  {format_bytes(total)}")
+    deleted = sum(u.deleted_bytes for u in usage)
+    if deleted:
+        print(
+            f"deleted topics, not yet removed: {format_bytes(deleted)} (a running node "
+            "removes them --file-delete-delay-ms after the delete, 60 s by default)"
+        )
 
 
 def _cmd_local_stop(args: argparse.Namespace) -> int:
@@ -665,6 +704,14 @@ def _cmd_cluster_health(args: argparse.Namespace) -> int:
 
     # Ctrl-C ends a watch: main() turns the KeyboardInterrupt into exit status 130
     return 0 if asyncio.run(go()) else 1
+
+
+def _cmd_console(args: argparse.Namespace) -> int:
+    from raftlog.console.app import run_console
+
+    servers, recorded = resolve_servers(args.servers)
+    token, ca_file = _credentials(args, recorded)
+    return run_console(args, servers, token, ca_file)
 
 
 # ---------------------------------------------------------------- client commands

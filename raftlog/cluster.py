@@ -49,6 +49,7 @@ import random
 import secrets
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import time
@@ -865,3 +866,94 @@ def cluster_status(cluster: LocalCluster) -> list[dict[str, Any]]:
             }
         )
     return out
+
+
+def node_data_dir(node: NodeProcess) -> pathlib.Path:
+    """``node``'s data directory: its recorded ``--data-dir``."""
+    argv = node.argv
+    for i, arg in enumerate(argv):
+        if arg == "--data-dir" and i + 1 < len(argv):
+            return pathlib.Path(argv[i + 1])
+        if arg.startswith("--data-dir="):
+            return pathlib.Path(arg.split("=", 1)[1])
+    raise ClusterError(f"node {node.node_id} has no --data-dir in its recorded command")
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class TopicDisk:
+    """What one topic of a local cluster takes on disk, on every node together."""
+
+    topic: str
+    partitions: int  # partitions with a replica on some node
+    replicas: int  # replicas on all nodes
+    bytes: int  # the replicas' files (segments, indexes, state)
+    deleted_bytes: int  # replicas of the deleted topic, moved aside until removed
+
+
+def _tree_bytes(path: pathlib.Path) -> int:
+    """Bytes of the regular files under ``path`` (symlinks never followed); files that
+    go while it walks (a segment removed by retention) count as gone."""
+    total = 0
+    for dirpath, _dirs, files in os.walk(path):
+        for name in files:
+            with contextlib.suppress(OSError):
+                st = os.lstat(os.path.join(dirpath, name))
+                if stat.S_ISREG(st.st_mode):
+                    total += st.st_size
+    return total
+
+
+def topic_disk_usage(cluster: LocalCluster) -> list[TopicDisk]:
+    """Per topic, the disk its replicas take in the local cluster's node directories
+    (read from the files, so it works with the nodes down); sorted by topic name. A
+    deleted topic's replicas stay, moved aside, until a running node removes them
+    ``--file-delete-delay-ms`` after the delete: they are counted in ``deleted_bytes``."""
+    from raftlog.storage import identity
+
+    live: dict[str, dict[str, Any]] = {}
+    for node in cluster.nodes:
+        root = identity.partitions_root(node_data_dir(node))
+        if root.is_symlink() or not root.is_dir():
+            continue
+        for topic_dir in sorted(root.iterdir()):
+            if topic_dir.is_symlink() or not topic_dir.is_dir():
+                continue
+            entry = live.setdefault(
+                topic_dir.name, {"partitions": set(), "replicas": 0, "bytes": 0, "deleted": 0}
+            )
+            for part in topic_dir.iterdir():
+                if part.is_symlink() or not part.is_dir():
+                    continue
+                size = _tree_bytes(part)
+                if part.name.isdigit():
+                    entry["partitions"].add(int(part.name))
+                    entry["replicas"] += 1
+                    entry["bytes"] += size
+                elif identity.deleted_at(part) is not None:
+                    entry["deleted"] += size
+    return [
+        TopicDisk(t, len(e["partitions"]), e["replicas"], e["bytes"], e["deleted"])
+        for t, e in sorted(live.items())
+        if e["replicas"] or e["deleted"]
+    ]
+
+
+def remove_deleted_topic_files(cluster: LocalCluster, topic: str) -> int:
+    """Remove deleted ``topic``'s moved-aside replicas from every node of the local
+    cluster at once (not after ``--file-delete-delay-ms``); the bytes freed. Only for a
+    cluster whose nodes are all stopped (a running node removes them itself, after the
+    delay that lets its readers finish): ClusterError otherwise."""
+    from raftlog.storage import identity
+
+    if any(_is_our_node(n) for n in cluster.nodes):
+        raise ClusterError(
+            f"the local cluster in {cluster.data_dir} is running: its nodes remove a deleted "
+            "topic's files themselves"
+        )
+    freed = 0
+    for node in cluster.nodes:
+        data_dir = node_data_dir(node)
+        for p in identity.expired_deleted_groups(data_dir, 0, time.time() + 1, topic):
+            freed += _tree_bytes(p)
+        identity.delete_expired(data_dir, 0, time.time() + 1, topic)
+    return freed

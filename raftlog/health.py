@@ -321,7 +321,14 @@ def _unopened(states: dict[int, dict[str, Any] | None]) -> list[UnopenedReplica]
 def format_bytes(n: int) -> str:
     """``n`` bytes in MiB, as the nodes word their free space (health may not import
     the node's code: the report is built from what any client sees)."""
+    if n < 1024:
+        return f"{n} B"
+    if n < 1024 * 1024:
+        return f"{n / 1024:.1f} KiB"
     mib = n / (1024 * 1024)
+    if mib >= 10 * 1024:  # a disk's free space, a big topic: GiB reads at a glance
+        gib = mib / 1024
+        return f"{gib:.1f} GiB" if gib < 100 else f"{gib:.0f} GiB"
     return f"{mib:.1f} MiB" if mib < 10 else f"{mib:.0f} MiB"
 
 

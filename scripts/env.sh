@@ -20,7 +20,7 @@ apt_install() {
         return 1
     fi
     as_root env DEBIAN_FRONTEND=noninteractive apt-get update -q >/dev/null \
-        && as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -q "$@" >/dev/null \
+        && as_root env DEBIAN_FRONTEND=noninteractive DEBCONF_NOWARNINGS=yes apt-get install -y -q "$@" >/dev/null \
         || { echo "raftlog setup: could not install $* (need root or sudo and network access to Debian's mirrors)" >&2; return 1; }
 }
 
@@ -44,10 +44,22 @@ STAMP=.venv/.raftlog-installed
 WANT="$(cat setup.cfg setup.py pyproject.toml; find raftlog connector -name '*.py' | sort)"
 WANT="$(printf '%s' "$WANT" | cksum)"
 if [ ! -f "$STAMP" ] || [ "$(cat "$STAMP")" != "$WANT" ]; then
-    echo "raftlog setup: installing raftlog and its dependencies into .venv" >&2
-    .venv/bin/python -m pip install -q --upgrade pip
-    .venv/bin/python -m pip install -q -e ".[test,dev,bench,fast]" \
-        --config-settings editable_mode=strict
+    # pip's own chatter (its version notice, index warnings, setuptools' banner about
+    # editable installs) reads like a failure to a newcomer: it goes to a log file, and
+    # the terminal gets one line, or the log's end when pip fails.
+    PIP_LOG=.venv/pip-install.log
+    echo "raftlog setup: installing raftlog and its dependencies into .venv (a few minutes the first time)" >&2
+    before="$(.venv/bin/python -m pip list --format=freeze 2>/dev/null | wc -l)"
+    if ! { PIP_DISABLE_PIP_VERSION_CHECK=1 .venv/bin/python -m pip install -q --upgrade pip \
+            && PIP_DISABLE_PIP_VERSION_CHECK=1 .venv/bin/python -m pip install -q \
+                -e ".[test,dev,bench,fast]" --config-settings editable_mode=strict; } \
+            >"$PIP_LOG" 2>&1; then
+        echo "raftlog setup: pip failed; the end of $ROOT/$PIP_LOG:" >&2
+        tail -n 30 "$PIP_LOG" >&2
+        exit 1
+    fi
+    after="$(.venv/bin/python -m pip list --format=freeze 2>/dev/null | wc -l)"
+    echo "raftlog setup: installed raftlog into .venv ($after packages, $((after - before)) new; pip's output: $PIP_LOG)" >&2
     printf '%s' "$WANT" > "$STAMP"
 fi
 
@@ -85,6 +97,15 @@ if ! command -v kcat >/dev/null 2>&1; then
     echo "raftlog setup: installing kcat (the Kafka compatibility tests) through apt" >&2
     apt_install kcat \
         || echo "raftlog setup: kcat is missing; the kcat test will fail until 'apt-get install kcat'" >&2
+fi
+
+# The console's browser test (integration_tests/console) drives Debian's headless
+# Chromium through Playwright's Python package (never Playwright's own browser
+# downloads). Best effort, as etcd above: without it, that test fails naming the package.
+if [ ! -x /usr/bin/chromium ]; then
+    echo "raftlog setup: installing chromium (the console's browser test) through apt" >&2
+    apt_install chromium \
+        || echo "raftlog setup: chromium is missing; the console's browser test will fail until 'apt-get install chromium'" >&2
 fi
 
 export PYSPARK_PYTHON="$ROOT/.venv/bin/python"

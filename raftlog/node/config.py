@@ -133,6 +133,8 @@ class NodeConfig:
     # --quiesce / --no-quiesce: idle groups stop ticking and heartbeating
     # (raftlog.raft.core.RaftCore.quiescent); node liveness stands in for them.
     quiesce: bool = True
+    # --console: serve the console's page at /console (raftlog.console), client role
+    console: bool = False
 
     @property
     def address(self) -> str:
@@ -364,6 +366,12 @@ def add_server_arguments(p: argparse.ArgumentParser) -> None:
         "of its own; one heartbeat per pair of nodes tells whether a node is up, and a "
         "write, a lagging replica, a dead node or a membership change wakes it "
         "(--no-quiesce: every partition ticks; default on)",
+    )
+    p.add_argument(
+        "--console",
+        action="store_true",
+        help="serve the read-only web console at /console (the client role, this node's "
+        "TLS; a browser gives the client token as the password); default off",
     )
     # set by shard 0 for the processes it starts (raftlog.node.shards); never by users
     p.add_argument("--shard-index", type=int, default=0, help=argparse.SUPPRESS)
@@ -650,6 +658,7 @@ def config_from_args(args: argparse.Namespace) -> NodeConfig:
         kafka_max_connections=kafka_connections,
         kafka_group_limits=_group_limits(args),
         quiesce=getattr(args, "quiesce", True),
+        console=getattr(args, "console", False),
     )
 
 

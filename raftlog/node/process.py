@@ -81,6 +81,7 @@ from raftlog.node.shards import (
     report_serving,
     shard_of,
 )
+from raftlog.node.transactions_view import coordinator_view
 from raftlog.node.upkeep import OpenFailure, Upkeep
 from raftlog.producers.rm_stm import (
     RmStmConfig,
@@ -231,6 +232,19 @@ class Node(Upkeep, AdminApi, MetadataApi, DataApi):
         app = make_app(
             self, auth=auth, max_request_bytes=self._max_request_bytes(), guard=self.edge
         )
+        app.router.add_get("/transactions", self._transactions)
+        if self.config.console and not internal:
+            from raftlog.console.app import serve_on_node
+
+            serve_on_node(
+                app,
+                [
+                    self.config.address,
+                    *(a for i, a in sorted(self.config.peers.items()) if i != self.node_id),
+                ],
+                self.config.auth_token,
+                self.config.tls.ca_file if self.config.tls else None,
+            )
         # aiohttp's own idle timer between keep-alive requests: its default (75 s), or
         # the guard's idle timeout when shorter
         idle_s = min(75.0, self.config.edge.connections_max_idle_ms / 1000)
@@ -429,6 +443,24 @@ class Node(Upkeep, AdminApi, MetadataApi, DataApi):
             report["open_failures"] += theirs.get("open_failures", [])
         report["shards"] = shards
         return report
+
+    async def _transactions(self, request: web.Request) -> web.Response:
+        """``GET /transactions`` (client role): the coordinator partitions led here, and
+        by this node's other shards (:mod:`raftlog.node.transactions_view`)."""
+        report = coordinator_view(self.node_id, list(self.partitions.values()))
+        if self.shards is not None:
+            others = self.shards.others
+            answers = await asyncio.gather(
+                *(self.shards.get(k, "/transactions") for k in others), return_exceptions=True
+            )
+            for answer in answers:
+                if isinstance(answer, ShardError):
+                    log.warning("transactions of %s", answer)
+                elif isinstance(answer, BaseException):
+                    raise answer
+                else:
+                    report["coordinators"] += json.loads(answer)["coordinators"]
+        return web.json_response(report)
 
     def _health_here(self) -> dict[str, Any]:
         return {

@@ -88,6 +88,18 @@ PEER_CALLS: frozenset[str] = frozenset(
 """The ``/v1/`` routes the peer token may call: those nodes call on each other."""
 
 
+PAGE_ROLES: dict[str, Role] = {
+    # the console's page (raftlog.console), when the node serves it (--console)
+    "/console": Role.CLIENT,
+    # what the transaction coordinators this node leads recorded (the console's Spark
+    # writers and open transactions), read-only JSON
+    "/transactions": Role.CLIENT,
+}
+"""GET paths outside ``/v1/`` that show the cluster, read-only -> the role they need.
+The admin and peer tokens pass too (the peer's: shard 0 gathers its shards' answers);
+open when the node has no client token, as client routes are."""
+
+
 def role_of(route: str, auto_create_topics: bool = True) -> Role:
     """The role ``route`` needs; admin for a route without an entry (fail closed)."""
     if route == AUTO_CREATE_ROUTE and not auto_create_topics:

@@ -50,6 +50,7 @@ they are bounded per stream by the requests in flight and the write-buffer pause
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import dataclasses
 import hmac
@@ -75,7 +76,7 @@ from raftlog.rpc.peer import (
     split_frame,
     stream_frame,
 )
-from raftlog.rpc.roles import Role, may_call, role_of, token_source
+from raftlog.rpc.roles import PAGE_ROLES, Role, may_call, role_of, token_source
 
 log = logging.getLogger(__name__)
 
@@ -214,6 +215,10 @@ class AuthPolicy:
             if who is not None or self.client_token is None:
                 return None
             return self._refused(f"client stream {path}", Role.CLIENT, who, why)
+        if path in PAGE_ROLES:
+            if who is not None or self.client_token is None:
+                return None
+            return self._refused(f"GET {path}", PAGE_ROLES[path], who, why)
         route = path.removeprefix("/v1/")
         return self.route_refusal(route, who, why)
 
@@ -316,14 +321,7 @@ def make_app(
         finally:
             edge.request_ended(request.protocol)
 
-    @web.middleware
-    async def authenticate(request: web.Request, handler: Any) -> web.StreamResponse:
-        refused = policy.refusal(request.path, _authorization(request))
-        if refused is not None:
-            status, message = refused
-            node.count_request(request.path, status)
-            return _error(ErrorCode.UNAUTHORIZED, message, status)
-        return await handler(request)
+    authenticate = auth_middleware(policy, node.count_request)
 
     async def read_body(request: web.Request, route: str, cls: type) -> tuple[bytes, Any]:
         body = await read_bounded_body(request, max_request_bytes)
@@ -663,10 +661,47 @@ def make_app(
     return app
 
 
+def auth_middleware(policy: AuthPolicy, count: Callable[[str, int], None] | None = None) -> Any:
+    """The middleware that checks every request against ``policy`` before its body is
+    read (``count(path, status)`` is told of each refusal). A refusal is a framed
+    ErrorResponse with code UNAUTHORIZED and HTTP 401 or 403; on the read-only pages
+    (:data:`raftlog.rpc.roles.PAGE_ROLES`) it is text with a ``WWW-Authenticate:
+    Basic`` challenge, so that a browser asks for the token."""
+
+    @web.middleware
+    async def authenticate(request: web.Request, handler: Any) -> web.StreamResponse:
+        refused = policy.refusal(request.path, _authorization(request))
+        if refused is not None:
+            status, message = refused
+            if count is not None:
+                count(request.path, status)
+            if request.path in PAGE_ROLES:
+                return web.Response(
+                    text=message + "\n(in a browser: give the token as the password)\n",
+                    status=status,
+                    headers={"WWW-Authenticate": 'Basic realm="raftlog", charset="UTF-8"'},
+                )
+            return _error(ErrorCode.UNAUTHORIZED, message, status)
+        return await handler(request)
+
+    return authenticate
+
+
 def _authorization(request: web.Request) -> str:
     """The request's Authorization header ("" when absent). Bytes that are not UTF-8
-    come as surrogate escapes: :meth:`AuthPolicy.identify` calls them malformed."""
-    return request.headers.get("Authorization", "")
+    come as surrogate escapes: :meth:`AuthPolicy.identify` calls them malformed.
+
+    On the read-only pages (:data:`raftlog.rpc.roles.PAGE_ROLES`), which browsers
+    open, HTTP Basic authentication carries the token as its password; it is read as
+    ``Bearer <password>`` (any other header stays as sent)."""
+    header = request.headers.get("Authorization", "")
+    if request.path in PAGE_ROLES and header.startswith("Basic "):
+        try:
+            decoded = base64.b64decode(header[6:], validate=True).decode("utf-8")
+        except (ValueError, UnicodeDecodeError):
+            return header  # identify() calls it malformed
+        return "Bearer " + decoded.partition(":")[2]
+    return header
 
 
 @dataclasses.dataclass(slots=True)

@@ -296,21 +296,27 @@ def deleted_at(p: pathlib.Path) -> float | None:
 
 
 def expired_deleted_groups(
-    data_dir: pathlib.Path, delay_ms: int, now_s: float
+    data_dir: pathlib.Path, delay_ms: int, now_s: float, topic: str | None = None
 ) -> list[pathlib.Path]:
-    """The deleted topics' replicas moved aside at least ``delay_ms`` before ``now_s``."""
+    """The deleted topics' replicas moved aside at least ``delay_ms`` before ``now_s``
+    (of ``topic`` only, when given)."""
     out = []
     for p in moved_aside(data_dir):
         at = deleted_at(p)
+        if topic is not None and p.parent.name != topic:
+            continue
         if at is not None and now_s - at >= delay_ms / 1000:
             out.append(p)
     return out
 
 
-def delete_expired(data_dir: pathlib.Path, delay_ms: int, now_s: float) -> list[pathlib.Path]:
-    """Delete the deleted topics' replicas whose delay has passed; return them. Other
-    moved-aside directories (damaged logs, unknown data) are kept for the operator."""
-    gone = expired_deleted_groups(data_dir, delay_ms, now_s)
+def delete_expired(
+    data_dir: pathlib.Path, delay_ms: int, now_s: float, topic: str | None = None
+) -> list[pathlib.Path]:
+    """Delete the deleted topics' replicas whose delay has passed (of ``topic`` only,
+    when given); return them. Other moved-aside directories (damaged logs, unknown
+    data) are kept for the operator."""
+    gone = expired_deleted_groups(data_dir, delay_ms, now_s, topic)
     for p in gone:
         _remove_tree(p)
     return gone
