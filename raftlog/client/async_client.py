@@ -19,7 +19,7 @@ from raftlog.client.errors import (
     CorruptBatchError,
     InvalidRequestError,
 )
-from raftlog.client.producer import IdempotentProducer
+from raftlog.client.producer import IdempotentProducer, check_acks
 from raftlog.client.results import FetchResult, ProduceResult, ProducerSession
 from raftlog.rpc.messages import (
     ACKS,
@@ -373,10 +373,7 @@ class RaftlogClient(AdminCalls, CallRouting):
         if not isinstance(max_in_flight, int) or not 1 <= max_in_flight <= 5:
             raise InvalidRequestError(f"max_in_flight must be in [1, 5], got {max_in_flight!r}")
         ack = _acks(acks)
-        if transactional and ack != -1:
-            raise InvalidRequestError(
-                f"acks: transactional writes require acks=all (-1), got {acks!r}"
-            )
+        check_acks(ack, transactional)  # before init_producer bumps the epoch
         session = await self.init_producer(
             topic, partition, producer_id, transaction_timeout_ms=transaction_timeout_ms
         )

@@ -149,17 +149,15 @@ def parse_servers(servers: str | list[str]) -> list[str]:
     return out
 
 
-def _retriable(exc: BaseException) -> bool:
+def retriable(exc: BaseException) -> bool:
+    """Whether a call retries after ``exc``: the server's answer says so by its code
+    (``ErrorCode.retriable``: not leader, no leader, timeout; an unreachable node counts
+    as a timeout), and the client's stale metadata is refreshed and retried. Not when
+    every known server refused the connection and none ever answered (see the module
+    doc)."""
     if isinstance(exc, _NothingListening):
         return False
-    return isinstance(
-        exc,
-        NotLeaderError
-        | LeaderNotAvailableError
-        | RequestTimeoutError
-        | ClusterUnavailableError
-        | StaleMetadata,
-    )
+    return isinstance(exc, StaleMetadata) or (isinstance(exc, RaftlogError) and exc.code.retriable)
 
 
 class StaleMetadata(RaftlogError):
@@ -249,7 +247,7 @@ class CallRouting:
         self, deadline: float, attempt: Callable[[], Awaitable[R]], wait: Any = None
     ) -> R:
         """``attempt()`` until it returns, fails with an error that is not retriable
-        (``_retriable``), or fails once the call's ``deadline`` has passed; the last
+        (``retriable``), or fails once the call's ``deadline`` has passed; the last
         error is raised. ``wait``: the pause before a retry (random exponential).
 
         The first attempt runs before tenacity's loop is built: most calls succeed at
@@ -262,13 +260,13 @@ class CallRouting:
         try:
             return await attempt()
         except Exception as exc:
-            if not _retriable(exc) or time.monotonic() >= deadline:
+            if not retriable(exc) or time.monotonic() >= deadline:
                 raise
         await asyncio.sleep(wait(RetryCallState(None, None, (), {})))
         retrying = AsyncRetrying(
             stop=lambda _state: time.monotonic() >= deadline,
             wait=wait,
-            retry=retry_if_exception(_retriable),
+            retry=retry_if_exception(retriable),
             reraise=True,
         )
         async for retry in retrying:
@@ -401,7 +399,7 @@ class CallRouting:
         self, topic: str, partition: int, req: Any, resp_type: type[R], state: CallState
     ) -> R:
         """One attempt of a partition call at the leader as last seen (looked up first when
-        unknown). Retriable errors (see ``_retriable``) are raised for the caller to retry,
+        unknown). Retriable errors (see ``retriable``) are raised for the caller to retry,
         after the leader hint was updated from them."""
         key = (topic, partition)
         leader = self._leader_hints.get(key, -1)

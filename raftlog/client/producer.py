@@ -52,14 +52,11 @@ import time
 from contextlib import AbstractContextManager
 from typing import Protocol, TypeVar
 
-from raftlog.client.calls import CallState, StaleMetadata
+from raftlog.client.calls import CallState, retriable
 from raftlog.client.compression import Compression, codec_named, produce_batch
 from raftlog.client.errors import (
-    ClusterUnavailableError,
     DuplicateSequenceError,
     InvalidRequestError,
-    LeaderNotAvailableError,
-    NotLeaderError,
     OutOfOrderSequenceError,
     RaftlogError,
     RequestTimeoutError,
@@ -87,19 +84,26 @@ class _Pending:
     added: float  # time.monotonic() of send()
 
 
-def _retriable(exc: BaseException) -> bool:
-    return type(exc) is RaftlogError or isinstance(  # INTERNAL: outcome unknown, retry
-        exc,
-        NotLeaderError
-        | LeaderNotAvailableError
-        | RequestTimeoutError
-        | ClusterUnavailableError
-        | StaleTermError
-        | StaleMetadata,
-    )
+def _resend(exc: BaseException) -> bool:
+    """Whether the sender resends after ``exc``: whenever a call would retry
+    (:func:`raftlog.client.calls.retriable`), and also when the outcome is unknown
+    (INTERNAL, STALE_TERM: the leader's term changed under the write), which the
+    partition's sequence checks make safe to resend."""
+    return retriable(exc) or type(exc) is RaftlogError or isinstance(exc, StaleTermError)
 
 
 _R = TypeVar("_R")
+
+
+def check_acks(acks: int, transactional: bool) -> None:
+    """The client's one check of a producer's ``acks`` (the wire value: -1 all, 1, 0):
+    an idempotent producer needs an answer (all or 1), a transactional one all, since a
+    batch or marker acknowledged by the leader alone may vanish with it (the partition
+    refuses it too). Raises InvalidRequestError naming ``acks``."""
+    if acks == 0:
+        raise InvalidRequestError("acks: an idempotent producer needs acks 'all' or '1'")
+    if transactional and acks != -1:
+        raise InvalidRequestError(f"acks: transactional writes require acks=all (-1), got {acks}")
 
 
 class ProducerClient(Protocol):
@@ -150,12 +154,7 @@ class IdempotentProducer:
         is sent (raftlog.client.compression); readers decompress."""
         if delivery_timeout_s <= 0:
             raise ValueError(f"delivery_timeout_s must be > 0, got {delivery_timeout_s}")
-        if acks == 0:
-            raise InvalidRequestError("acks: an idempotent producer needs acks 'all' or '1'")
-        if transactional and acks != -1:
-            raise InvalidRequestError(
-                f"acks: transactional writes require acks=all (-1), got {acks}"
-            )
+        check_acks(acks, transactional)
         self._client = client
         self.topic = topic
         self.partition = partition
@@ -424,7 +423,7 @@ class IdempotentProducer:
         except asyncio.CancelledError:
             raise
         except RaftlogError as exc:
-            if not _retriable(exc):
+            if not _resend(exc):
                 self._set_fatal(exc)
             elif self._seq.on_retriable(send.first_sequence, send.attempt):
                 self._retry_later()  # (an abandoned attempt's failure changes nothing)
