@@ -4,9 +4,10 @@
 on a fresh virtual-time loop: a client writes with random consistency levels
 to whoever leads; a nemesis crashes nodes (tearing their unflushed tail),
 restarts them, partitions the network, drops messages, transfers
-leadership and pauses a node's clock (it stops, then jumps); the network
-also duplicates requests, delivers replies late (stale), reorders and cuts
-links one way. A checker runs
+leadership, pauses a node's clock (it stops, then jumps) and splits a vote
+(every node's election timer fires at once: candidates compete in one term);
+the network also duplicates requests, delivers replies late (stale), reorders
+and cuts links one way. A checker runs
 :class:`InvariantChecker` every ``step_s`` of virtual time. At the end the
 network is healed and every node restarted; a leader must emerge, commit a
 final write, and every ``quorum_ack`` entry must be in the committed log.
