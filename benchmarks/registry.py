@@ -21,11 +21,12 @@ import pkgutil
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from benchmarks.results import Row
+
 if TYPE_CHECKING:
     from benchmarks.context import RunContext
     from benchmarks.results import ScenarioResult
 
-Row = dict[str, str | int | float]
 RunFn = Callable[["RunContext"], list[Row]]
 AddArgumentsFn = Callable[["argparse._ArgumentGroup"], None]
 PlotFn = Callable[["ScenarioResult", "Any"], None]

@@ -8,7 +8,8 @@ import math
 from pathlib import Path
 from typing import Any, Literal
 
-from benchmarks.registry import Row
+Row = dict[str, str | int | float]
+"""One row of a scenario's figures (the contract is :mod:`benchmarks.registry`'s)."""
 
 Status = Literal["ok", "skipped", "failed"]
 

@@ -20,20 +20,6 @@ REPO = pathlib.Path(__file__).resolve().parent.parent
 ROOTS = ("raftlog", "connector", "benchmarks")
 DOC = REPO / "docs" / "ARCHITECTURE.md"
 
-KNOWN_CYCLES: dict[frozenset[str], str] = {
-    frozenset({"raftlog.client.async_client", "raftlog.client.producer"}): (
-        "client: async_client names IdempotentProducer under TYPE_CHECKING (the client split)"
-    ),
-    frozenset({"raftlog.faults.proxy", "raftlog.faults.proxy_control"}): (
-        "faults: proxy's __main__ block imports proxy_control, which imports proxy"
-    ),
-    frozenset({"benchmarks.context", "benchmarks.registry", "benchmarks.results"}): (
-        "benchmarks: results imports Row from registry, which names results under TYPE_CHECKING"
-    ),
-}
-"""Cycles in modules owned elsewhere, to be removed by their owners. The cycle test
-fails on any other cycle, and on an entry here that no longer exists (shrink it)."""
-
 
 def _module_name(path: pathlib.Path) -> str:
     parts = path.relative_to(REPO).with_suffix("").parts
@@ -234,11 +220,8 @@ def _cycles(graph: dict[str, set[str]]) -> list[frozenset[str]]:
 
 
 def test_no_import_cycles() -> None:
-    cycles = set(_cycles(_graph()))
-    new = [sorted(c) for c in cycles if c not in KNOWN_CYCLES]
-    assert not new, f"import cycles: {new}"
-    gone = [sorted(c) for c in KNOWN_CYCLES if c not in cycles]
-    assert not gone, f"these cycles are gone: remove them from KNOWN_CYCLES: {gone}"
+    cycles = sorted(sorted(c) for c in _cycles(_graph()))
+    assert not cycles, f"import cycles: {cycles}"
 
 
 def test_the_raft_core_imports_alone() -> None:

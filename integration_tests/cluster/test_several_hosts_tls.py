@@ -116,7 +116,7 @@ async def test_a_node_asks_other_nodes_as_a_client_over_tls(secure: SecureCluste
         for p in range(3):
             r = await client.produce("spread", p, [(frame_records([b"x"] * (p + 1)), p + 1)])
             ends[p] = r.last_offset + 1
-        answer = await client._send(
+        answer = await client.send(
             secure.servers[0], MetadataRequest(["spread"], with_offsets=True), MetadataResponse
         )
     assert answer.node_id == 1

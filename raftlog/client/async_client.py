@@ -8,16 +8,19 @@ from __future__ import annotations
 import asyncio
 import random
 import ssl
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import aiohttp
 
+from raftlog.client.admin_calls import AdminCalls
 from raftlog.client.calls import MAX_ATTEMPT_TIMEOUT_S, CallRouting, parse_servers
 from raftlog.client.compression import Compression, codec_named, decompressed, produce_batch
 from raftlog.client.errors import (
     CorruptBatchError,
     InvalidRequestError,
 )
+from raftlog.client.producer import IdempotentProducer, check_acks
+from raftlog.client.results import FetchResult, ProduceResult, ProducerSession
 from raftlog.rpc.messages import (
     ACKS,
     ISOLATION,
@@ -38,12 +41,6 @@ from raftlog.rpc.messages import (
 from raftlog.rpc.tls import client_context, scheme
 from raftlog.rpc.transport import StreamPool
 from raftlog.storage.batch import RecordBatch
-
-if TYPE_CHECKING:
-    from raftlog.client.producer import IdempotentProducer
-
-from raftlog.client.admin_calls import AdminCalls
-from raftlog.client.results import FetchResult, ProduceResult, ProducerSession
 
 
 class RaftlogClient(AdminCalls, CallRouting):
@@ -306,7 +303,7 @@ class RaftlogClient(AdminCalls, CallRouting):
         - ``version`` (-1: none) is recorded as the producer's last committed
           application version, which ``init_producer`` reports.
         """
-        r = await self._end_txn(
+        r = await self.end_txn_response(
             topic,
             partition,
             producer_id,
@@ -319,7 +316,7 @@ class RaftlogClient(AdminCalls, CallRouting):
         )
         return r.offset
 
-    async def _end_txn(
+    async def end_txn_response(
         self,
         topic: str,
         partition: int,
@@ -367,8 +364,6 @@ class RaftlogClient(AdminCalls, CallRouting):
         sequence order, up to ``max_in_flight`` at once, retrying in order through
         leader changes (see :mod:`raftlog.client.producer`). Close it when done.
         """
-        from raftlog.client.producer import IdempotentProducer
-
         if producer_id is None:
             producer_id = random.getrandbits(62)
         if not isinstance(producer_id, int) or not 0 <= producer_id < 2**63:
@@ -378,10 +373,7 @@ class RaftlogClient(AdminCalls, CallRouting):
         if not isinstance(max_in_flight, int) or not 1 <= max_in_flight <= 5:
             raise InvalidRequestError(f"max_in_flight must be in [1, 5], got {max_in_flight!r}")
         ack = _acks(acks)
-        if transactional and ack != -1:
-            raise InvalidRequestError(
-                f"acks: transactional writes require acks=all (-1), got {acks!r}"
-            )
+        check_acks(ack, transactional)  # before init_producer bumps the epoch
         session = await self.init_producer(
             topic, partition, producer_id, transaction_timeout_ms=transaction_timeout_ms
         )

@@ -112,7 +112,7 @@ MIN_ATTEMPT_TIMEOUT_S = 0.05
 #: How long a node whose request timed out is tried after the others.
 SLOW_NODE_S = 30.0
 
-#: Redirects per call that retry at once (see ``_CallState.backoff``).
+#: Redirects per call that retry at once (see ``CallState.backoff``).
 FREE_REDIRECTS = 3
 # A partition call backs off at most 0.25 s between attempts: while its leader is
 # being elected it must notice the new one within a fraction of the election
@@ -149,21 +149,20 @@ def parse_servers(servers: str | list[str]) -> list[str]:
     return out
 
 
-def _retriable(exc: BaseException) -> bool:
+def retriable(exc: BaseException) -> bool:
+    """Whether a call retries after ``exc``: the server's answer says so by its code
+    (``ErrorCode.retriable``: not leader, no leader, timeout; an unreachable node counts
+    as a timeout), and the client's stale metadata is refreshed and retried. Not when
+    every known server refused the connection and none ever answered (see the module
+    doc)."""
     if isinstance(exc, _NothingListening):
         return False
-    return isinstance(
-        exc,
-        NotLeaderError
-        | LeaderNotAvailableError
-        | RequestTimeoutError
-        | ClusterUnavailableError
-        | _StaleMetadata,
-    )
+    return isinstance(exc, StaleMetadata) or (isinstance(exc, RaftlogError) and exc.code.retriable)
 
 
-class _StaleMetadata(RaftlogError):
-    """Internal: the cached metadata lacks what the call needs; refresh and retry."""
+class StaleMetadata(RaftlogError):
+    """The cached metadata lacked what the call needed (it is dropped): refresh and retry.
+    Raised by :meth:`CallRouting.partition_attempt`; never reaches a caller of a call."""
 
 
 class _ConnectionRefused(ClusterUnavailableError):
@@ -197,7 +196,7 @@ def _is_refused(exc: aiohttp.ClientError) -> bool:
 
 
 @dataclasses.dataclass(slots=True)
-class _CallState:
+class CallState:
     """What the attempts of one partition call share."""
 
     refreshed: bool = False  # the topic's metadata was fetched during this call
@@ -232,7 +231,7 @@ class CallRouting:
         return self._attempt_timeout_s
 
     @contextlib.contextmanager
-    def _deadline(self) -> Iterator[float]:
+    def deadline(self) -> Iterator[float]:
         """The call's overall deadline: ``request_timeout_s`` from now, or the enclosing
         call's when this one is nested in it (whichever is sooner)."""
         outer = _DEADLINE.get()
@@ -248,7 +247,7 @@ class CallRouting:
         self, deadline: float, attempt: Callable[[], Awaitable[R]], wait: Any = None
     ) -> R:
         """``attempt()`` until it returns, fails with an error that is not retriable
-        (``_retriable``), or fails once the call's ``deadline`` has passed; the last
+        (``retriable``), or fails once the call's ``deadline`` has passed; the last
         error is raised. ``wait``: the pause before a retry (random exponential).
 
         The first attempt runs before tenacity's loop is built: most calls succeed at
@@ -261,13 +260,13 @@ class CallRouting:
         try:
             return await attempt()
         except Exception as exc:
-            if not _retriable(exc) or time.monotonic() >= deadline:
+            if not retriable(exc) or time.monotonic() >= deadline:
                 raise
         await asyncio.sleep(wait(RetryCallState(None, None, (), {})))
         retrying = AsyncRetrying(
             stop=lambda _state: time.monotonic() >= deadline,
             wait=wait,
-            retry=retry_if_exception(_retriable),
+            retry=retry_if_exception(retriable),
             reraise=True,
         )
         async for retry in retrying:
@@ -307,13 +306,13 @@ class CallRouting:
         or create that was just acknowledged (a fresh client asking it would see a
         deleted topic still there), so an unknown leader is looked up first: any node's
         metadata names it. Any node answers only while none is known (an election)."""
-        with self._deadline():
+        with self.deadline():
             if self._controller_leader not in self._nodes:
                 self._absorb(await self._any_call(MetadataRequest([], False), MetadataResponse))
             addr = self._nodes.get(self._controller_leader)
             if addr is not None:
                 try:
-                    resp = await self._send(addr, req, resp_type)
+                    resp = await self.send(addr, req, resp_type)
                 except (ClusterUnavailableError, RequestTimeoutError):
                     self._controller_leader = -1
                 else:
@@ -327,7 +326,7 @@ class CallRouting:
                     self._controller_leader = resp.controller_leader
                     addr = self._nodes[resp.controller_leader]
                     with contextlib.suppress(ClusterUnavailableError, RequestTimeoutError):
-                        return await self._send(addr, req, resp_type)
+                        return await self.send(addr, req, resp_type)
             return await self._any_call(req, resp_type)
 
     def _candidates(self) -> list[str]:
@@ -350,7 +349,7 @@ class CallRouting:
             refused = []
             for addr in candidates:
                 try:
-                    return await self._send(addr, req, resp_type)
+                    return await self.send(addr, req, resp_type)
                 except RequestTimeoutError as exc:  # hung: the next one may answer
                     last = exc
                     self._timed_out[addr] = time.monotonic()
@@ -367,7 +366,7 @@ class CallRouting:
                 )
             raise last or ClusterUnavailableError("no servers configured")
 
-        with self._deadline() as deadline:
+        with self.deadline() as deadline:
             return await self._retried(deadline, attempt)
 
     async def _controller_call(self, req: Any, resp_type: type[R]) -> R:
@@ -379,28 +378,28 @@ class CallRouting:
                 if addr is None:
                     raise LeaderNotAvailableError("the controller has no leader yet")
             try:
-                return await self._send(addr, req, resp_type)
+                return await self.send(addr, req, resp_type)
             except (NotLeaderError, ClusterUnavailableError, RequestTimeoutError) as exc:
                 self._controller_leader = getattr(exc, "leader_id", -1)
                 raise
 
-        with self._deadline() as deadline:
+        with self.deadline() as deadline:
             return await self._retried(deadline, attempt)
 
     async def _partition_call(self, topic: str, partition: int, req: Any, resp_type: type[R]) -> R:
-        state = _CallState()
-        with self._deadline() as deadline:
+        state = CallState()
+        with self.deadline() as deadline:
             return await self._retried(
                 deadline,
-                lambda: self._partition_attempt(topic, partition, req, resp_type, state),
+                lambda: self.partition_attempt(topic, partition, req, resp_type, state),
                 state.backoff,
             )
 
-    async def _partition_attempt(
-        self, topic: str, partition: int, req: Any, resp_type: type[R], state: _CallState
+    async def partition_attempt(
+        self, topic: str, partition: int, req: Any, resp_type: type[R], state: CallState
     ) -> R:
         """One attempt of a partition call at the leader as last seen (looked up first when
-        unknown). Retriable errors (see ``_retriable``) are raised for the caller to retry,
+        unknown). Retriable errors (see ``retriable``) are raised for the caller to retry,
         after the leader hint was updated from them."""
         key = (topic, partition)
         leader = self._leader_hints.get(key, -1)
@@ -419,7 +418,7 @@ class CallRouting:
             if leader < 0 or leader not in self._nodes:
                 raise LeaderNotAvailableError(f"partition {topic}/{partition} has no leader yet")
         try:
-            return await self._send(self._nodes[leader], req, resp_type)
+            return await self.send(self._nodes[leader], req, resp_type)
         except (NotLeaderError, LeaderNotAvailableError) as exc:
             if exc.leader_id >= 0 and exc.leader_id != leader:
                 self._leader_hints[key] = exc.leader_id
@@ -440,7 +439,7 @@ class CallRouting:
             self._topics.pop(topic, None)
             self._leader_hints.pop(key, None)
             state.refreshed = True
-            raise _StaleMetadata(f"unknown topic {topic!r}") from None
+            raise StaleMetadata(f"unknown topic {topic!r}") from None
 
     async def _refresh_topic(self, topic: str) -> None:
         """Refresh ``topic``'s metadata; concurrent callers share one request."""
@@ -482,7 +481,7 @@ class CallRouting:
             return self._admin_token or self._auth_token
         return self._auth_token or self._admin_token
 
-    async def _send(self, address: str, req: Any, resp_type: type[R]) -> R:
+    async def send(self, address: str, req: Any, resp_type: type[R]) -> R:
         """One attempt of ``req`` at the node at ``address``: on its client stream when
         small, else (or when the node refuses the stream) as a POST."""
         # A large request (a produce's payload) stays in parts up to the socket: no copy.

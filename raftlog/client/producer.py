@@ -49,16 +49,14 @@ import collections
 import contextlib
 import dataclasses
 import time
+from contextlib import AbstractContextManager
+from typing import Protocol, TypeVar
 
-from raftlog.client.async_client import RaftlogClient
-from raftlog.client.calls import _CallState, _StaleMetadata
+from raftlog.client.calls import CallState, retriable
 from raftlog.client.compression import Compression, codec_named, produce_batch
 from raftlog.client.errors import (
-    ClusterUnavailableError,
     DuplicateSequenceError,
     InvalidRequestError,
-    LeaderNotAvailableError,
-    NotLeaderError,
     OutOfOrderSequenceError,
     RaftlogError,
     RequestTimeoutError,
@@ -68,7 +66,7 @@ from raftlog.client.framing import frame_records
 from raftlog.client.results import ProduceResult, ProducerSession
 from raftlog.producers.sequencer import MAX_IN_FLIGHT, Send, Sequencer, SequencerError
 from raftlog.producers.serial import NO_SEQUENCE, last_sequence_of
-from raftlog.rpc.messages import ProduceBatch, ProduceRequest, ProduceResponse
+from raftlog.rpc.messages import EndTxnResponse, ProduceBatch, ProduceRequest, ProduceResponse
 
 DEFAULT_DELIVERY_TIMEOUT_S = 120.0
 RETRY_BACKOFF_S = 0.05
@@ -86,16 +84,54 @@ class _Pending:
     added: float  # time.monotonic() of send()
 
 
-def _retriable(exc: BaseException) -> bool:
-    return type(exc) is RaftlogError or isinstance(  # INTERNAL: outcome unknown, retry
-        exc,
-        NotLeaderError
-        | LeaderNotAvailableError
-        | RequestTimeoutError
-        | ClusterUnavailableError
-        | StaleTermError
-        | _StaleMetadata,
-    )
+def _resend(exc: BaseException) -> bool:
+    """Whether the sender resends after ``exc``: whenever a call would retry
+    (:func:`raftlog.client.calls.retriable`), and also when the outcome is unknown
+    (INTERNAL, STALE_TERM: the leader's term changed under the write), which the
+    partition's sequence checks make safe to resend."""
+    return retriable(exc) or type(exc) is RaftlogError or isinstance(exc, StaleTermError)
+
+
+_R = TypeVar("_R")
+
+
+def check_acks(acks: int, transactional: bool) -> None:
+    """The client's one check of a producer's ``acks`` (the wire value: -1 all, 1, 0):
+    an idempotent producer needs an answer (all or 1), a transactional one all, since a
+    batch or marker acknowledged by the leader alone may vanish with it (the partition
+    refuses it too). Raises InvalidRequestError naming ``acks``."""
+    if acks == 0:
+        raise InvalidRequestError("acks: an idempotent producer needs acks 'all' or '1'")
+    if transactional and acks != -1:
+        raise InvalidRequestError(f"acks: transactional writes require acks=all (-1), got {acks}")
+
+
+class ProducerClient(Protocol):
+    """What a producer needs of its client (:class:`raftlog.client.RaftlogClient` is the
+    one): the client's deadline for a call, one attempt of a partition call at the
+    leader as last seen (the producer's sender retries, not the client), and the end of
+    a transaction. A protocol, so that this module does not import the client that
+    makes its producers."""
+
+    def deadline(self) -> AbstractContextManager[float]: ...
+
+    async def partition_attempt(
+        self, topic: str, partition: int, req: object, resp_type: type[_R], state: CallState
+    ) -> _R: ...
+
+    async def end_txn_response(
+        self,
+        topic: str,
+        partition: int,
+        producer_id: int,
+        producer_epoch: int,
+        commit: bool,
+        version: int = -1,
+        acks: str | int = "all",
+        *,
+        record_count: int = -1,
+        last_sequence: int = -1,
+    ) -> EndTxnResponse: ...
 
 
 class IdempotentProducer:
@@ -103,7 +139,7 @@ class IdempotentProducer:
 
     def __init__(
         self,
-        client: RaftlogClient,
+        client: ProducerClient,
         topic: str,
         partition: int,
         session: ProducerSession,
@@ -118,12 +154,7 @@ class IdempotentProducer:
         is sent (raftlog.client.compression); readers decompress."""
         if delivery_timeout_s <= 0:
             raise ValueError(f"delivery_timeout_s must be > 0, got {delivery_timeout_s}")
-        if acks == 0:
-            raise InvalidRequestError("acks: an idempotent producer needs acks 'all' or '1'")
-        if transactional and acks != -1:
-            raise InvalidRequestError(
-                f"acks: transactional writes require acks=all (-1), got {acks}"
-            )
+        check_acks(acks, transactional)
         self._client = client
         self.topic = topic
         self.partition = partition
@@ -143,7 +174,7 @@ class IdempotentProducer:
         self._closed = False
         self._backoff = 0.0
         self._not_before = 0.0
-        self._call_state = _CallState()
+        self._call_state = CallState()
         # the sender's wake-up timer (see _wake_by) and when it fires (time.monotonic())
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at = 0.0
@@ -240,7 +271,7 @@ class IdempotentProducer:
         else:
             await self._idle.wait()
         sent = self._tx_records > 0
-        r = await self._client._end_txn(
+        r = await self._client.end_txn_response(
             self.topic,
             self.partition,
             self.producer_id,
@@ -375,8 +406,8 @@ class IdempotentProducer:
             self.transactional,
         )
         try:
-            with self._client._deadline():
-                r = await self._client._partition_attempt(
+            with self._client.deadline():
+                r = await self._client.partition_attempt(
                     self.topic, self.partition, req, ProduceResponse, self._call_state
                 )
         except DuplicateSequenceError:
@@ -392,7 +423,7 @@ class IdempotentProducer:
         except asyncio.CancelledError:
             raise
         except RaftlogError as exc:
-            if not _retriable(exc):
+            if not _resend(exc):
                 self._set_fatal(exc)
             elif self._seq.on_retriable(send.first_sequence, send.attempt):
                 self._retry_later()  # (an abandoned attempt's failure changes nothing)
@@ -415,7 +446,7 @@ class IdempotentProducer:
         self._seq.max_in_flight = self._max_in_flight
         self._backoff = 0.0
         self._not_before = 0.0
-        self._call_state = _CallState()
+        self._call_state = CallState()
         pending = self._pending.pop(send.first_sequence, None)
         if pending is not None and not pending.future.done():
             pending.future.set_result(ProduceResult(base_offset, last_offset))

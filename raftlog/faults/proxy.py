@@ -20,7 +20,7 @@ connection that had bytes discarded (drop_responses) or that is held by a
 blackhole is closed when the mode changes, so after ``heal()`` clients
 reconnect instead of reading a stale response as the answer to a new request.
 
-Run as a process with a control endpoint: ``python -m raftlog.faults.proxy``
+Run as a process with a control endpoint: ``python -m raftlog.faults.proxy_control``
 (see :mod:`raftlog.faults.proxy_control`).
 """
 
@@ -311,9 +311,3 @@ def _set_nodelay(writer: asyncio.StreamWriter) -> None:
     if sock is not None:
         with contextlib.suppress(OSError):
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-
-
-if __name__ == "__main__":
-    from raftlog.faults.proxy_control import main
-
-    raise SystemExit(main())

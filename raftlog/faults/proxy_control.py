@@ -2,7 +2,7 @@
 
 ::
 
-    python -m raftlog.faults.proxy --link n1=127.0.0.1:9001 --link n2=127.0.0.1:9002 \
+    python -m raftlog.faults.proxy_control --link n1=127.0.0.1:9001 --link n2=127.0.0.1:9002 \
         [--listen-host 127.0.0.1] [--control-port 0]
 
 Each ``--link NAME=HOST:PORT`` gets a :class:`TcpProxy` on an ephemeral
@@ -144,7 +144,9 @@ async def serve(
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m raftlog.faults.proxy", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="python -m raftlog.faults.proxy_control", description=__doc__
+    )
     parser.add_argument("--link", action="append", default=[], metavar="NAME=HOST:PORT")
     parser.add_argument("--target", metavar="HOST:PORT", help="one-link shorthand")
     parser.add_argument("--listen", metavar="127.0.0.1:PORT", help="with --target")

@@ -1,4 +1,4 @@
-"""Launch ``python -m raftlog.faults.proxy`` as a child process and drive its control API.
+"""Launch ``python -m raftlog.faults.proxy_control`` as a child process and drive its control API.
 
 For integration tests that route node-to-node traffic through proxies in
 another process (so a SIGSTOPped or killed test helper cannot take the
@@ -46,7 +46,7 @@ class ProxyProcess:
         """Start the child and wait (at most ``timeout`` s) for its ready line."""
         if self._proc is not None:
             raise RuntimeError("proxy process already started")
-        argv = [sys.executable, "-m", "raftlog.faults.proxy"]
+        argv = [sys.executable, "-m", "raftlog.faults.proxy_control"]
         for name, (host, port) in self._links.items():
             argv += ["--link", f"{name}={host}:{port}"]
         self._proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=None)

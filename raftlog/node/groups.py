@@ -560,12 +560,7 @@ class PartitionReplica:
             raise RequestError(
                 ErrorCode.INVALID_REQUEST, f"acks: expected -1 (all), 1 or 0, got {req.acks}"
             )
-        if req.transactional and req.acks != -1:
-            # a transactional batch acknowledged by the leader alone may vanish with it
-            raise RequestError(
-                ErrorCode.INVALID_REQUEST,
-                f"acks: transactional writes require acks=all (-1), got {req.acks}",
-            )
+        # Transactional batches at acks other than all: refused by rm_stm (RmStm.replicate).
         if not req.batches:
             raise RequestError(ErrorCode.INVALID_REQUEST, "batches: expected at least one batch")
         for i, b in enumerate(req.batches):

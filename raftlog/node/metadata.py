@@ -216,7 +216,7 @@ class MetadataApi:
                 request_timeout_s=1.0,
             )
             try:
-                resp = await client._send(
+                resp = await client.send(
                     addr, PartitionStatusRequest(gids), PartitionStatusResponse
                 )
                 for st in resp.statuses:

@@ -1,4 +1,7 @@
-"""rm_stm: idempotent producers and single-partition transactions (see DESIGN.md, Producers).
+"""rm_stm: idempotent producers and single-partition transactions.
+
+The rules are docs/ARCHITECTURE.md's ("Producers: idempotence and single-partition
+transactions").
 
 Modules: ``producer_table`` (the pure, replicated state), ``rm_stm`` (the
 pipelined leader front over Consensus), ``sequencer`` (the client's side),

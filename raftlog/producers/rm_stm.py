@@ -287,7 +287,7 @@ class RmStm:
 
         The callers waiting for the table to reach this batch (a new leader's read
         barrier among them) are woken even when the table raises on it: the applier
-        then skips the batch (``raft/state_machines.py``), and nothing else would
+        then skips the batch (``raftlog/raft/state_machines.py``), and nothing else would
         wake them until the partition's next batch."""
         try:
             self.table.apply(batch)

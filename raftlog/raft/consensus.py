@@ -199,6 +199,10 @@ class Consensus:
         # Called (no arguments) whenever the commit index advanced: the simulator checks
         # quorum durability at that very moment, not only at its next step.
         self.commit_listeners: list[Callable[[], None]] = []
+        # Called (no arguments) the moment this replica becomes leader, before anything
+        # else runs: the simulator checks election safety over every leader, not only
+        # the ones alive at its next step.
+        self.leader_listeners: list[Callable[[], None]] = []
         self._own_clock = clock is None
         self.clock = clock if clock is not None else NodeClock(self.options.tick_interval_s)
         self._ticking = False  # on the clock's active list (not quiescent)
@@ -620,6 +624,8 @@ class Consensus:
         self.process_ready()
 
     def _on_became_leader(self) -> None:
+        for listener in self.leader_listeners:
+            listener()
         self.recovery.cancel_all()
         noop = RecordBatch.create(b"", kind=BatchKind.NOOP, timestamp_ms=0)
         self.replicate([noop], Consistency.LEADER_ACK, expected_term=self.core.term)

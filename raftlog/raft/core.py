@@ -527,7 +527,9 @@ class RaftCore:
             return self._vote_reply(req, False, log_ok, self.term)
         if req.term > self.term:
             self._become_follower(req.term, -1)
-        granted = log_ok and self.voted_for in (-1, req.source_node)
+        granted = log_ok and (
+            self.voted_for in (-1, req.source_node) or mutations.active("vote_twice_in_term")
+        )
         if granted:
             self.voted_for = req.source_node
             self._ready.vote = VoteState(self.term, self.voted_for)

@@ -19,13 +19,18 @@ The names and what each one breaks:
 - ``accept_stale_replies``: the leader applies a reply older than the newest
   one it applied from that follower (quorum durability);
 - ``ignore_inflight_bound``: the leader streams appends to a follower whose
-  in-flight window is full (flow control: the window bound).
+  in-flight window is full (flow control: the window bound);
 - ``recovery_pipelines_unmatched``: recovery pipelines a full window of chunks
   to a follower whose match point is not known yet (a fresh probe, or right
   after a mismatch: the return to one chunk at a time is skipped) (flow
   control: etcd's probe state).
 - ``paused_backlog_gap``: the append that catches up a paused follower leaves out
   the first batch it missed (log matching: appends never leave a gap).
+- ``quiesced_keeps_dead_leader``: a quiescent follower keeps following a leader
+  that node liveness declared dead (liveness: a new leader within a bound).
+- ``vote_twice_in_term``: a voter grants a candidate although it already voted
+  for another (itself included) in the same term (election safety: at most one
+  leader per term; one vote per term).
 """
 
 from __future__ import annotations
@@ -43,6 +48,7 @@ MUTATIONS: tuple[str, ...] = (
     "recovery_pipelines_unmatched",
     "paused_backlog_gap",
     "quiesced_keeps_dead_leader",
+    "vote_twice_in_term",
 )
 
 ACTIVE: set[str] = set()

@@ -40,11 +40,15 @@ by the core:
   check guards the rule, it does not wait). Chunks sent before a reset may
   still be on the network after the switch: they only carry entries the
   follower holds or takes as equal, and their replies pass the seq checks;
-- ``SNAPSHOT``: the follower needs entries below the leader's log start, which
-  only a snapshot install could give it (not built yet: retention waits for
-  every replica, so this happens only when a replica was set aside for long).
-  Nothing is sent but heartbeats; a heartbeat reply moves it back to ``PROBE``
-  when the follower reaches the log start.
+- ``SNAPSHOT``: the follower needs entries below the leader's log start
+  (retention or compaction dropped them), which only a snapshot install gives
+  it: ``recovery`` sends the snapshot as of the log start in chunks
+  (``RaftCore.install_request``; the follower's side is
+  :mod:`raftlog.raft.follower_install`). No appends go meanwhile; once the
+  follower confirms the install it probes from the log start, and a heartbeat
+  reply showing it reached the log start some other way moves it back to
+  ``PROBE`` too (a heartbeat reply in ``SNAPSHOT`` otherwise restarts an
+  install that failed).
 
 Invariants: ``match_offset < next_offset`` once anything matched;
 ``len(inflights) <= max count`` (the byte bound is soft, as etcd's: one

@@ -2,7 +2,12 @@
 
 - no task failed and no handler raised (a bug, a ``SafetyViolation``): the
   first such exception fails the check, with its traceback chained;
-- election safety: at most one leader per term;
+- election safety: at most one leader per term, over the whole history: each
+  election is recorded the moment it happens (the leader's hook), so a leader
+  that stepped down or crashed before the next step counts too;
+- one vote per term: a voter's saved vote, once it names a candidate (itself
+  included) in a term, never names another in that term (the vote saved, the
+  simulated disk's hook, is what a grant is sent after);
 - monotonic commit: the commit index never goes backwards on a node (within
   one incarnation: after a crash it restarts from the saved commit context,
   which may be lower);
@@ -51,6 +56,7 @@ from collections.abc import Sequence
 from raftlog.raft.progress import FollowerProgress, ProgressState
 from raftlog.raft.replicate_batcher import ReplicateResult
 from raftlog.sim.node import SimNode
+from raftlog.storage.api import VoteState
 from raftlog.storage.batch import RecordBatch
 
 REGRESSION_WINDOW_S = 1.0
@@ -75,6 +81,10 @@ def _entry(b: RecordBatch) -> _Entry:
 class InvariantChecker:
     def __init__(self) -> None:
         self.leader_of_term: dict[int, int] = {}
+        # (voter, term) -> the candidate its saved vote names in that term
+        self.vote_of: dict[tuple[int, int], int] = {}
+        # term -> the nodes that voted for themselves in it (candidates of that term)
+        self.candidates: dict[int, set[int]] = {}
         self.history: dict[int, _Entry] = {}  # committed batches by base offset
         self.history_end = -1
         self.acked: dict[int, _Entry] = {}  # quorum_ack results by base offset
@@ -99,6 +109,44 @@ class InvariantChecker:
         self._views: dict[tuple[int, int, int, int], tuple[object, tuple[int, int]]] = {}
         # follower -> ((incarnation, truncations), virtual time that changed last)
         self._truncated: dict[int, tuple[tuple[int, int], float]] = {}
+
+    def record_leader(self, node: SimNode) -> None:
+        """Election safety at the moment ``node`` became leader (the node's ``on_leader``
+        hook; never raises: a violation waits in :attr:`pending` for the next check)."""
+        c = node.consensus
+        if not c.is_leader:
+            return  # lost it again in the same ready: it led a later term's nobody
+        other = self.leader_of_term.setdefault(c.term, node.node_id)
+        if other != node.node_id and self.pending is None:
+            self.pending = InvariantViolation(
+                f"election safety: two leaders in term {c.term}: nodes {other} and "
+                f"{node.node_id} (node {other} may have stepped down or crashed since)"
+            )
+
+    def record_vote(self, node: SimNode, vote: VoteState) -> None:
+        """One vote per term, at the moment ``node`` saved ``vote`` (the node's ``on_vote``
+        hook; never raises: a violation waits in :attr:`pending`)."""
+        if vote.voted_for == -1:
+            return
+        if vote.voted_for == node.node_id:
+            self.candidates.setdefault(vote.term, set()).add(node.node_id)
+        other = self.vote_of.setdefault((node.node_id, vote.term), vote.voted_for)
+        if other != vote.voted_for and self.pending is None:
+            self.pending = InvariantViolation(
+                f"one vote per term: node {node.node_id} voted for node {other} and then for "
+                f"node {vote.voted_for} in term {vote.term}"
+            )
+
+    @property
+    def split_votes(self) -> int:
+        """Terms that had two candidates or more and no leader: split votes."""
+        led = self.leader_of_term
+        return sum(1 for t, nodes in self.candidates.items() if len(nodes) > 1 and t not in led)
+
+    @property
+    def contested_terms(self) -> int:
+        """Terms that had two candidates or more (a leader or not): competing candidates."""
+        return sum(1 for nodes in self.candidates.values() if len(nodes) > 1)
 
     def record_ack(self, result: ReplicateResult, batch: RecordBatch) -> None:
         placed = batch.stamped(result.base_offset, result.term)

@@ -112,8 +112,16 @@ class CoreNet:
         self.promote[node] = list(ready.promote)
         return [(node, t, m) for t, m in ready.messages]
 
-    def deliver(self, rounds: int = 10) -> list[str]:
-        """Deliver vote and timeout-now traffic until quiet; a readable trace of it."""
+    def deliver(
+        self, rounds: int = 10, *, lockstep: bool = False, duplicate: bool = False
+    ) -> list[str]:
+        """Deliver vote and timeout-now traffic until quiet; a readable trace of it.
+
+        Each reply is applied as soon as its request was handled, unless ``lockstep``:
+        then every request of a round is handled before any of its replies is applied
+        (the network carries all of a round's requests first), so candidates that start
+        together stay in step. ``duplicate`` delivers each request twice and applies both
+        replies (a duplicated request, a duplicated grant)."""
         trace: list[str] = []
         for _ in range(rounds):
             outbox = []
@@ -121,24 +129,31 @@ class CoreNet:
                 outbox.extend(self.process(i))
             if not outbox:
                 return trace
+            replies: list[tuple[int, VoteReply]] = []
             for source, target, msg in outbox:
-                if not self.reachable(source, target):
-                    trace.append(f"{source}->{target} {_name(msg)} dropped")
-                    continue
-                if isinstance(msg, VoteRequest):
-                    reply = self.cores[target].handle_vote(msg)
-                    verdict = "granted" if reply.granted else "rejected"
-                    if not self.reachable(target, source):
-                        trace.append(
-                            f"{source}->{target} {_name(msg)} term={msg.term}: {verdict}, "
-                            "reply dropped"
-                        )
+                for copy in range(2 if duplicate else 1):
+                    again = " (again)" if copy else ""
+                    what = f"{source}->{target} {_name(msg)}{again}"
+                    if not self.reachable(source, target):
+                        trace.append(f"{what} dropped")
                         continue
-                    trace.append(f"{source}->{target} {_name(msg)} term={msg.term}: {verdict}")
-                    self.cores[source].handle_vote_reply(reply)
-                elif isinstance(msg, TimeoutNowRequest):
-                    self.cores[target].handle_timeout_now(msg)
-                    trace.append(f"{source}->{target} timeout-now")
+                    if isinstance(msg, VoteRequest):
+                        reply = self.cores[target].handle_vote(msg)
+                        verdict = "granted" if reply.granted else "rejected"
+                        if not self.reachable(target, source):
+                            trace.append(f"{what} term={msg.term}: {verdict}, reply dropped")
+                            continue
+                        trace.append(f"{what} term={msg.term}: {verdict}")
+                        replies.append((source, reply))
+                    elif isinstance(msg, TimeoutNowRequest):
+                        self.cores[target].handle_timeout_now(msg)
+                        trace.append(f"{source}->{target} timeout-now{again}")
+                    if not lockstep:
+                        for node, reply in replies:
+                            self.cores[node].handle_vote_reply(reply)
+                        replies.clear()
+            for node, reply in replies:
+                self.cores[node].handle_vote_reply(reply)
         raise AssertionError("traffic did not quiesce")
 
     def state(self) -> list[str]:

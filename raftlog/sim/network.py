@@ -17,7 +17,10 @@ Faults (all drawn from the seeded RNG, so a run replays exactly):
   newer requests: stale replies delivered late;
 - partitions: two-way (:meth:`cut`, :meth:`partition`) and one-way
   (:meth:`cut_one_way`: ``a`` can no longer reach ``b``, while ``b`` still
-  reaches ``a``), healed by :meth:`heal`.
+  reaches ``a``), healed by :meth:`heal`;
+- held requests (:meth:`hold`): the requests a predicate picks wait, until
+  :meth:`release`, behind everything else the network carries (reordering by
+  kind, as a congested link would; one held past the RPC timeout is lost).
 
 A handler that raises a :class:`~raftlog.raft.errors.RaftError` refused the
 request (a stopped group): the sender sees a TransportError. Any other
@@ -29,6 +32,7 @@ with its traceback) and the sender sees a TransportError meanwhile.
 from __future__ import annotations
 
 import asyncio
+import collections
 import dataclasses
 import random
 from collections.abc import Awaitable, Callable
@@ -73,6 +77,12 @@ class SimNetwork:
         self.late_replies = 0
         # The first exception a handler raised that is not a refusal (a bug).
         self.failure: BaseException | None = None
+        # The requests held back now (hold), and the event their release sets.
+        self._held: Callable[[object], bool] | None = None
+        self._released: asyncio.Event | None = None
+        # Per message type: requests and replies lost, requests delivered twice.
+        self.lost_by_type: collections.Counter[str] = collections.Counter()
+        self.duplicated_by_type: collections.Counter[str] = collections.Counter()
 
     def attach(self, node: int, endpoint: Endpoint) -> None:
         self._endpoints[node] = endpoint
@@ -98,6 +108,31 @@ class SimNetwork:
         self._cut.clear()
         self._one_way.clear()
 
+    def hold(self, which: Callable[[object], bool]) -> None:
+        """Hold back every request ``which`` picks (those reaching the network from now
+        on), until :meth:`release` delivers them all at once; a new hold releases the last."""
+        self.release()
+        self._held = which
+        self._released = asyncio.Event()
+
+    def release(self) -> None:
+        """Deliver the held requests (those whose senders have not timed out yet)."""
+        if self._released is not None:
+            self._released.set()
+        self._held = None
+        self._released = None
+
+    async def _wait_if_held(self, message: object) -> bool:
+        """Wait while ``message`` is held; False when the sender's RPC timeout came first."""
+        released = self._released
+        if released is None or self._held is None or not self._held(message):
+            return True
+        try:
+            await asyncio.wait_for(released.wait(), self.options.rpc_timeout_s)
+        except TimeoutError:
+            return False
+        return True
+
     def connected(self, a: int, b: int) -> bool:
         """True when ``a`` can send to ``b`` (two-way and one-way cuts both count)."""
         return frozenset((a, b)) not in self._cut and (a, b) not in self._one_way
@@ -117,8 +152,9 @@ class SimNetwork:
             return True
         return self._chance(self.options.drop_rate)
 
-    async def _timeout(self, what: str) -> TransportError:
+    async def _timeout(self, what: str, message: object) -> TransportError:
         self.dropped += 1
+        self.lost_by_type[type(message).__name__] += 1
         await asyncio.sleep(self.options.rpc_timeout_s)
         return TransportError(what)
 
@@ -142,6 +178,7 @@ class SimNetwork:
         if endpoint is None:
             return None
         self.duplicated += 1
+        self.duplicated_by_type[type(message).__name__] += 1
         task = self._handle(endpoint, message)
         try:
             return await asyncio.wait_for(asyncio.shield(task), self.options.rpc_timeout_s)
@@ -150,8 +187,14 @@ class SimNetwork:
 
     async def send(self, source: int, target: int, message: object) -> object:
         await asyncio.sleep(self._delay())
+        if not await self._wait_if_held(message):
+            self.dropped += 1
+            self.lost_by_type[type(message).__name__] += 1
+            raise TransportError(f"request {type(message).__name__} {source}->{target} held")
         if self._lost(source, target):
-            raise await self._timeout(f"request {type(message).__name__} {source}->{target} lost")
+            raise await self._timeout(
+                f"request {type(message).__name__} {source}->{target} lost", message
+            )
         endpoint = self._endpoints[target]
         task = self._handle(endpoint, message)
         duplicate = None
@@ -182,7 +225,9 @@ class SimNetwork:
             self.late_replies += 1
             await asyncio.sleep(self.rng.random() * self.options.late_reply_max_s)
         if self._lost(target, source):
-            raise await self._timeout(f"reply {type(reply).__name__} {target}->{source} lost")
+            raise await self._timeout(
+                f"reply {type(reply).__name__} {target}->{source} lost", reply
+            )
         self.delivered += 1
         return reply
 

@@ -14,10 +14,12 @@ from typing import Any
 
 from raftlog.raft.configuration import Configuration
 from raftlog.raft.consensus import Consensus, ConsensusOptions
+from raftlog.raft.core import Role
 from raftlog.raft.dispatch import PeerDispatcher
 from raftlog.raft.heartbeat_manager import HeartbeatManager
 from raftlog.raft.node_clock import NodeClock
 from raftlog.sim.network import Endpoint, SimNetwork
+from raftlog.storage.api import VoteState
 from raftlog.storage.memory import MemoryLog
 
 GROUP = 1
@@ -39,7 +41,7 @@ class SimNode:
         self.options = options
         self.heartbeat_interval_s = heartbeat_interval_s
         self.seed = seed
-        self.log = MemoryLog()
+        self.log = _WatchedLog(self)
         # on the simulated disk: kept across crashes (saved durably before they count)
         self.snapshots = MemorySnapshots()
         self.compactions = 0
@@ -50,6 +52,10 @@ class SimNode:
         self.on_commit: Callable[[SimNode], None] | None = None
         # Called with (this node, follower, progress) when, as leader, it applied a reply.
         self.on_progress: Callable[[SimNode, int, Any], None] | None = None
+        # Called with this node the moment it becomes leader (election safety, exactly).
+        self.on_leader: Callable[[SimNode], None] | None = None
+        # Called with (this node, the vote) each time it saves its term and vote durably.
+        self.on_vote: Callable[[SimNode, VoteState], None] | None = None
         self.consensus: Consensus
         self.heartbeats: HeartbeatManager
         self.clock: NodeClock
@@ -115,6 +121,9 @@ class SimNode:
         if self.on_commit is not None:
             hook = self.on_commit
             self.consensus.commit_listeners.append(lambda: hook(self))
+        if self.on_leader is not None:
+            leads = self.on_leader
+            self.consensus.leader_listeners.append(lambda: leads(self))
         if self.on_progress is not None:
             seen = self.on_progress
             self.consensus.core.progress_listener = lambda f, p: seen(self, f, p)
@@ -154,6 +163,19 @@ class SimNode:
             if consensus.clock_rate == 0.0:
                 consensus.clock_rate = rate or 1.0
 
+    def time_out_election(self) -> bool:
+        """This node's election timer fires now: its clock jumps, the ticks it missed run at
+        once (no await between them), up to two election timeouts' worth. Called on
+        several nodes in a row, their timers fire at the same instant: candidates compete.
+        True when the node campaigned (it may not: not a voter, behind its promise, a
+        higher priority to wait for, quiescent)."""
+        c = self.consensus
+        for _ in range(2 * self.options.election_timeout_ticks + 1):
+            if not self.alive or c.role is not Role.FOLLOWER:
+                break
+            c.clock_tick()
+        return self.alive and c.role in (Role.CANDIDATE, Role.LEADER)
+
     async def stop(self) -> None:
         if self.alive:
             self.alive = False
@@ -163,6 +185,20 @@ class SimNode:
             await self.consensus.stop()
             for t in list(self._tasks):
                 t.cancel()
+
+
+class _WatchedLog(MemoryLog):
+    """The node's simulated disk: a MemoryLog that tells the node's ``on_vote`` hook each
+    vote it saves (the checker's view of every vote, not a sample of them)."""
+
+    def __init__(self, node: SimNode) -> None:
+        super().__init__()
+        self._node = node
+
+    def save_vote(self, vote: VoteState) -> None:
+        super().save_vote(vote)
+        if self._node.on_vote is not None:
+            self._node.on_vote(self._node, vote)
 
 
 class MemorySnapshots:

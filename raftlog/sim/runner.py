@@ -4,9 +4,10 @@
 on a fresh virtual-time loop: a client writes with random consistency levels
 to whoever leads; a nemesis crashes nodes (tearing their unflushed tail),
 restarts them, partitions the network, drops messages, transfers
-leadership and pauses a node's clock (it stops, then jumps); the network
-also duplicates requests, delivers replies late (stale), reorders and cuts
-links one way. A checker runs
+leadership, pauses a node's clock (it stops, then jumps) and splits a vote
+(every node's election timer fires at once: candidates compete in one term);
+the network also duplicates requests, delivers replies late (stale), reorders
+and cuts links one way. A checker runs
 :class:`InvariantChecker` every ``step_s`` of virtual time. At the end the
 network is healed and every node restarted; a leader must emerge, commit a
 final write, and every ``quorum_ack`` entry must be in the committed log.
@@ -26,7 +27,9 @@ import dataclasses
 import random
 from collections.abc import Iterable
 
+from raftlog.raft.core import Role
 from raftlog.raft.errors import RaftError
+from raftlog.raft.messages import VoteRequest
 from raftlog.raft.replicate_batcher import Consistency
 from raftlog.sim.checks import InvariantChecker
 from raftlog.sim.cluster import SimCluster, quietly, sim_options
@@ -68,6 +71,13 @@ class SeedResult:
     # Times the group was seen quiescent on every live node (the prologue's, and the
     # checker's observations during the chaos): quiescence was exercised at all.
     quiesced: int = 0
+    # Terms with two candidates or more (competing candidates), and those of them that
+    # elected nobody (split votes): elections were contested at all.
+    contested: int = 0
+    split_votes: int = 0
+    # Vote requests and replies the network lost, and vote requests it delivered twice.
+    votes_lost: int = 0
+    votes_duplicated: int = 0
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -77,6 +87,10 @@ class Summary:
     acked: int
     checks: int
     quiesced: int = 0
+    contested: int = 0
+    split_votes: int = 0
+    votes_lost: int = 0
+    votes_duplicated: int = 0
 
     @property
     def ok(self) -> bool:
@@ -127,6 +141,8 @@ class _Sim:
         for node in nodes:
             node.on_commit = lambda n: self.checker.check_commit(n, nodes)
             node.on_progress = lambda n, f, p: self.checker.observe_progress(n, f, p, nodes)
+            node.on_leader = self.checker.record_leader
+            node.on_vote = self.checker.record_vote
         # The last faults and leader changes, printed with a failing seed.
         self.trace: collections.deque[str] = collections.deque(maxlen=60)
         self._leaders: dict[int, int] = {}
@@ -200,6 +216,10 @@ class _Sim:
             self.checker.history_end,
             self.checker.checks,
             quiesced=self.quiesced,
+            contested=self.checker.contested_terms,
+            split_votes=self.checker.split_votes,
+            votes_lost=sum(cluster.network.lost_by_type[t] for t in ("VoteRequest", "VoteReply")),
+            votes_duplicated=cluster.network.duplicated_by_type["VoteRequest"],
         )
 
     async def _quiesce_then_crash_leader(self) -> None:
@@ -318,7 +338,7 @@ class _Sim:
         # writes; and one follower's clock pauses, then jumps), so that each completes
         # inside the chaos window, and an idle spell (the group quiesces, then a random
         # fault strikes it; see _idle_then_fault); then random faults and idle spells.
-        first = ["isolate", "lag", "idle", "calm", "lag"]
+        first = ["isolate", "split", "lag", "idle", "calm", "lag"]
         for i in range(10_000):
             await asyncio.sleep(rng.uniform(0.05, 0.3))
             if self.stop:
@@ -343,6 +363,8 @@ class _Sim:
                 paused = self._pause_a_follower_clock(leader)
                 await asyncio.sleep(rng.uniform(0.3, 0.5))
                 done = f"calm under leader {leader.node_id if leader else None}{paused}"
+            elif scenario == "split":
+                done = await self._split_vote()
             elif scenario == "isolate" or (scenario is None and action < 0.2):
                 done = await self._isolate_leader(rng)
             elif scenario == "lag" or (scenario is None and action < 0.4):
@@ -426,6 +448,67 @@ class _Sim:
         new = await self._new_leader(leader.node_id)
         self.cluster.network.heal()
         return f"heal (new leader {new.node_id if new else None})"
+
+    async def _split_vote(self) -> str:
+        """Competing candidates: with its whole log committed, the leader steps down, and
+        every live node's election timer fires at the same instant (their clocks stalled
+        together and jump; or their randomized timeouts drew alike). Every node whose log
+        is as fresh as any (the old leader and the majority that holds its log) wins its
+        prevote: no lease is left, and the network delivers all the prevotes at once, then
+        holds the real vote requests back until every prevote round is over (reordering
+        by kind, within the RPC timeout). So each of them asks for votes in the same term,
+        having voted for itself: a split vote, under the network's loss, duplicates and
+        late replies, until the randomized timeouts part them. A voter that grants two
+        candidates in one term elects two leaders here."""
+        leader = await self._settled_leader()
+        if leader is None:
+            return "split vote: no leader"
+        network = self.cluster.network
+        self.idle_until = float("inf")  # no new writes: a majority's logs equal the leader's
+        try:
+            step = self.config.step_s
+            for _ in range(int(0.5 / step)):
+                c = leader.consensus
+                if not (leader.alive and c.is_leader) or c.commit_index == c.dirty_offset:
+                    break
+                await asyncio.sleep(step)
+            if not (leader.alive and leader.consensus.is_leader):
+                return "split vote: the leader lost its leadership first"
+            live = self.cluster.live()
+            term = max(n.consensus.term for n in live)
+            freshest = max((n.log.last_term, n.log.dirty_offset) for n in live)
+            fresh = [n for n in live if (n.log.last_term, n.log.dirty_offset) == freshest]
+            leader.consensus.step_down()
+            # Every prevote is held until all were sent, then all are delivered at once
+            # (no reply is back before the last is handled); the real vote requests are
+            # held until every prevote round is over.
+            network.hold(lambda m: isinstance(m, VoteRequest))
+            try:
+                fired = [n for n in live if n.time_out_election()]
+                await asyncio.sleep(network.options.max_delay_s)
+                network.hold(lambda m: isinstance(m, VoteRequest) and not m.prevote)
+                # Below the RPC timeout (0.2 s), so that the held requests still count.
+                for _ in range(int(0.17 / step)):
+                    if all(self._candidate_after(n, term) for n in fresh if n in fired):
+                        break
+                    await asyncio.sleep(step)
+                candidates = [n.node_id for n in fired if self._candidate_after(n, term)]
+            finally:
+                network.release()
+            new = await self._new_leader(-1)
+            return (
+                f"split vote: leader {leader.node_id} steps down, {[n.node_id for n in fired]} "
+                f"campaign at once, {candidates} ask for votes in term {term + 1} "
+                f"(new leader {new.node_id if new else None})"
+            )
+        finally:
+            self.idle_until = 0.0
+
+    @staticmethod
+    def _candidate_after(node: SimNode, term: int) -> bool:
+        """``node`` asks for votes in a term after ``term`` (it won its prevote)."""
+        c = node.consensus
+        return node.alive and c.term > term and c.role is not Role.FOLLOWER
 
     async def _lag_then_crash(self, rng: random.Random) -> str:
         """Cut a minority of followers off while the rest commit; give them fast clocks and
@@ -514,4 +597,8 @@ def run_seeds(seeds: Iterable[int], config: SimConfig | None = None, processes: 
         sum(r.acked for r in results),
         sum(r.checks for r in results),
         sum(r.quiesced for r in results),
+        sum(r.contested for r in results),
+        sum(r.split_votes for r in results),
+        sum(r.votes_lost for r in results),
+        sum(r.votes_duplicated for r in results),
     )

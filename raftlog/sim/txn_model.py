@@ -3,7 +3,7 @@
 The producer simulator (:mod:`raftlog.sim.producers`) feeds it the committed
 log in order and compares, on every replica, rm_stm's visibility filter
 (``RmStm.visible`` below ``RmStm.last_stable_offset``) with the model's
-verdict. The model is written from the rules of DESIGN.md ("Producers"), not
+verdict. The model is written from the rules of docs/ARCHITECTURE.md ("Producers"), not
 from ``ProducerTable``, so that a bug in the table shows as a disagreement:
 
 - every producer of the simulation starts with ``init_producer``, whose fence

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from tenacity import RetryCallState
 
-from raftlog.client.calls import FREE_REDIRECTS, _CallState
+from raftlog.client.calls import FREE_REDIRECTS, CallState
 
 
 def _retry_state(attempt: int) -> RetryCallState:
@@ -15,7 +15,7 @@ def _retry_state(attempt: int) -> RetryCallState:
 
 
 def test_a_named_new_leader_is_tried_at_once_a_few_times_per_call() -> None:
-    call = _CallState()
+    call = CallState()
     late = _retry_state(30)  # deep into the call: the exponential backoff is at its cap
     for _ in range(FREE_REDIRECTS):
         call.redirected = True
@@ -27,6 +27,6 @@ def test_a_named_new_leader_is_tried_at_once_a_few_times_per_call() -> None:
 
 
 def test_without_a_hint_the_pause_is_capped_at_a_quarter_second() -> None:
-    call = _CallState()
+    call = CallState()
     assert max(call.backoff(_retry_state(n)) for n in range(1, 40) for _ in range(20)) <= 0.25
     assert call.backoff(_retry_state(1)) <= 0.05 * 2

@@ -111,8 +111,8 @@ async def test_stop_ends_the_child_by_pid(echo):
 
 def test_ready_line_reports_ports_and_shorthand_flags():
     child = subprocess.Popen(
-        [sys.executable, "-m", "raftlog.faults.proxy", "--target", "127.0.0.1:9", "--listen",
-         "127.0.0.1:0"],
+        [sys.executable, "-m", "raftlog.faults.proxy_control", "--target", "127.0.0.1:9",
+         "--listen", "127.0.0.1:0"],
         stdout=subprocess.PIPE,
     )  # fmt: skip
     try:
@@ -139,7 +139,7 @@ def test_ready_line_reports_ports_and_shorthand_flags():
 )
 def test_bad_command_line_is_named(argv, needle):
     child = subprocess.run(
-        [sys.executable, "-m", "raftlog.faults.proxy", *argv],
+        [sys.executable, "-m", "raftlog.faults.proxy_control", *argv],
         capture_output=True,
         text=True,
         timeout=60,

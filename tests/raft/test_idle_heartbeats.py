@@ -64,7 +64,7 @@ def _watch(
         options = sim_options()
         options.idle_heartbeat_ticks = idle_heartbeat_ticks
         # The cadence of a group that is awake: quiesced, an idle group gets none
-        # (tests/raft/test_quiescence.py).
+        # (tests/raft/testdata/quiesce_idle_group.txt, tests/raft/test_node_clock.py).
         options.quiesce = False
         cluster = SimCluster(3, seed=11, options=options, heartbeat_interval_s=HEARTBEAT_INTERVAL_S)
         await cluster.start()

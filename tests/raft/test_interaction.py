@@ -16,8 +16,11 @@ code prints now (then review the diff).
 Commands:
 
 - ``nodes N [prio=ID:P,...]``: a fresh group of N voters;
-- ``campaign ID prevote|vote [transfer]``: ID starts a round; ``deliver``: deliver
-  vote and timeout-now traffic until quiet (prints it);
+- ``campaign ID prevote|vote [transfer]``: ID starts a round; ``deliver [lockstep]
+  [dup]``: deliver vote and timeout-now traffic until quiet (prints it); with
+  ``lockstep`` every request of a round is handled before any reply is applied
+  (candidates that start together stay in step), with ``dup`` each request is
+  delivered twice and both replies applied;
 - ``tick ID [N]``: N ticks on ID (prints its state); ``cut ID...``/``heal``;
 - ``write ID base=B term=T [count=C] [unflushed]``: place a batch in ID's log;
 - ``heartbeat LEADER FOLLOWER``: one heartbeat and its reply (prints both);
@@ -178,7 +181,9 @@ class Interpreter:
         return [f"n{args[0]} {core.role.value} term={core.term}"]
 
     def cmd_deliver(self, args: list[str]) -> list[str]:
-        return self.net.deliver() or ["(nothing)"]
+        return self.net.deliver(lockstep="lockstep" in args, duplicate="dup" in args) or [
+            "(nothing)"
+        ]
 
     def cmd_tick(self, args: list[str]) -> list[str]:
         core = self.net.cores[int(args[0])]
@@ -717,6 +722,7 @@ def test_parse_rejects_a_command_without_separator() -> None:
         ("recovery_pipelined", "recovery_pipelines_unmatched"),
         ("inflight_window_full", "paused_backlog_gap"),
         ("quiesce_dead_leader", "quiesced_keeps_dead_leader"),
+        ("split_vote", "vote_twice_in_term"),
     ],
 )
 def test_a_planted_fault_breaks_its_script(script: str, mutation: str) -> None:

@@ -117,6 +117,38 @@ def test_duplicates_and_late_replies_happen_and_are_counted() -> None:
     assert len(got) == 40 + net.duplicated
 
 
+def test_held_requests_wait_for_release_and_are_lost_past_the_timeout() -> None:
+    async def run() -> tuple[list[object], list[object], SimNetwork]:
+        net = _network(rpc_timeout_s=0.1)
+        got: list[object] = []
+
+        async def sink(message: object) -> object:
+            got.append(message)
+            return message
+
+        await _serve(net, 1, sink)
+        await _serve(net, 2, sink)
+        net.hold(lambda m: isinstance(m, int))
+        held = [asyncio.create_task(net.send(1, 2, i)) for i in range(3)]
+        assert await net.send(1, 2, "not held") == "not held"
+        await asyncio.sleep(0.05)
+        before = list(got)  # nothing held was delivered yet
+        net.release()
+        assert [await t for t in held] == [0, 1, 2]
+        net.hold(lambda m: m == "late")
+        with pytest.raises(TransportError, match="request str 1->2 held"):
+            await net.send(1, 2, "late")
+        net.release()
+        return before, got, net
+
+    before, got, net = run_virtual(run())
+    assert before == ["not held"]
+    # All three at the release (in the order their delays brought them to the hold); the
+    # one held past the RPC timeout never arrived.
+    assert got[0] == "not held" and sorted(got[1:]) == [0, 1, 2]
+    assert net.lost_by_type["str"] == 1
+
+
 def test_quorum_durability_is_checked_on_the_simulated_disk() -> None:
     """Plant the fault: drop the flushed entry from two of three disks after commit."""
 
