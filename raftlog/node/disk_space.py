@@ -85,6 +85,11 @@ class DiskSpace:
             self._free = self._statvfs(self.data_dir)
         except OSError as exc:  # the directory is gone or unreadable: report, keep last
             log.warning("node %d: statvfs of %s failed: %s", self.node_id, self.data_dir, exc)
+            if self._free < 0:
+                # Never sampled (the data dir is not made yet at start): free space is
+                # unknown, not zero, so refuse nothing and sample again next time.
+                self._sampled_at = float("-inf")
+                return
         degraded = self._free < self.min_free_bytes or now < self._full_until
         if degraded != self._degraded:
             self._degraded = degraded

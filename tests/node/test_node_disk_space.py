@@ -127,3 +127,24 @@ def test_health_reads_a_nodes_disk_state_and_the_metrics_export_it() -> None:
     assert samples["raftlog_disk_degraded"] == ({"node": "2"}, 1.0)
     assert samples["raftlog_disk_free_bytes"] == ({"node": "2"}, float(free))
     assert samples["raftlog_disk_min_free_bytes"] == ({"node": "2"}, float(64 * MIB))
+
+
+def test_a_data_dir_not_made_yet_is_unknown_space_not_a_full_disk() -> None:
+    """At start the node may ask before its data dir exists: statvfs fails, and free
+    space is unknown (writes go on), asked again at once rather than an interval later."""
+    disk = FakeDisk(free=10 * 1024 * MIB)
+    missing = [True]
+
+    def statvfs(path: pathlib.Path) -> int:
+        if missing[0]:
+            raise FileNotFoundError(2, "No such file or directory", str(path))
+        return disk.statvfs(path)
+
+    space = DiskSpace(
+        2, pathlib.Path("/x"), 64 * MIB, check_interval_s=30.0, statvfs=statvfs, clock=disk.clock
+    )
+    assert not space.degraded
+    assert space.entered == 0
+    missing[0] = False
+    assert space.free_bytes == 10 * 1024 * MIB  # no 30 s wait for the first real sample
+    assert not space.degraded
