@@ -81,6 +81,7 @@ from raftlog.node.shards import (
     report_serving,
     shard_of,
 )
+from raftlog.node.txn_markers import PeerMarkers
 from raftlog.node.upkeep import OpenFailure, Upkeep
 from raftlog.producers.rm_stm import (
     RmStmConfig,
@@ -88,14 +89,18 @@ from raftlog.producers.rm_stm import (
 from raftlog.rpc import codec
 from raftlog.rpc.edge_limits import EdgeGuard
 from raftlog.rpc.messages import (
+    COORDINATOR_CALLS,
+    AbortRunRequest,
     AlterConfigRequest,
     CompleteMoveRequest,
-    CoordinatorRequest,
+    ConsistentCutRequest,
+    CoordinatorEndTxnRequest,
     CreatePartitionsRequest,
     CreateTopicRequest,
     DecommissionNodeRequest,
     DeleteTopicRequest,
     DescribeConfigsRequest,
+    DescribeWriterRequest,
     EndTxnRequest,
     ErrorCode,
     FetchRequest,
@@ -108,9 +113,10 @@ from raftlog.rpc.messages import (
     PartitionStatusRequest,
     ProduceRequest,
     RegisterNodeRequest,
+    RegisterParticipantRequest,
     TransferLeadershipRequest,
 )
-from raftlog.rpc.peer import ShardStateReply, ShardStateRequest
+from raftlog.rpc.peer import ShardStateReply, ShardStateRequest, WriteTxnMarkerRequest
 from raftlog.rpc.server import AuthPolicy, RequestError, make_app
 from raftlog.rpc.tls import client_context, server_context
 from raftlog.rpc.transport import StreamTransport
@@ -189,6 +195,10 @@ class Node(Upkeep, AdminApi, MetadataApi, DataApi):
         # partition replicas that failed to open, retried with backoff (see Upkeep)
         self._open_failures: dict[int, OpenFailure] = {}
         self._kafka: Any = None  # the Kafka listener (raftlog.kafka.listener), if any
+        # the transaction coordinator's markers go node to node, on the peer stream
+        self.txn_markers = PeerMarkers(
+            config.node_id, self._marker_targets, self.write_txn_marker, self.transport.send
+        )
 
     # ------------------------------------------------------------ lifecycle
 
@@ -257,7 +267,7 @@ class Node(Upkeep, AdminApi, MetadataApi, DataApi):
             self._balance_loop(),
             self._replica_lag_loop(),
             self._transaction_timeout_loop(),
-            self._coordinator_roll_forward_loop(),
+            self._coordinator_resume_loop(),
             self._retention_loop(),
             self._move_loop(),
         ]
@@ -342,11 +352,31 @@ class Node(Upkeep, AdminApi, MetadataApi, DataApi):
         await self.host.stop()
         await self.transport.close()
 
+    def _marker_targets(self, topic: str, partition: int) -> list[int]:
+        """The replicas of ``topic/partition``, the leader this node knows first (a
+        LookupError for a partition the controller does not know)."""
+        try:
+            _t, part = self._assignment(topic, partition)
+        except RequestError as exc:
+            raise LookupError(str(exc)) from exc
+        rep = self.partitions.get(part.group_id)
+        leader = -1
+        if rep is not None:
+            leader = self.node_id if rep.consensus.is_leader else rep.consensus.leader_id
+        rest = [r for r in part.replicas if r != leader]
+        return [leader, *rest] if leader >= 0 else rest
+
     # ------------------------------------------------------------ server hooks
 
     async def handle_peer(self, message: Any) -> Any:
         if isinstance(message, ShardStateRequest):
             return self._mirror_controller(message)
+        if isinstance(message, WriteTxnMarkerRequest):
+            return await self.write_txn_marker(message)
+        if isinstance(message, PartitionStatusRequest):
+            return await self.partition_status(message)
+        if isinstance(message, CompleteMoveRequest):
+            return await self.complete_move(message)
         try:
             if self.shards is not None:
                 return await self.shards.route_peer(message, self.host.dispatcher.handle)
@@ -392,7 +422,7 @@ class Node(Upkeep, AdminApi, MetadataApi, DataApi):
     def _client_group(self, message: Any) -> int | None:
         """The group of a client call on one partition; None for any other call (and
         for an unknown topic or partition, which this process refuses by name)."""
-        if isinstance(message, CoordinatorRequest):
+        if isinstance(message, COORDINATOR_CALLS):
             topic, partition = TRANSACTIONS_TOPIC, message.partition
         elif isinstance(message, _PARTITION_CALLS):
             topic, partition = message.topic, message.partition
@@ -520,7 +550,11 @@ _CLIENT_HANDLERS: dict[type, Any] = {
     OffsetForTimestampRequest: Node.offset_for_timestamp,
     InitProducerRequest: Node.init_producer,
     EndTxnRequest: Node.end_txn,
-    CoordinatorRequest: Node.coordinate,
+    RegisterParticipantRequest: Node.txn_register,
+    CoordinatorEndTxnRequest: Node.txn_end,
+    AbortRunRequest: Node.txn_abort_run,
+    ConsistentCutRequest: Node.txn_cut,
+    DescribeWriterRequest: Node.txn_describe_writer,
     AlterConfigRequest: Node.alter_config,
     DescribeConfigsRequest: Node.describe_configs,
     TransferLeadershipRequest: Node.transfer_leadership,
