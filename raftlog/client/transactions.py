@@ -38,6 +38,7 @@ from raftlog.client.compression import Compression, codec_named
 from raftlog.client.coordinator import CoordinatorClient, CoordinatorError
 from raftlog.client.errors import RaftlogError, TxnLostError, UnknownTopicError
 from raftlog.client.producer import IdempotentProducer
+from raftlog.faults import failpoints
 from raftlog.producers.rm_stm import DEFAULT_TRANSACTION_TIMEOUT_MS
 from raftlog.rpc.messages import CutTransaction, Participant
 
@@ -213,6 +214,7 @@ async def decide(
     """
     named = list(participants) if commit else []
     reply = await coordinator.end_txn(key.writer, key.version, key.run, commit, named)
+    failpoints.failpoint(failpoints.TXN_AFTER_END_TXN)
     if commit and reply.status != "committed":
         raise TxnAbortedError(
             f"writer {key.writer!r} version {key.version}: run {key.run!r} already decided "

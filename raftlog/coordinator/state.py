@@ -251,7 +251,12 @@ class CoordinatorState:
             v.committed_by = run
             writer.last_committed = version
             self._prune(writer)
-        return {"status": "committed" if commit else "aborted", "decision": decision.to_json()}
+        # "taken": this command took the decision (not one recorded before it)
+        return {
+            "status": "committed" if commit else "aborted",
+            "decision": decision.to_json(),
+            "taken": True,
+        }
 
     def _abort_run(self, cmd: dict[str, Any], offset: int) -> dict[str, Any]:
         """Abort what ``run`` registered for ``version`` of any writer it has not decided.

@@ -158,7 +158,8 @@ class TxnCoordinator:
                 "named": [p.to_json() for p in participants] if commit else [],
             }
         )
-        failpoints.failpoint(failpoints.TXN_AFTER_DECISION)
+        if result.get("taken"):  # this call took it (a retry finds it recorded)
+            failpoints.failpoint(failpoints.TXN_AFTER_DECISION)
         await self._step("decided")
         await self._finish_writer(writer, run)
         raw = result.get("decision")

@@ -116,7 +116,12 @@ from raftlog.rpc.messages import (
     RegisterParticipantRequest,
     TransferLeadershipRequest,
 )
-from raftlog.rpc.peer import ShardStateReply, ShardStateRequest, WriteTxnMarkerRequest
+from raftlog.rpc.peer import (
+    ShardStateReply,
+    ShardStateRequest,
+    WriteTxnMarkerReply,
+    WriteTxnMarkerRequest,
+)
 from raftlog.rpc.server import AuthPolicy, RequestError, make_app
 from raftlog.rpc.tls import client_context, server_context
 from raftlog.rpc.transport import StreamTransport
@@ -197,7 +202,7 @@ class Node(Upkeep, AdminApi, MetadataApi, DataApi):
         self._kafka: Any = None  # the Kafka listener (raftlog.kafka.listener), if any
         # the transaction coordinator's markers go node to node, on the peer stream
         self.txn_markers = PeerMarkers(
-            config.node_id, self._marker_targets, self.write_txn_marker, self.transport.send
+            config.node_id, self._marker_targets, self._marker_here, self.transport.send
         )
 
     # ------------------------------------------------------------ lifecycle
@@ -318,19 +323,6 @@ class Node(Upkeep, AdminApi, MetadataApi, DataApi):
         """Whether this process hosts ``group_id`` (the node's only one, or its shard)."""
         return shard_of(group_id, self.config.shards) == self.config.shard_index
 
-    @property
-    def _ca_file(self) -> str | None:
-        # The node calls other nodes' client routes (roll-forward, partition status)
-        # over TLS verified by the cluster's CA.
-        return self.config.tls.ca_file if self.config.tls else None
-
-    @property
-    def _node_token(self) -> str | None:
-        """The token of the node's own calls to other nodes' ``/v1/`` routes (the
-        roll-forward, moves, partition status): the peer token, whose role may call
-        exactly those (:data:`raftlog.rpc.roles.PEER_CALLS`)."""
-        return self.config.peer_token
-
     def _max_request_bytes(self) -> int:
         # room for the request's own fields around the largest batch accepted
         return self.config.max_batch_bytes * 2 + 1024 * 1024
@@ -351,6 +343,19 @@ class Node(Upkeep, AdminApi, MetadataApi, DataApi):
             await self._close_partition(gid, delete=False)
         await self.host.stop()
         await self.transport.close()
+
+    async def _marker_here(self, req: WriteTxnMarkerRequest) -> WriteTxnMarkerReply:
+        """A marker whose partition this node leads (or may): this process writes it when
+        it owns the partition's group or is shard 0 (which forwards to the owner); a
+        shard K > 0 hands it to its node's shard 0, on the peer stream."""
+        try:
+            gid = self._assignment(req.topic, req.partition)[1].group_id
+        except RequestError as exc:
+            return WriteTxnMarkerReply(-1, exc.code, exc.leader_id, str(exc))
+        if self.shards is not None or self.owns(gid):
+            return await self.write_txn_marker(req)
+        reply: WriteTxnMarkerReply = await self.transport.send(self.node_id, req)
+        return reply
 
     def _marker_targets(self, topic: str, partition: int) -> list[int]:
         """The replicas of ``topic/partition``, the leader this node knows first (a

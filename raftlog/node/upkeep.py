@@ -2,7 +2,7 @@
 closing its partition replicas as the controller state changes, leadership balancing
 towards preferred replicas, the leader balancer (on the controller leader: evening out
 the partitions led per node by changing preferred replicas), the coordinator's
-roll-forward, retention, transaction timeouts and the followers' lag samples. Each
+resume of incomplete decisions, retention, transaction timeouts and the followers' lag samples. Each
 loop runs until the node stops it."""
 
 from __future__ import annotations
