@@ -117,6 +117,10 @@ class PeerMarkers:
                 if reply.error is ErrorCode.NONE:
                     return reply.offset
                 settled = _SETTLED.get(reply.error)
+                if settled is ProducerFencedError:
+                    fenced = ProducerFencedError(p.producer_id, -1, p.epoch)
+                    fenced.args = (reply.message,)  # the leader's words, its epoch in them
+                    raise fenced
                 if settled is not None:
                     raise settled(reply.message)
                 if reply.error.retriable or reply.error is ErrorCode.KAFKA_STORAGE_ERROR:
