@@ -43,6 +43,7 @@ import pytimeparse2
 from pyspark_raftlog.errors import OptionError
 
 from raftlog.client.compression import CODEC_NAMES
+from raftlog.client.transactions import DEFAULT_TRANSACTION_TIMEOUT_MS
 
 __all__ = [
     "DEFAULT_CHUNK_BYTES",
@@ -74,10 +75,6 @@ MAX_IN_FLIGHT = 5
 # delays nothing a reader sees under exactly-once (rows show at the micro-batch's commit);
 # at-least-once rows of a slow upstream show up to this much later.
 DEFAULT_LINGER_MS = 1000
-# A prepared transaction stays open from the task's first write to the driver's
-# decision; the partition aborts it after this long (capped by the server's
-# --max-transaction-timeout-ms). Restated from raftlog.client.transactions.
-DEFAULT_TRANSACTION_TIMEOUT_MS = 15 * 60 * 1000
 MAX_TRANSACTION_TIMEOUT_MS = 24 * 3600 * 1000
 # Kafka's source default for maxTriggerDelay
 DEFAULT_MAX_TRIGGER_DELAY_MS = 15 * 60 * 1000

@@ -9,11 +9,13 @@ from Spark"; the protocol is :mod:`raftlog.client.transactions`):
   transaction, and returns a commit message with ids and counts only. It
   never commits, because pyspark ends the input iterator silently when an
   upstream operator of the same task fails.
-* ``commit()`` on the driver records one commit decision naming exactly the
-  participants in the messages it was given, aborts every other registered
-  participant of the version (failed, zombie and speculative attempts), and
-  returns once every marker is durable. ``abort()`` records an abort, or
-  completes a commit that was already recorded.
+* ``commit()`` on the driver is one call to the transaction coordinator
+  (EndTxn): it records one commit decision naming exactly the participants in
+  the messages it was given, writes their commit markers and the abort markers
+  of every other registered participant of the version (failed, zombie and
+  speculative attempts), and answers once every marker is durable. ``abort()``
+  is one call too: it records an abort, or completes a commit that was already
+  recorded.
 
 The transaction key is (writer, version): a streaming query's id and the
 micro-batch id; ``txnAppId`` and ``txnVersion`` for ``df.write`` (Delta's
@@ -78,6 +80,8 @@ from pyspark_raftlog.txn_writer import PartitionWrite, write_plain
 if TYPE_CHECKING:
     from pyspark_raftlog.raw_records import RecordChunker
 
+    from raftlog.client.transactions import Participant
+
 __all__ = ["RaftlogArrowWriter", "RaftlogCommitMessage", "RaftlogStreamWriter"]
 
 
@@ -86,14 +90,14 @@ class RaftlogCommitMessage(WriterCommitMessage):
     """What one Spark task attempt prepared (ids and counts only, never rows).
 
     ``key`` is the transaction key as a (writer, version, run) tuple, None for
-    at-least-once writes; ``participants`` the coordinator participants, as
-    dicts (see ``raftlog.coordinator.state.Participant``).
+    at-least-once writes; ``participants`` the coordinator participants
+    (``raftlog.rpc.messages.Participant``: the type the coordinator logs).
     """
 
     spark_partition: int
     write: PartitionWrite  # the first of ``writes`` (kept for readers of one partition)
     key: tuple[str, int, str] | None = None
-    participants: tuple[dict[str, Any], ...] = ()
+    participants: tuple[Participant, ...] = ()
     writes: tuple[PartitionWrite, ...] = ()  # one per (topic, partition) the task wrote
 
 
@@ -248,7 +252,7 @@ class _WriterBase:
         partition: int,
         chunks: Any,
         codec: Awaitable[str],
-    ) -> tuple[PartitionWrite, tuple[dict[str, Any], ...]]:
+    ) -> tuple[PartitionWrite, tuple[Participant, ...]]:
         """One (topic, partition)'s rows: prepared as one participant, or written plainly,
         each payload compressed with ``codec`` (awaited: the topic's, when not an option)."""
         opts = self.opts
@@ -279,13 +283,13 @@ class _WriterBase:
             transaction_timeout_ms=opts.transaction_timeout_ms,
             compression=compression,
         )
-        parts = tuple(p.to_json() for p in prepared.participants)
+        parts = prepared.participants
         written = PartitionWrite(
             partition,
-            records=sum(p["records"] for p in parts),
+            records=sum(p.records for p in parts),
             bytes=prepared.bytes,
-            base_offset=min((p["first_offset"] for p in parts), default=-1),
-            last_offset=max((p["last_offset"] for p in parts), default=-1),
+            base_offset=min((p.first_offset for p in parts), default=-1),
+            last_offset=max((p.last_offset for p in parts), default=-1),
             replayed=prepared.replayed,
             topic=topic,
         )
@@ -298,7 +302,8 @@ class _WriterBase:
     def _decide(
         self, messages: list[WriterCommitMessage | None], commit: bool, version: int
     ) -> str:
-        """Phase two on the driver: decide and write the markers; return what happened.
+        """Phase two on the driver: one EndTxn call; return what happened. The
+        coordinator answers once the decision and every marker of it are durable.
 
         An abort with no commit message (a query stopped in the middle of a batch:
         Spark hands ``abort()`` nothing) aborts what this run registered for
@@ -308,9 +313,9 @@ class _WriterBase:
         if not found and commit:
             return "nothing prepared"
         from raftlog.client.coordinator import CoordinatorClient
-        from raftlog.client.transactions import Participant, TxnKey, abort_run, decide
+        from raftlog.client.transactions import TxnKey, abort_run, decide
 
-        participants = [Participant(**p) for m in found for p in m.participants]
+        participants = [p for m in found for p in m.participants]
         opts = self.opts
 
         async def run() -> str:
@@ -319,11 +324,11 @@ class _WriterBase:
             client = await worker_loop.shared_client(self.servers, opts.request_timeout_s)
             coordinator = CoordinatorClient(client)
             if not found:
-                n = await abort_run(client, coordinator, self.run_id, version)
+                n = await abort_run(coordinator, self.run_id, version)
                 return f"aborted what this run registered ({n} transactions)"
             key = found[0].key
             assert key is not None
-            reply = await decide(client, coordinator, TxnKey(*key), participants, commit=commit)
+            reply = await decide(coordinator, TxnKey(*key), participants, commit=commit)
             return str(reply["status"])
 
         return worker_loop.run(run())

@@ -171,6 +171,48 @@ def test_nothing_in_raftlog_imports_spark() -> None:
     assert not spark
 
 
+SERVER_PACKAGES = ("raftlog.node", "raftlog.coordinator", "raftlog.producers")
+"""The server's packages: they never reach the cluster through the public client."""
+
+# The record-payload codecs the node checks produce with; they live in the client's
+# package today (a move to a package of their own is pending, see the issue of the
+# layout). Nothing else of the client: not its calls, producers or transactions.
+PAYLOAD_CODECS = ("raftlog.client.payload_check",)
+
+
+def _all_imports(path: pathlib.Path, module: str) -> list[tuple[str, int]]:
+    """(imported module, line) for every import of ``path``, deferred ones included."""
+    tree = _parse(path)
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found += [(a.name, node.lineno) for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+                base = ".".join([*anchor, *([base] if base else [])])
+            found += [(f"{base}.{a.name}", node.lineno) for a in node.names]
+    return found
+
+
+def test_the_server_never_imports_the_client() -> None:
+    """The node, the coordinator and rm_stm do their work themselves (the coordinator
+    writes markers node to node): no import of ``raftlog.client``, not even one deferred
+    into a function body (the node once rolled transactions forward through its own
+    public client)."""
+    found = [
+        f"{path.relative_to(REPO)}:{line} imports {target}"
+        for module, path in MODULES.items()
+        if module.startswith(SERVER_PACKAGES)
+        for target, line in _all_imports(path, module)
+        if (target == "raftlog.client" or target.startswith("raftlog.client."))
+        and not target.startswith(PAYLOAD_CODECS)
+    ]
+    assert not found, "the server imports the client:\n" + "\n".join(found)
+
+
 # ------------------------------------------------------------------- cycles
 
 

@@ -32,7 +32,12 @@ from raftlog.client import (
 )
 from raftlog.client.coordinator import CoordinatorClient
 from raftlog.coordinator.tm_stm import TRANSACTIONS_TOPIC
-from raftlog.rpc.messages import CoordinatorRequest, CoordinatorResponse
+from raftlog.rpc.messages import (
+    CoordinatorEndTxnRequest,
+    CoordinatorEndTxnResponse,
+    Participant,
+    RegisterParticipantRequest,
+)
 from raftlog.storage import identity
 
 DELETE_DELAY_MS = 1000
@@ -165,42 +170,55 @@ def _transactions_end(client: BlockingRaftlogClient) -> int:
     return client.list_offsets(TRANSACTIONS_TOPIC, 0)[1]
 
 
-def _raw_command(client: BlockingRaftlogClient, command: str) -> CoordinatorResponse:
+def _raw_call(client: BlockingRaftlogClient, req: object) -> object:
     return client.call(
-        lambda c: c._partition_call(
-            TRANSACTIONS_TOPIC, 0, CoordinatorRequest(0, command), CoordinatorResponse
-        )
+        lambda c: c._partition_call(TRANSACTIONS_TOPIC, 0, req, CoordinatorEndTxnResponse)
     )
 
 
+def _participant(**fields: object) -> Participant:
+    base: dict[str, object] = dict(
+        attempt="a", run="r", topic="t", partition=0, producer_id=7, epoch=0
+    )
+    return Participant(**{**base, **fields})  # type: ignore[arg-type]
+
+
+def _end_txn(**fields: object) -> CoordinatorEndTxnRequest:
+    base: dict[str, object] = dict(
+        partition=0, writer="w", version=1, run="r", commit=True, participants=[]
+    )
+    return CoordinatorEndTxnRequest(**{**base, **fields})  # type: ignore[arg-type]
+
+
 @pytest.mark.parametrize(
-    ("command", "named"),
+    ("request_", "named"),
     [
-        (json.dumps({"op": "x", "pad": "y" * (4 << 20)}), "exceeds the limit"),
-        (json.dumps({"op": "x"}), "op: expected one of"),
-        (json.dumps({"op": "register", "writer": 5, "version": 0, "participant": {}}), "writer:"),
-        (json.dumps({"op": "pending", "writer": "w", "junk": "y" * 100_000}), "junk"),
-        (json.dumps({"op": "decide", "writer": "w", "version": -1, "run": "r", "commit": True}),
-         "version: expected an integer in [0, "),
-        (json.dumps({"op": "complete", "writer": "w", "version": 1, "run": "r",
-                     "markers": {"7": "x"}}), "markers[7]"),
-        ("[1, 2]", "command: expected a JSON object"),
-        ("{", "command: expected a JSON object"),
+        (_end_txn(writer="y" * (4 << 20)), "writer: expected a string of 1..256"),
+        (_end_txn(writer=""), "writer: expected a string of 1..256"),
+        (_end_txn(version=-1), "version: -1 is out of range"),
+        (_end_txn(participants=[_participant(epoch=1 << 15)]), "epoch: 32768 is out of range"),
+        (_end_txn(participants=[_participant(partition=-1)]), "partition: -1 is out of range"),
+        (_end_txn(participants=[_participant(attempt="")]), "attempt: expected a string of 1..256"),
+        (_end_txn(participants=[_participant(run="x" * 300)]), "run: expected a string"),
+        (
+            RegisterParticipantRequest(0, "w", 1, _participant(topic="")),
+            "topic: expected a string of 1..256",
+        ),
     ],
-    ids=["4MB", "unknown-op", "writer-type", "extra-field", "version-range", "marker-type",
-         "not-object", "not-json"],
+    ids=["4MB", "empty-writer", "version-range", "epoch-range", "partition-range",
+         "empty-attempt", "long-run", "register-empty-topic"],
 )  # fmt: skip
-def test_a_bad_coordinator_command_is_refused_before_it_is_written(client, command, named) -> None:
-    client.call(lambda c: CoordinatorClient(c).call("pending", writer="w"))  # the topic exists
+def test_a_bad_coordinator_command_is_refused_before_it_is_written(client, request_, named) -> None:
+    client.call(lambda c: CoordinatorClient(c).describe_writer("w"))  # the topic exists
     before = _transactions_end(client)
     for _ in range(3):
         with pytest.raises(InvalidRequestError) as err:
-            _raw_command(client, command)
+            _raw_call(client, request_)
         assert named in str(err.value)
     assert _transactions_end(client) == before  # nothing written
-    # a good command still goes through, and is written
-    reply = client.call(lambda c: CoordinatorClient(c).call("pending", writer="w"))
-    assert reply["status"] == "ok"
+    # a good call still goes through, and is written (a read goes through the log)
+    reply = client.call(lambda c: CoordinatorClient(c).describe_writer("w"))
+    assert reply.last_committed == -1
     assert _transactions_end(client) > before
 
 

@@ -17,6 +17,7 @@ from benchmarks.workloads.cluster_handle import ClusterHandle, running_cluster
 from raftlog.client import BlockingRaftlogClient, frame_records
 from raftlog.client.coordinator import CoordinatorClient
 from raftlog.coordinator.tm_stm import TRANSACTIONS_TOPIC
+from raftlog.rpc.messages import Participant
 from raftlog.storage import identity
 
 
@@ -82,30 +83,35 @@ def test_a_node_on_the_old_layout_moves_its_partitions_and_keeps_their_logs(clus
         assert read_partition(client, "kept", 0) == values  # served by node 3
 
 
-def _coordinator(client: BlockingRaftlogClient, op: str, **fields: Any) -> dict[str, Any]:
-    return client.call(lambda c: CoordinatorClient(c).call(op, **fields))
+def _coordinator(client: BlockingRaftlogClient, call: Any) -> Any:
+    return client.call(lambda c: call(CoordinatorClient(c)))
 
 
 def test_completed_transactions_leave_the_coordinators_log_and_open_ones_survive(
     cluster,
 ) -> None:
-    participant = {
-        "attempt": "attempt-0",
-        "run": "run-0",
-        "topic": "events",
-        "partition": 0,
-        "producer_id": 7,
-        "epoch": 0,
-    }
     with BlockingRaftlogClient(cluster.servers, request_timeout_s=60.0) as client:
         client.call(lambda c: c.create_topic(TRANSACTIONS_TOPIC, 1))
-        reply = _coordinator(client, "register", writer="open", version=0, participant=participant)
-        assert reply["status"] == "registered"
+        # a real open transaction of producer 7 on events/0: the one registered below
+        client.create_topic("events", partitions=1, replication_factor=3)
+        session = client.init_producer("events", 0, 7)
+        client.produce(
+            "events",
+            0,
+            [(frame_records([b"x"]), 1)],
+            producer_id=7,
+            producer_epoch=session.epoch,
+            first_sequence=0,
+            transactional=True,
+        )
+        participant = Participant(
+            "attempt-0", "run-0", "events", 0, 7, session.epoch, records=1, last_sequence=0
+        )
+        reply = _coordinator(client, lambda k: k.register("open", 0, participant))
+        assert reply.status == "registered"
         for version in range(200):
-            done = _coordinator(client, "decide", writer="w", version=version, run="run-0",
-                                commit=True, named=[])  # fmt: skip
-            assert done["status"] == "committed"
-            _coordinator(client, "complete", writer="w", version=version, run="run-0", markers={})
+            done = _coordinator(client, lambda k, v=version: k.end_txn("w", v, "run-0", True, []))
+            assert done.status == "committed" and done.decision.complete
         start = wait_until(
             lambda: client.list_offsets(TRANSACTIONS_TOPIC, 0)[0] > 100,
             60,
@@ -117,21 +123,14 @@ def test_completed_transactions_leave_the_coordinators_log_and_open_ones_survive
         cluster.kill(leader)
         cluster.restart(leader)
         # the open transaction's registration survived: its commit names it
-        decided = _coordinator(client, "decide", writer="open", version=0, run="run-0",
-                               commit=True, named=[participant])  # fmt: skip
-        assert decided["status"] == "committed"
-        assert [p["producer_id"] for p in decided["decision"]["named"]] == [7]
-        pending = _coordinator(client, "pending", writer="open")
-        assert [p["version"] for p in pending["pending"]] == [0]
-        _coordinator(client, "complete", writer="open", version=0, run="run-0", markers={"7": 3})
-        assert _coordinator(client, "pending", writer="open")["pending"] == []
+        decided = _coordinator(client, lambda k: k.end_txn("open", 0, "run-0", True, [participant]))
+        assert decided.status == "committed"
+        assert [p.producer_id for p in decided.decision.named] == [7]
+        # the coordinator wrote its marker before answering: nothing is pending
+        assert _coordinator(client, lambda k: k.describe_writer("open")).pending == []
+        assert read_partition(client, "events", 0) == [b"x"]
         # a new transaction completes
-        new = _coordinator(client, "decide", writer="w", version=200, run="run-0",
-                           commit=True, named=[])  # fmt: skip
-        assert new["status"] == "committed"
-        _coordinator(client, "complete", writer="w", version=200, run="run-0", markers={})
-        assert _coordinator(client, "pending", writer="w") == {
-            "status": "ok",
-            "last_committed": 200,
-            "pending": [],
-        }
+        new = _coordinator(client, lambda k: k.end_txn("w", 200, "run-0", True, []))
+        assert new.status == "committed"
+        described = _coordinator(client, lambda k: k.describe_writer("w"))
+        assert (described.last_committed, described.pending) == (200, [])

@@ -155,7 +155,7 @@ async def test_a_transaction_across_shards_commits_exactly_once(sharded) -> None
                 for p in range(4)
             ]  # fmt: skip
             named = [q for w in winners for q in w.participants]
-            reply = await decide(client, coord, key, named, commit=True)
+            reply = await decide(coord, key, named, commit=True)
             assert reply["status"] == "committed"
             assert [a["producer_id"] for a in reply["decision"]["aborts"]] == [
                 loser.participants[0].producer_id

@@ -1,9 +1,10 @@
-"""The two-phase commit of raftlog.client.transactions against a real 3-node cluster.
+"""The two-phase commit (raftlog.client.transactions, the coordinator's EndTxn) against a
+real 3-node cluster.
 
 What the Spark sink relies on, driven without Spark so each race is exact:
-zombie and speculative attempts that keep writing around the decision, a driver
-that dies between the decision and the markers, replays, and readers that take
-a consistent cut while a decision's markers are half written.
+zombie and speculative attempts that keep writing around the decision, a
+coordinator that dies between the decision and the markers, replays, and
+readers that take a consistent cut while decisions are taken.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from collections import Counter
 
 import pytest
 
+from benchmarks.workloads.cluster_handle import running_cluster
 from raftlog.client import FencedError, RaftlogClient, unframe_records
 from raftlog.client.coordinator import CoordinatorClient
 from raftlog.client.framing import frame_records
@@ -28,6 +30,8 @@ from raftlog.client.transactions import (
     producer_id_for,
     roll_forward,
 )
+from raftlog.coordinator.tm_stm import TRANSACTIONS_TOPIC
+from raftlog.faults.failpoints import ENV_VAR, TXN_AFTER_DECISION
 
 ROUNDS = 5
 
@@ -91,7 +95,7 @@ async def test_only_the_named_attempts_commit_and_zombies_are_fenced(env) -> Non
             client, coord, key, f"c{r}", topic, 1, chunks(list(range(base + 50, base + 80)))
         )
         assert a.participants[0].records == 50 and not b.replayed
-        reply = await decide(client, coord, key, [*b.participants, *c.participants], commit=True)
+        reply = await decide(coord, key, [*b.participants, *c.participants], commit=True)
         assert reply["status"] == "committed"
         aborted = [p["producer_id"] for p in reply["decision"]["aborts"]]
         assert aborted == [a.participants[0].producer_id]
@@ -117,31 +121,49 @@ async def test_only_the_named_attempts_commit_and_zombies_are_fenced(env) -> Non
     assert set(values) == expected
 
 
-async def test_a_dead_driver_between_decision_and_markers_is_rolled_forward(env) -> None:
-    client, coord, topic = env
-    writer = f"q-{topic}"
-    key = TxnKey(writer, 7, "run-1")
-    p0 = await prepare(client, coord, key, "t0", topic, 0, chunks(list(range(0, 40))))
-    p1 = await prepare(client, coord, key, "t1", topic, 1, chunks(list(range(40, 100))))
-    named = [p.to_json() for p in (*p0.participants, *p1.participants)]
-    # the driver records the decision and dies before any marker
-    reply = await coord.call(
-        "decide", writer=writer, version=7, run="run-1", commit=True, named=named
-    )
-    assert reply["status"] == "committed"
-    # the batch is invisible: both transactions are open, so each LSO is held below them
-    assert await read_all(client, topic) == []
-    # the restarted query (a new run) replays version 7: it writes nothing ...
-    replay = TxnKey(writer, 7, "run-2")
-    again = await prepare(client, coord, replay, "t0-replay", topic, 0, chunks(list(range(0, 40))))
-    assert again.replayed and again.participants == ()
-    # ... and its commit rolls the recorded decision forward
-    done = await decide(client, coord, replay, [], commit=True)
-    assert done["status"] == "committed" and done["decision"]["run"] == "run-1"
-    assert sorted(await read_all(client, topic)) == list(range(100))
-    assert (await coord.call("pending", writer=writer))["pending"] == []
-    # a commit of the aborted-by-nobody version by its own run is idempotent
-    assert (await decide(client, coord, key, [], commit=True))["status"] == "committed"
+@pytest.fixture
+def crashing_coordinator(tmp_path, monkeypatch):
+    """A private cluster whose nodes die (kill -9) right after the first decision each
+    takes is durable, before any marker: the coordinator's leader crashes mid-EndTxn."""
+    monkeypatch.setenv(ENV_VAR, f"{TXN_AFTER_DECISION}=kill@1")
+    with running_cluster(tmp_path / "cluster") as handle:
+        monkeypatch.delenv(ENV_VAR)  # restarted nodes run without it
+        yield handle
+
+
+async def test_a_coordinator_dead_between_decision_and_markers_is_rolled_forward(
+    crashing_coordinator,
+) -> None:
+    cluster = crashing_coordinator
+    async with RaftlogClient(cluster.servers, request_timeout_s=60.0) as client:
+        coord = CoordinatorClient(client)
+        topic = f"tpc-{uuid.uuid4().hex[:8]}"
+        await client.create_topic(topic, partitions=2, replication_factor=3)
+        writer = f"q-{topic}"
+        key = TxnKey(writer, 7, "run-1")
+        p0 = await prepare(client, coord, key, "t0", topic, 0, chunks(list(range(0, 40))))
+        p1 = await prepare(client, coord, key, "t1", topic, 1, chunks(list(range(40, 100))))
+        leader = (await client.describe_topic(TRANSACTIONS_TOPIC)).partitions[0].leader
+        # the leader records the decision and dies before any marker; the call is
+        # retried at the next leader, which finishes the recorded decision
+        reply = await decide(coord, key, [*p0.participants, *p1.participants], commit=True)
+        assert reply["status"] == "committed" and reply["decision"]["complete"]
+        assert not cluster.alive(leader), "the coordinator's leader did not crash"
+        assert sorted(await read_all(client, topic)) == list(range(100))
+        assert (await coord.describe_writer(writer)).pending == []
+        # the restarted query (a new run) replays version 7: it writes nothing ...
+        replay = TxnKey(writer, 7, "run-2")
+        again = await prepare(
+            client, coord, replay, "t0-replay", topic, 0, chunks(list(range(0, 40)))
+        )
+        assert again.replayed and again.participants == ()
+        # ... and its commit returns the recorded decision
+        done = await decide(coord, replay, [], commit=True)
+        assert done["status"] == "committed" and done["decision"]["run"] == "run-1"
+        assert sorted(await read_all(client, topic)) == list(range(100))
+        # a commit of the version by its own run again is idempotent
+        assert (await decide(coord, key, [], commit=True))["status"] == "committed"
+        cluster.restart(leader)
 
 
 async def test_abort_then_replay_commits_and_abort_after_commit_completes(env) -> None:
@@ -149,18 +171,18 @@ async def test_abort_then_replay_commits_and_abort_after_commit_completes(env) -
     writer = f"q-{topic}"
     first = TxnKey(writer, 0, "run-1")
     p = await prepare(client, coord, first, "t0", topic, 0, chunks(list(range(10))))
-    assert (await decide(client, coord, first, [], commit=False))["status"] == "aborted"
+    assert (await decide(coord, first, [], commit=False))["status"] == "aborted"
     # a failed attempt of the same run registering late is refused: the run decided
     with pytest.raises(TxnRefusedError, match="already decided by run 'run-1'"):
         await prepare(client, coord, first, "t0-late", topic, 0, chunks([5]))
     with pytest.raises(TxnAbortedError):
-        await decide(client, coord, first, p.participants, commit=True)
+        await decide(coord, first, p.participants, commit=True)
     assert await read_all(client, topic) == []
     second = TxnKey(writer, 0, "run-2")
     q = await prepare(client, coord, second, "t0", topic, 0, chunks(list(range(10))))
-    await decide(client, coord, second, q.participants, commit=True)
+    await decide(coord, second, q.participants, commit=True)
     # Spark's abort() after a commit() that raised: the recorded commit stands
-    assert (await decide(client, coord, second, [], commit=False))["status"] == "committed"
+    assert (await decide(coord, second, [], commit=False))["status"] == "committed"
     assert sorted(await read_all(client, topic)) == list(range(10))
 
 
@@ -175,31 +197,18 @@ async def test_a_reader_never_sees_part_of_a_committed_batch(env) -> None:
             client, coord, key, "t1", topic, 1, chunks(list(range(base + 30, base + 100)))
         )
         parts = [*p0.participants, *p1.participants]
-        await coord.call(
-            "decide",
-            writer=writer,
-            version=version,
-            run="run-1",
-            commit=True,
-            named=[x.to_json() for x in parts],
-        )
-        # write the marker of partition 0 only, as a driver that died half-way would
-        x = parts[0]
-        await client.end_transaction(
-            topic,
-            0,
-            x.producer_id,
-            x.epoch,
-            True,
-            record_count=x.records,
-            last_sequence=x.last_sequence,
-        )
-        lso = {p: (await client.list_offsets(topic, p))[2] for p in (0, 1)}
-        assert lso[0] > x.first_offset  # partition 0 alone would show its part of the batch
-        cut = await committed_cut(client, topic, lso)
-        seen = await read_all(client, topic, cut)
-        assert set(seen) == set(range(base)), f"version {version}: fractured read"
-        assert await roll_forward(client, coord, writer) == 1
+        # readers take cuts while the coordinator decides and writes the markers
+        deciding = asyncio.ensure_future(decide(coord, key, parts, commit=True))
+        for _ in range(200):  # bounded: the decision ends well within
+            lso = {p: (await client.list_offsets(topic, p))[2] for p in (0, 1)}
+            cut = await committed_cut(client, topic, lso)
+            seen = set(await read_all(client, topic, cut))
+            assert seen in (set(range(base)), set(range(base + 100))), (
+                f"version {version}: fractured read"
+            )
+            if deciding.done():
+                break
+        await deciding
         lso = {p: (await client.list_offsets(topic, p))[2] for p in (0, 1)}
         whole = await read_all(client, topic, await committed_cut(client, topic, lso))
         assert sorted(whole) == list(range(base + 100))
@@ -216,48 +225,27 @@ async def test_concurrent_roll_forwards_are_idempotent(env) -> None:
     for version in range(ROUNDS):
         key = TxnKey(writer, version, "run-1")
         p = await prepare(client, coord, key, "t0", topic, version % 2, chunks([version]))
-        await coord.call(
-            "decide",
-            writer=writer,
-            version=version,
-            run="run-1",
-            commit=True,
-            named=[x.to_json() for x in p.participants],
+        # two drivers (a retry and a replay's roll-forward) race to finish the decision
+        both = await asyncio.gather(
+            decide(coord, key, p.participants, commit=True),
+            decide(coord, key, p.participants, commit=True),
+            roll_forward(coord, writer),
         )
-        # two drivers (the replay and the coordinator's timer) race to complete it
-        await asyncio.gather(
-            roll_forward(client, coord, writer), roll_forward(client, coord, writer)
-        )
+        assert [r["status"] for r in both[:2]] == ["committed", "committed"]
     assert sorted(await read_all(client, topic)) == list(range(ROUNDS))
-
-
-async def test_the_coordinator_rolls_a_stale_decision_forward_on_its_own(env) -> None:
-    client, coord, topic = env
-    writer = f"q-{topic}"
-    key = TxnKey(writer, 0, "run-1")
-    p = await prepare(client, coord, key, "t0", topic, 0, chunks(list(range(25))))
-    named = [x.to_json() for x in p.participants]
-    await coord.call("decide", writer=writer, version=0, run="run-1", commit=True, named=named)
-    # the driver is gone and nobody touches the writer again: the coordinator's leader
-    # completes the decision after two rounds of its timer (5 s each)
-    for _ in range(100):  # bounded: 30 s
-        if not (await coord.call("pending", writer=writer))["pending"]:
-            break
-        await asyncio.sleep(0.3)
-    assert (await coord.call("pending", writer=writer))["pending"] == []
-    assert sorted(await read_all(client, topic)) == list(range(25))
+    assert (await coord.describe_writer(writer)).pending == []
 
 
 async def test_abort_without_commit_messages_releases_the_readers(env) -> None:
     client, coord, topic = env
     writer = f"q-{topic}"
     done = await prepare(client, coord, TxnKey(writer, 0, "run-1"), "t0", topic, 0, chunks([1]))
-    await decide(client, coord, TxnKey(writer, 0, "run-1"), done.participants, commit=True)
+    await decide(coord, TxnKey(writer, 0, "run-1"), done.participants, commit=True)
     # the query stops in the middle of batch 1: its task prepared, Spark's abort() gets
     # no message, only the batch id; the run's registrations are aborted by run
     await prepare(client, coord, TxnKey(writer, 1, "run-1"), "t1", topic, 0, chunks([2, 3]))
     lso_held = (await client.list_offsets(topic, 0))[2]
-    assert await abort_run(client, coord, "run-1", 1) == 1
+    assert await abort_run(coord, "run-1", 1) == 1
     lso = (await client.list_offsets(topic, 0))[2]
     assert lso > lso_held  # the open transaction no longer holds readers back
     assert sorted(await read_all(client, topic)) == [1]

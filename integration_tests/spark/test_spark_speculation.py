@@ -13,7 +13,7 @@ decision, so the decision must abort it. The test checks that the loser's rows a
 the log (read uncommitted), so it really took part; that they are never readable (read
 committed, by the raftlog source); and that every row is read exactly once.
 
-Planted faults it catches: abort markers skipped in ``transactions._complete`` (the
+Planted faults it catches: abort markers skipped in ``TxnCoordinator._write_markers`` (the
 loser's open transaction holds the last stable offset: micro-batch 1's rows missing);
 the loser committed instead of aborted (its rows read twice).
 """

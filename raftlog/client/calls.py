@@ -73,6 +73,7 @@ from raftlog.rpc.codec import CodecError
 from raftlog.rpc.messages import (
     CLIENT_ROUTES,
     CLIENT_STREAM_PATH,
+    STREAM_MAX_REQUEST_BYTES,
     ErrorResponse,
     MetadataRequest,
     MetadataResponse,
@@ -94,16 +95,6 @@ CONTENT_TYPE = "application/x-raftlog"
 
 ROUTES = CLIENT_ROUTES
 
-#: Calls whose encoded request is at most this many bytes go on the node's client
-#: stream as one buffer (a frame on one WebSocket, no HTTP request per call: a
-#: 100-byte produce cost the client a third less CPU). Larger ones (the connector's
-#: IPC chunks) go on it too, as their parts (no copy), unless the connection is TLS:
-#: the node then reads its streams with aiohttp's reader, which ends a stream at a
-#: frame past its bound, so they go as a POST, refused past the bound with a 413.
-#: On a plain connection the node reads a large frame straight into a buffer of its
-#: own (a POST's body was copied twice), and answers one past its bound with the
-#: POST's RECORD_TOO_LARGE under the request's id (``raftlog.rpc.frame_receiver``).
-STREAM_MAX_REQUEST_BYTES = 64 * 1024
 
 #: Upper bound of the default per-attempt timeout (see the module doc).
 MAX_ATTEMPT_TIMEOUT_S = 10.0

@@ -1,62 +1,97 @@
 """The client of the transaction coordinator (``tm_stm`` on ``__transactions``).
 
-Commands are JSON objects (see :mod:`raftlog.coordinator.state` for each
-one's fields and result). :meth:`CoordinatorClient.call` sends one to the
-leader of the coordinator's partition, creating the internal topic when it
-does not exist yet (one partition, replicated on up to 3 nodes), and retries through leader
-changes and timeouts as every partition call does: each command is
-idempotent, so a retry after an unknown outcome is safe.
+Each call is one typed message to the leader of the coordinator's partition
+(:data:`raftlog.rpc.messages.COORDINATOR_CALLS`), creating the internal topic
+when it does not exist yet (one partition, replicated on up to 3 nodes), and
+retried through leader changes and timeouts as every partition call is: each
+call is idempotent, so a retry after an unknown outcome is safe.
 """
 
 from __future__ import annotations
 
-import json
-from typing import Any
+from typing import Any, TypeVar
 
 from raftlog.client.async_client import RaftlogClient
-from raftlog.client.errors import RaftlogError, UnknownTopicError
+from raftlog.client.errors import InvalidRequestError, RaftlogError, UnknownTopicError
 from raftlog.coordinator.tm_stm import TRANSACTIONS_TOPIC
-from raftlog.rpc.messages import CoordinatorRequest, CoordinatorResponse
+from raftlog.rpc.messages import (
+    AbortRunRequest,
+    AbortRunResponse,
+    ConsistentCutRequest,
+    ConsistentCutResponse,
+    CoordinatorEndTxnRequest,
+    CoordinatorEndTxnResponse,
+    DescribeWriterRequest,
+    DescribeWriterResponse,
+    Participant,
+    RegisterParticipantRequest,
+    RegisterParticipantResponse,
+)
 
 __all__ = ["CoordinatorClient", "CoordinatorError"]
 
+R = TypeVar("R")
+_PARTITION = 0  # the coordinator's partition: __transactions has one
+
 
 class CoordinatorError(RaftlogError):
-    """The coordinator refused a command; the message says which field and why."""
+    """The coordinator refused a call; the message says which field and why."""
 
 
 class CoordinatorClient:
-    """Send coordinator commands through a :class:`RaftlogClient` (not owned)."""
+    """Calls the transaction coordinator through a :class:`RaftlogClient` (not owned)."""
 
     def __init__(self, client: RaftlogClient) -> None:
         self._client = client
 
-    async def call(self, op: str, *, create: bool = True, **fields: Any) -> dict[str, Any]:
-        """Run command ``op`` with ``fields``; return its result (``status`` != "error").
+    async def register(
+        self, writer: str, version: int, participant: Participant
+    ) -> RegisterParticipantResponse:
+        """Register ``participant`` for ``version`` of ``writer`` before it writes."""
+        req = RegisterParticipantRequest(_PARTITION, writer, version, participant)
+        return await self._call(req, RegisterParticipantResponse)
 
-        With ``create`` False a missing coordinator topic raises
-        UnknownTopicError instead of being created (readers use this: no writer
-        has used a coordinator there yet). Raises :class:`CoordinatorError` when
-        the coordinator answers with an error, and the client's errors when the
-        cluster cannot be reached.
-        """
-        command = json.dumps({"op": op, **fields}, separators=(",", ":"))
-        req = CoordinatorRequest(0, command)
+    async def end_txn(
+        self, writer: str, version: int, run: str, commit: bool, participants: list[Participant]
+    ) -> CoordinatorEndTxnResponse:
+        """Decide ``version`` and have the coordinator write its markers; it answers once
+        the decision is durable and every marker of it too."""
+        req = CoordinatorEndTxnRequest(_PARTITION, writer, version, run, commit, participants)
+        return await self._call(req, CoordinatorEndTxnResponse)
+
+    async def abort_run(self, run: str, version: int) -> int:
+        req = AbortRunRequest(_PARTITION, run, version)
+        return (await self._call(req, AbortRunResponse)).aborted
+
+    async def cut(self, topic: str, topic_id: int = -1) -> ConsistentCutResponse:
+        """The committed transactions of ``topic``; UnknownTopicError when no coordinator
+        exists yet (then no coordinated transaction does either)."""
+        req = ConsistentCutRequest(_PARTITION, topic, topic_id)
+        return await self._call(req, ConsistentCutResponse, create=False)
+
+    async def describe_writer(self, writer: str) -> DescribeWriterResponse:
+        req = DescribeWriterRequest(_PARTITION, writer)
+        return await self._call(req, DescribeWriterResponse)
+
+    async def _call(self, req: Any, resp_type: type[R], *, create: bool = True) -> R:
+        """``req`` at the coordinator's leader; with ``create``, the coordinator's topic is
+        created when missing. Raises :class:`CoordinatorError` for a refused call."""
         try:
-            resp = await self._client._partition_call(
-                TRANSACTIONS_TOPIC, 0, req, CoordinatorResponse
-            )
-        except UnknownTopicError:
-            if not create:
-                raise
-            await self._ensure_topic()
-            resp = await self._client._partition_call(
-                TRANSACTIONS_TOPIC, 0, req, CoordinatorResponse
-            )
-        result = json.loads(resp.result)
-        if result.get("status") == "error":
-            raise CoordinatorError(f"transaction coordinator refused {op!r}: {result['error']}")
-        return result
+            try:
+                return await self._client._partition_call(
+                    TRANSACTIONS_TOPIC, _PARTITION, req, resp_type
+                )
+            except UnknownTopicError:
+                if not create:
+                    raise
+                await self._ensure_topic()
+                return await self._client._partition_call(
+                    TRANSACTIONS_TOPIC, _PARTITION, req, resp_type
+                )
+        except InvalidRequestError as exc:
+            raise CoordinatorError(
+                f"transaction coordinator refused {type(req).__name__}: {exc}"
+            ) from exc
 
     async def _ensure_topic(self) -> None:
         # the default replication factor: 3, or fewer on a smaller cluster

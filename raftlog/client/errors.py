@@ -93,6 +93,13 @@ class InvalidProducerEpochError(RaftlogError):
     code = ErrorCode.INVALID_PRODUCER_EPOCH
 
 
+class TxnLostError(RaftlogError):
+    """A committed participant's transaction was aborted before its commit marker
+    (its partition's transaction timeout passed): the batch is not all readable."""
+
+    code = ErrorCode.TRANSACTION_LOST
+
+
 class KafkaStorageError(RaftlogError):
     """The partition leader's disk is full: the write was refused, nothing was written."""
 
@@ -144,6 +151,7 @@ _BY_CODE: dict[ErrorCode, type[RaftlogError]] = {
         InvalidProducerEpochError,
         KafkaStorageError,
         InvalidReplicationFactorError,
+        TxnLostError,
     )
 }
 

@@ -1,4 +1,4 @@
-"""Two-phase commit across partitions through the transaction coordinator.
+"""Two-phase commit across partitions through the transaction coordinator: the writer's side.
 
 The protocol of Spark's file sink and of Kafka's transactions together (see
 docs/ARCHITECTURE.md, "Exactly-once from Spark"); free of Spark so that the
@@ -8,25 +8,21 @@ connector, the simulation and tests run the same code:
   for (writer, version, run, attempt, topic partition), registers it with the
   coordinator, writes the rows in an open transaction through the client's
   one producer pipeline (:class:`~raftlog.client.producer.IdempotentProducer`),
-  and returns the :class:`~raftlog.coordinator.state.Participant` it wrote:
+  and returns the :class:`~raftlog.rpc.messages.Participant` it wrote:
   ids and counts, never rows. It never commits: a task cannot tell a finished
   input from an interrupted one. When the coordinator says the version is
   already committed it writes nothing.
 - :func:`decide` runs on the driver with the participants of the successful
-  attempts. It records one decision (commit or abort) with the coordinator,
-  then writes every marker (commits for the named participants, aborts for
-  every other registered one), then records the version complete. It returns
-  only when every marker is durable on a quorum.
-- :func:`roll_forward` completes decisions whose markers are not all written
-  (a driver died in between). :func:`decide` runs it first for its writer, so
-  the next commit, or the replay of the same version, finishes what a dead
-  driver left; the coordinator's leader runs :func:`roll_forward_stale` for
-  every writer on a timer.
+  attempts: one call to the coordinator (``CoordinatorEndTxnRequest``, Kafka's
+  ``EndTxn``). The coordinator records the decision, writes every marker
+  (commits for the named participants, aborts for every other registered one)
+  and records it complete before it answers
+  (:mod:`raftlog.coordinator.txn_coordinator`); it finishes, on its own, a
+  decision whose caller went away, and after a failover.
 
 Invariants: a participant is registered before it writes; a decision is
 durable before any marker; a marker is written only as the recorded decision
-says; markers and the completion are idempotent, so rolling forward twice, or
-concurrently, is safe.
+says (all three kept by the coordinator).
 """
 
 from __future__ import annotations
@@ -40,16 +36,11 @@ from typing import Any
 from raftlog.client.async_client import RaftlogClient
 from raftlog.client.compression import Compression, codec_named
 from raftlog.client.coordinator import CoordinatorClient, CoordinatorError
-from raftlog.client.errors import (
-    FencedError,
-    InvalidProducerEpochError,
-    InvalidTxnStateError,
-    RaftlogError,
-    UnknownTopicError,
-)
+from raftlog.client.errors import RaftlogError, TxnLostError, UnknownTopicError
 from raftlog.client.producer import IdempotentProducer
-from raftlog.coordinator.state import Participant
 from raftlog.faults import failpoints
+from raftlog.producers.rm_stm import DEFAULT_TRANSACTION_TIMEOUT_MS
+from raftlog.rpc.messages import CutTransaction, Participant
 
 __all__ = [
     "DEFAULT_TRANSACTION_TIMEOUT_MS",
@@ -65,9 +56,6 @@ __all__ = [
     "roll_forward",
 ]
 
-DEFAULT_TRANSACTION_TIMEOUT_MS = 15 * 60 * 1000
-"""How long a prepared transaction may stay open before its partition aborts it."""
-
 _SEQUENCE_MOD = 1 << 31  # sequences wrap as Kafka's do
 
 
@@ -77,11 +65,6 @@ class TxnRefusedError(RaftlogError):
 
 class TxnAbortedError(RaftlogError):
     """A commit was asked for a version that this run had already decided to abort."""
-
-
-class TxnLostError(RaftlogError):
-    """A committed participant's transaction was aborted before its commit marker
-    (its partition's transaction timeout passed): the batch is not all readable."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -150,13 +133,11 @@ async def prepare(
     participant = Participant(
         attempt, key.run, topic, partition, pid, session.epoch, topic_id=topic_id
     )
-    reply = await coordinator.call(
-        "register", writer=key.writer, version=key.version, participant=participant.to_json()
-    )
-    if reply["status"] == "committed":
+    reply = await coordinator.register(key.writer, key.version, participant)
+    if reply.status == "committed":
         return Prepared(replayed=True)
-    if reply["status"] != "registered":
-        raise TxnRefusedError(reply.get("error", f"registration refused: {reply}"))
+    if reply.status != "registered":
+        raise TxnRefusedError(reply.error or f"registration refused: {reply}")
     producer = IdempotentProducer(
         client,
         topic,
@@ -210,84 +191,66 @@ async def prepare(
 
 
 async def decide(
-    client: RaftlogClient,
     coordinator: CoordinatorClient,
     key: TxnKey,
     participants: Iterable[Participant],
     *,
     commit: bool,
 ) -> dict[str, Any]:
-    """Record the decision on ``key`` and write its markers; return the decision.
+    """Decide ``key`` with one call to the coordinator; return the decision.
 
-    ``participants`` are exactly the ones to commit (the successful attempts').
-    A version already committed (by this run or a replay's earlier run)
-    returns that decision, rolled forward. An abort of a committed version
-    completes the commit instead (a recorded commit is final). Raises
-    :class:`TxnAbortedError` for a commit after this run decided abort, and
-    :class:`TxnLostError` if a committed participant was aborted meanwhile.
+    ``participants`` are exactly the ones to commit (the successful attempts'). The
+    coordinator answers once the decision is durable and every marker of it is
+    durable on its partition (the batch visible, whole); an error means the outcome
+    is unknown, and calling again is safe (the recorded decision is returned and
+    finished, never taken again). A version already committed (by this run or a
+    replay's earlier run) returns that decision. An abort of a committed version
+    returns the commit (a recorded commit is final). Raises :class:`TxnAbortedError`
+    for a commit after this run decided abort, and :class:`TxnLostError` if a
+    committed participant was aborted meanwhile.
+
+    Returns ``{"status": "committed" | "aborted", "decision": ...}``: the decision's
+    ``run``, ``commit``, ``named`` and ``aborts`` (participants as dicts), ``complete``.
     """
-    await roll_forward(client, coordinator, key.writer)
-    named = [p.to_json() for p in participants] if commit else []
-    reply = await coordinator.call(
-        "decide",
-        writer=key.writer,
-        version=key.version,
-        run=key.run,
-        commit=commit,
-        named=named,
-    )
-    decision = reply.get("decision")
-    failpoints.failpoint(failpoints.TXN_AFTER_DECISION)
-    if decision is not None:
-        await _complete(client, coordinator, key.writer, key.version, decision)
-    if commit and reply["status"] != "committed":
+    named = list(participants) if commit else []
+    reply = await coordinator.end_txn(key.writer, key.version, key.run, commit, named)
+    failpoints.failpoint(failpoints.TXN_AFTER_END_TXN)
+    if commit and reply.status != "committed":
         raise TxnAbortedError(
             f"writer {key.writer!r} version {key.version}: run {key.run!r} already decided "
             f"to abort it; the commit is refused"
         )
-    return reply
+    d = reply.decision
+    decision = None
+    if d is not None:
+        decision = {
+            "run": d.run,
+            "commit": d.commit,
+            "named": [p.to_json() for p in d.named],
+            "aborts": [p.to_json() for p in d.aborts],
+            "complete": d.complete,
+        }
+    return {"status": reply.status, "decision": decision}
 
 
-async def abort_run(
-    client: RaftlogClient, coordinator: CoordinatorClient, run: str, version: int
-) -> int:
-    """Abort, and write the abort markers of, whatever ``run`` registered for ``version``
-    and has not decided (a driver's abort() without commit messages); return how many."""
-    reply = await coordinator.call("abort_run", run=run, version=version)
-    for item in reply["aborted"]:
-        await _complete(client, coordinator, item["writer"], item["version"], item["decision"])
-    return len(reply["aborted"])
+async def abort_run(coordinator: CoordinatorClient, run: str, version: int) -> int:
+    """Abort, and have the coordinator write the abort markers of, whatever ``run``
+    registered for ``version`` and has not decided (a driver's abort() without commit
+    messages); return how many transactions."""
+    return await coordinator.abort_run(run, version)
 
 
-async def roll_forward(client: RaftlogClient, coordinator: CoordinatorClient, writer: str) -> int:
-    """Complete every decision of ``writer`` whose markers are not all written.
+async def roll_forward(coordinator: CoordinatorClient, writer: str) -> int:
+    """Have the coordinator finish every decision of ``writer`` whose markers are not
+    all written (it does so on its own after a failover and on a timer; this asks now).
 
-    Returns how many decisions it completed.
+    Returns how many decisions were pending.
     """
-    reply = await coordinator.call("pending", writer=writer)
-    for item in reply["pending"]:
-        await _complete(client, coordinator, writer, item["version"], item["decision"])
-    return len(reply["pending"])
-
-
-async def roll_forward_stale(
-    client: RaftlogClient, coordinator: CoordinatorClient, seen: set[tuple[str, int, str]]
-) -> tuple[set[tuple[str, int, str]], int]:
-    """Complete every writer's incomplete decisions that were already pending in ``seen``
-    (the previous round), so a driver writing its own markers right now is left alone.
-
-    Returns the keys pending now (the next round's ``seen``) and how many it completed.
-    """
-    reply = await coordinator.call("all_pending", create=False)
-    now = set()
-    done = 0
-    for item in reply["pending"]:
-        key = (item["writer"], item["version"], item["decision"]["run"])
-        now.add(key)
-        if key in seen:
-            await _complete(client, coordinator, item["writer"], item["version"], item["decision"])
-            done += 1
-    return now - seen, done
+    described = await coordinator.describe_writer(writer)
+    for item in described.pending:
+        d = item.decision
+        await coordinator.end_txn(writer, item.version, d.run, d.commit, list(d.named))
+    return len(described.pending)
 
 
 async def committed_cut(
@@ -297,19 +260,17 @@ async def committed_cut(
     consistent cut of ``topic``: see :func:`consistent_cut`. ``topic_id`` (the topic's
     id from its metadata) leaves out the transactions of an earlier topic of that name."""
     try:
-        reply = await CoordinatorClient(client).call(
-            "cut", create=False, topic=topic, topic_id=topic_id
-        )
+        reply = await CoordinatorClient(client).cut(topic, topic_id)
     except UnknownTopicError:
         return dict(ends)  # no coordinator yet: no coordinated transaction exists
-    return consistent_cut(ends, reply["transactions"])
+    return consistent_cut(ends, reply.transactions)
 
 
-def consistent_cut(ends: dict[int, int], transactions: list[dict[str, Any]]) -> dict[int, int]:
+def consistent_cut(ends: dict[int, int], transactions: list[CutTransaction]) -> dict[int, int]:
     """End offsets at which every committed transaction is all in or all out.
 
     ``ends`` must have been read before ``transactions`` (the coordinator's
-    ``cut`` answer): a marker is written only after its decision is recorded,
+    cut answer): a marker is written only after its decision is recorded,
     so every transaction whose marker is below an end is in the answer. A
     transaction that is neither all in (end past every participant's marker)
     nor all out (end at or below every participant's first data offset: data of
@@ -324,76 +285,24 @@ def consistent_cut(ends: dict[int, int], transactions: list[dict[str, Any]]) -> 
     for _ in range(len(transactions) + 1):
         changed = False
         for t in transactions:
-            parts = [q for q in t["participants"] if q["partition"] in out]
-            if t["complete"]:
-                inside = [q for q in parts if 0 <= q["marker"] < out[q["partition"]]]
+            parts = [q for q in t.participants if q.partition in out]
+            if t.complete:
+                inside = [q for q in parts if 0 <= q.marker < out[q.partition]]
                 # Out only when no data of it is below the end: a committed participant's
                 # data below the LSO is visible even when its marker is past the end.
                 outside = [
-                    q
-                    for q in parts
-                    if q["first_offset"] >= 0 and out[q["partition"]] <= q["first_offset"]
+                    q for q in parts if q.first_offset >= 0 and out[q.partition] <= q.first_offset
                 ]
                 if len(outside) == len(parts) or len(inside) == len(parts):
                     continue
             for q in parts:
-                p, cap = q["partition"], q["first_offset"]
+                p, cap = q.partition, q.first_offset
                 if cap >= 0 and out[p] > cap:
                     out[p] = cap
                     changed = True
         if not changed:
             break
     return out
-
-
-async def _complete(
-    client: RaftlogClient,
-    coordinator: CoordinatorClient,
-    writer: str,
-    version: int,
-    decision: dict[str, Any],
-) -> None:
-    """Write the markers of a recorded decision, then record it complete."""
-    if decision["complete"]:
-        return
-    commits = [Participant(**p) for p in decision["named"]] if decision["commit"] else []
-    aborts = [Participant(**p) for p in decision["aborts"]]
-    offsets = await asyncio.gather(
-        *(_commit_marker(client, p) for p in commits),
-        *(_abort_marker(client, p) for p in aborts),
-    )
-    markers = {str(p.producer_id): off for p, off in zip(commits + aborts, offsets, strict=True)}
-    await coordinator.call(
-        "complete", writer=writer, version=version, run=decision["run"], markers=markers
-    )
-
-
-async def _commit_marker(client: RaftlogClient, p: Participant) -> int:
-    try:
-        return await client.end_transaction(
-            p.topic,
-            p.partition,
-            p.producer_id,
-            p.epoch,
-            True,
-            record_count=p.records,
-            last_sequence=p.last_sequence,
-        )
-    except FencedError as exc:
-        raise TxnLostError(
-            f"{p.topic}/{p.partition}: the transaction of producer {p.producer_id} "
-            f"(attempt {p.attempt}, {p.records} records) was aborted before its commit "
-            f"marker was written, most likely by its transaction timeout: {exc}"
-        ) from exc
-
-
-async def _abort_marker(client: RaftlogClient, p: Participant) -> int:
-    """Abort ``p``'s transaction and fence its epoch. A producer already past that epoch
-    (aborted by an earlier marker, its timeout, or never opened) counts as aborted."""
-    try:
-        return await client.end_transaction(p.topic, p.partition, p.producer_id, p.epoch, False)
-    except (FencedError, InvalidTxnStateError, InvalidProducerEpochError):
-        return -1
 
 
 async def _aiter(
@@ -407,4 +316,4 @@ async def _aiter(
             yield c
 
 
-__all__ += ["CoordinatorError", "committed_cut", "consistent_cut", "roll_forward_stale"]
+__all__ += ["CoordinatorError", "abort_run", "committed_cut", "consistent_cut"]

@@ -2,6 +2,6 @@
 
 :mod:`raftlog.coordinator.state` is the pure state machine,
 :mod:`raftlog.coordinator.tm_stm` runs it on a Raft group, and
-:mod:`raftlog.coordinator.protocol` is the two-phase commit that writers run
-against it (prepare in tasks, decide on the driver, roll forward).
+:mod:`raftlog.coordinator.txn_coordinator` runs each transaction on the group's
+leader (decide, write every marker, record completion, resume after a failover).
 """

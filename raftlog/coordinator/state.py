@@ -48,6 +48,8 @@ import dataclasses
 import json
 from typing import Any
 
+from raftlog.rpc.messages import MAX_TXN_ID_CHARS, MAX_TXN_PARTICIPANTS, Participant, TxnDecision
+
 __all__ = [
     "KEEP_VERSIONS",
     "CommandError",
@@ -61,38 +63,9 @@ __all__ = [
 KEEP_VERSIONS = 64
 """Complete decisions kept per writer below its last committed version."""
 
-MAX_ID_LENGTH = 256
-MAX_PARTICIPANTS = 100_000
+MAX_ID_LENGTH = MAX_TXN_ID_CHARS
+MAX_PARTICIPANTS = MAX_TXN_PARTICIPANTS
 _I63 = (1 << 63) - 1
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class Participant:
-    """One task attempt's open transaction on one topic partition.
-
-    ``producer_id`` is unique to the (run, attempt, topic partition); ``epoch`` is
-    the session's epoch, which the partition fences once an abort bumps it.
-    ``records``, ``last_sequence``, ``first_offset`` and ``last_offset`` are
-    what the attempt saw acknowledged (-1 until the decision names it).
-    ``topic_id`` is the id of the topic the data went to (-1: not known): a topic
-    deleted and created again under its name is another topic, whose offsets this
-    participant's say nothing about.
-    """
-
-    attempt: str
-    run: str
-    topic: str
-    partition: int
-    producer_id: int
-    epoch: int
-    records: int = -1
-    last_sequence: int = -1
-    first_offset: int = -1
-    last_offset: int = -1
-    topic_id: int = -1
-
-    def to_json(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
 
 
 @dataclasses.dataclass(slots=True)
@@ -117,6 +90,11 @@ class Decision:
             "complete": self.complete,
             "offset": self.offset,
         }
+
+    def to_wire(self) -> TxnDecision:
+        return TxnDecision(
+            self.run, self.commit, list(self.named), list(self.aborts), self.complete
+        )
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> Decision:
@@ -161,6 +139,19 @@ class CoordinatorState:
     def __init__(self) -> None:
         self.writers: dict[str, _Writer] = {}
         self.applied_offset = -1
+
+    def incomplete(self, writer: str | None = None) -> list[tuple[str, int, Decision]]:
+        """(writer, version, decision) of every decision whose markers are not all durable
+        (of ``writer`` only, when given), oldest version first: what the coordinator's
+        leader completes. A read of this replica's state: current on the leader once it
+        applied a command of its own term."""
+        out = []
+        for writer_id, w in sorted(self.writers.items()):
+            if writer is not None and writer_id != writer:
+                continue
+            for version, v in sorted(w.versions.items()):
+                out += [(writer_id, version, d) for d in v.decisions.values() if not d.complete]
+        return out
 
     # -- applying ------------------------------------------------------------
 
@@ -260,7 +251,12 @@ class CoordinatorState:
             v.committed_by = run
             writer.last_committed = version
             self._prune(writer)
-        return {"status": "committed" if commit else "aborted", "decision": decision.to_json()}
+        # "taken": this command took the decision (not one recorded before it)
+        return {
+            "status": "committed" if commit else "aborted",
+            "decision": decision.to_json(),
+            "taken": True,
+        }
 
     def _abort_run(self, cmd: dict[str, Any], offset: int) -> dict[str, Any]:
         """Abort what ``run`` registered for ``version`` of any writer it has not decided.

@@ -52,7 +52,12 @@ class TmStm:
         self._results: collections.OrderedDict[int, dict[str, Any]] = collections.OrderedDict()
         self._waiters: list[tuple[int, int, asyncio.Future[None]]] = []
         self._ids = itertools.count()
+        self._synced_term = -1
         consensus.add_state_machine(self)
+
+    @property
+    def is_leader(self) -> bool:
+        return bool(self._c.is_leader)
 
     # -- the state machine interface (called by consensus) -------------------
 
@@ -115,6 +120,21 @@ class TmStm:
         if result is None:
             raise TimeoutError(f"the result of the coordinator command at offset {offset} is lost")
         return result
+
+    async def barrier(self) -> None:
+        """Make the state reflect every entry of earlier terms (once per term): commit a
+        no-op in this term and wait until it is applied. Raises NotLeaderError on a
+        follower, TimeoutError or a RaftError when the no-op is not committed in time."""
+        term = self._c.term
+        if self._synced_term == term and self._c.is_leader:
+            return
+        if not self._c.is_leader:
+            raise NotLeaderError(getattr(self._c, "group", -1), getattr(self._c, "leader_id", -1))
+        noop = RecordBatch.create(b"", kind=BatchKind.NOOP)
+        stages = self._c.replicate([noop], Consistency.QUORUM_ACK, term)
+        res = await asyncio.wait_for(asyncio.shield(stages.finished), self._timeout_s)
+        await self._wait_applied(res.last_offset)
+        self._synced_term = term
 
     async def _wait_applied(self, offset: int) -> None:
         if self.state.applied_offset >= offset:

@@ -54,7 +54,11 @@ RAFT_FOLLOWER_BEFORE_REPLY = "raft.follower.before_reply"
 """On a follower, after handling append_entries (appended, maybe flushed), before replying."""
 
 TXN_AFTER_DECISION = "txn.after_decision"
-"""In a two-phase commit's decide, after the decision is durable, before any marker."""
+"""In the transaction coordinator's EndTxn (on the ``__transactions`` leader), after the
+decision this call took is durable, before any marker."""
+TXN_AFTER_END_TXN = "txn.after_end_txn"
+"""On the driver (``raftlog.client.transactions.decide``), after the coordinator answered
+EndTxn (the decision and its markers durable), before the caller hears of it."""
 
 PRODUCE_SKIP_BATCH_CHECK = "produce.skip_batch_check"
 """With the ``error`` action, a node appends produced batches without checking their
@@ -69,6 +73,7 @@ KNOWN_SITES = frozenset(
         RAFT_BEFORE_VOTE_SAVE,
         RAFT_FOLLOWER_BEFORE_REPLY,
         TXN_AFTER_DECISION,
+        TXN_AFTER_END_TXN,
     }
 )
 

@@ -102,6 +102,8 @@ KAFKA_CODE: dict[ErrorCode, int] = {
     ErrorCode.OUT_OF_ORDER_SEQUENCE: OUT_OF_ORDER_SEQUENCE_NUMBER,
     ErrorCode.DUPLICATE_SEQUENCE: DUPLICATE_SEQUENCE_NUMBER,
     ErrorCode.INVALID_TXN_STATE: INVALID_TXN_STATE,
+    # a committed participant aborted by its timeout: Kafka has no closer code
+    ErrorCode.TRANSACTION_LOST: INVALID_TXN_STATE,
     ErrorCode.INVALID_PRODUCER_EPOCH: INVALID_PRODUCER_EPOCH,
     ErrorCode.KAFKA_STORAGE_ERROR: KAFKA_STORAGE_ERROR,
     # a leader that lost its term mid-request: the client refreshes metadata, retries

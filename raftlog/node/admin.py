@@ -51,6 +51,7 @@ from raftlog.node.config import (
     host_port,
 )
 from raftlog.node.internal_topics import refuse_internal, refuse_internal_create
+from raftlog.raft.errors import TransportError
 from raftlog.rpc.messages import (
     AlterConfigRequest,
     AlterConfigResponse,
@@ -378,19 +379,6 @@ class AdminApi:
         done = part.group_id not in self.controller_stm.moves and part.replicas == target
         return MovePartitionResponse(target, done)
 
-    def _cluster_client(self) -> Any:
-        """A client of this cluster, as the node's own jobs use it (the roll-forward, the
-        moves): every node's address, the node's own (peer) token and the CA, 30 s per
-        request. The caller closes it."""
-        from raftlog.client.async_client import RaftlogClient
-
-        return RaftlogClient(
-            sorted(self.config.peers.values()),
-            auth_token=self._node_token,
-            tls_ca_file=self._ca_file,
-            request_timeout_s=30.0,
-        )
-
     def _node_infos(self) -> list[NodeInfo]:
         """The nodes of the cluster as clients are told them (removed ones left out)."""
         gone = self.controller_stm.removed
@@ -497,30 +485,39 @@ class AdminApi:
         the old members removed, the leader last). A new leader picks a move up where
         the group's configuration stands. Once the group runs with the target, the
         controller ends the move and the dropped nodes close their replicas."""
-        from raftlog.client.async_client import RaftlogClient
-
-        client: RaftlogClient | None = None
-        try:
-            while True:
-                await asyncio.sleep(MOVE_STEP_INTERVAL_S)
-                for gid, target in list(self.controller_stm.moves.items()):
-                    rep = self.partitions.get(gid)
-                    if rep is None or not rep.consensus.is_leader:
+        while True:
+            await asyncio.sleep(MOVE_STEP_INTERVAL_S)
+            for gid, target in list(self.controller_stm.moves.items()):
+                rep = self.partitions.get(gid)
+                if rep is None or not rep.consensus.is_leader:
+                    continue
+                try:
+                    if not await asyncio.wait_for(rep.move_step(list(target)), 30.0):
                         continue
-                    try:
-                        if not await asyncio.wait_for(rep.move_step(list(target)), 30.0):
-                            continue
-                        if client is None:
-                            client = self._cluster_client()
-                        await client.complete_move(rep.topic, rep.partition, list(target))
-                        log.info("%s/%d: moved to %s", rep.topic, rep.partition, target)
-                    except Exception as exc:  # leadership moved, a timeout: next round
-                        log.warning(
-                            "%s/%d: moving to %s: %r", rep.topic, rep.partition, target, exc
-                        )
-        finally:
-            if client is not None:
-                await client.close()
+                    await self._complete_move_at_controller(
+                        CompleteMoveRequest(rep.topic, rep.partition, list(target))
+                    )
+                    log.info("%s/%d: moved to %s", rep.topic, rep.partition, target)
+                except Exception as exc:  # leadership moved, a timeout: next round
+                    log.warning("%s/%d: moving to %s: %r", rep.topic, rep.partition, target, exc)
+
+    async def _complete_move_at_controller(self, req: CompleteMoveRequest) -> None:
+        """Tell the controller's leader a move is done, node to node on the peer stream
+        (this node itself when it leads; every node in turn when the leader is unknown
+        here, as on a shard K > 0: the others refuse it)."""
+        leader = self._controller_leader()
+        if leader == self.node_id:
+            await self.complete_move(req)
+            return
+        targets = [leader] if leader >= 0 else sorted(self.config.peers)
+        errors = []
+        for node in targets:
+            try:
+                await self.transport.send(node, req)
+                return
+            except TransportError as exc:
+                errors.append(str(exc))
+        raise TransportError(f"no controller leader took the move's end: {errors}")
 
     async def _change_controller_members(self, node: int, *, add: bool) -> None:
         """Add ``node`` to the controller group as a learner, or remove it (one

@@ -15,7 +15,7 @@ from raftlog.kafka.groups.limits import GroupLimits
 from raftlog.node.disk_space import DEFAULT_MIN_FREE_BYTES
 from raftlog.producers.rm_stm import (
     DEFAULT_MAX_TRANSACTION_TIMEOUT_MS,
-    DEFAULT_TRANSACTION_TIMEOUT_MS,
+    SESSION_TRANSACTION_TIMEOUT_MS,
 )
 from raftlog.rpc.edge_limits import EdgeLimits
 from raftlog.rpc.roles import CLIENT_TOKEN_ALIAS, TOKEN_FLAGS, Role
@@ -36,6 +36,11 @@ FLUSH_SCOPE_NODE = "node"
 FLUSH_SCOPE_GROUP = "group"
 FLUSH_SCOPES = (FLUSH_SCOPE_NODE, FLUSH_SCOPE_GROUP)
 COORDINATOR_ROLL_FORWARD_S = 5.0
+"""How often the transaction coordinator's leader retries its incomplete decisions."""
+COORDINATOR_ELECTION_CHECK_S = 0.2
+"""How soon a newly elected coordinator leader resumes the decisions it finds incomplete."""
+COORDINATOR_RESUME_TIMEOUT_S = 120.0
+"""The bound of one resume round (its markers are retried for 30 s each)."""
 DEFAULT_RETENTION_CHECK_INTERVAL_MS = 10_000
 # How long a deleted topic's replica stays moved aside before the node deletes it
 # (Kafka's file.delete.delay.ms).
@@ -88,7 +93,7 @@ class NodeConfig:
     heartbeat_interval_s: float = 0.05
     # Open transactions older than this are aborted by the partition leader, so
     # that a dead writer cannot hold back the last stable offset (and readers).
-    transaction_timeout_ms: int = DEFAULT_TRANSACTION_TIMEOUT_MS
+    transaction_timeout_ms: int = SESSION_TRANSACTION_TIMEOUT_MS
     # The largest per-session transaction timeout a client may ask for (init_producer).
     max_transaction_timeout_ms: int = DEFAULT_MAX_TRANSACTION_TIMEOUT_MS
     # Where to send peer (raft) traffic for a node when not its address: e.g. a
@@ -252,7 +257,7 @@ def add_server_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--transaction-timeout-ms",
         type=int,
-        default=DEFAULT_TRANSACTION_TIMEOUT_MS,
+        default=SESSION_TRANSACTION_TIMEOUT_MS,
         help="abort transactions left open this long (default 60000)",
     )
     p.add_argument(
@@ -557,7 +562,7 @@ def config_from_args(args: argparse.Namespace) -> NodeConfig:
         raise ValueError(
             f"--max-batch-bytes: expected 1..67108864 bytes, got {args.max_batch_bytes}"
         )
-    txn_timeout = getattr(args, "transaction_timeout_ms", DEFAULT_TRANSACTION_TIMEOUT_MS)
+    txn_timeout = getattr(args, "transaction_timeout_ms", SESSION_TRANSACTION_TIMEOUT_MS)
     if not 1 <= txn_timeout <= 24 * 3600 * 1000:
         raise ValueError(
             f"--transaction-timeout-ms: expected 1..86400000 milliseconds, got {txn_timeout}"

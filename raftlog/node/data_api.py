@@ -15,15 +15,21 @@ from raftlog.faults.failpoints import PRODUCE_SKIP_BATCH_CHECK, FailpointError, 
 from raftlog.node.groups import PartitionReplica
 from raftlog.node.internal_topics import refuse_internal
 from raftlog.rpc.messages import (
-    CoordinatorRequest,
+    AbortRunRequest,
+    ConsistentCutRequest,
+    CoordinatorEndTxnRequest,
+    DescribeWriterRequest,
     EndTxnRequest,
+    EndTxnResponse,
     ErrorCode,
     FetchRequest,
     InitProducerRequest,
     ListOffsetsRequest,
     OffsetForTimestampRequest,
     ProduceRequest,
+    RegisterParticipantRequest,
 )
+from raftlog.rpc.peer import WriteTxnMarkerReply, WriteTxnMarkerRequest
 from raftlog.rpc.server import RequestError
 
 log = logging.getLogger("raftlog.node")
@@ -138,10 +144,57 @@ class DataApi:
         # transaction lets the last stable offset (and readers) move on.
         return await self._leader_replica(req.topic, req.partition).end_txn(req)
 
-    async def coordinate(self, req: CoordinatorRequest) -> Any:
+    async def write_txn_marker(self, req: WriteTxnMarkerRequest) -> WriteTxnMarkerReply:
+        """A transaction coordinator's marker (on the peer stream): written as a client's
+        ``end_txn`` is, by the shard that owns the partition; a refusal is answered with
+        its code (never raised: the coordinator tells "not the leader" from "fenced")."""
+        end = EndTxnRequest(
+            req.topic,
+            req.partition,
+            req.producer_id,
+            req.producer_epoch,
+            req.commit,
+            record_count=req.record_count,
+            last_sequence=req.last_sequence,
+        )
+        try:
+            gid = self._assignment(req.topic, req.partition)[1].group_id
+            if self.shards is not None and not self.owns(gid):
+                resp = await self.shards.call(self.shards.owner(gid), end, EndTxnResponse)
+            else:
+                resp = await self.end_txn(end)
+        except RequestError as exc:
+            return WriteTxnMarkerReply(-1, exc.code, exc.leader_id, str(exc))
+        return WriteTxnMarkerReply(resp.offset)
+
+    # -- the transaction coordinator, at the leader of its __transactions partition --
+
+    def _coordinator_replica(self, partition: int) -> PartitionReplica:
+        rep = self._leader_replica(TRANSACTIONS_TOPIC, partition)
+        self._refuse_when_disk_full("txn_register")
+        return rep
+
+    async def txn_register(self, req: RegisterParticipantRequest) -> Any:
+        rep = self._coordinator_replica(req.partition)
+        return await self._writing("txn_register", rep.txn_register(req))
+
+    async def txn_end(self, req: CoordinatorEndTxnRequest) -> Any:
+        # Not refused while degraded beyond the check above: ending a transaction lets
+        # the last stable offset (and readers) move on.
         rep = self._leader_replica(TRANSACTIONS_TOPIC, req.partition)
-        self._refuse_when_disk_full("coordinate")
-        return await self._writing("coordinate", rep.coordinate(req))
+        return await self._writing("coordinator", rep.txn_end(req))
+
+    async def txn_abort_run(self, req: AbortRunRequest) -> Any:
+        rep = self._leader_replica(TRANSACTIONS_TOPIC, req.partition)
+        return await self._writing("txn_abort_run", rep.txn_abort_run(req))
+
+    async def txn_cut(self, req: ConsistentCutRequest) -> Any:
+        rep = self._leader_replica(TRANSACTIONS_TOPIC, req.partition, read=True)
+        return await rep.txn_cut(req)
+
+    async def txn_describe_writer(self, req: DescribeWriterRequest) -> Any:
+        rep = self._leader_replica(TRANSACTIONS_TOPIC, req.partition, read=True)
+        return await rep.txn_describe_writer(req)
 
 
 def _checks_batches() -> bool:

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import json
 import logging
 import os
 import pathlib
@@ -23,8 +22,8 @@ from typing import Any
 
 from raftlog.controller.topic_config import TopicConfig
 from raftlog.coordinator.group_stm import CONSUMER_OFFSETS_TOPIC, GroupStm
-from raftlog.coordinator.state import CommandError, validate_command
-from raftlog.coordinator.tm_stm import MAX_COMMAND_BYTES, TRANSACTIONS_TOPIC, TmStm
+from raftlog.coordinator.tm_stm import TRANSACTIONS_TOPIC, TmStm
+from raftlog.coordinator.txn_coordinator import TxnCoordinator, TxnLostError
 from raftlog.faults import failpoints
 from raftlog.faults.crash import cut_to_flushed
 from raftlog.node.config import (
@@ -58,8 +57,14 @@ from raftlog.raft.node_flush import NodeFlush
 from raftlog.raft.progress import ProgressState
 from raftlog.raft.replicate_batcher import Consistency
 from raftlog.rpc.messages import (
-    CoordinatorRequest,
-    CoordinatorResponse,
+    AbortRunRequest,
+    AbortRunResponse,
+    ConsistentCutRequest,
+    ConsistentCutResponse,
+    CoordinatorEndTxnRequest,
+    CoordinatorEndTxnResponse,
+    DescribeWriterRequest,
+    DescribeWriterResponse,
     EndTxnRequest,
     EndTxnResponse,
     ErrorCode,
@@ -72,6 +77,8 @@ from raftlog.rpc.messages import (
     PartitionStatus,
     ProduceRequest,
     ProduceResponse,
+    RegisterParticipantRequest,
+    RegisterParticipantResponse,
 )
 from raftlog.rpc.server import RequestError
 from raftlog.rpc.transport import StreamTransport
@@ -338,6 +345,9 @@ class PartitionReplica:
         self.consensus = consensus
         self.rm = rm
         self.tm = tm
+        # the transaction coordinator on tm (the node attaches it: it writes markers
+        # through the node's peer stream)
+        self.txn: TxnCoordinator | None = None
         self.retention = retention
         # when each follower last caught up (on the leader; sampled by the node)
         self.lag = FollowerLagTracker()
@@ -693,34 +703,48 @@ class PartitionReplica:
             return EndTxnResponse(r.offset, r.producer_epoch)
         raise AssertionError("unreachable")
 
-    async def coordinate(self, req: CoordinatorRequest) -> CoordinatorResponse:
-        """Run one transaction coordinator command through this partition's tm_stm."""
-        if self.tm is None:
+    # -- the transaction coordinator (on a __transactions partition) -------------------
+
+    def _coordinator(self) -> TxnCoordinator:
+        if self.txn is None:
             raise RequestError(
                 ErrorCode.INVALID_REQUEST,
                 f"partition: {self.topic}/{self.partition} runs no transaction coordinator "
                 f"(only {TRANSACTIONS_TOPIC} does)",
             )
-        # Checked before anything is written: a refused command never reaches the log.
-        size = len(req.command.encode("utf-8", "surrogatepass"))
-        if size > MAX_COMMAND_BYTES:
-            raise RequestError(
-                ErrorCode.INVALID_REQUEST,
-                f"command: {size} bytes exceeds the limit of {MAX_COMMAND_BYTES} bytes",
-            )
-        try:
-            command = json.loads(req.command)
-        except ValueError as exc:
-            raise RequestError(
-                ErrorCode.INVALID_REQUEST, f"command: expected a JSON object ({exc})"
-            ) from exc
-        try:
-            validate_command(command)
-        except CommandError as exc:
-            raise RequestError(ErrorCode.INVALID_REQUEST, f"coordinator command: {exc}") from exc
+        return self.txn
+
+    async def txn_register(self, req: RegisterParticipantRequest) -> RegisterParticipantResponse:
+        coordinator = self._coordinator()
         async with _errors(self):
-            result = await self.tm.execute(command)
-            return CoordinatorResponse(json.dumps(result, separators=(",", ":")))
+            return await coordinator.register(req.writer, req.version, req.participant)
+        raise AssertionError("unreachable")
+
+    async def txn_end(self, req: CoordinatorEndTxnRequest) -> CoordinatorEndTxnResponse:
+        coordinator = self._coordinator()
+        async with _errors(self):
+            status, decision = await coordinator.end_txn(
+                req.writer, req.version, req.run, req.commit, list(req.participants)
+            )
+            return CoordinatorEndTxnResponse(status, decision)
+        raise AssertionError("unreachable")
+
+    async def txn_abort_run(self, req: AbortRunRequest) -> AbortRunResponse:
+        coordinator = self._coordinator()
+        async with _errors(self):
+            return AbortRunResponse(await coordinator.abort_run(req.run, req.version))
+        raise AssertionError("unreachable")
+
+    async def txn_cut(self, req: ConsistentCutRequest) -> ConsistentCutResponse:
+        coordinator = self._coordinator()
+        async with _errors(self):
+            return ConsistentCutResponse(await coordinator.cut(req.topic, req.topic_id))
+        raise AssertionError("unreachable")
+
+    async def txn_describe_writer(self, req: DescribeWriterRequest) -> DescribeWriterResponse:
+        coordinator = self._coordinator()
+        async with _errors(self):
+            return await coordinator.describe(req.writer)
         raise AssertionError("unreachable")
 
 
@@ -748,11 +772,14 @@ class _errors:
                 f"KAFKA_STORAGE_ERROR: {where}: node {self.rep.consensus.node_id}: {exc}",
             ) from exc
         if isinstance(exc, TimeoutError):
+            why = f": {exc}" if str(exc) else ""
             raise RequestError(
-                ErrorCode.TIMEOUT, f"{where}: not acknowledged within {REQUEST_TIMEOUT_S}s"
+                ErrorCode.TIMEOUT, f"{where}: not acknowledged within {REQUEST_TIMEOUT_S}s{why}"
             ) from exc
         if isinstance(exc, ProducerError):
             raise RequestError(_producer_code(exc), f"{where}: {exc}") from exc
+        if isinstance(exc, TxnLostError):
+            raise RequestError(ErrorCode.TRANSACTION_LOST, f"{where}: {exc}") from exc
         if isinstance(exc, ValueError):
             raise RequestError(ErrorCode.INVALID_REQUEST, f"{where}: {exc}") from exc
         if isinstance(exc, RaftError):

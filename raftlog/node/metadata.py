@@ -32,6 +32,9 @@ from raftlog.rpc.server import RequestError
 log = logging.getLogger("raftlog.node")
 
 
+REMOTE_STATUS_S = 1.0
+"""How long a metadata call waits for another node's partition statuses (best effort)."""
+
 CONTROLLER_READ_WAIT_S = 2.0
 """How long a new controller leader holds a metadata answer until it can answer from
 state that includes everything acknowledged (see :meth:`MetadataApi._controller_read_barrier`)."""
@@ -201,30 +204,19 @@ class MetadataApi:
                 wanted.setdefault(target, []).append(p.group_id)
         if not wanted:
             return {}
-        from raftlog.client.async_client import RaftlogClient
-
         out: dict[int, PartitionStatus] = {}
 
         async def ask(node: int, gids: list[int]) -> None:
-            addr = self.config.peers.get(node)
-            if addr is None:
+            if node not in self.config.peers:
                 return
-            client = RaftlogClient(
-                [addr],
-                auth_token=self._node_token,
-                tls_ca_file=self._ca_file,
-                request_timeout_s=1.0,
-            )
             try:
-                resp = await client.send(
-                    addr, PartitionStatusRequest(gids), PartitionStatusResponse
+                resp = await asyncio.wait_for(
+                    self.transport.send(node, PartitionStatusRequest(gids)), REMOTE_STATUS_S
                 )
-                for st in resp.statuses:
-                    out[st.group_id] = st
-            except Exception:
+            except Exception:  # best effort: a node that does not answer has no status
                 return
-            finally:
-                await client.close()
+            for st in resp.statuses:
+                out[st.group_id] = st
 
         await asyncio.gather(*(ask(n, g) for n, g in wanted.items()))
         return out

@@ -82,6 +82,7 @@ from raftlog.node.shards import (
     shard_of,
 )
 from raftlog.node.transactions_view import coordinator_view
+from raftlog.node.txn_markers import PeerMarkers
 from raftlog.node.upkeep import OpenFailure, Upkeep
 from raftlog.producers.rm_stm import (
     RmStmConfig,
@@ -89,14 +90,18 @@ from raftlog.producers.rm_stm import (
 from raftlog.rpc import codec
 from raftlog.rpc.edge_limits import EdgeGuard
 from raftlog.rpc.messages import (
+    COORDINATOR_CALLS,
+    AbortRunRequest,
     AlterConfigRequest,
     CompleteMoveRequest,
-    CoordinatorRequest,
+    ConsistentCutRequest,
+    CoordinatorEndTxnRequest,
     CreatePartitionsRequest,
     CreateTopicRequest,
     DecommissionNodeRequest,
     DeleteTopicRequest,
     DescribeConfigsRequest,
+    DescribeWriterRequest,
     EndTxnRequest,
     ErrorCode,
     FetchRequest,
@@ -109,9 +114,15 @@ from raftlog.rpc.messages import (
     PartitionStatusRequest,
     ProduceRequest,
     RegisterNodeRequest,
+    RegisterParticipantRequest,
     TransferLeadershipRequest,
 )
-from raftlog.rpc.peer import ShardStateReply, ShardStateRequest
+from raftlog.rpc.peer import (
+    ShardStateReply,
+    ShardStateRequest,
+    WriteTxnMarkerReply,
+    WriteTxnMarkerRequest,
+)
 from raftlog.rpc.server import AuthPolicy, RequestError, make_app
 from raftlog.rpc.tls import client_context, server_context
 from raftlog.rpc.transport import StreamTransport
@@ -190,6 +201,10 @@ class Node(Upkeep, AdminApi, MetadataApi, DataApi):
         # partition replicas that failed to open, retried with backoff (see Upkeep)
         self._open_failures: dict[int, OpenFailure] = {}
         self._kafka: Any = None  # the Kafka listener (raftlog.kafka.listener), if any
+        # the transaction coordinator's markers go node to node, on the peer stream
+        self.txn_markers = PeerMarkers(
+            config.node_id, self._marker_targets, self._marker_here, self.transport.send
+        )
 
     # ------------------------------------------------------------ lifecycle
 
@@ -271,7 +286,7 @@ class Node(Upkeep, AdminApi, MetadataApi, DataApi):
             self._balance_loop(),
             self._replica_lag_loop(),
             self._transaction_timeout_loop(),
-            self._coordinator_roll_forward_loop(),
+            self._coordinator_resume_loop(),
             self._retention_loop(),
             self._move_loop(),
         ]
@@ -322,19 +337,6 @@ class Node(Upkeep, AdminApi, MetadataApi, DataApi):
         """Whether this process hosts ``group_id`` (the node's only one, or its shard)."""
         return shard_of(group_id, self.config.shards) == self.config.shard_index
 
-    @property
-    def _ca_file(self) -> str | None:
-        # The node calls other nodes' client routes (roll-forward, partition status)
-        # over TLS verified by the cluster's CA.
-        return self.config.tls.ca_file if self.config.tls else None
-
-    @property
-    def _node_token(self) -> str | None:
-        """The token of the node's own calls to other nodes' ``/v1/`` routes (the
-        roll-forward, moves, partition status): the peer token, whose role may call
-        exactly those (:data:`raftlog.rpc.roles.PEER_CALLS`)."""
-        return self.config.peer_token
-
     def _max_request_bytes(self) -> int:
         # room for the request's own fields around the largest batch accepted
         return self.config.max_batch_bytes * 2 + 1024 * 1024
@@ -356,11 +358,44 @@ class Node(Upkeep, AdminApi, MetadataApi, DataApi):
         await self.host.stop()
         await self.transport.close()
 
+    async def _marker_here(self, req: WriteTxnMarkerRequest) -> WriteTxnMarkerReply:
+        """A marker whose partition this node leads (or may): this process writes it when
+        it owns the partition's group or is shard 0 (which forwards to the owner); a
+        shard K > 0 hands it to its node's shard 0, on the peer stream."""
+        try:
+            gid = self._assignment(req.topic, req.partition)[1].group_id
+        except RequestError as exc:
+            return WriteTxnMarkerReply(-1, exc.code, exc.leader_id, str(exc))
+        if self.shards is not None or self.owns(gid):
+            return await self.write_txn_marker(req)
+        reply: WriteTxnMarkerReply = await self.transport.send(self.node_id, req)
+        return reply
+
+    def _marker_targets(self, topic: str, partition: int) -> list[int]:
+        """The replicas of ``topic/partition``, the leader this node knows first (a
+        LookupError for a partition the controller does not know)."""
+        try:
+            _t, part = self._assignment(topic, partition)
+        except RequestError as exc:
+            raise LookupError(str(exc)) from exc
+        rep = self.partitions.get(part.group_id)
+        leader = -1
+        if rep is not None:
+            leader = self.node_id if rep.consensus.is_leader else rep.consensus.leader_id
+        rest = [r for r in part.replicas if r != leader]
+        return [leader, *rest] if leader >= 0 else rest
+
     # ------------------------------------------------------------ server hooks
 
     async def handle_peer(self, message: Any) -> Any:
         if isinstance(message, ShardStateRequest):
             return self._mirror_controller(message)
+        if isinstance(message, WriteTxnMarkerRequest):
+            return await self.write_txn_marker(message)
+        if isinstance(message, PartitionStatusRequest):
+            return await self.partition_status(message)
+        if isinstance(message, CompleteMoveRequest):
+            return await self.complete_move(message)
         try:
             if self.shards is not None:
                 return await self.shards.route_peer(message, self.host.dispatcher.handle)
@@ -406,7 +441,7 @@ class Node(Upkeep, AdminApi, MetadataApi, DataApi):
     def _client_group(self, message: Any) -> int | None:
         """The group of a client call on one partition; None for any other call (and
         for an unknown topic or partition, which this process refuses by name)."""
-        if isinstance(message, CoordinatorRequest):
+        if isinstance(message, COORDINATOR_CALLS):
             topic, partition = TRANSACTIONS_TOPIC, message.partition
         elif isinstance(message, _PARTITION_CALLS):
             topic, partition = message.topic, message.partition
@@ -552,7 +587,11 @@ _CLIENT_HANDLERS: dict[type, Any] = {
     OffsetForTimestampRequest: Node.offset_for_timestamp,
     InitProducerRequest: Node.init_producer,
     EndTxnRequest: Node.end_txn,
-    CoordinatorRequest: Node.coordinate,
+    RegisterParticipantRequest: Node.txn_register,
+    CoordinatorEndTxnRequest: Node.txn_end,
+    AbortRunRequest: Node.txn_abort_run,
+    ConsistentCutRequest: Node.txn_cut,
+    DescribeWriterRequest: Node.txn_describe_writer,
     AlterConfigRequest: Node.alter_config,
     DescribeConfigsRequest: Node.describe_configs,
     TransferLeadershipRequest: Node.transfer_leadership,

@@ -57,7 +57,6 @@ from typing import Any
 import aiohttp
 from tenacity import AsyncRetrying, retry_if_exception_type, wait_fixed
 
-from raftlog.client.calls import STREAM_MAX_REQUEST_BYTES
 from raftlog.node.config import NodeConfig
 from raftlog.raft.errors import TransportError
 from raftlog.raft.heartbeat_manager import unavailable_reply
@@ -70,10 +69,15 @@ from raftlog.raft.messages import (
     VoteRequest,
 )
 from raftlog.rpc import codec
-from raftlog.rpc.messages import CLIENT_ROUTES, CLIENT_STREAM_PATH
+from raftlog.rpc.messages import (
+    CLIENT_ROUTES,
+    CLIENT_STREAM_PATH,
+    STREAM_MAX_REQUEST_BYTES,
+    ErrorResponse,
+)
 from raftlog.rpc.peer import ShardStateRequest
 from raftlog.rpc.roles import CLIENT_TOKEN_ALIAS, TOKEN_FLAGS, Role
-from raftlog.rpc.server import CONTENT_TYPE, status_of_answer
+from raftlog.rpc.server import CONTENT_TYPE, RequestError, status_of_answer
 from raftlog.rpc.transport import (
     AUTH_HEADER,
     FrameStream,
@@ -428,7 +432,15 @@ class ShardSet:
             shard, route, codec.encode(request), self._client_authorization()
         )
         if status != 200:
-            raise ShardError(f"shard {shard} answered {route} with HTTP {status}")
+            try:
+                refusal = codec.decode(body, ErrorResponse)
+            except codec.CodecError:
+                raise ShardError(f"shard {shard} answered {route} with HTTP {status}") from None
+            # the shard's refusal, code and all (a marker's caller tells FENCED from
+            # NOT_LEADER)
+            raise RequestError(
+                refusal.code, refusal.message, refusal.leader_id, refusal.leader_address
+            )
         return codec.decode(body, reply_type)
 
     async def get(self, shard: int, path: str) -> bytes:

@@ -2,7 +2,7 @@
 closing its partition replicas as the controller state changes, leadership balancing
 towards preferred replicas, the leader balancer (on the controller leader: evening out
 the partitions led per node by changing preferred replicas), the coordinator's
-roll-forward, retention, transaction timeouts and the followers' lag samples. Each
+resume of incomplete decisions, retention, transaction timeouts and the followers' lag samples. Each
 loop runs until the node stops it."""
 
 from __future__ import annotations
@@ -21,8 +21,10 @@ from raftlog.controller import (
     TopicAssignment,
 )
 from raftlog.controller.leader_balancer import LeaderMove, plan_leader_moves
-from raftlog.coordinator.tm_stm import TRANSACTIONS_TOPIC
+from raftlog.coordinator.txn_coordinator import TxnCoordinator
 from raftlog.node.config import (
+    COORDINATOR_ELECTION_CHECK_S,
+    COORDINATOR_RESUME_TIMEOUT_S,
     COORDINATOR_ROLL_FORWARD_S,
     LEADER_BALANCE_LIVE_MS,
     REPLICA_LAG_SAMPLE_S,
@@ -175,6 +177,8 @@ class Upkeep:
             replica = await self.host.open_partition(
                 topic.name, part.partition, part.group_id, directory, part.replicas
             )
+        if replica.tm is not None:
+            replica.txn = TxnCoordinator(replica.tm, self.txn_markers)
         self.partitions[part.group_id] = replica
 
     def _claim_partition_dir(self, directory: pathlib.Path, group_id: int) -> None:
@@ -202,6 +206,8 @@ class Upkeep:
         replica = self.partitions.pop(gid, None)
         if replica is None:
             return
+        if replica.txn is not None:
+            replica.txn.close()
         await self.host.close_group(gid)
         if delete:
             # Moved aside, not deleted at once. A deleted topic's replica goes after
@@ -343,44 +349,37 @@ class Upkeep:
             for rep in list(self.partitions.values()):
                 rep.sample_lag(now)
 
-    async def _coordinator_roll_forward_loop(self) -> None:
-        """On the coordinator partition this node leads, complete stale decisions.
-
-        A decision whose markers are not all written after two rounds (a writer's
-        driver died between its decision and its markers, and nobody has touched
-        that writer since) is rolled forward here, through the public client, as
-        a restarted writer would do it: markers before each partition's
-        transaction timeout can abort a committed participant. Idempotent, so a
-        race with the writer itself is harmless.
-        """
-        from raftlog.client.async_client import RaftlogClient
-        from raftlog.client.coordinator import CoordinatorClient
-        from raftlog.client.transactions import roll_forward_stale
-
-        seen: set[tuple[str, int, str]] = set()
-        client: RaftlogClient | None = None
-        try:
-            while True:
-                await asyncio.sleep(COORDINATOR_ROLL_FORWARD_S)
-                leads = any(
-                    rep.topic == TRANSACTIONS_TOPIC and rep.consensus.is_leader
-                    for rep in self.partitions.values()
-                )
-                if not leads:
-                    seen.clear()
+    async def _coordinator_resume_loop(self) -> None:
+        """On the ``__transactions`` partition this node leads, finish the decisions the
+        transaction coordinator finds incomplete: at once when the node is elected (a
+        new term: a coordinator that died between a decision and its markers), then
+        every ``COORDINATOR_ROLL_FORWARD_S`` (a marker that could not be written for a
+        while). Markers go node to node (:mod:`raftlog.node.txn_markers`); finishing is
+        idempotent and shared with the EndTxn calls in flight, so nothing races."""
+        last: dict[int, tuple[int, float]] = {}  # group -> (term, when) of the last round
+        while True:
+            await asyncio.sleep(COORDINATOR_ELECTION_CHECK_S)
+            now = time.monotonic()
+            for gid, rep in list(self.partitions.items()):
+                if rep.txn is None or not rep.consensus.is_leader:
+                    last.pop(gid, None)
                     continue
-                if client is None:
-                    client = self._cluster_client()
+                term = rep.consensus.term
+                prev = last.get(gid)
+                if (
+                    prev is not None
+                    and prev[0] == term
+                    and now - prev[1] < COORDINATOR_ROLL_FORWARD_S
+                ):
+                    continue
+                last[gid] = (term, now)
                 try:
-                    seen, done = await roll_forward_stale(client, CoordinatorClient(client), seen)
-                except Exception as exc:  # unreachable partitions, leadership moved: retry
-                    log.warning("transaction coordinator: roll-forward failed: %s", exc)
+                    done = await asyncio.wait_for(rep.txn.resume(), COORDINATOR_RESUME_TIMEOUT_S)
+                except Exception as exc:  # leadership moved, unreachable partitions: retry
+                    log.warning("transaction coordinator: resuming decisions failed: %r", exc)
                     continue
                 if done:
-                    log.info("transaction coordinator: rolled forward %d stale decisions", done)
-        finally:
-            if client is not None:
-                await client.close()
+                    log.info("transaction coordinator: finished %d incomplete decisions", done)
 
     async def _retention_loop(self) -> None:
         """Every interval, each partition applies retention (see raftlog.node.retention).

@@ -108,9 +108,21 @@ from raftlog.raft.errors import NotLeaderError, RaftError
 from raftlog.raft.replicate_batcher import Consistency, ReplicateStages
 from raftlog.storage.batch import NO_PRODUCER, BatchKind, RecordBatch
 
-DEFAULT_TRANSACTION_TIMEOUT_MS = 60_000
 DEFAULT_MAX_TRANSACTION_TIMEOUT_MS = 900_000
 """The largest per-session transaction timeout a client may ask for (15 minutes)."""
+DEFAULT_TRANSACTION_TIMEOUT_MS = DEFAULT_MAX_TRANSACTION_TIMEOUT_MS
+"""The transaction timeout of a two-phase commit's participant (a Spark micro-batch: the
+sink's ``transactionTimeoutMs`` and ``raftlog.client.transactions.prepare``): 15 minutes,
+the longest a server allows by default. A participant stays open from its task's first
+write to the driver's EndTxn: the micro-batch's whole write stage, with task retries,
+stragglers and speculation, which on a backlog or a loaded cluster runs for minutes. A
+timeout that fires first aborts a participant the driver then commits (TxnLostError: the
+query fails and replays, and fails again if every batch is that slow); a long one costs
+only how long a query that dies before deciding holds readers' LSO back, and its replay
+aborts those transactions as soon as it decides. The one home of this default."""
+SESSION_TRANSACTION_TIMEOUT_MS = 60_000
+"""The server's timeout for a session that states none (``--transaction-timeout-ms``;
+Kafka's ``transaction.timeout.ms`` default): a client other than the two-phase commit."""
 REORDER_POLL_S = 0.05
 """A request waiting for a gap to close re-checks at least this often."""
 
@@ -141,7 +153,7 @@ class ConsensusLike(Protocol):
 class RmStmConfig:
     """rm_stm settings; ``table`` must be the same on every replica of a partition."""
 
-    transaction_timeout_ms: int = DEFAULT_TRANSACTION_TIMEOUT_MS
+    transaction_timeout_ms: int = SESSION_TRANSACTION_TIMEOUT_MS
     """The timeout of sessions that did not ask for their own (``init_producer``)."""
     sync_timeout_s: float = 10.0
     replicate_timeout_s: float = 30.0
@@ -181,7 +193,7 @@ class InitProducerResult:
     producer_id: int
     epoch: int
     last_committed_version: int
-    transaction_timeout_ms: int = DEFAULT_TRANSACTION_TIMEOUT_MS
+    transaction_timeout_ms: int = SESSION_TRANSACTION_TIMEOUT_MS
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

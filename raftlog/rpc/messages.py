@@ -14,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 
-from raftlog.rpc.codec import I32_MAX, register
+from raftlog.rpc.codec import I16_MAX, I32_MAX, I64_MAX, register
 from raftlog.storage.batch import RecordBatch
 
 
@@ -44,6 +44,9 @@ class ErrorCode(enum.IntEnum):
     # --min-free-bytes reserve, or a write found no space); nothing was written. Not
     # retried by the client: it fails at once and says so (retrying only hides it).
     KAFKA_STORAGE_ERROR = 19
+    # the transaction coordinator: a committed participant's transaction was aborted
+    # (its partition's transaction timeout) before its commit marker; the batch is lost
+    TRANSACTION_LOST = 20
     # Kafka's code and name: a replication factor above the nodes that can hold replicas
     INVALID_REPLICATION_FACTOR = 38
 
@@ -291,19 +294,197 @@ class EndTxnResponse:
     producer_epoch: int = -1  # the producer's epoch after the marker (an abort bumps it)
 
 
-@register(31)
+# -- the transaction coordinator (tm_stm on ``__transactions``) ------------------------------
+# Ids 31 and 32 (the JSON ``CoordinatorRequest``/``CoordinatorResponse``) are retired.
+
+MAX_TXN_ID_CHARS = 256
+"""The longest writer, run, attempt or topic name a coordinator call may carry."""
+
+MAX_TXN_PARTICIPANTS = 100_000
+"""The most participants one coordinator call (and one version) may carry."""
+
+TXN_STATUSES = ("registered", "committed", "aborted", "refused")
+"""What the coordinator answers a registration or an EndTxn with (see each response)."""
+
+
+@register(33)
 @dataclasses.dataclass(frozen=True, slots=True)
-class CoordinatorRequest:
-    """A transaction coordinator command (JSON) for tm_stm on a ``__transactions`` partition."""
+class Participant:
+    """One task attempt's open transaction on one topic partition: the one type that
+    goes from the task (``prepare``) to the coordinator, into its log and back out in
+    its decisions.
 
-    partition: int
-    command: str
+    ``producer_id`` is unique to the (run, attempt, topic partition); ``epoch`` is the
+    session's epoch, which the partition fences once an abort bumps it. ``records``,
+    ``last_sequence``, ``first_offset`` and ``last_offset`` are what the attempt saw
+    acknowledged (-1 until the commit names it). ``topic_id`` is the id of the topic
+    the data went to (-1: not known): a topic deleted and created again under its name
+    is another topic, whose offsets this participant's say nothing about.
+    """
+
+    attempt: str
+    run: str
+    topic: str
+    partition: int = dataclasses.field(metadata={"range": (0, I32_MAX)})
+    producer_id: int = dataclasses.field(metadata={"range": (0, I64_MAX)})
+    epoch: int = dataclasses.field(metadata={"range": (0, I16_MAX)})
+    records: int = dataclasses.field(default=-1, metadata={"range": (-1, I64_MAX)})
+    last_sequence: int = dataclasses.field(default=-1, metadata={"range": (-1, I32_MAX)})
+    first_offset: int = -1
+    last_offset: int = -1
+    topic_id: int = -1
+
+    def to_json(self) -> dict[str, object]:
+        return dataclasses.asdict(self)
 
 
-@register(32)
+@register(34)
 @dataclasses.dataclass(frozen=True, slots=True)
-class CoordinatorResponse:
-    result: str  # JSON: {"status": ..., ...}; "error" carries a refused command's reason
+class RegisterParticipantRequest:
+    """A task attempt registers ``participant`` for ``version`` of ``writer`` before it
+    writes (the coordinator's partition is ``partition``: 0)."""
+
+    partition: int = dataclasses.field(metadata={"range": (0, I32_MAX)})
+    writer: str
+    version: int = dataclasses.field(metadata={"range": (0, I64_MAX)})
+    participant: Participant
+
+
+@register(35)
+@dataclasses.dataclass(frozen=True, slots=True)
+class RegisterParticipantResponse:
+    """``registered`` (write), ``committed`` (the version is committed: write nothing) or
+    ``refused`` (this run already decided the version: ``error`` says so)."""
+
+    status: str
+    last_committed: int = -1
+    error: str = ""
+
+
+@register(36)
+@dataclasses.dataclass(frozen=True, slots=True)
+class TxnDecision:
+    """A run's recorded decision on a version: the participants it commits (``named``)
+    and those it aborts; ``complete`` once every marker is durable."""
+
+    run: str
+    commit: bool
+    named: list[Participant]
+    aborts: list[Participant]
+    complete: bool
+
+
+@register(37)
+@dataclasses.dataclass(frozen=True, slots=True)
+class CoordinatorEndTxnRequest:
+    """The driver's one call per micro-batch (Kafka's ``EndTxn``): decide ``version`` of
+    ``writer`` as ``run``, committing exactly ``participants`` (the successful
+    attempts') or aborting what the run registered. The coordinator records the
+    decision, writes every marker and records the decision complete before it answers
+    (see :class:`raftlog.coordinator.txn_coordinator.TxnCoordinator`)."""
+
+    partition: int = dataclasses.field(metadata={"range": (0, I32_MAX)})
+    writer: str
+    version: int = dataclasses.field(metadata={"range": (0, I64_MAX)})
+    run: str
+    commit: bool
+    participants: list[Participant] = dataclasses.field(default_factory=list)
+
+
+@register(38)
+@dataclasses.dataclass(frozen=True, slots=True)
+class CoordinatorEndTxnResponse:
+    """``committed`` or ``aborted``: the version's recorded decision (a replay is
+    answered with the earlier run's commit), every marker of it durable."""
+
+    status: str
+    decision: TxnDecision | None = None
+
+
+@register(39)
+@dataclasses.dataclass(frozen=True, slots=True)
+class AbortRunRequest:
+    """Abort what ``run`` registered for ``version`` of any writer and has not decided (a
+    driver's ``abort()`` without commit messages knows its run and version only)."""
+
+    partition: int = dataclasses.field(metadata={"range": (0, I32_MAX)})
+    run: str
+    version: int = dataclasses.field(metadata={"range": (0, I64_MAX)})
+
+
+@register(43)
+@dataclasses.dataclass(frozen=True, slots=True)
+class AbortRunResponse:
+    aborted: int  # transactions aborted, their markers durable
+
+
+@register(44)
+@dataclasses.dataclass(frozen=True, slots=True)
+class ConsistentCutRequest:
+    """The committed transactions that touch ``topic`` (of id ``topic_id``; -1: any), for
+    a reader's consistent cut (``raftlog.client.transactions.consistent_cut``)."""
+
+    partition: int = dataclasses.field(metadata={"range": (0, I32_MAX)})
+    topic: str
+    topic_id: int = -1
+
+
+@register(45)
+@dataclasses.dataclass(frozen=True, slots=True)
+class CutParticipant:
+    partition: int = dataclasses.field(metadata={"range": (0, I32_MAX)})
+    first_offset: int
+    marker: int  # the commit marker's offset; -1: not known to be written
+
+
+@register(46)
+@dataclasses.dataclass(frozen=True, slots=True)
+class CutTransaction:
+    writer: str
+    version: int = dataclasses.field(metadata={"range": (0, I64_MAX)})
+    complete: bool
+    participants: list[CutParticipant]
+
+
+@register(47)
+@dataclasses.dataclass(frozen=True, slots=True)
+class ConsistentCutResponse:
+    transactions: list[CutTransaction]
+
+
+@register(48)
+@dataclasses.dataclass(frozen=True, slots=True)
+class DescribeWriterRequest:
+    """A writer's last committed version and its decisions whose markers are not all
+    durable yet (operations and tests)."""
+
+    partition: int = dataclasses.field(metadata={"range": (0, I32_MAX)})
+    writer: str
+
+
+@register(49)
+@dataclasses.dataclass(frozen=True, slots=True)
+class PendingDecision:
+    version: int = dataclasses.field(metadata={"range": (0, I64_MAX)})
+    decision: TxnDecision
+
+
+@register(58)
+@dataclasses.dataclass(frozen=True, slots=True)
+class DescribeWriterResponse:
+    last_committed: int
+    pending: list[PendingDecision]
+
+
+COORDINATOR_CALLS = (
+    RegisterParticipantRequest,
+    CoordinatorEndTxnRequest,
+    AbortRunRequest,
+    ConsistentCutRequest,
+    DescribeWriterRequest,
+)
+"""The client calls a ``__transactions`` partition's leader answers (each has a
+``partition``: the coordinator's partition)."""
 
 
 @register(51)
@@ -472,7 +653,11 @@ CLIENT_ROUTES: dict[type, str] = {
     OffsetForTimestampRequest: "offset_for_timestamp",
     InitProducerRequest: "init_producer",
     EndTxnRequest: "end_txn",
-    CoordinatorRequest: "coordinator",
+    RegisterParticipantRequest: "txn_register",
+    CoordinatorEndTxnRequest: "coordinator",
+    AbortRunRequest: "txn_abort_run",
+    ConsistentCutRequest: "txn_cut",
+    DescribeWriterRequest: "txn_describe_writer",
     PartitionStatusRequest: "partition_status",
     AlterConfigRequest: "alter_config",
     DescribeConfigsRequest: "describe_configs",
@@ -489,3 +674,14 @@ CLIENT_STREAM_PATH = "/v1/stream"
 """The client stream's WebSocket route (under ``/v1/``: the client token only); its
 frames are the replication stream's (:mod:`raftlog.rpc.peer`), its messages the
 requests of :data:`CLIENT_ROUTES` and their answers."""
+
+# Calls whose encoded request is at most this many bytes go on the node's client
+# stream as one buffer (a frame on one WebSocket, no HTTP request per call: a
+# 100-byte produce cost the client a third less CPU). Larger ones (the connector's
+# IPC chunks) go on it too, as their parts (no copy), unless the connection is TLS:
+# the node then reads its streams with aiohttp's reader, which ends a stream at a
+# frame past its bound, so they go as a POST, refused past the bound with a 413.
+# On a plain connection the node reads a large frame straight into a buffer of its
+# own (a POST's body was copied twice), and answers one past its bound with the
+# POST's RECORD_TOO_LARGE under the request's id (``raftlog.rpc.frame_receiver``).
+STREAM_MAX_REQUEST_BYTES = 64 * 1024

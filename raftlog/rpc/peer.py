@@ -20,7 +20,14 @@ from typing import Any
 
 from raftlog.raft import messages as m
 from raftlog.rpc import codec
-from raftlog.rpc.codec import CodecError
+from raftlog.rpc.codec import I32_MAX, CodecError
+from raftlog.rpc.messages import (
+    CompleteMoveRequest,
+    ErrorCode,
+    MovePartitionResponse,
+    PartitionStatusRequest,
+    PartitionStatusResponse,
+)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -39,6 +46,33 @@ class ShardStateReply:
     version: int
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class WriteTxnMarkerRequest:
+    """The transaction coordinator's leader to a participant partition's leader: write
+    the commit or abort marker of ``producer_id``'s open transaction (Kafka's
+    WriteTxnMarkers, one partition). ``record_count`` and ``last_sequence`` are what
+    the committed attempt saw acknowledged (-1: unchecked, an abort)."""
+
+    topic: str
+    partition: int
+    producer_id: int
+    producer_epoch: int
+    commit: bool
+    record_count: int = dataclasses.field(default=-1, metadata={"range": (-1, I32_MAX)})
+    last_sequence: int = dataclasses.field(default=-1, metadata={"range": (-1, I32_MAX)})
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class WriteTxnMarkerReply:
+    """The marker's offset, or why it was not written: ``error`` is the code a client's
+    ``end_txn`` would get (NOT_LEADER with ``leader_id`` when known, FENCED, ...)."""
+
+    offset: int
+    error: ErrorCode = ErrorCode.NONE
+    leader_id: int = -1
+    message: str = ""
+
+
 _IDS: dict[type, int] = {
     m.AppendEntriesRequest: 100,
     m.AppendEntriesReply: 101,
@@ -54,6 +88,8 @@ _IDS: dict[type, int] = {
     m.InstallSnapshotReply: 111,
     ShardStateRequest: 112,
     ShardStateReply: 113,
+    WriteTxnMarkerRequest: 114,
+    WriteTxnMarkerReply: 115,
 }
 for _cls, _id in _IDS.items():
     codec.register(_id, _cls)
@@ -72,6 +108,10 @@ REPLY_TYPES: dict[type, type] = {
     m.HeartbeatBatchRequest: m.HeartbeatBatchReply,
     m.InstallSnapshotRequest: m.InstallSnapshotReply,
     ShardStateRequest: ShardStateReply,
+    WriteTxnMarkerRequest: WriteTxnMarkerReply,
+    # client calls that nodes make on each other, on the stream they already share
+    PartitionStatusRequest: PartitionStatusResponse,
+    CompleteMoveRequest: MovePartitionResponse,
 }
 
 

@@ -15,7 +15,7 @@ Invariants (checked by ``tests/rpc/test_roles.py``):
 - the peer role reaches exactly one admin route, ``complete_move`` (a
   partition's leader tells the controller a move is done).
 
-The node's internal calls (the coordinator's roll-forward, moves, partition
+The node's internal calls (moves, partition
 status, shard 0's calls to its shards) authenticate with the peer token: the
 nodes' identity, never handed to clients or admins.
 """
@@ -53,7 +53,12 @@ ROUTE_ROLES: dict[str, Role] = {
     "offset_for_timestamp": Role.CLIENT,
     "init_producer": Role.CLIENT,
     "end_txn": Role.CLIENT,
-    "coordinator": Role.CLIENT,
+    # the transaction coordinator's calls (``CoordinatorEndTxnRequest`` and its kin)
+    "txn_register": Role.CLIENT,
+    "coordinator": Role.CLIENT,  # EndTxn: the coordinator's one call per micro-batch
+    "txn_abort_run": Role.CLIENT,
+    "txn_cut": Role.CLIENT,
+    "txn_describe_writer": Role.CLIENT,
     "partition_status": Role.CLIENT,
     "describe_configs": Role.CLIENT,
     AUTO_CREATE_ROUTE: Role.CLIENT,  # admin when auto.create.topics.enable is false
@@ -77,8 +82,12 @@ PEER_CALLS: frozenset[str] = frozenset(
         "offset_for_timestamp",
         "init_producer",
         "end_txn",
+        "txn_register",
         "coordinator",
-        # metadata and watermarks from other nodes and shards; the roll-forward
+        "txn_abort_run",
+        "txn_cut",
+        "txn_describe_writer",
+        # metadata and watermarks from other nodes and shards
         "metadata",
         "partition_status",
         # a partition's leader ends a move at the controller

@@ -101,6 +101,7 @@ STATUS: dict[ErrorCode, int] = {
     ErrorCode.DUPLICATE_SEQUENCE: 409,
     ErrorCode.INVALID_TXN_STATE: 409,
     ErrorCode.INVALID_PRODUCER_EPOCH: 409,
+    ErrorCode.TRANSACTION_LOST: 409,
     ErrorCode.KAFKA_STORAGE_ERROR: 507,  # Insufficient Storage: the disk is full
 }
 

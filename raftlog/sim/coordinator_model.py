@@ -24,15 +24,17 @@ topic partition its rows go to, ``init_producer`` at a producer id unique to
 nothing when the version is already committed, nothing when refused), and a
 transactional write of its rows. Some attempts fail midway and go on writing
 as zombies; some have a speculative twin whose commit message Spark drops.
-The driver then runs the real :func:`raftlog.client.transactions.decide`
-(roll forward, decide, markers, complete) naming the first successful attempt
-of each task, or decides abort when a task failed every attempt. The driver is
-killed between every step: at a random moment, or right after ``pending``,
-after ``decide``, after the first marker, before ``complete`` or after it (before
-its checkpoint). A restarted driver is a new run that replays the first version
-its checkpoint does not hold, as a restarted query does. A coordinator timer
-(:func:`~raftlog.client.transactions.roll_forward_stale`, every 0.5 s) rolls
-forward decisions left pending for a whole round, as the coordinator's node does.
+The driver then makes its one EndTxn call to the coordinator's leader, which runs
+the real :class:`~raftlog.coordinator.txn_coordinator.TxnCoordinator` (decide,
+every marker through the simulated network to each partition's leader, complete),
+naming the first successful attempt of each task, or deciding abort when a task
+failed every attempt. The driver is killed at a random moment, or right before or
+after its EndTxn (before its checkpoint); the coordinator's node crashes between
+the coordinator's own steps (after the decision, after a marker, after every
+marker, after the completion). A restarted driver is a new run that replays the
+first version its checkpoint does not hold, as a restarted query does. The
+coordinator's leader resumes incomplete decisions on a timer (every 0.5 s), as a
+node does when it is elected and on its timer.
 
 Readers take cuts: each partition's last stable offset, then the coordinator's
 ``cut``, then :func:`~raftlog.client.transactions.consistent_cut`, then the
@@ -54,9 +56,10 @@ a failing seed replays exactly with ``run_seed(seed)``.
 - ``forget_committed``: the coordinator forgets a writer's last committed
   version (as the producer table's expiry did), so a replay registers and
   commits again (expect duplicated rows);
-- ``skip_roll_forward``: the coordinator reports no pending decision and hands a
-  replay the recorded commit as complete, so nobody writes the missing markers
-  (expect lost batches, once the transaction timeout aborts them);
+- ``skip_roll_forward``: the coordinator never resumes a decision (not on its timer,
+  not for a replay's EndTxn, which it answers with the recorded commit), so nobody
+  writes the markers a crashed coordinator left (expect lost batches, once the
+  transaction timeout aborts them);
 - ``no_abort``: a decision aborts none of the unnamed participants. Not a
   safety bug (nobody commits them; the transaction timeout aborts them, and
   until then the partition's LSO waits): expect nothing for the safety checker.
@@ -67,28 +70,24 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import json
 import random
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, TypeVar
 
 from raftlog.checker.batches import BATCH_KINDS, BatchHistory, BatchReport, check_batches, row_value
-from raftlog.client import errors as client_errors
-from raftlog.client.coordinator import CoordinatorError
-from raftlog.client.transactions import (
-    TxnKey,
-    TxnLostError,
-    consistent_cut,
-    decide,
-    producer_id_for,
-    roll_forward_stale,
-)
-from raftlog.coordinator.state import CoordinatorState, Participant
+from raftlog.client.transactions import consistent_cut, producer_id_for
+from raftlog.coordinator.state import CoordinatorState
 from raftlog.coordinator.tm_stm import TRANSACTIONS_TOPIC, TmStm
+from raftlog.coordinator.txn_coordinator import (
+    CoordinatorRefusedError,
+    TxnCoordinator,
+    TxnLostError,
+)
 from raftlog.producers import outcomes
 from raftlog.producers.rm_stm import RmStmConfig
 from raftlog.raft.errors import RaftError
 from raftlog.raft.replicate_batcher import Consistency
+from raftlog.rpc.messages import CutTransaction, Participant
 from raftlog.sim.checks import InvariantViolation
 from raftlog.sim.cluster import SimCluster, sim_options
 from raftlog.sim.loop import raise_failed, retrieve, run_guarded, run_many
@@ -113,12 +112,17 @@ TOPIC = "events"
 MUTATIONS = ("cut_skip", "cut_by_marker", "forget_committed", "skip_roll_forward", "no_abort")
 _ALL = 1 << 40
 _CRASH_POINTS = (
-    ("after", "pending"),  # rolled forward, nothing decided yet
-    ("after", "decide"),  # decided, no marker written
-    ("after", "marker"),  # some markers written
-    ("before", "complete"),  # every marker written, not recorded complete
-    ("after", "complete"),  # complete, not yet in the driver's checkpoint
+    ("before", "end_txn"),  # every task done, nothing decided yet
+    ("during", "end_txn"),  # the coordinator at work: the call's answer never heard
+    ("after", "end_txn"),  # decided and complete, not yet in the driver's checkpoint
 )
+_COORDINATOR_CRASHES = {
+    # the chance that the coordinator's node crashes right after each of its steps
+    "decided": 0.2,  # decided, no marker written
+    "marker": 0.02,  # some markers written
+    "markers": 0.04,  # every marker written, not recorded complete
+    "completed": 0.02,  # complete, the answer not yet sent
+}
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -195,12 +199,6 @@ class _MutantState(CoordinatorState):
                     writer.last_committed = max(saved, writer.last_committed)
             return result
         result = super().apply(command, offset)
-        if self.mutation == "skip_roll_forward":
-            if op in ("pending", "all_pending") and "pending" in result:
-                result["pending"] = []
-            decision = result.get("decision")
-            if op == "decide" and isinstance(decision, dict) and decision["run"] != command["run"]:
-                decision["complete"] = True
         if self.mutation == "no_abort" and op == "decide" and result.get("status") != "error":
             w = self.writers.get(command["writer"])
             v = None if w is None else w.versions.get(command["version"])
@@ -211,25 +209,104 @@ class _MutantState(CoordinatorState):
         return result
 
 
-class _TmNode(SimNode):
-    """A :class:`SimNode` whose group runs tm_stm (the coordinator)."""
+class _MutantCoordinator(TxnCoordinator):
+    """``skip_roll_forward``: a coordinator finishes only the decisions it takes itself in
+    the call at hand; one it finds recorded (by a leader before it, or a run before this
+    one) is answered as it stands, and nothing is ever resumed (see the module doc)."""
 
-    def __init__(self, *args: Any, mutation: str, **kw: Any) -> None:
+    def __init__(self, *args: Any, **kw: Any) -> None:
+        super().__init__(*args, **kw)
+        self._fresh: dict[tuple[str, int, str], bool] = {}
+
+    async def resume(self) -> int:
+        return 0
+
+    async def end_txn(
+        self, writer: str, version: int, run: str, commit: bool, participants: list[Participant]
+    ) -> tuple[str, Any]:
+        w = self.tm.state.writers.get(writer)
+        v = None if w is None else w.versions.get(version)
+        fresh = v is None or (run not in v.decisions and v.committed_by is None)
+        self._fresh[(writer, version, run)] = fresh
+        return await super().end_txn(writer, version, run, commit, participants)
+
+    async def _finish_writer(self, writer: str, run: str) -> int:
+        mine = [
+            t
+            for t in self.tm.state.incomplete(writer)
+            if t[2].run == run and self._fresh.get((writer, t[1], run), False)
+        ]
+        for w, version, decision in mine:
+            await self._finish(w, version, decision)
+        return len(mine)
+
+
+class _SimMarkers:
+    """The coordinator's :class:`~raftlog.coordinator.txn_coordinator.MarkerWriter` in the
+    simulation: each marker goes to its partition's leader through the lossy network
+    (retried through leader changes, as a node's peer stream is), to the real rm_stm."""
+
+    def __init__(self, sim: _Sim, caller: Caller) -> None:
+        self.sim = sim
+        self.caller = caller
+
+    async def write_marker(self, participant: Participant, commit: bool) -> int:
+        p = participant
+        assert p.topic == TOPIC, p
+        res = await self.caller.retrying(
+            self.sim.partitions[p.partition],
+            lambda node: node.rm.end_transaction(
+                p.producer_id,
+                p.epoch,
+                commit,
+                -1,
+                record_count=p.records if commit else -1,
+                last_sequence=p.last_sequence if commit else -1,
+            ),
+            f"marker {p.partition}/{p.producer_id}",
+        )
+        self.sim.markers += 1
+        return int(res.offset)
+
+
+class _TmNode(SimNode):
+    """A :class:`SimNode` whose group runs tm_stm and the transaction coordinator."""
+
+    def __init__(self, *args: Any, mutation: str, sim: _Sim, **kw: Any) -> None:
         super().__init__(*args, **kw)
         self.mutation = mutation
+        self.sim = sim
         self.tm: TmStm
+        self.txn: TxnCoordinator
 
     def _build(self) -> None:
         super()._build()
         self.tm = TmStm(self.consensus, replicate_timeout_s=1.0)
-        if self.mutation in ("forget_committed", "skip_roll_forward", "no_abort"):
+        if self.mutation in ("forget_committed", "no_abort"):
             self.tm.state = _MutantState(self.mutation)
+        rng = random.Random(self.seed * 7919 + self.node_id * 31 + self.incarnation)
+        caller = Caller(random.Random(rng.random()), self.sim.config.request_timeout_s)
+        make = _MutantCoordinator if self.mutation == "skip_roll_forward" else TxnCoordinator
+        self.txn = make(
+            self.tm,
+            _SimMarkers(self.sim, caller),
+            step=lambda name: self._step(rng, name),
+            spawn=self.spawn,
+        )
+
+    async def _step(self, rng: random.Random, name: str) -> None:
+        """Between the coordinator's steps: now and then, during the chaos, crash here."""
+        if self.sim.winding_down or rng.random() >= _COORDINATOR_CRASHES[name]:
+            return
+        self.sim.coordinator_crashes += 1
+        self.crash()  # cancels this node's tasks, the one running this step among them
+        await asyncio.sleep(0)
 
 
 class _TmCluster(SimCluster):
-    def __init__(self, n: int, seed: int, mutation: str, **kw: Any) -> None:
+    def __init__(self, n: int, seed: int, mutation: str, sim: _Sim, **kw: Any) -> None:
         super().__init__(n, seed, **kw)
-        self.rebuild_nodes(_TmNode, mutation=mutation)
+        self.rebuild_nodes(_TmNode, mutation=mutation, sim=sim)
 
 
 # -- clients ---------------------------------------------------------------------------------
@@ -242,83 +319,13 @@ async def _no_hook(when: str, what: str) -> None:
     return None
 
 
-class _SimCoordinator:
-    """What :mod:`raftlog.client.transactions` needs of a CoordinatorClient: ``call``.
-
-    Commands travel as JSON (as on the wire) to the coordinator group's leader and
-    are retried through faults; every command is idempotent.
-    """
-
-    def __init__(self, sim: _Sim, caller: Caller, hook: Hook = _no_hook) -> None:
-        self.sim = sim
-        self.caller = caller
-        self.hook = hook
-
-    async def call(self, op: str, *, create: bool = True, **fields: Any) -> dict[str, Any]:
-        command = json.loads(json.dumps({"op": op, **fields}))
-        await self.hook("before", op)
-        result = await self.caller.retrying(
-            self.sim.coordinator, lambda node: node.tm.execute(command), f"coordinator {op}"
-        )
-        result = json.loads(json.dumps(result))  # the reply crosses the wire too
-        if result.get("status") == "error":
-            raise CoordinatorError(f"transaction coordinator refused {op!r}: {result['error']}")
-        await self.hook("after", op)
-        return result
-
-
-_CLIENT_ERRORS: dict[type[outcomes.ProducerError], type[client_errors.RaftlogError]] = {
-    outcomes.ProducerFencedError: client_errors.FencedError,
-    outcomes.InvalidTxnStateError: client_errors.InvalidTxnStateError,
-    outcomes.InvalidProducerEpochError: client_errors.InvalidProducerEpochError,
-}
-
-
-class _SimClient:
-    """The part of RaftlogClient that the transaction protocol's driver side uses:
-    ``end_transaction`` on a partition's rm_stm, with the client's error types."""
-
-    def __init__(self, sim: _Sim, caller: Caller, hook: Hook = _no_hook) -> None:
-        self.sim = sim
-        self.caller = caller
-        self.hook = hook
-
-    async def end_transaction(
-        self,
-        topic: str,
-        partition: int,
-        producer_id: int,
-        producer_epoch: int,
-        commit: bool,
-        version: int = -1,
-        acks: str | int = "all",
-        *,
-        record_count: int = -1,
-        last_sequence: int = -1,
-    ) -> int:
-        assert topic == TOPIC and acks in ("all", -1), (topic, acks)
-        await self.hook("before", "marker")
-        try:
-            res = await self.caller.retrying(
-                self.sim.partitions[partition],
-                lambda node: node.rm.end_transaction(
-                    producer_id,
-                    producer_epoch,
-                    commit,
-                    version,
-                    record_count=record_count,
-                    last_sequence=last_sequence,
-                ),
-                f"end_transaction {partition}/{producer_id}",
-            )
-        except outcomes.ProducerError as exc:
-            mapped = _CLIENT_ERRORS.get(type(exc))
-            if mapped is None:
-                raise
-            raise mapped(str(exc)) from exc
-        self.sim.markers += 1
-        await self.hook("after", "marker")
-        return res.offset
+async def _at_coordinator(
+    sim: _Sim, caller: Caller, call: Callable[[TxnCoordinator], Awaitable[T]], what: str
+) -> T:
+    """``call`` on the coordinator's leader, as a client's call reaches it: through the
+    lossy network, retried through leader changes and unknown outcomes (every coordinator
+    call is idempotent)."""
+    return await caller.retrying(sim.coordinator, lambda node: call(node.txn), what)
 
 
 # -- writers ---------------------------------------------------------------------------------
@@ -379,7 +386,7 @@ class _Writer:
                 if me is not None and me.cancelling():
                     raise
                 self.crashes += 1
-            except (client_errors.RaftlogError, CoordinatorError, TxnLostError) as exc:
+            except (CoordinatorRefusedError, TxnLostError, outcomes.ProducerError) as exc:
                 # the query fails (a lost transaction, a refused commit): it is restarted
                 self.sim.driver_errors.append(f"{run}: {exc!r}")
             finally:
@@ -389,16 +396,14 @@ class _Writer:
 
     def _plan_kill(self) -> _Killer:
         roll = self.rng.random()
-        if self.sim.winding_down or roll < 0.2:
+        if self.sim.winding_down or roll < 0.15:
             return _Killer(self, None, 0, None)
         if roll < 0.4:
             return _Killer(self, None, 0, self.rng.uniform(0.0, 1.0))
         when, what = self.rng.choice(_CRASH_POINTS)
-        return _Killer(self, (when, what), self.rng.randint(1, 2), None)
+        return _Killer(self, (when, what), self.rng.choice([1, 1, 2]), None)
 
     async def _driver(self, run: str, killer: _Killer) -> None:
-        coordinator = _SimCoordinator(self.sim, self.caller, killer.hook)
-        client = _SimClient(self.sim, self.caller, killer.hook)
         for _ in range(10_000):
             version = self.checkpoint + 1
             if self.sim.winding_down and version > self.sim.target.get(self.writer_id, -1):
@@ -407,9 +412,19 @@ class _Writer:
                 self.sim.target[self.writer_id] = version
             self.sim.history.declare(self.writer_id, version, self.rows_of(version))
             named, ok = await self._run_tasks(run, version)
-            key = TxnKey(self.writer_id, version, run)
-            reply = await decide(client, coordinator, key, named, commit=ok)  # type: ignore[arg-type]
-            if reply["status"] == "committed":
+            await killer.hook("before", "end_txn")
+            status, _ = await _at_coordinator(
+                self.sim,
+                self.caller,
+                lambda txn, v=version, c=ok, n=named: txn.end_txn(
+                    self.writer_id, v, run, c, n if c else []
+                ),
+                "end_txn",
+            )
+            await killer.hook("after", "end_txn")
+            if ok and status != "committed":
+                raise CoordinatorRefusedError(f"{run}: commit of version {version} refused")
+            if status == "committed":
                 self.sim.history.commit(self.writer_id, version, run)
                 await killer.hook("before", "checkpoint")
                 self.checkpoint = version
@@ -471,7 +486,6 @@ class _Writer:
         caller = Caller(
             random.Random(f"{self.sim.seed}/{attempt.attempt}/c"), self.sim.config.request_timeout_s
         )
-        coordinator = _SimCoordinator(self.sim, caller)
         by_partition: dict[int, list[int]] = {}
         for r in attempt.rows:
             by_partition.setdefault(self.partition_of(version, r), []).append(r)
@@ -486,7 +500,7 @@ class _Writer:
 
         try:
             for p, rows in sorted(by_partition.items()):
-                part = await self._prepare(run, version, attempt, p, coordinator, caller)
+                part = await self._prepare(run, version, attempt, p, caller)
                 if part is None:
                     return  # replayed or refused: nothing written
                 seq = 0
@@ -539,7 +553,6 @@ class _Writer:
         version: int,
         attempt: _Attempt,
         partition: int,
-        coordinator: _SimCoordinator,
         caller: Caller,
     ) -> Participant | None:
         """init_producer, then register (as ``transactions.prepare``); None: write nothing."""
@@ -551,14 +564,17 @@ class _Writer:
             "init_producer",
         )
         part = Participant(attempt.attempt, run, TOPIC, partition, pid, session.epoch)
-        reply = await coordinator.call(
-            "register", writer=self.writer_id, version=version, participant=part.to_json()
+        reply = await _at_coordinator(
+            self.sim,
+            caller,
+            lambda txn: txn.register(self.writer_id, version, part),
+            "register",
         )
-        if reply["status"] == "committed":
+        if reply.status == "committed":
             attempt.outcome = "replayed"
             self.sim.replays += 1
             return None
-        if reply["status"] != "registered":
+        if reply.status != "registered":
             attempt.outcome = "refused"
             self.sim.refused += 1
             return None
@@ -606,6 +622,11 @@ class _Killer:
             self.driver.cancel()
 
     async def hook(self, when: str, what: str) -> None:
+        if self.point == ("during", what) and when == "before":
+            # killed while the call is in flight: a little later, whatever it is doing
+            delay = self.writer.rng.uniform(0.0, 0.5)
+            self._timer = asyncio.get_running_loop().call_later(delay, self._kill)
+            return
         if self.point == (when, what):
             self.nth -= 1
             if self.nth == 0:
@@ -628,14 +649,13 @@ async def _take_cut(sim: _Sim, caller: Caller, process: str, *, final: bool = Fa
     ends: dict[int, int] = {}
     for p, cluster in enumerate(sim.partitions):
         ends[p] = await caller.retrying(cluster, lambda node: _lso(node), f"last stable offset {p}")
-    coordinator = _SimCoordinator(sim, caller)
-    reply = await coordinator.call("cut", create=False, topic=TOPIC)
+    transactions = await _at_coordinator(sim, caller, lambda txn: txn.cut(TOPIC, -1), "cut")
     if sim.config.mutation == "cut_skip":
         cut = dict(ends)
     elif sim.config.mutation == "cut_by_marker":
-        cut = _cut_by_marker(ends, reply["transactions"])
+        cut = _cut_by_marker(ends, transactions)
     else:
-        cut = consistent_cut(ends, reply["transactions"])
+        cut = consistent_cut(ends, transactions)
     records: list[tuple[tuple[str, int], int, str]] = []
     for p, cluster in enumerate(sim.partitions):
         end = cut[p]
@@ -651,19 +671,19 @@ async def _take_cut(sim: _Sim, caller: Caller, process: str, *, final: bool = Fa
     sim.history.cut(process, now, {(TOPIC, p): e for p, e in cut.items()}, records, final=final)
 
 
-def _cut_by_marker(ends: dict[int, int], transactions: list[dict[str, Any]]) -> dict[int, int]:
+def _cut_by_marker(ends: dict[int, int], transactions: list[CutTransaction]) -> dict[int, int]:
     """The mutation ``cut_by_marker``: consistent_cut as first written (see the module doc)."""
     out = dict(ends)
     for _ in range(len(transactions) + 1):
         changed = False
         for t in transactions:
-            parts = [q for q in t["participants"] if q["partition"] in out]
-            if t["complete"]:
-                inside = [q for q in parts if 0 <= q["marker"] < out[q["partition"]]]
+            parts = [q for q in t.participants if q.partition in out]
+            if t.complete:
+                inside = [q for q in parts if 0 <= q.marker < out[q.partition]]
                 if not inside or len(inside) == len(parts):
                     continue
             for q in parts:
-                p, cap = q["partition"], q["first_offset"]
+                p, cap = q.partition, q.first_offset
                 if cap >= 0 and out[p] > cap:
                     out[p] = cap
                     changed = True
@@ -715,15 +735,16 @@ class _Sim:
             ProducerSimCluster(self.n, seed * 101 + p, rm_config, options=options, network=net())
             for p in range(config.partitions)
         ]
+        self.winding_down = False
+        self.markers = 0
+        self.coordinator_crashes = 0
         self.coordinator = _TmCluster(
-            self.n, seed * 101 + 99, config.mutation, options=options, network=net()
+            self.n, seed * 101 + 99, config.mutation, self, options=options, network=net()
         )
         self.clusters: list[SimCluster] = [*self.partitions, self.coordinator]
         self.history = BatchHistory()
-        self.winding_down = False
         self.target: dict[str, int] = {}  # per writer: the version to finish when winding down
         self.writers = [_Writer(self, i) for i in range(config.writers)]
-        self.markers = 0
         self.zombies = 0
         self.replays = 0
         self.refused = 0
@@ -743,23 +764,30 @@ class _Sim:
                 t.cancel()
             await asyncio.gather(*background, return_exceptions=True)
 
+    async def _resume_once(self) -> None:
+        """The coordinator's leader resumes incomplete decisions, as a node's timer does."""
+        leader = self.coordinator.leader()
+        if leader is None:
+            return
+        task = leader.spawn(leader.txn.resume())
+        with contextlib.suppress(Exception, asyncio.CancelledError):
+            await asyncio.wait_for(asyncio.shield(task), self.config.final_s)
+        me = asyncio.current_task()
+        if me is not None and me.cancelling():
+            raise asyncio.CancelledError
+
     async def _coordinator_timer(self) -> None:
-        """The coordinator's own roll-forward, on a timer."""
-        caller = Caller(random.Random(self.seed * 17 + 1), self.config.request_timeout_s)
-        coordinator = _SimCoordinator(self, caller)
-        client = _SimClient(self, caller)
-        seen: set[tuple[str, int, str]] = set()
+        """The coordinator's own resume, on a timer (and so soon after each election)."""
         for _ in range(100_000):
             await asyncio.sleep(0.5)
-            with contextlib.suppress(client_errors.RaftlogError, CoordinatorError, TxnLostError):
-                seen, _ = await roll_forward_stale(client, coordinator, seen)  # type: ignore[arg-type]
+            await self._resume_once()
 
     async def _reader(self, i: int) -> None:
         caller = Caller(random.Random(self.seed * 19 + i), self.config.request_timeout_s)
         rng = random.Random(self.seed * 23 + i)
         for _ in range(100_000):
             await asyncio.sleep(rng.uniform(0.05, 0.2))
-            with contextlib.suppress(CoordinatorError, client_errors.RaftlogError):
+            with contextlib.suppress(CoordinatorRefusedError):
                 await _take_cut(self, caller, f"reader{i}")
 
     async def run(self) -> CoordinatorSeedResult:
@@ -808,14 +836,9 @@ class _Sim:
     async def _settle(self) -> None:
         """Wait (bounded) until no transaction is open on any partition and no decision is
         pending: the transaction timeout aborts what zombies and dead runs left open."""
-        caller = Caller(random.Random(self.seed * 31), self.config.request_timeout_s)
-        client = _SimClient(self, caller)
-        coordinator = _SimCoordinator(self, caller)
         step = 0.1
-        seen: set[tuple[str, int, str]] = set()
         for _ in range(int(self.config.final_s / step)):
-            with contextlib.suppress(client_errors.RaftlogError, CoordinatorError, TxnLostError):
-                seen, _ = await roll_forward_stale(client, coordinator, seen)  # type: ignore[arg-type]
+            await self._resume_once()
             leaders = [c.leader() for c in self.partitions]
             if all(
                 leader is not None and not leader.rm.table.open_transactions() for leader in leaders
@@ -826,11 +849,12 @@ class _Sim:
 
     async def _committed(self, caller: Caller) -> set[tuple[str, int]]:
         """Every (writer, version) the coordinator's final state holds committed."""
-        coordinator = _SimCoordinator(self, caller)
         out = set()
         for w in self.writers:
-            reply = await coordinator.call("pending", writer=w.writer_id)
-            out |= {(w.writer_id, v) for v in range(reply["last_committed"] + 1)}
+            described = await _at_coordinator(
+                self, caller, lambda txn, w=w: txn.describe(w.writer_id), "describe"
+            )
+            out |= {(w.writer_id, v) for v in range(described.last_committed + 1)}
         return out
 
     def _result(self, report: BatchReport) -> CoordinatorSeedResult:

@@ -9,6 +9,7 @@ import random
 
 from raftlog.client.transactions import consistent_cut
 from raftlog.coordinator.state import KEEP_VERSIONS, CoordinatorState, Participant
+from raftlog.rpc.messages import CutParticipant, CutTransaction
 
 
 class Log:
@@ -181,11 +182,10 @@ def test_snapshot_restores_an_equal_state_and_replays_idempotently() -> None:
     assert other.snapshot() == snap
 
 
-def cut_txn(complete: bool, *parts: tuple[int, int, int]) -> dict:
-    return {
-        "complete": complete,
-        "participants": [{"partition": p, "first_offset": f, "marker": m} for p, f, m in parts],
-    }
+def cut_txn(complete: bool, *parts: tuple[int, int, int]) -> CutTransaction:
+    return CutTransaction(
+        "q", 0, complete, [CutParticipant(p, first, marker) for p, first, marker in parts]
+    )
 
 
 def test_consistent_cut_takes_out_a_batch_seen_on_some_partitions_only() -> None:

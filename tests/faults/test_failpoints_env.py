@@ -68,8 +68,9 @@ def test_known_site_constants():
     assert failpoints.RAFT_BEFORE_VOTE_SAVE == "raft.before_vote_save"
     assert failpoints.RAFT_FOLLOWER_BEFORE_REPLY == "raft.follower.before_reply"
     assert failpoints.TXN_AFTER_DECISION == "txn.after_decision"
+    assert failpoints.TXN_AFTER_END_TXN == "txn.after_end_txn"
     assert failpoints.PRODUCE_SKIP_BATCH_CHECK == "produce.skip_batch_check"
-    assert len(failpoints.KNOWN_SITES) == 6
+    assert len(failpoints.KNOWN_SITES) == 7
 
 
 def test_disabled_site_is_a_noop_and_not_counted():

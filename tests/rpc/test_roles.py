@@ -23,6 +23,11 @@ ISSUE_CLIENT = {
     "init_producer",
     "end_txn",
     "coordinator",
+    # the transaction coordinator's other calls (issue 45: typed, beside its EndTxn)
+    "txn_register",
+    "txn_abort_run",
+    "txn_cut",
+    "txn_describe_writer",
     "partition_status",
     "describe_configs",
     "create_topic",

@@ -1,7 +1,7 @@
 """The coordinator simulation: exactly-once batches under faults and driver kills.
 
-Real tm_stm (CoordinatorState) on a ``__transactions`` group, real rm_stm on each
-partition, the real ``decide``/``roll_forward``/``consistent_cut``; the checker in
+Real tm_stm (CoordinatorState) and TxnCoordinator on a ``__transactions`` group (crashed
+between its steps), real rm_stm on each partition, the real ``consistent_cut``; the checker in
 ``raftlog.checker.batches`` judges every cut and the final read.
 """
 

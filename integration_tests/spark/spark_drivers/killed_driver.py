@@ -1,11 +1,11 @@
 """Run by test_spark_exactly_once.py in a session of its own: a streaming query into
 raftlog whose driver dies (kill -9 of its whole process group, JVM and Python workers
-included) right after the first micro-batch's commit decision is durable, before any
-commit marker is written.
+included) right after the coordinator answered the first micro-batch's EndTxn (the
+decision and its markers durable), before Spark records the batch in its commit log.
 
 Usage: killed_driver.py SERVERS TOPIC CHECKPOINT
 
-The test sets RAFTLOG_FAILPOINTS=txn.after_decision=killsession in this process's
+The test sets RAFTLOG_FAILPOINTS=txn.after_end_txn=killsession in this process's
 environment; Spark's Python workers inherit it, and the driver's commit() runs in one.
 """
 
