@@ -339,6 +339,12 @@ class NodeMetrics:
             "open Kafka protocol connections (at most --kafka-max-connections)",
             registry=self.registry,
         )
+        self.kafka_produced_cache_bytes = Gauge(
+            "raftlog_kafka_produced_cache_bytes",
+            "bytes of produced Kafka batches kept to answer fetches as they came (at most "
+            "64 MiB: raftlog.kafka.records.PRODUCED_CACHE_BYTES)",
+            registry=self.registry,
+        )
         # the consumer group coordinator (raftlog.kafka.groups)
         self.kafka_groups = Gauge(
             "raftlog_kafka_groups",

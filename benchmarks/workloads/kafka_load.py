@@ -110,7 +110,8 @@ def kafka_produce(
 
 def kafka_consume(bootstrap: list[str], topic: str, records: int) -> tuple[int, float]:
     """(records read, seconds) for a confluent-kafka consumer assigned partition 0 from
-    its beginning, until it has read ``records`` (bounded by READ_TIMEOUT_S)."""
+    its beginning, until it has read ``records`` (bounded by READ_TIMEOUT_S); timed
+    from the assignment, once the consumer has the topic's metadata."""
     ck = confluent()
     consumer = ck.Consumer(
         {
@@ -122,11 +123,16 @@ def kafka_consume(bootstrap: list[str], topic: str, records: int) -> tuple[int, 
     clock = time.perf_counter
     read = 0
     try:
+        # connected and the topic's leader known before the clock starts, as the native
+        # client is (it created the topics)
+        consumer.list_topics(topic, timeout=FLUSH_TIMEOUT_S)
         consumer.assign([ck.TopicPartition(topic, 0, ck.OFFSET_BEGINNING)])
         start = clock()
         deadline = start + READ_TIMEOUT_S
         while read < records and clock() < deadline:
-            for m in consumer.consume(10_000, 0.5):
+            # at most what is left: consume() waits out its timeout for a count that
+            # never comes (0.5 s after the last record, timed as reading)
+            for m in consumer.consume(min(10_000, records - read), 0.5):
                 if m.error() is None:
                     read += 1
         return read, clock() - start

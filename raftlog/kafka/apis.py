@@ -24,6 +24,7 @@ from raftlog.kafka.groups.handlers import GROUP_APIS, GROUP_ROUTE, GroupApis
 from raftlog.kafka.protocol import API_VERSIONS, RequestHead
 from raftlog.kafka.records import (
     KafkaRecordError,
+    ProducedBytes,
     decode_batch,
     encode_batch,
     skip_batch,
@@ -145,6 +146,10 @@ class KafkaApis:
         self.policy = policy
         self.sasl_required = policy.client_token is not None or policy.admin_token is not None
         self.groups = GroupApis(node, brokers, self._call, self._create_as_caller)
+        metrics = getattr(node, "metrics", None)  # None: a test's listener without a node
+        self.produced = ProducedBytes(
+            gauge=None if metrics is None else metrics.kafka_produced_cache_bytes
+        )
 
     def authenticate(self, auth_bytes: bytes) -> tuple[dict[str, Any], Role | None]:
         """A SaslAuthenticate's answer and the role it grants (None: refused). PLAIN's
@@ -336,6 +341,10 @@ class KafkaApis:
                     ),
                 )
                 out["base_offset"] = resp.base_offset
+                at = resp.base_offset
+                for d in decoded:  # one stored batch per Kafka batch, in order
+                    self.produced.add(topic, int(part.index), at, d)
+                    at += d.record_count
             except Exception as exc:
                 out["error_code"], out["error_message"] = kafka_code(exc)
                 if isinstance(exc, KafkaRecordError) and exc.code == CORRUPT_MESSAGE:
@@ -437,7 +446,10 @@ class KafkaApis:
             out["last_stable_offset"] = resp.last_stable_offset
             out["log_start_offset"] = resp.start_offset
             batches = [b for b in resp.batches if b.last_offset >= p.fetch_offset]
-            chunks = [encode_batch(b, topic) for b in batches]
+            index = int(p.partition)
+            chunks = [
+                self.produced.encoded(b, topic, index) or encode_batch(b, topic) for b in batches
+            ]
             seen_to = batches[-1].last_offset + 1 if batches else int(p.fetch_offset)
             if resp.next_offset > seen_to:
                 # offsets the reader never sees follow: a control batch moves it past them

@@ -24,6 +24,7 @@ from raftlog.kafka.records import (
     UNSUPPORTED_COMPRESSION_TYPE,
     UNSUPPORTED_FOR_MESSAGE_FORMAT,
     KafkaRecordError,
+    ProducedBytes,
     decode_batch,
     encode_batch,
     split_batches,
@@ -57,6 +58,56 @@ records_st = st.lists(
     min_size=1,
     max_size=20,
 )
+
+
+def _fields(data: bytes) -> tuple:
+    out = DefaultRecordBatch(data)
+    assert out.validate_crc()
+    head = (out.base_offset, out.leader_epoch, out.producer_id, out.producer_epoch)
+    head += (out.base_sequence, out.is_transactional, out.timestamp_type)
+    return head, [(r.offset, r.key, r.value, tuple(r.headers), r.timestamp) for r in out]
+
+
+@settings(max_examples=60, deadline=None)
+@given(records=records_st, base=st.integers(0, 2**40), term=st.integers(0, 2**31 - 1))
+def test_a_produced_batch_is_fetched_as_it_came_with_the_same_records(records, base, term):
+    cache = ProducedBytes()
+    produced = decode_batch(kafka_batch(records, producer=(9, 2, 40)))
+    cache.add("t", 0, base, produced)
+    stored = RecordBatch.create(
+        produced.payload, len(records), producer_id=9, producer_epoch=2, first_sequence=40
+    ).stamped(base, term)
+    got = cache.encoded(stored, "t", 0)
+    assert got is not None and _fields(got) == _fields(encode_batch(stored, "t"))
+    assert cache.held == len(got)
+    # anything else stored at that offset (another leader's batch, other records or
+    # producer fields, another partition) is a miss: encode_batch answers it
+    other = dataclasses.replace(records[0], value=(records[0].value or b"") + b"x")
+    producer = {"producer_id": 9, "producer_epoch": 2, "first_sequence": 40}
+    misses = [
+        RecordBatch.create(frame_keyed([other, *records[1:]]), len(records), **producer),
+        *(
+            RecordBatch.create(produced.payload, len(records), **{**producer, field: 1})
+            for field in producer
+        ),
+        RecordBatch.create(produced.payload, len(records), transactional=True, **producer),
+    ]
+    assert [cache.encoded(b.stamped(base, term), "t", 0) for b in misses] == [None] * 5
+    assert cache.encoded(stored, "t", 1) is None and cache.encoded(stored, "u", 0) is None
+
+
+def test_produced_bytes_stay_under_their_bound_oldest_dropped_first() -> None:
+    batch = decode_batch(kafka_batch([Record(b"v" * 100, None, (), 5)]))
+    assert batch.wire is not None
+    cache = ProducedBytes(max_bytes=3 * len(batch.wire))
+    for offset in range(10):
+        cache.add("t", 0, offset, batch)
+        assert cache.held <= cache.max_bytes
+    stored = [RecordBatch.create(batch.payload, 1).stamped(o, 1) for o in range(10)]
+    assert [cache.encoded(b, "t", 0) is not None for b in stored] == [False] * 7 + [True] * 3
+    # compressed or log-append-time batches are not kept: their bytes are not the records
+    gz = decode_batch(kafka_batch([Record(b"v" * 1000, None, (), 5)], codec=1))
+    assert gz.wire is None
 
 
 @settings(max_examples=60, deadline=None)
