@@ -130,6 +130,9 @@ class NodeConfig:
     # --quiesce / --no-quiesce: idle groups stop ticking and heartbeating
     # (raftlog.raft.core.RaftCore.quiescent); node liveness stands in for them.
     quiesce: bool = True
+    # --max-open-segment-files: the bound on segment descriptors the node's logs hold
+    # open (raftlog.storage.open_files); 0: half the process's open-file limit
+    max_open_segment_files: int = 0
 
     @property
     def address(self) -> str:
@@ -360,6 +363,15 @@ def add_server_arguments(p: argparse.ArgumentParser) -> None:
         "write, a lagging replica, a dead node or a membership change wakes it "
         "(--no-quiesce: every partition ticks; default on)",
     )
+    p.add_argument(
+        "--max-open-segment-files",
+        type=int,
+        default=0,
+        help="segment files the node's partitions hold open at once: the least recently "
+        "used flushed ones are closed past it (and any unused for 60 s), and reopened on "
+        "use; 0: half the open-file limit, which the node raises to its hard limit at "
+        "start (default 0)",
+    )
     # set by shard 0 for the processes it starts (raftlog.node.shards); never by users
     p.add_argument("--shard-index", type=int, default=0, help=argparse.SUPPRESS)
     p.add_argument("--log-level", default="INFO")
@@ -555,6 +567,12 @@ def config_from_args(args: argparse.Namespace) -> NodeConfig:
     min_free = getattr(args, "min_free_bytes", DEFAULT_MIN_FREE_BYTES)
     if not 0 <= min_free <= 2**50:
         raise ValueError(f"--min-free-bytes: expected 0..{2**50} bytes, got {min_free}")
+    max_open = getattr(args, "max_open_segment_files", 0)
+    if not 0 <= max_open <= 1 << 24:
+        raise ValueError(
+            f"--max-open-segment-files: expected 0 (half the open-file limit) or "
+            f"1..{1 << 24} files, got {max_open}"
+        )
     shards = getattr(args, "shards", None)
     if shards is None:
         shards = os.cpu_count() or 1
@@ -599,6 +617,7 @@ def config_from_args(args: argparse.Namespace) -> NodeConfig:
         kafka_max_request_bytes=kafka_max,
         kafka_max_connections=kafka_connections,
         quiesce=getattr(args, "quiesce", True),
+        max_open_segment_files=max_open,
     )
 
 
