@@ -1,6 +1,6 @@
 """Failover at scale (issue 47, item 4): kill -9 the node leading a third of 3,000 partitions.
 
-A 3-node cluster gets 3,000 partitions (10 topics of 300, replication factor 3),
+A 3-node cluster gets 3,000 partitions (30 topics of 100, replication factor 3),
 created through the controller in batches; every partition gets a leader and the
 leaderships settle. Then:
 
@@ -35,13 +35,19 @@ from collections import Counter
 
 import pytest
 
-from benchmarks.workloads.cluster_handle import ClusterHandle, running_cluster
+from benchmarks.workloads.cluster_handle import ClusterHandle
+from benchmarks.workloads.latency import quantile
+from benchmarks.workloads.partition_scale import (
+    create_partitions,
+    leaders,
+    reelection_times,
+    settled_leaders,
+)
 from raftlog.client import RaftlogClient
 
-TOPICS, PER_TOPIC = 10, 300
-PARTITIONS = TOPICS * PER_TOPIC
+PARTITIONS = 3000
+PREFIX = "scale"
 WRITERS = 100
-POLL_S = 0.1
 FAILOVER_P99_S = 5.0
 FAILOVER_BOUND_S = 120.0  # every partition led again by then, or the test fails
 CREATE_BOUND_S = 900.0
@@ -49,50 +55,6 @@ SETTLE_BOUND_S = 120.0
 REBALANCE_BOUND_S = 300.0
 REBALANCED_SHARE = 0.9
 WRITE_GAP_S = 0.05
-
-
-@pytest.fixture
-def cluster(tmp_path) -> ClusterHandle:  # type: ignore[no-untyped-def]
-    with running_cluster(tmp_path / "cluster") as handle:
-        yield handle
-
-
-async def _leaders(client: RaftlogClient) -> dict[tuple[str, int], int]:
-    topics = (await client.metadata()).topics
-    return {
-        (t.name, p.partition): p.leader
-        for t in topics
-        if t.name.startswith("scale-")
-        for p in t.partitions
-    }
-
-
-async def _wait_all_led(client: RaftlogClient, bound_s: float) -> dict[tuple[str, int], int]:
-    deadline = time.monotonic() + bound_s
-    leaders: dict[tuple[str, int], int] = {}
-    while time.monotonic() < deadline:
-        try:
-            leaders = await _leaders(client)
-        except Exception:  # a node too busy to answer in time: ask again
-            leaders = {}
-        if len(leaders) == PARTITIONS and all(v > 0 for v in leaders.values()):
-            return leaders
-        await asyncio.sleep(1.0)
-    led = sum(1 for v in leaders.values() if v > 0)
-    raise AssertionError(f"only {led} of {PARTITIONS} partitions led after {bound_s} s")
-
-
-async def _settled(client: RaftlogClient) -> dict[tuple[str, int], int]:
-    """Leaders once two polls 3 s apart agree (the balancer's moves after a creation)."""
-    deadline = time.monotonic() + SETTLE_BOUND_S
-    before = await _wait_all_led(client, SETTLE_BOUND_S)
-    while time.monotonic() < deadline:
-        await asyncio.sleep(3.0)
-        now = await _wait_all_led(client, SETTLE_BOUND_S)
-        if now == before:
-            return now
-        before = now
-    return before
 
 
 class Writer:
@@ -134,48 +96,22 @@ class Writer:
         raise AssertionError(f"{self.topic}/{self.partition}: read back did not end")
 
 
-async def _reelection_times(
-    clients: list[RaftlogClient], led_by_victim: set[tuple[str, int]], victim: int, killed: float
-) -> dict[tuple[str, int], float]:
-    """Per partition the victim led: seconds from the kill to the first poll (its send
-    time) at which a live node reports another leader (see the module doc)."""
-    times: dict[tuple[str, int], float] = {}
-    deadline = killed + FAILOVER_BOUND_S
-    while len(times) < len(led_by_victim) and time.monotonic() < deadline:
-        sent = time.monotonic()
-        answers = await asyncio.gather(
-            *(asyncio.wait_for(_leaders(c), 10.0) for c in clients), return_exceptions=True
-        )
-        for answer in answers:
-            if isinstance(answer, BaseException):
-                continue
-            for key in led_by_victim:
-                leader = answer.get(key, -1)
-                if key not in times and leader > 0 and leader != victim:
-                    times[key] = sent - killed
-        await asyncio.sleep(max(0.0, POLL_S - (time.monotonic() - sent)))
-    return times
-
-
-def _quantile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
-
-
-async def test_kill_the_node_leading_a_third_of_3000_partitions(cluster: ClusterHandle) -> None:
+@pytest.mark.timeout(CREATE_BOUND_S + SETTLE_BOUND_S + FAILOVER_BOUND_S + REBALANCE_BOUND_S + 300)
+async def test_kill_the_node_leading_a_third_of_3000_partitions(
+    fresh_cluster: ClusterHandle,
+) -> None:
+    cluster = fresh_cluster
     rng = random.Random(47)
     started = time.monotonic()
     async with RaftlogClient(cluster.servers, request_timeout_s=60.0) as client:
-        for t in range(TOPICS):
-            await client.create_topic(f"scale-{t}", partitions=PER_TOPIC, replication_factor=3)
-        await _wait_all_led(client, CREATE_BOUND_S)
+        await create_partitions(client, PREFIX, 0, PARTITIONS)
+        before = await settled_leaders(client, PREFIX, PARTITIONS, CREATE_BOUND_S)
         created_s = time.monotonic() - started
-        leaders = await _settled(client)
-    counts = Counter(leaders.values())
+    counts = Counter(before.values())
     victim, led = counts.most_common(1)[0]
-    print(f"{PARTITIONS} partitions created and led in {created_s:.1f} s; leaders {counts}")
+    print(f"{PARTITIONS} partitions created, led and settled in {created_s:.1f} s: {counts}")
     assert led >= PARTITIONS // 3, counts
-    led_by_victim = {k for k, v in leaders.items() if v == victim}
+    led_by_victim = {k for k, v in before.items() if v == victim}
     live = [n for n in (1, 2, 3) if n != victim]
 
     live_servers = [cluster.address(n) for n in live]
@@ -184,7 +120,7 @@ async def test_kill_the_node_leading_a_third_of_3000_partitions(cluster: Cluster
         RaftlogClient([live_servers[0]], request_timeout_s=10.0) as poll_a,
         RaftlogClient([live_servers[1]], request_timeout_s=10.0) as poll_b,
     ):
-        targets = rng.sample(sorted(leaders), WRITERS)
+        targets = rng.sample(sorted(before), WRITERS)
         writers = [Writer(wclient, topic, part) for topic, part in targets]
         stop = asyncio.Event()
         tasks = [asyncio.create_task(w.run(stop)) for w in writers]
@@ -193,14 +129,16 @@ async def test_kill_the_node_leading_a_third_of_3000_partitions(cluster: Cluster
             assert all(w.acked for w in writers), "every writer wrote before the kill"
             killed = time.monotonic()
             cluster.kill(victim, signal.SIGKILL)
-            times = await _reelection_times([poll_a, poll_b], led_by_victim, victim, killed)
+            times = await reelection_times(
+                [poll_a, poll_b], PREFIX, led_by_victim, victim, killed, FAILOVER_BOUND_S
+            )
             await asyncio.sleep(3.0)  # writes go on through the new leaders
         finally:
             stop.set()
             await asyncio.wait_for(asyncio.gather(*tasks, return_exceptions=True), 180.0)
         missing = led_by_victim - set(times)
         values = list(times.values())
-        p50, p99 = _quantile(values, 0.5), _quantile(values, 0.99)
+        p50, p99 = quantile(values, 50.0), quantile(values, 99.0)
         print(
             f"kill -9 of node {victim} (leading {len(led_by_victim)}): re-elected "
             f"{len(values)} partitions, p50 {p50:.2f} s, p99 {p99:.2f} s, max {max(values):.2f} s; "
@@ -230,7 +168,7 @@ async def test_kill_the_node_leading_a_third_of_3000_partitions(cluster: Cluster
         while time.monotonic() - back < REBALANCE_BOUND_S:
             await asyncio.sleep(2.0)
             try:
-                share = Counter((await _leaders(client)).values())[victim]
+                share = Counter((await leaders(client, PREFIX)).values())[victim]
             except Exception:  # the node starting up: ask again
                 continue
             if share >= REBALANCED_SHARE * PARTITIONS / 3:
