@@ -42,6 +42,7 @@ from benchmarks.workloads.partition_scale import (
     leaders,
     reelection_times,
     settled_leaders,
+    wait_all_led,
 )
 from raftlog.client import RaftlogClient
 
@@ -50,8 +51,10 @@ PREFIX = "scale"
 WRITERS = 100
 FAILOVER_P99_S = 5.0
 FAILOVER_BOUND_S = 120.0  # every partition led again by then, or the test fails
-CREATE_BOUND_S = 900.0
-SETTLE_BOUND_S = 120.0
+# Creation on the shared 2-core machine (load average 15-25 from other work) took
+# about 16 min; a bound on waiting, not a figure this test asserts.
+CREATE_BOUND_S = 1800.0
+SETTLE_BOUND_S = 60.0
 REBALANCE_BOUND_S = 300.0
 REBALANCED_SHARE = 0.9
 WRITE_GAP_S = 0.05
@@ -105,11 +108,12 @@ async def test_kill_the_node_leading_a_third_of_3000_partitions(
     started = time.monotonic()
     async with RaftlogClient(cluster.servers, request_timeout_s=60.0) as client:
         await create_partitions(client, PREFIX, 0, PARTITIONS)
-        before = await settled_leaders(client, PREFIX, PARTITIONS, CREATE_BOUND_S)
+        await wait_all_led(client, PREFIX, PARTITIONS, CREATE_BOUND_S)
         created_s = time.monotonic() - started
+        before = await settled_leaders(client, PREFIX, PARTITIONS, SETTLE_BOUND_S)
     counts = Counter(before.values())
     victim, led = counts.most_common(1)[0]
-    print(f"{PARTITIONS} partitions created, led and settled in {created_s:.1f} s: {counts}")
+    print(f"{PARTITIONS} partitions created and led in {created_s:.1f} s; leaders {counts}")
     assert led >= PARTITIONS // 3, counts
     led_by_victim = {k for k, v in before.items() if v == victim}
     live = [n for n in (1, 2, 3) if n != victim]
