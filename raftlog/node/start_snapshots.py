@@ -93,6 +93,8 @@ class StartSnapshots:
     # -- taking them --------------------------------------------------------------------
 
     def _on_roll(self, base: int) -> None:
+        if base <= 0:
+            return  # the log's first segment: nothing before it to stand in for
         if self._c.last_applied == base - 1:
             self._take(base - 1)
         elif base - 1 > self._c.last_applied:
