@@ -22,8 +22,6 @@ import os
 import time
 from typing import Any
 
-from benchmarks.workloads import raftlog_local
-
 TOPIC_PARTITIONS = 100
 """Partitions per topic created: one controller command places that many."""
 POLL_S = 0.1
@@ -44,9 +42,25 @@ async def create_partitions(
         n = min(TOPIC_PARTITIONS, total - have)
         name = f"{prefix}-{have // TOPIC_PARTITIONS}"
         await client.create_topic(name, n, 3)
-        await raftlog_local.wait_leaders(client, name, batch_bound_s)
+        await _wait_topic_led(client, name, batch_bound_s)
         have += n
     return have
+
+
+async def _wait_topic_led(client: Any, name: str, bound_s: float) -> None:
+    """Until every partition of ``name`` has a leader (a node too busy to answer in
+    time is asked again); AssertionError after ``bound_s``."""
+    deadline = time.monotonic() + bound_s
+    leaders_: list[int] = []
+    while time.monotonic() < deadline:
+        try:
+            leaders_ = [p.leader for p in (await client.describe_topic(name)).partitions]
+        except Exception:
+            leaders_ = []
+        if leaders_ and all(v > 0 for v in leaders_):
+            return
+        await asyncio.sleep(0.5)
+    raise AssertionError(f"topic {name!r} not led after {bound_s} s: {leaders_}")
 
 
 async def leaders(client: Any, prefix: str) -> dict[tuple[str, int], int]:
