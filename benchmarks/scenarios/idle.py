@@ -69,7 +69,7 @@ def _steps(text: str) -> tuple[int, ...]:
         steps = tuple(int(part) for part in text.split(","))
     except ValueError:
         raise argparse.ArgumentTypeError(
-            f"--partitions: expected counts like 0,150,1500, got {text!r}"
+            f"--partitions: expected counts like 0,300,3000, got {text!r}"
         ) from None
     if not steps or any(not 0 <= n <= 10_000 for n in steps) or list(steps) != sorted(set(steps)):
         raise argparse.ArgumentTypeError(
