@@ -50,7 +50,7 @@ PARTITIONS = 3000
 PREFIX = "scale"
 WRITERS = 100
 FAILOVER_P99_S = 5.0
-FAILOVER_BOUND_S = 120.0  # every partition led again by then, or the test fails
+FAILOVER_BOUND_S = 300.0  # every partition led again by then (a wait; p99 is asserted)
 # Creation on the shared 2-core machine (load average 15-25 from other work) took
 # about 16 min; a bound on waiting, not a figure this test asserts.
 CREATE_BOUND_S = 1800.0
@@ -141,17 +141,24 @@ async def test_kill_the_node_leading_a_third_of_3000_partitions(
             stop.set()
             await asyncio.wait_for(asyncio.gather(*tasks, return_exceptions=True), 180.0)
         missing = led_by_victim - set(times)
-        values = list(times.values())
+        # a partition not led again counts as the whole bound (p99 never understated)
+        values = list(times.values()) + [FAILOVER_BOUND_S] * len(missing)
         p50, p99 = quantile(values, 50.0), quantile(values, 99.0)
         print(
             f"kill -9 of node {victim} (leading {len(led_by_victim)}): re-elected "
-            f"{len(values)} partitions, p50 {p50:.2f} s, p99 {p99:.2f} s, max {max(values):.2f} s; "
+            f"{len(values)} partitions, p50 {p50:.2f} s, p99 {p99:.2f} s, max {max(values, default=0.0):.2f} s; "
             f"{len(missing)} not led within {FAILOVER_BOUND_S} s"
         )
-        assert not missing, f"{len(missing)} partitions not led again, e.g. {sorted(missing)[:5]}"
+        # Availability failures are collected, so that one run measures everything (the
+        # rebalance too) before the test fails on them; exactly-once fails at once.
+        failures: list[str] = []
+        if missing:
+            failures.append(f"{len(missing)} partitions not led again within {FAILOVER_BOUND_S} s")
+        errors = [w.errors for w in writers if w.errors]
+        if errors:
+            failures.append(f"{len(errors)} writers stopped: {errors[0]}")
 
         # Exactly once: every acknowledged write once, in order; nothing twice.
-        assert not [w.errors for w in writers if w.errors], [w.errors for w in writers]
         acked = 0
         for w in writers:
             got = await w.read_back()
@@ -162,7 +169,8 @@ async def test_kill_the_node_leading_a_third_of_3000_partitions(
             assert len(got) - len(w.acked) <= 1, f"{w.topic}/{w.partition}: extra {got[-3:]}"
             acked += len(w.acked)
         print(f"{acked} writes to {WRITERS} partitions acknowledged and read back once each")
-        assert p99 <= FAILOVER_P99_S, f"re-election p99 {p99:.2f} s > {FAILOVER_P99_S} s"
+        if p99 > FAILOVER_P99_S:
+            failures.append(f"re-election p99 {p99:.2f} s > {FAILOVER_P99_S} s")
 
     # Rebalance: the node comes back and leads its share again.
     cluster.restart(victim)
@@ -179,5 +187,7 @@ async def test_kill_the_node_leading_a_third_of_3000_partitions(
                 break
     took = time.monotonic() - back
     print(f"node {victim} back: leads {share} partitions after {took:.1f} s")
-    assert share >= REBALANCED_SHARE * PARTITIONS / 3, (share, took)
+    if share < REBALANCED_SHARE * PARTITIONS / 3:
+        failures.append(f"node {victim} leads {share} partitions {took:.0f} s after its restart")
     print(f"test wall time {time.monotonic() - started:.1f} s")
+    assert not failures, "; ".join(failures)
