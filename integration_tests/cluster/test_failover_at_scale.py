@@ -146,7 +146,8 @@ async def test_kill_the_node_leading_a_third_of_3000_partitions(
         p50, p99 = quantile(values, 50.0), quantile(values, 99.0)
         print(
             f"kill -9 of node {victim} (leading {len(led_by_victim)}): re-elected "
-            f"{len(values)} partitions, p50 {p50:.2f} s, p99 {p99:.2f} s, max {max(values, default=0.0):.2f} s; "
+            f"{len(times)} partitions, p50 {p50:.2f} s, p99 {p99:.2f} s, "
+            f"max {max(values, default=0.0):.2f} s; "
             f"{len(missing)} not led within {FAILOVER_BOUND_S} s"
         )
         # Availability failures are collected, so that one run measures everything (the
