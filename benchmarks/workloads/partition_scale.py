@@ -41,7 +41,8 @@ async def create_partitions(
     while have < total:
         n = min(TOPIC_PARTITIONS, total - have)
         name = f"{prefix}-{have // TOPIC_PARTITIONS}"
-        await client.create_topic(name, n, 3)
+        # exist_ok: a create the client retried after a timeout may have committed
+        await client.create_topic(name, n, 3, exist_ok=True)
         await _wait_topic_led(client, name, batch_bound_s)
         have += n
     return have
