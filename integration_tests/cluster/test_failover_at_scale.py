@@ -58,6 +58,7 @@ SETTLE_BOUND_S = 60.0
 REBALANCE_BOUND_S = 300.0
 REBALANCED_SHARE = 0.9
 WRITE_GAP_S = 0.05
+WRITERS_START_S = 120.0
 
 
 class Writer:
@@ -129,8 +130,13 @@ async def test_kill_the_node_leading_a_third_of_3000_partitions(
         stop = asyncio.Event()
         tasks = [asyncio.create_task(w.run(stop)) for w in writers]
         try:
-            await asyncio.sleep(2.0)
-            assert all(w.acked for w in writers), "every writer wrote before the kill"
+            # every writer acknowledged once (its session opened) before the kill
+            for _ in range(int(WRITERS_START_S / 0.5)):
+                if all(w.acked for w in writers):
+                    break
+                await asyncio.sleep(0.5)
+            started_writers = sum(1 for w in writers if w.acked)
+            assert started_writers == WRITERS, f"{started_writers} writers wrote before the kill"
             killed = time.monotonic()
             cluster.kill(victim, signal.SIGKILL)
             times = await reelection_times(
