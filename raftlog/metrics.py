@@ -271,6 +271,34 @@ class _RaftClockCollector(Collector):
             yield counter
 
 
+class _OpenFilesCollector(Collector):
+    """The node's bound on open segment files (raftlog.storage.open_files)."""
+
+    _GAUGES = {
+        "open_segment_files": "segment file descriptors the node's logs hold open",
+        "open_segment_files_limit": "the bound on them (--max-open-segment-files)",
+    }
+    _COUNTERS = {
+        "segment_files_closed": "segment descriptors closed to stay under the bound or idle",
+        "open_segment_files_over_limit": "opens past the bound that found no flushed log to close",
+    }
+
+    def __init__(self, node_id: int, stats: Callable[[], dict[str, float]]) -> None:
+        self._node_id = str(node_id)
+        self._stats = stats
+
+    def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
+        stats = self._stats()
+        for name, doc in self._GAUGES.items():
+            gauge = GaugeMetricFamily(f"raftlog_storage_{name}", doc, labels=["node"])
+            gauge.add_metric([self._node_id], stats[name])
+            yield gauge
+        for name, doc in self._COUNTERS.items():
+            counter = CounterMetricFamily(f"raftlog_storage_{name}", doc, labels=["node"])
+            counter.add_metric([self._node_id], stats[name])
+            yield counter
+
+
 class NodeMetrics:
     """Every metric of one node, in a registry of its own."""
 
@@ -282,6 +310,7 @@ class NodeMetrics:
         disk: Callable[[], dict[str, Any]] | None = None,
         edge: EdgeView | None = None,
         raft_clock: Callable[[], dict[str, float]] | None = None,
+        open_files: Callable[[], dict[str, float]] | None = None,
     ) -> None:
         """``syncs``: the node's syncfs calls, None when it makes none (no sample);
         ``disk``: the node's :meth:`DiskSpace.status` (None: no disk metrics);
@@ -302,6 +331,8 @@ class NodeMetrics:
         )
         if raft_clock is not None:
             self.registry.register(_RaftClockCollector(node_id, raft_clock))
+        if open_files is not None:
+            self.registry.register(_OpenFilesCollector(node_id, open_files))
         self.append_latency = Histogram(
             "raftlog_append_latency_seconds",
             "produce latency from request to acknowledgement, by acks",

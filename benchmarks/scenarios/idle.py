@@ -1,14 +1,17 @@
 """Scenario ``idle``: what a cluster costs while nobody writes, by partition count.
 
 Kafka and Redpanda users keep hundreds or thousands of partitions, most of them
-idle at any moment. Each partition here is a Raft group with its own ticks and
-heartbeats (an idle follower gets one every ``idle_heartbeat_ticks``), so an idle
-cluster's CPU grows with its partitions. A 3-node local cluster gets topics of
-``TOPIC_PARTITIONS`` partitions (3 replicas each) in steps; after each step every
+idle at any moment. Each partition here is a Raft group; an idle one quiesces (no
+ticks, no heartbeats of its own), so what an idle cluster costs per partition is
+what is left. A 3-node local cluster gets topics of up to
+``TOPIC_PARTITIONS`` partitions (3 replicas each) in steps (0, 300, 1,000 and 3,000
+by default; 10,000 with ``--partitions 0,3000,10000``); after each step every
 partition has a leader, the groups settle (and, where the nodes quiesce idle
 groups, until they report them quiescent: ``s to quiesce``), and then the nodes' CPU (user +
 system of every process of every node, from ``/proc``) is measured over a window
-in which no client calls. Local cluster only: it reads the nodes' CPU by PID.
+in which no client calls. Per node it reports the cores, the resident memory and
+the open file descriptors (the largest of the three nodes for the last two). Local
+cluster only: it reads the nodes' CPU, memory and descriptors by PID.
 """
 
 from __future__ import annotations
@@ -17,16 +20,23 @@ import argparse
 import asyncio
 import time
 import urllib.request
-from typing import Any
 
 from benchmarks.context import RunContext
 from benchmarks.registry import Row, Skip, scenario
 from benchmarks.workloads import raftlog_local
+from benchmarks.workloads.partition_scale import (
+    TOPIC_PARTITIONS,
+    create_partitions,
+    node_resources,
+    wait_all_led,
+)
 from benchmarks.workloads.process_cpu import tree_cpu_seconds
 
-TOPIC_PARTITIONS = 30
-FULL_STEPS, QUICK_STEPS = (0, 150, 450), (0, 30)
-"""Partition counts measured, in increasing order, each a multiple of TOPIC_PARTITIONS."""
+FULL_STEPS, QUICK_STEPS = (0, 300, 1000, 3000), (0, 30)
+"""Partition counts measured, in increasing order."""
+PREFIX = "bench-idle"
+LED_BOUND_S = 1800.0
+"""Every partition of a step led by then (10,000 partitions on 2 busy cores take minutes)."""
 FULL_WINDOW_S, QUICK_WINDOW_S = 10, 3
 SETTLE_S = 3.0
 """After the last leader is elected: the commit index reaches every follower, whose
@@ -48,37 +58,24 @@ def add_arguments(group: argparse._ArgumentGroup) -> None:
         "--partitions",
         type=_steps,
         default=None,
-        help="the partition counts to measure, comma-separated, increasing, each a "
-        f"multiple of {TOPIC_PARTITIONS} (default 0,150,450; quick 0,30)",
+        help="the partition counts to measure, comma-separated, increasing, up to 10000 "
+        f"(created in topics of up to {TOPIC_PARTITIONS}; default 0,300,1000,3000; quick 0,30)",
     )
 
 
 def _steps(text: str) -> tuple[int, ...]:
-    """``--partitions``: "0,150,1500" -> (0, 150, 1500); ValueError names the option."""
+    """``--partitions``: "0,300,3000" -> (0, 300, 3000); ValueError names the option."""
     try:
         steps = tuple(int(part) for part in text.split(","))
     except ValueError:
         raise argparse.ArgumentTypeError(
-            f"--partitions: expected counts like 0,150,1500, got {text!r}"
+            f"--partitions: expected counts like 0,300,3000, got {text!r}"
         ) from None
-    if (
-        not steps
-        or any(n < 0 or n % TOPIC_PARTITIONS for n in steps)
-        or list(steps) != sorted(set(steps))
-    ):
+    if not steps or any(not 0 <= n <= 10_000 for n in steps) or list(steps) != sorted(set(steps)):
         raise argparse.ArgumentTypeError(
-            f"--partitions: expected increasing multiples of {TOPIC_PARTITIONS}, got {text!r}"
+            f"--partitions: expected increasing counts within 0..10000, got {text!r}"
         )
     return steps
-
-
-async def _grow(client: Any, have: int, want: int) -> int:
-    """Create topics of TOPIC_PARTITIONS partitions until ``want``; the count now."""
-    while have < want:
-        name = f"bench-idle-{have // TOPIC_PARTITIONS}"
-        await raftlog_local.create_topic(client, name, TOPIC_PARTITIONS)
-        have += TOPIC_PARTITIONS
-    return have
 
 
 def _active_groups(address: str) -> float | None:
@@ -127,13 +124,22 @@ async def measure(
     have = 0
     try:
         for want in steps:
-            have = await _grow(client, have, want)
+            start = time.monotonic()
+            have = await create_partitions(client, PREFIX, have, want)
+            if have:
+                await wait_all_led(client, PREFIX, have, LED_BOUND_S)
+            created_s = time.monotonic() - start
             await asyncio.sleep(SETTLE_S)
             settled_s = await _quiesced(servers)
             cores = await _cores(pids, window_s)
+            used = [node_resources(pid) for pid in pids]
             row: Row = {
                 "partitions": f"{have}",
                 "cores (3 nodes)": cores,
+                "cores per node": cores / len(pids),
+                "MiB per node": max(mib for mib, _ in used),
+                "open files per node": float(max(fds for _, fds in used)),
+                "s to create and lead": created_s,
                 "s to quiesce": settled_s,
             }
             if have and rows:
@@ -156,7 +162,8 @@ async def measure(
 
 @scenario(
     "idle",
-    "an idle 3-node cluster's CPU by partition count (0, 150, 450, or --partitions; quick 0, 30)",
+    "an idle 3-node cluster's cores, memory and open files per node by partition count "
+    "(0, 300, 1000, 3000, or --partitions up to 10000; quick 0, 30)",
     add_arguments=add_arguments,
 )
 def run(ctx: RunContext) -> list[Row]:
@@ -171,7 +178,7 @@ def run(ctx: RunContext) -> list[Row]:
     ):
         rows = asyncio.run(measure(ctx, cluster, steps, window_s))
     ctx.note(
-        f"3-node local cluster; topics of {TOPIC_PARTITIONS} partitions, 3 replicas each, "
+        f"3-node local cluster; topics of up to {TOPIC_PARTITIONS} partitions, 3 replicas each, "
         f"every partition led, then {SETTLE_S:.0f} s to settle; CPU = user + system of the "
         f"nodes' processes (from /proc) over {window_s} s with no client calling"
     )

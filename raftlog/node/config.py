@@ -140,6 +140,9 @@ class NodeConfig:
     quiesce: bool = True
     # --console: serve the console's page at /console (raftlog.console), client role
     console: bool = False
+    # --max-open-segment-files: the bound on segment descriptors the node's logs hold
+    # open (raftlog.storage.open_files); 0: half the process's open-file limit
+    max_open_segment_files: int = 0
 
     @property
     def address(self) -> str:
@@ -377,6 +380,15 @@ def add_server_arguments(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="serve the read-only web console at /console (the client role, this node's "
         "TLS; a browser gives the client token as the password); default off",
+    )
+    p.add_argument(
+        "--max-open-segment-files",
+        type=int,
+        default=0,
+        help="segment files the node's partitions hold open at once: the least recently "
+        "used flushed ones are closed past it (and any unused for 60 s), and reopened on "
+        "use; 0: half the open-file limit, which the node raises to its hard limit at "
+        "start (default 0)",
     )
     # set by shard 0 for the processes it starts (raftlog.node.shards); never by users
     p.add_argument("--shard-index", type=int, default=0, help=argparse.SUPPRESS)
@@ -618,6 +630,12 @@ def config_from_args(args: argparse.Namespace) -> NodeConfig:
     min_free = getattr(args, "min_free_bytes", DEFAULT_MIN_FREE_BYTES)
     if not 0 <= min_free <= 2**50:
         raise ValueError(f"--min-free-bytes: expected 0..{2**50} bytes, got {min_free}")
+    max_open = getattr(args, "max_open_segment_files", 0)
+    if not 0 <= max_open <= 1 << 24:
+        raise ValueError(
+            f"--max-open-segment-files: expected 0 (half the open-file limit) or "
+            f"1..{1 << 24} files, got {max_open}"
+        )
     shards = getattr(args, "shards", None)
     if shards is None:
         shards = os.cpu_count() or 1
@@ -664,6 +682,7 @@ def config_from_args(args: argparse.Namespace) -> NodeConfig:
         kafka_group_limits=_group_limits(args),
         quiesce=getattr(args, "quiesce", True),
         console=getattr(args, "console", False),
+        max_open_segment_files=max_open,
     )
 
 

@@ -85,6 +85,7 @@ from raftlog.rpc.transport import StreamTransport
 from raftlog.storage.batch import RecordBatch
 from raftlog.storage.fs import REAL_FS, DiskFull
 from raftlog.storage.log import SegmentedLog
+from raftlog.storage.open_files import OpenFiles, current_fd_limit, default_budget
 
 log = logging.getLogger(__name__)
 
@@ -123,13 +124,17 @@ class GroupHost:
         flush_scope: str = FLUSH_SCOPE_GROUP,
         transactions_segment_bytes: int = DEFAULT_TRANSACTION_STATE_LOG_SEGMENT_BYTES,
         quiesce: bool = True,
+        max_open_segment_files: int | None = None,
     ) -> None:
         """``flush_scope``: ``node`` makes one syncfs of ``data_dir``'s filesystem serve
         every group whose log is on it (:mod:`raftlog.raft.node_flush`), where the
         system's syncfs reports write-back errors; ``group``: each log fsyncs its files.
         ``transactions_segment_bytes``: ``__transactions``' largest segment (see
-        :meth:`PartitionReplica.configure`)."""
+        :meth:`PartitionReplica.configure`). ``max_open_segment_files``: the bound on
+        the groups' open segment descriptors (:mod:`raftlog.storage.open_files`; None:
+        the default share of the process's open-file limit)."""
         self.node_id = node_id
+        self.open_files = OpenFiles(max_open_segment_files or default_budget(current_fd_limit()))
         self.data_dir = data_dir
         self.flush_scope = flush_scope
         # The node's syncfs, and the device it serves (st_dev of data_dir); None: none.
@@ -177,6 +182,16 @@ class GroupHost:
         if self.node_flush is not None:
             await self.node_flush.stop()
 
+    def open_files_stats(self) -> dict[str, float]:
+        """The bound on open segment files and its figures (the raftlog_storage_* metrics)."""
+        files = self.open_files
+        return {
+            "open_segment_files": float(files.open),
+            "open_segment_files_limit": float(files.limit),
+            "segment_files_closed": float(files.closed_total),
+            "open_segment_files_over_limit": float(files.over_limit),
+        }
+
     def clock_stats(self) -> dict[str, float]:
         """The node clock's and heartbeats' figures (the raftlog_raft_* metrics)."""
         hosted = sum(1 for c in self.groups.values() if c.running)
@@ -200,6 +215,7 @@ class GroupHost:
         self, group: int, directory: pathlib.Path, replicas: list[int]
     ) -> Consensus:
         log = await asyncio.to_thread(SegmentedLog.open, directory)
+        log.attach_files(self.open_files)
         self._register_crash_hook(group, log)
         return Consensus(
             group,

@@ -129,6 +129,7 @@ from raftlog.rpc.transport import StreamTransport
 from raftlog.storage import fs as storage_fs
 from raftlog.storage import identity
 from raftlog.storage.fs import DiskFull
+from raftlog.storage.open_files import check_budget, raise_fd_limit
 
 log = logging.getLogger("raftlog.node")
 
@@ -178,6 +179,7 @@ class Node(Upkeep, AdminApi, MetadataApi, DataApi):
             flush_scope=config.flush_scope,
             transactions_segment_bytes=config.transaction_state_log_segment_bytes,
             quiesce=config.quiesce,
+            max_open_segment_files=config.max_open_segment_files or None,
         )
         self.controller_stm = ControllerStm()
         self.controller: Any = None
@@ -192,6 +194,7 @@ class Node(Upkeep, AdminApi, MetadataApi, DataApi):
             disk=self.disk.status,
             edge=self.edge,
             raft_clock=self.host.clock_stats,
+            open_files=self.host.open_files_stats,
         )
         self._reconcile_needed = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
@@ -289,6 +292,7 @@ class Node(Upkeep, AdminApi, MetadataApi, DataApi):
             self._coordinator_resume_loop(),
             self._retention_loop(),
             self._move_loop(),
+            self._idle_files_loop(),
         ]
         if not internal:  # one process per node deletes its deleted topics' replicas
             loops.append(self._file_delete_loop())
@@ -638,6 +642,11 @@ async def serve(config: NodeConfig, argv: list[str] | None = None) -> int:
 def run_server(args: argparse.Namespace) -> int:
     """The ``raftlog server`` command."""
     config = config_from_args(args)
+    # Thousands of partitions need thousands of descriptors: up to the hard limit
+    # (refused, naming ulimit -n, below the minimum), before any file is opened.
+    fd_limit = raise_fd_limit()
+    if config.max_open_segment_files:
+        check_budget(config.max_open_segment_files, fd_limit)
     shard = f".{config.shard_index}" if config.shard_index else ""
     logging.basicConfig(
         level=getattr(logging, str(args.log_level).upper(), logging.INFO),

@@ -18,6 +18,7 @@ a little later, at a segment end it did snapshot.
 
 from __future__ import annotations
 
+import asyncio
 import bisect
 import logging
 from collections.abc import Callable
@@ -66,6 +67,10 @@ class StartSnapshots:
         self._pending = {
             s.base_offset - 1 for s in log_.segment_infos()[1:] if s.base_offset - 1 > restored
         }
+        # Saves running in a thread (offset -> its task), and how many times the log was
+        # replaced by a snapshot: a save begun before that is of a log that is gone.
+        self._saving: dict[int, asyncio.Task[None]] = {}
+        self._generation = 0
         log_.roll_listeners.append(self._on_roll)
         consensus.add_applied_listener(self._on_applied)
         consensus.snapshot_store = self
@@ -81,12 +86,15 @@ class StartSnapshots:
         """The log was replaced by a snapshot as of ``offset``: every other snapshot is of
         a log that no longer exists."""
         self._pending.clear()
+        self._generation += 1
         self._save(offset, data)
         self._drop(lambda o: o != offset)
 
     # -- taking them --------------------------------------------------------------------
 
     def _on_roll(self, base: int) -> None:
+        if base <= 0:
+            return  # the log's first segment: nothing before it to stand in for
         if self._c.last_applied == base - 1:
             self._take(base - 1)
         elif base - 1 > self._c.last_applied:
@@ -98,9 +106,36 @@ class StartSnapshots:
             self._take(offset)
 
     def _take(self, offset: int) -> None:
+        """Take the state as of ``offset`` now and save it in a thread: a segment roll
+        (every new term rolls one) must not wait for the record's fsyncs on the event
+        loop, where a failover's thousands of rolls would queue behind each other.
+        Retention counts it (``kept``) only once it is durable."""
         applied, data = self._c.state_snapshot()
-        if applied != offset or offset in self.kept:
+        if applied != offset or offset in self.kept or offset in self._saving:
             return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # no event loop (a tool, a test driving the log by hand)
+            self._save_or_warn(offset, data)
+            return
+        self._saving[offset] = loop.create_task(self._save_in_thread(offset, data))
+
+    async def _save_in_thread(self, offset: int, data: bytes) -> None:
+        generation = self._generation
+        path = self._dir / file_name(offset)
+        try:
+            await asyncio.to_thread(save_record, path, _MAGIC, data, self._fs)
+        except OSError as exc:  # retention waits for the next segment end
+            log.warning("%s: could not save the snapshot at offset %d: %s", self._name, offset, exc)
+            return
+        finally:
+            self._saving.pop(offset, None)
+        if generation != self._generation:  # the log was replaced meanwhile
+            self._fs.unlink(path, missing_ok=True)
+        elif offset not in self.kept:
+            bisect.insort(self.kept, offset)
+
+    def _save_or_warn(self, offset: int, data: bytes) -> None:
         try:
             self._save(offset, data)
         except OSError as exc:  # retention waits for the next segment end

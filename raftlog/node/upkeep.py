@@ -32,6 +32,13 @@ from raftlog.node.config import (
 from raftlog.node.groups import PartitionReplica, last_heard_ms
 from raftlog.storage import identity
 from raftlog.storage.api import StorageCorruption
+from raftlog.storage.fs import REAL_FS
+
+IDLE_FILES_CHECK_S = 10.0
+TRANSFER_BATCH = 32
+"""Leadership transfers to preferred replicas a node runs at once."""
+OPEN_BATCH = 16
+"""Partition replicas a node opens at once when a topic is created (or at start)."""
 
 log = logging.getLogger("raftlog.node")
 
@@ -59,6 +66,13 @@ class OpenFailure:
             "error": self.error,
             "attempts": self.attempts,
         }
+
+
+def _make_durable_dirs(directories: list[pathlib.Path]) -> None:
+    """Create ``directories`` (and parents) and fsync each new name's parent."""
+    for directory in directories:
+        for parent in REAL_FS.mkdirs(directory):
+            REAL_FS.fsync_dir(parent)
 
 
 def _open_retry_delay(attempts: int) -> float:
@@ -107,14 +121,26 @@ class Upkeep:
         for gid in [g for g in self._open_failures if g not in desired]:
             del self._open_failures[gid]
         now = time.monotonic()
+        to_open = []
         for gid, (topic, part) in sorted(desired.items()):
             if gid not in self.partitions:
                 failed = self._open_failures.get(gid)
                 if failed is None or failed.retry_at <= now:
-                    await self._try_open_partition(topic, part, failed)
+                    to_open.append((topic, part, failed))
                 else:  # woken early (another change, a timer's rounding): wake again then
                     loop = asyncio.get_running_loop()
                     loop.call_later(failed.retry_at - now, self._reconcile_needed.set)
+        # A topic of thousands of partitions opens OPEN_BATCH replicas at a time: their
+        # directory and marker fsyncs (in threads) overlap instead of queueing one by one.
+        # Their topics' directories first, durably, one thread: a replica must not
+        # find its parent made by another's thread that has not fsynced it yet.
+        parents = sorted({self._partition_dir(t.name, p.partition).parent for t, p, _ in to_open})
+        if parents:
+            await asyncio.to_thread(_make_durable_dirs, parents)
+        for i in range(0, len(to_open), OPEN_BATCH):
+            batch = to_open[i : i + OPEN_BATCH]
+            await asyncio.gather(*(self._try_open_partition(*o) for o in batch))
+        for gid, (topic, part) in sorted(desired.items()):
             rep = self.partitions.get(gid)
             if rep is not None:  # configs changed, or a partition just opened
                 rep.configure(self.controller_stm.topic_config(topic.name))
@@ -237,24 +263,33 @@ class Upkeep:
                 log.info("deleted %s (its topic was deleted over %d ms ago)", p, delay_ms)
 
     async def _balance_loop(self) -> None:
-        """Move each partition's leadership to its preferred replica when possible."""
+        """Move each partition's leadership to its preferred replica when possible,
+        ``TRANSFER_BATCH`` partitions at a time (a node back after a failover is
+        preferred by a third of the partitions: one by one, that took minutes)."""
         while True:
             await asyncio.sleep(1.0)
             now = time.monotonic()
+            due = []
             for gid, rep in list(self.partitions.items()):
                 preferred = rep.replicas[0]
                 if preferred == self.node_id or not rep.consensus.is_leader:
                     continue
                 if now - self._transfer_attempts.get(gid, 0.0) < 10.0:
                     continue  # a transfer was tried lately (and failed: it still leads)
-                try:
-                    tried = await asyncio.wait_for(
-                        self.host.transfer(rep.consensus, preferred), 3.0
-                    )
-                except Exception:  # timed out or refused
-                    tried = True
-                if tried:  # else checked again next second, until the replica keeps up
-                    self._transfer_attempts[gid] = now
+                due.append((gid, rep, preferred))
+            for i in range(0, len(due), TRANSFER_BATCH):
+                batch = due[i : i + TRANSFER_BATCH]
+                await asyncio.gather(*(self._transfer_to_preferred(*d, now) for d in batch))
+
+    async def _transfer_to_preferred(
+        self, gid: int, rep: PartitionReplica, preferred: int, now: float
+    ) -> None:
+        try:
+            tried = await asyncio.wait_for(self.host.transfer(rep.consensus, preferred), 3.0)
+        except Exception:  # timed out or refused
+            tried = True
+        if tried:  # else checked again next second, until the replica keeps up
+            self._transfer_attempts[gid] = now
 
     async def _leader_balancer_loop(self) -> None:
         """On the controller leader, every ``--leader-balance-interval-ms`` (0: never),
@@ -380,6 +415,16 @@ class Upkeep:
                     continue
                 if done:
                     log.info("transaction coordinator: finished %d incomplete decisions", done)
+
+    async def _idle_files_loop(self) -> None:
+        """Every ``IDLE_FILES_CHECK_S``, close the segment files of the partitions unused
+        for the bound's idle time (``OpenFiles.close_idle``): an idle partition holds no
+        descriptor; its next read or write reopens one."""
+        while True:
+            await asyncio.sleep(IDLE_FILES_CHECK_S)
+            closed = self.host.open_files.close_idle()
+            if closed:
+                log.debug("closed %d idle segment files", closed)
 
     async def _retention_loop(self) -> None:
         """Every interval, each partition applies retention (see raftlog.node.retention).

@@ -356,7 +356,7 @@ def make_app(
         request: web.Request,
         answer: Callable[[web.WebSocketResponse, int, memoryview], Any],
         refuse_oversized: Callable[[web.WebSocketResponse, int, memoryview], Any] | None = None,
-    ) -> web.WebSocketResponse:
+    ) -> web.StreamResponse:
         """Read a stream's frames and hand each to ``answer`` in a task of its own: with a
         :class:`~raftlog.rpc.frame_receiver.FrameReceiver` (no copy of a frame's bytes),
         or with aiohttp's reader on a TLS connection.
@@ -373,8 +373,10 @@ def make_app(
             await ws.prepare(request)
         except ConnectionError:
             # the other side gave up on the handshake before it was answered (its
-            # connect timed out, e.g. while this node was stopped): nothing to serve
-            return ws
+            # connect timed out, e.g. while this node was stopped): nothing to serve.
+            # Not the unprepared ws: aiohttp would close it and log "Call .prepare()
+            # first" as an unhandled error; a plain response's write fails quietly.
+            return web.Response(status=499)
         loop = asyncio.get_running_loop()
         receiver: FrameReceiver | None = None
         conn = edge.connection(request.protocol)
@@ -484,10 +486,10 @@ def make_app(
             streams.discard(ws)
         return ws
 
-    async def peer_stream(request: web.Request) -> web.WebSocketResponse:
+    async def peer_stream(request: web.Request) -> web.StreamResponse:
         return await serve_stream(request, answer)
 
-    async def client_stream(request: web.Request) -> web.WebSocketResponse:
+    async def client_stream(request: web.Request) -> web.StreamResponse:
         authorization = _authorization(request)
         # the middleware let any role open the stream: each message needs its route's
         who, why = policy.identify(authorization)

@@ -58,6 +58,7 @@ from raftlog.storage.fs import (
     StorageFailed,
     is_disk_full,
 )
+from raftlog.storage.open_files import OpenFiles
 from raftlog.storage.recovery import recover_last_segment, verify_sealed_segment
 from raftlog.storage.segment import (
     INDEX_SUFFIX,
@@ -165,6 +166,14 @@ class SegmentedLog:
         # Called with the base offset of every segment created by an append (after the
         # roll, before the batch is written): retention's snapshots at segment ends.
         self.roll_listeners: list[Callable[[int], None]] = []
+        # The node's bound on open segment files (None: unbounded), this log's open
+        # descriptors, the flushes prepared and not finished (their fsync may be running
+        # in a thread on a segment's descriptor: nothing is closed meanwhile), and the
+        # sealed segments to close once they finish.
+        self._files: OpenFiles | None = None
+        self._files_open = 0
+        self._flushing = 0
+        self._close_after_flush: list[Segment] = []
 
     # -- open / close ---------------------------------------------------------------------
 
@@ -187,6 +196,7 @@ class SegmentedLog:
         before the tail, and for damage at or below the offset that the commit
         context records as flushed (never truncated: the replica must refetch).
         All IO goes through ``fs`` (the real filesystem unless a test passes a model).
+        Sealed segments' descriptors are closed after recovery (and after each seal).
         """
         if not isinstance(segment_bytes, int) or segment_bytes < 1:
             raise ValueError(f"segment_bytes must be a positive int (bytes), got {segment_bytes!r}")
@@ -203,7 +213,16 @@ class SegmentedLog:
         except BaseException:
             log.close()
             raise
+        for seg in log._segments[:-1]:  # read by recovery; sealed, used again seldom
+            seg.close()
         return log
+
+    def attach_files(self, files: OpenFiles) -> None:
+        """Count this log's descriptors in the node's bound ``files`` from now on (on the
+        event loop: :meth:`open` may run in a thread)."""
+        self._files = files
+        for _ in range(self._files_open):
+            files.opened(self)
 
     def _recover(self) -> None:
         fs = self._fs
@@ -308,20 +327,62 @@ class SegmentedLog:
         )
 
     def _segment(self, base: int, term: int) -> Segment:
-        return Segment(
-            self._dir,
-            base,
-            term,
-            size=0,
-            last_offset=base - 1,
-            index_interval_bytes=self._interval,
-            fs=self._fs,
+        return self._track(
+            Segment(
+                self._dir,
+                base,
+                term,
+                size=0,
+                last_offset=base - 1,
+                index_interval_bytes=self._interval,
+                fs=self._fs,
+            )
         )
+
+    def _track(self, seg: Segment) -> Segment:
+        """Count ``seg``'s descriptor (open now, or when it opens) in this log's and
+        the node's open files."""
+        seg.on_open = self._on_file_open
+        seg.on_close = self._on_file_close
+        if seg.is_open:
+            self._on_file_open()
+        return seg
+
+    def _on_file_open(self) -> None:
+        self._files_open += 1
+        if self._files is not None:
+            self._files.opened(self)
+
+    def _on_file_close(self) -> None:
+        self._files_open -= 1
+        if self._files is not None:
+            self._files.closed()
+
+    @property
+    def files_open(self) -> int:
+        """Segment descriptors this log holds open now."""
+        return self._files_open
+
+    def release_files(self) -> int:
+        """Close every segment's descriptor (each reopens on its next use) when every
+        write is flushed and no flush is under way; the number closed (0 otherwise).
+
+        Never under a flush: its fsync may run in a thread on the active segment's
+        descriptor. Never with unflushed writes: an fsync through a descriptor opened
+        after a write-back error need not report it."""
+        if self._flushing or self._flushed < self._dirty or self._files_open == 0:
+            return 0
+        before = self._files_open
+        for seg in self._segments:
+            seg.close()
+        return before - self._files_open
 
     def close(self) -> None:
         """Close file descriptors. Does not fsync: unflushed data is as a crash leaves it."""
         for seg in self._segments:
             seg.close()
+        if self._files is not None:
+            self._files.forget(self)
 
     def __enter__(self) -> SegmentedLog:
         return self
@@ -426,6 +487,8 @@ class SegmentedLog:
         usable, and the same append succeeds once space is freed.
         """
         contract_checks.check_append(batches, self._dirty, self.last_term)
+        if self._files is not None:
+            self._files.touch(self)
         before = self._dirty
         segments_before = len(self._segments)
         try:
@@ -491,12 +554,19 @@ class SegmentedLog:
         ``base_offset - 1``.
         """
         if self._segments:
-            self._segments[-1].sync(index_fsync=True)
+            sealed = self._segments[-1]
+            sealed.sync(index_fsync=True)
             self.fsyncs += 1
             if self._dir_version > self._dir_synced:
                 self._fs.fsync_dir(self._dir)
                 self._dir_synced = self._dir_version
             self._flushed = max(self._flushed, base_offset - 1)
+            # Sealed: read again seldom (a lagging reader, recovery of a follower), so
+            # its descriptor goes; a flush's fsync may still use it in a thread.
+            if self._flushing:
+                self._close_after_flush.append(sealed)
+            else:
+                sealed.close()
         try:
             seg = Segment.create(self._dir, base_offset, term, self._interval, self._fs)
         except OSError as exc:
@@ -510,7 +580,7 @@ class SegmentedLog:
                 raise DiskFull(str(self._dir / segment_name(base_offset, term)), exc) from exc
             raise
         self._dir_version += 1
-        self._segments.append(seg)
+        self._segments.append(self._track(seg))
         self._bases.append(base_offset)
         for listener in self.roll_listeners:
             listener(base_offset)
@@ -532,6 +602,9 @@ class SegmentedLog:
         files: tuple[SyncPoint, ...] = ()
         if self._dirty > self._flushed and self._segments:
             files = (self._segments[-1].sync_point(),)
+            self._flushing += 1  # its descriptor stays open until finish_flush
+            if self._files is not None:
+                self._files.touch(self)
         dir_version = self._dir_version if self._dir_version > self._dir_synced else None
         return FlushPlan(self._dirty, self._truncations, files, dir_version)
 
@@ -563,6 +636,12 @@ class SegmentedLog:
     @_stops_on_failed_fsync
     def finish_flush(self, plan: FlushPlan) -> int:
         """Mark ``plan.offset`` flushed (see :func:`contract_checks.flushed_after_flush`)."""
+        if plan.files:
+            self._flushing -= 1
+            if not self._flushing:
+                for seg in self._close_after_flush:
+                    seg.close()
+                self._close_after_flush.clear()
         if plan.files and not plan.by_barrier:
             self.fsyncs += 1
         if plan.dir_version is not None:
@@ -670,6 +749,8 @@ class SegmentedLog:
         out: list[RecordBatch] = []
         if start > hi:
             return out
+        if self._files is not None:
+            self._files.touch(self)
         total = 0
         for seg in self._segments[bisect.bisect_right(self._bases, start) - 1 :]:
             for _, batch in seg.iter_from(max(start, seg.base_offset)):

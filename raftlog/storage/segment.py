@@ -28,7 +28,7 @@ import pathlib
 import re
 import struct
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 from raftlog.storage.api import StorageCorruption
 from raftlog.storage.batch import HEADER_SIZE, BatchError, RecordBatch
@@ -132,6 +132,10 @@ class Segment:
         self._index = index  # None: not loaded yet (sealed segments load on first read)
         self._time_index: TimeIndex | None = None  # loaded on first append or time lookup
         self._fd: FileHandle | None = None
+        # Called when the descriptor opens and closes (the log's count, for the node's
+        # bound on open files: raftlog.storage.open_files); None: nobody counts.
+        self.on_open: Callable[[], None] | None = None
+        self.on_close: Callable[[], None] | None = None
         # Bytes before this position are out of the page cache (see CACHE_KEEP_BYTES),
         # except the first batch's, which are never dropped.
         self._cache_dropped_to = 0
@@ -188,12 +192,21 @@ class Segment:
         """The open file (opened on first use)."""
         if self._fd is None:
             self._fd = self.fs.open(self.path)
+            if self.on_open is not None:
+                self.on_open()
         return self._fd
 
+    @property
+    def is_open(self) -> bool:
+        return self._fd is not None
+
     def close(self) -> None:
+        """Close the descriptor (reopened on next use); never while a thread uses it."""
         if self._fd is not None:
             self._fd.close()
             self._fd = None
+            if self.on_close is not None:
+                self.on_close()
 
     def delete(self) -> None:
         """Close and unlink the log and index files (the caller fsyncs the directory).

@@ -1,0 +1,158 @@
+"""Thousands of partitions on a local cluster: create them, watch their leaders, time a failover.
+
+One implementation for the ``idle`` and ``partitions`` scenarios and the failover at
+scale test (``integration_tests/cluster/test_failover_at_scale.py``):
+
+- :func:`create_partitions`: topics of at most ``TOPIC_PARTITIONS`` partitions (3
+  replicas), created through the controller one after the other (each command places
+  a batch), until ``total``;
+- :func:`leaders`: each partition's leader as one node reports it (its own replicas'
+  view: a new leader reports itself at once);
+- :func:`reelection_times`: after a kill, per partition the dead node led, the seconds
+  until a live node reports another leader. Each poll asks every live node at once; a
+  partition counts from the poll's send time, so a figure is late by at most one poll
+  interval plus one metadata round trip, never early;
+- :func:`node_resources`: a node process's resident memory and open descriptors.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from typing import Any
+
+TOPIC_PARTITIONS = 100
+"""Partitions per topic created: one controller command places that many."""
+POLL_S = 0.1
+
+
+async def create_partitions(
+    client: Any, prefix: str, have: int, total: int, batch_bound_s: float = 600.0
+) -> int:
+    """Create topics ``<prefix>-<i>`` of up to TOPIC_PARTITIONS partitions (3 replicas)
+    from ``have`` partitions until ``total``; the count now.
+
+    In batches: each topic's partitions are led before the next topic is created.
+    Thousands of new groups electing at once on a loaded machine churned (every node's
+    loop behind on their votes' fsyncs, elections timed out, each new term cost more
+    fsyncs: 3,000 at once had 1,222 led after 15 min); a batch of 100 elects and goes
+    quiet before the next."""
+    while have < total:
+        n = min(TOPIC_PARTITIONS, total - have)
+        name = f"{prefix}-{have // TOPIC_PARTITIONS}"
+        # exist_ok: a create the client retried after a timeout may have committed
+        await client.create_topic(name, n, 3, exist_ok=True)
+        await _wait_topic_led(client, name, batch_bound_s)
+        have += n
+    return have
+
+
+async def _wait_topic_led(client: Any, name: str, bound_s: float) -> None:
+    """Until every partition of ``name`` has a leader (a node too busy to answer in
+    time is asked again); AssertionError after ``bound_s``."""
+    deadline = time.monotonic() + bound_s
+    leaders_: list[int] = []
+    while time.monotonic() < deadline:
+        try:
+            leaders_ = [p.leader for p in (await client.describe_topic(name)).partitions]
+        except Exception:
+            leaders_ = []
+        if leaders_ and all(v > 0 for v in leaders_):
+            return
+        await asyncio.sleep(0.5)
+    raise AssertionError(f"topic {name!r} not led after {bound_s} s: {leaders_}")
+
+
+async def leaders(client: Any, prefix: str) -> dict[tuple[str, int], int]:
+    """(topic, partition) -> leader node (-1: none) of every ``prefix-*`` topic, as the
+    node the client asks reports it."""
+    topics = (await client.metadata()).topics
+    return {
+        (t.name, p.partition): p.leader
+        for t in topics
+        if t.name.startswith(prefix + "-")
+        for p in t.partitions
+    }
+
+
+async def wait_all_led(
+    client: Any, prefix: str, total: int, bound_s: float
+) -> dict[tuple[str, int], int]:
+    """The leaders once all ``total`` partitions have one; AssertionError after ``bound_s``."""
+    deadline = time.monotonic() + bound_s
+    found: dict[tuple[str, int], int] = {}
+    while time.monotonic() < deadline:
+        try:
+            found = await leaders(client, prefix)
+        except Exception:  # a node too busy to answer in time: ask again
+            found = {}
+        if len(found) == total and all(v > 0 for v in found.values()):
+            return found
+        await asyncio.sleep(0.5)
+    led = sum(1 for v in found.values() if v > 0)
+    raise AssertionError(f"only {led} of {total} partitions led after {bound_s} s")
+
+
+async def settled_leaders(
+    client: Any, prefix: str, total: int, bound_s: float, gap_s: float = 3.0
+) -> dict[tuple[str, int], int]:
+    """The leaders once two polls ``gap_s`` apart find every partition led by the same
+    nodes (the leader balancer moves some after a creation; on a loaded machine a
+    partition is briefly leaderless now and then). After ``bound_s``, the last poll
+    that found every partition led; AssertionError when none did."""
+    deadline = time.monotonic() + bound_s
+    last: dict[tuple[str, int], int] | None = None
+    while time.monotonic() < deadline:
+        try:
+            now = await leaders(client, prefix)
+        except Exception:  # a node too busy to answer in time: ask again
+            now = {}
+        if len(now) == total and all(v > 0 for v in now.values()):
+            if now == last:
+                return now
+            last = now
+        await asyncio.sleep(gap_s)
+    if last is None:
+        raise AssertionError(f"never found all {total} partitions led within {bound_s} s")
+    return last
+
+
+async def reelection_times(
+    clients: list[Any],
+    prefix: str,
+    led_by_victim: set[tuple[str, int]],
+    victim: int,
+    killed: float,
+    bound_s: float,
+) -> dict[tuple[str, int], float]:
+    """Per partition in ``led_by_victim``: seconds from ``killed`` (monotonic) to the
+    first poll at which one of ``clients`` (one per live node) reports a leader other
+    than ``victim``. Partitions not led again within ``bound_s`` are absent."""
+    times: dict[tuple[str, int], float] = {}
+    deadline = killed + bound_s
+    while len(times) < len(led_by_victim) and time.monotonic() < deadline:
+        sent = time.monotonic()
+        answers = await asyncio.gather(
+            *(asyncio.wait_for(leaders(c, prefix), 10.0) for c in clients),
+            return_exceptions=True,
+        )
+        for answer in answers:
+            if isinstance(answer, BaseException):
+                continue
+            for key in led_by_victim:
+                leader = answer.get(key, -1)
+                if key not in times and leader > 0 and leader != victim:
+                    times[key] = sent - killed
+        await asyncio.sleep(max(0.0, POLL_S - (time.monotonic() - sent)))
+    return times
+
+
+def node_resources(pid: int) -> tuple[float, int]:
+    """(resident MiB, open descriptors) of process ``pid`` (a node), from /proc."""
+    rss_kib = 0
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                rss_kib = int(line.split()[1])
+    return rss_kib / 1024, len(os.listdir(f"/proc/{pid}/fd"))
