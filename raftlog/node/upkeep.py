@@ -69,10 +69,15 @@ class OpenFailure:
 
 
 def _make_durable_dirs(directories: list[pathlib.Path]) -> None:
-    """Create ``directories`` (and parents) and fsync each new name's parent."""
+    """Create ``directories`` (and parents) and fsync each new name's parent. One that
+    cannot be made is skipped: the replicas under it fail to open on their own (each
+    reported and retried), and the others open, so one bad directory stops nothing else."""
     for directory in directories:
-        for parent in REAL_FS.mkdirs(directory):
-            REAL_FS.fsync_dir(parent)
+        try:
+            for parent in REAL_FS.mkdirs(directory):
+                REAL_FS.fsync_dir(parent)
+        except OSError as exc:
+            log.warning("cannot make %s (its replicas will report it): %s", directory, exc)
 
 
 def _open_retry_delay(attempts: int) -> float:
