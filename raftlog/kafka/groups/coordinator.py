@@ -44,7 +44,14 @@ from kio.schema.errors import ErrorCode as KafkaError
 
 from raftlog.coordinator.group_stm import CONSUMER_OFFSETS_TOPIC, GroupStm, partition_for
 from raftlog.kafka.groups.limits import GroupLimits
-from raftlog.kafka.groups.membership import Effects, Group, JoinAnswer, SyncAnswer
+from raftlog.kafka.groups.membership import (
+    Effects,
+    Group,
+    GroupState,
+    GroupSummary,
+    JoinAnswer,
+    SyncAnswer,
+)
 from raftlog.raft.errors import NotLeaderError, RaftError, TermMismatchError
 from raftlog.rpc.server import RequestError
 
@@ -185,6 +192,10 @@ class GroupCoordinator:
         self.validate_group_id(group_id)
         p = self.partition_of(group_id)
         self.refuse_other_shard(p)
+        return self._acquire_partition(p)
+
+    def _acquire_partition(self, p: int) -> _Loaded:
+        """:meth:`_acquire` of ``__consumer_offsets`` partition ``p``."""
         rep = self._local_replica(p)
         if rep is None or not rep.consensus.is_leader:
             raise GroupError(KafkaError.not_coordinator)
@@ -304,6 +315,17 @@ class GroupCoordinator:
             log.warning("%s refused a command: %s", CONSUMER_OFFSETS_TOPIC, result.get("error"))
             return KafkaError.invalid_commit_offset_size
         return KafkaError.none
+
+    async def _write_offsets(
+        self, loaded: _Loaded, group_id: str, op: str, rows: list[list[Any]]
+    ) -> KafkaError:
+        """:meth:`write` of an offsets command (``commit``, ``delete_offsets``), counted
+        as in flight for the group meanwhile (the ticker keeps the group loaded)."""
+        loaded.stores[group_id] = loaded.stores.get(group_id, 0) + 1
+        try:
+            return await self.write(loaded, {"op": op, "group": group_id, "offsets": rows})
+        finally:
+            loaded.stores[group_id] -= 1
 
     # -- the group APIs (plain values in and out; handlers.py speaks Kafka) ------
 
@@ -452,13 +474,7 @@ class GroupCoordinator:
             if c is KafkaError.none
         ]
         if rows:
-            loaded.stores[group_id] = loaded.stores.get(group_id, 0) + 1
-            try:
-                code = await self.write(
-                    loaded, {"op": "commit", "group": group_id, "offsets": rows}
-                )
-            finally:
-                loaded.stores[group_id] -= 1
+            code = await self._write_offsets(loaded, group_id, "commit", rows)
             if code is KafkaError.none:
                 self.metrics.kafka_offset_commits.inc(len(rows))
             codes = [code if c is KafkaError.none else c for c in codes]
@@ -481,6 +497,107 @@ class GroupCoordinator:
             else:
                 out.append((topic, partition, c.offset, c.leader_epoch, c.metadata))
         return out
+
+    # -- the admin APIs: ListGroups, DescribeGroups, DeleteGroups, OffsetDelete ------
+
+    def list_groups(self) -> list[GroupSummary]:
+        """Every group of the ``__consumer_offsets`` partitions this node's process
+        leads (ListGroups is per broker, as in Kafka: a client asks every node), as
+        :meth:`Group.summary` shows them without members; a loaded group in its
+        current state, another in the state it would load in. Deleted groups are not
+        listed. GroupError COORDINATOR_LOAD_IN_PROGRESS while a led partition has not
+        applied what earlier terms committed (the client asks again)."""
+        t = self.node.controller_stm.topics.get(CONSUMER_OFFSETS_TOPIC)
+        out: list[GroupSummary] = []
+        for p in range(0 if t is None else len(t.partitions)):
+            rep = self._local_replica(p)
+            if rep is None or not rep.consensus.is_leader:
+                continue
+            try:
+                loaded = self._acquire_partition(p)
+            except GroupError as exc:
+                if exc.code is KafkaError.not_coordinator:
+                    continue  # the leadership moved since: the new leader lists them
+                raise
+            seen = set()
+            for gid, group in loaded.groups.items():
+                seen.add(gid)
+                if group.state is not GroupState.DEAD:
+                    out.append(dataclasses.replace(group.summary(), members=()))
+            for gid, stored in loaded.stm.state.groups.items():
+                if gid not in seen:
+                    out.append(Group.stored_summary(gid, stored.metadata))
+        return sorted(out, key=lambda g: g.group_id)
+
+    def describe(self, group_id: str) -> GroupSummary | None:
+        """The group as DescribeGroups shows it (loaded from group_stm, as any call
+        to its coordinator loads it); None when the group does not exist (Kafka's
+        "Dead" group)."""
+        loaded = self._acquire(group_id)
+        group = self._group(loaded, group_id, create=False)
+        if group is None or group.state is GroupState.DEAD:
+            return None
+        return group.summary()
+
+    async def delete_group(self, group_id: str) -> KafkaError:
+        """DeleteGroups of one group: GROUP_ID_NOT_FOUND when it does not exist,
+        NON_EMPTY_GROUP while it has members (or pending ones, or a rebalance);
+        otherwise its metadata and every committed offset are deleted in
+        ``__consumer_offsets`` (at acks=all) and the code of that write is returned.
+
+        While the write is in flight the group is DEAD in memory, so a JoinGroup or
+        OffsetCommit that arrives meanwhile is refused (NOT_COORDINATOR: the client
+        asks again and finds the group gone) instead of being lost in the deletion;
+        after it the group is forgotten here (a failed write: loaded again from
+        group_stm, which still holds it)."""
+        loaded = self._acquire(group_id)
+        group = self._group(loaded, group_id, create=False)
+        if group is None or group.state is GroupState.DEAD:
+            # DEAD: another DeleteGroups of it is being written
+            return KafkaError.group_id_not_found
+        if not group.is_idle:
+            return KafkaError.non_empty_group
+        self._dispatch(loaded, group_id, group.unload())  # idle: nothing parked
+        try:
+            return await self.write(loaded, {"op": "delete_group", "group": group_id})
+        finally:
+            if loaded.groups.get(group_id) is group:
+                del loaded.groups[group_id]
+
+    async def delete_offsets(
+        self, group_id: str, partitions: list[tuple[str, int]]
+    ) -> list[KafkaError]:
+        """OffsetDelete: one code per (topic, partition), in order. GroupError
+        GROUP_ID_NOT_FOUND when the group does not exist, NON_EMPTY_GROUP when it has
+        members and is not a consumer group; in a consumer group with members a
+        partition of a subscribed topic gets GROUP_SUBSCRIBED_TO_TOPIC; a partition of
+        a topic that does not exist UNKNOWN_TOPIC_OR_PARTITION; the others are deleted
+        (one write at acks=all; a partition without a committed offset is no error,
+        as in Kafka)."""
+        loaded = self._acquire(group_id)
+        group = self._group(loaded, group_id, create=False)
+        if group is None or group.state is GroupState.DEAD:
+            raise GroupError(KafkaError.group_id_not_found, f"group {group_id!r} does not exist")
+        if not group.is_idle and not group.uses_consumer_protocol:
+            raise GroupError(
+                KafkaError.non_empty_group,
+                f"group {group_id!r} has members and is not a consumer group",
+            )
+        topics = self.node.controller_stm.topics
+        codes: list[KafkaError] = []
+        for topic, partition in partitions:
+            t = topics.get(topic)
+            if t is None or not 0 <= partition < len(t.partitions):
+                codes.append(KafkaError.unknown_topic_or_partition)
+            elif not group.is_idle and group.subscribes_to(topic):
+                codes.append(KafkaError.group_subscribed_to_topic)
+            else:
+                codes.append(KafkaError.none)
+        rows = [[t, p] for (t, p), c in zip(partitions, codes, strict=True) if c is KafkaError.none]
+        if rows:
+            code = await self._write_offsets(loaded, group_id, "delete_offsets", rows)
+            codes = [code if c is KafkaError.none else c for c in codes]
+        return codes
 
     # -- parking -----------------------------------------------------------------
 

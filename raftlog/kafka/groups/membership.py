@@ -33,6 +33,10 @@ JoinGroup v4+ a new member first gets MEMBER_ID_REQUIRED and an id, and counts a
 
 Group instance ids (static membership, KIP-345) are accepted and echoed, but
 members are dynamic: a rejoin under the same instance id is a new member.
+
+For the admin APIs, :meth:`Group.summary` is what DescribeGroups and ListGroups show
+(Kafka's ``GroupMetadata.summary``) and :meth:`Group.subscribes_to` what
+OffsetDelete refuses (Kafka's ``isSubscribedToTopic``).
 """
 
 from __future__ import annotations
@@ -41,16 +45,26 @@ import dataclasses
 import enum
 from typing import Any
 
+from kio.schema.consumer_protocol_subscription.v0.data import ConsumerProtocolSubscription
 from kio.schema.errors import ErrorCode as KafkaError
+from kio.serial import entity_reader
 
 __all__ = [
+    "CONSUMER_PROTOCOL",
     "Effects",
     "Group",
     "GroupState",
+    "GroupSummary",
     "JoinAnswer",
     "Member",
+    "MemberSummary",
     "SyncAnswer",
+    "subscribed_topics",
 ]
+
+#: The protocol type of Kafka consumers' groups, whose member metadata is a
+#: ConsumerProtocolSubscription (its topics first in every version).
+CONSUMER_PROTOCOL = "consumer"
 
 
 class GroupState(enum.Enum):
@@ -103,6 +117,31 @@ class SyncAnswer:
     assignment: bytes = b""
     protocol_type: str | None = None
     protocol_name: str | None = None
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class MemberSummary:
+    """One member as DescribeGroups shows it (metadata and assignment: empty unless
+    the group is STABLE, as Kafka's ``summaryNoMetadata``)."""
+
+    member_id: str
+    group_instance_id: str | None
+    client_id: str
+    client_host: str
+    metadata: bytes
+    assignment: bytes
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class GroupSummary:
+    """A group as DescribeGroups and ListGroups show it: Kafka's state name, protocol
+    type ("" for a group that only committed offsets), protocol ("" unless STABLE)."""
+
+    group_id: str
+    state: str
+    protocol_type: str
+    protocol: str
+    members: tuple[MemberSummary, ...] = ()
 
 
 @dataclasses.dataclass(slots=True)
@@ -201,6 +240,58 @@ class Group:
             )
         g.state = GroupState.STABLE
         return g
+
+    @classmethod
+    def stored_summary(cls, group_id: str, record: dict[str, Any] | None) -> GroupSummary:
+        """What ListGroups shows of a group not loaded: the state
+        :meth:`from_record` would load it in (STABLE with the stored members, else
+        EMPTY), without loading it (no session starts)."""
+        record = record or {}
+        members = record.get("members") or []
+        state = GroupState.STABLE if members else GroupState.EMPTY
+        return GroupSummary(group_id, state.value, record.get("protocol_type") or "", "")
+
+    # -- DescribeGroups / ListGroups / OffsetDelete ------------------------------
+
+    def summary(self) -> GroupSummary:
+        """The group as DescribeGroups shows it (Kafka's ``GroupMetadata.summary``):
+        each member's metadata for the chosen protocol and its assignment only when
+        STABLE; the protocol name likewise."""
+        stable = self.state is GroupState.STABLE and self.protocol is not None
+        protocol = self.protocol if stable else None
+        members = tuple(
+            MemberSummary(
+                m.member_id,
+                m.group_instance_id,
+                m.client_id,
+                m.client_host,
+                m.metadata_for(protocol) if protocol is not None else b"",
+                m.assignment if protocol is not None else b"",
+            )
+            for m in self.members.values()
+        )
+        return GroupSummary(
+            self.group_id, self.state.value, self.protocol_type or "", protocol or "", members
+        )
+
+    def subscribes_to(self, topic: str) -> bool:
+        """Whether a member of this consumer group subscribes to ``topic``: what makes
+        OffsetDelete answer GROUP_SUBSCRIBED_TO_TOPIC. A member whose subscription
+        does not decode counts as subscribed to every topic (Kafka's rule when the
+        subscriptions are unknown)."""
+        for m in self.members.values():
+            chosen = [md for name, md in m.protocols if name == self.protocol] or [
+                md for _, md in m.protocols
+            ]
+            for metadata in chosen:
+                topics = subscribed_topics(metadata)
+                if topics is None or topic in topics:
+                    return True
+        return False
+
+    @property
+    def uses_consumer_protocol(self) -> bool:
+        return self.protocol_type == CONSUMER_PROTOCOL
 
     # -- JoinGroup ---------------------------------------------------------------
 
@@ -539,3 +630,19 @@ class Group:
     def is_idle(self) -> bool:
         """No member, nothing pending: the group holds only committed offsets."""
         return self.state is GroupState.EMPTY and not self.pending
+
+
+_read_subscription = entity_reader(ConsumerProtocolSubscription)
+
+
+def subscribed_topics(metadata: bytes) -> frozenset[str] | None:
+    """The topics of a consumer's JoinGroup metadata (a ConsumerProtocolSubscription:
+    an int16 version, then the topics, in every version); None when it does not
+    decode."""
+    if len(metadata) < 2:
+        return None
+    try:
+        subscription, _ = _read_subscription(metadata, 2)
+    except Exception:  # kio's decoding errors: bytes no consumer wrote
+        return None
+    return frozenset(subscription.topics)
