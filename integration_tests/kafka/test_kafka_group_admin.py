@@ -8,6 +8,7 @@ after both left (Empty); deleting it is refused while it has members
 from __future__ import annotations
 
 import time
+import urllib.request
 
 import pytest
 from kafka import KafkaAdminClient, KafkaProducer
@@ -180,3 +181,92 @@ def _group_request(group: str, partitions: list):
     from confluent_kafka import ConsumerGroupTopicPartitions
 
     return ConsumerGroupTopicPartitions(group, partitions)
+
+
+def _rebalances(servers: list[str]) -> float:
+    """raftlog_kafka_group_rebalances_total summed over the nodes' /metrics."""
+    total = 0.0
+    for server in servers:
+        with urllib.request.urlopen(f"http://{server}/metrics", timeout=10) as r:
+            for line in r.read().decode().splitlines():
+                if line.startswith("raftlog_kafka_group_rebalances_total "):
+                    total += float(line.split()[1])
+    return total
+
+
+def test_a_restarted_static_member_gets_its_partitions_back_without_a_rebalance(
+    kafka_cluster, bootstrap
+) -> None:
+    """KIP-345: confluent-kafka consumers with ``group.instance.id``; one stops (a
+    static member sends no LeaveGroup) and starts again within its session timeout: it
+    gets the same partitions under a new member id at once, the other member keeps
+    its own, and the group does not rebalance."""
+    from confluent_kafka import Consumer
+    from confluent_kafka.admin import AdminClient
+
+    topic, group, session_ms = "admin-static", "admin-group-static", 30_000
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+    try:
+        admin.create_topics([NewTopic(topic, 4, 3)])
+    finally:
+        admin.close()
+
+    def consumer(instance: str):
+        c = Consumer(
+            {
+                "bootstrap.servers": ",".join(bootstrap),
+                "group.id": group,
+                "group.instance.id": instance,
+                "client.id": instance,
+                "session.timeout.ms": session_ms,
+            }
+        )
+        c.subscribe([topic])
+        return c
+
+    def until_assigned(consumers: list, limit_s: float) -> float:
+        start = time.monotonic()
+        while time.monotonic() - start < limit_s and not all(c.assignment() for c in consumers):
+            for c in consumers:
+                m = c.poll(0.1)
+                # the new topic may reach a node's metadata after the consumer asks
+                error = None if m is None else m.error()
+                assert error is None or error.code() == E.unknown_topic_or_partition.value, error
+        assert all(c.assignment() for c in consumers), f"no assignment in {limit_s}s"
+        return time.monotonic() - start
+
+    cluster_admin = AdminClient({"bootstrap.servers": ",".join(bootstrap)})
+
+    def members() -> dict[str, str]:
+        d = cluster_admin.describe_consumer_groups([group], request_timeout=30)[group].result()
+        return {m.group_instance_id: m.member_id for m in d.members}
+
+    a, b = consumer("static-a"), consumer("static-b")
+    restarted = None
+    try:
+        until_assigned([a, b], WAIT_S)
+        mine = {name: {tp.partition for tp in c.assignment()} for name, c in (("a", a), ("b", b))}
+        assert mine["a"] | mine["b"] == {0, 1, 2, 3} and mine["a"] and mine["b"]
+        before_ids = members()
+        assert set(before_ids) == {"static-a", "static-b"}
+        rebalances = _rebalances(kafka_cluster.servers)
+
+        a.close()  # static: no LeaveGroup, the member stays until its session ends
+        a = None
+        assert members() == before_ids
+        restarted = consumer("static-a")
+        took = until_assigned([restarted, b], session_ms / 1000)
+        # well inside the session timeout: not a new member waiting for the old to expire
+        assert took < session_ms / 1000 / 2, f"took {took:.1f}s"
+        assert {tp.partition for tp in restarted.assignment()} == mine["a"]
+        for _ in range(20):  # b goes on polling: nothing is revoked from it
+            b.poll(0.1)
+        assert {tp.partition for tp in b.assignment()} == mine["b"]
+        after_ids = members()
+        assert after_ids["static-b"] == before_ids["static-b"]
+        assert after_ids["static-a"] != before_ids["static-a"]  # the old id is fenced
+        assert _rebalances(kafka_cluster.servers) == rebalances
+    finally:
+        for c in (a, b, restarted):
+            if c is not None:
+                c.close()

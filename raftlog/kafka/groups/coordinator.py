@@ -394,7 +394,12 @@ class GroupCoordinator:
         return await self._wait(waiting, rebalance_timeout_ms, JoinAnswer(mid, _RETRY))
 
     async def sync(
-        self, group_id: str, member_id: str, generation: int, assignments: dict[str, bytes]
+        self,
+        group_id: str,
+        member_id: str,
+        generation: int,
+        assignments: dict[str, bytes],
+        instance: str | None = None,
     ) -> SyncAnswer:
         for mid, data in assignments.items():
             if len(data) > self.limits.max_assignment_bytes:
@@ -412,7 +417,7 @@ class GroupCoordinator:
         group = self._group(loaded, group_id, create=False)
         if group is None:
             return SyncAnswer(member_id, KafkaError.unknown_member_id)
-        answer, fx = group.sync(member_id, generation, assignments, self.now_ms())
+        answer, fx = group.sync(member_id, generation, assignments, self.now_ms(), instance)
         waiting = None if answer is not None else self._park(self._syncs, (group_id, member_id))
         self._dispatch(loaded, group_id, fx)
         if waiting is None:
@@ -421,21 +426,24 @@ class GroupCoordinator:
         timeout = max((m.rebalance_timeout_ms for m in group.members.values()), default=0)
         return await self._wait(waiting, timeout, SyncAnswer(member_id, _RETRY))
 
-    def heartbeat(self, group_id: str, member_id: str, generation: int) -> KafkaError:
+    def heartbeat(
+        self, group_id: str, member_id: str, generation: int, instance: str | None = None
+    ) -> KafkaError:
         loaded = self._acquire(group_id)
         group = self._group(loaded, group_id, create=False)
         if group is None:
             return KafkaError.unknown_member_id
-        return group.heartbeat(member_id, generation, self.now_ms())
+        return group.heartbeat(member_id, generation, self.now_ms(), instance)
 
-    def leave(self, group_id: str, member_ids: list[str]) -> list[KafkaError]:
+    def leave(self, group_id: str, members: list[tuple[str, str | None]]) -> list[KafkaError]:
+        """LeaveGroup of each (member id, group instance id): a code each, in order."""
         loaded = self._acquire(group_id)
         group = self._group(loaded, group_id, create=False)
         if group is None:
-            return [KafkaError.unknown_member_id for _ in member_ids]
+            return [KafkaError.unknown_member_id for _ in members]
         errors = []
-        for mid in member_ids:
-            error, fx = group.leave(mid, self.now_ms())
+        for mid, instance in members:
+            error, fx = group.leave(mid, self.now_ms(), instance)
             self._dispatch(loaded, group_id, fx)
             errors.append(error)
         return errors
@@ -446,6 +454,7 @@ class GroupCoordinator:
         member_id: str,
         generation: int,
         offsets: list[tuple[str, int, int, int, str | None]],
+        instance: str | None = None,
     ) -> list[KafkaError]:
         """Commit ``offsets`` (topic, partition, offset, leader epoch, metadata): one
         code per row, in order. Rows of an unknown partition or with metadata over the
@@ -465,7 +474,7 @@ class GroupCoordinator:
         group = self._group(loaded, group_id, create=generation < 0 and member_id == "")
         if group is None:
             return [KafkaError.illegal_generation] * len(offsets)
-        error = group.commit_error(member_id, generation, self.now_ms())
+        error = group.commit_error(member_id, generation, self.now_ms(), instance)
         if error is not None:
             return [error] * len(offsets)
         rows = [

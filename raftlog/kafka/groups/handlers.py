@@ -240,7 +240,11 @@ class GroupApis:
                 raise GroupError(KafkaError.group_authorization_failed, refused)
             assignments = {a.member_id: bytes(a.assignment) for a in req.assignments}
             answer = await self.coordinator.sync(
-                req.group_id, req.member_id, int(req.generation_id), assignments
+                req.group_id,
+                req.member_id,
+                int(req.generation_id),
+                assignments,
+                getattr(req, "group_instance_id", None),
             )
         except GroupError as exc:
             out["error_code"] = exc.code
@@ -252,7 +256,12 @@ class GroupApis:
         try:
             if refused is not None:
                 raise GroupError(KafkaError.group_authorization_failed, refused)
-            code = self.coordinator.heartbeat(req.group_id, req.member_id, int(req.generation_id))
+            code = self.coordinator.heartbeat(
+                req.group_id,
+                req.member_id,
+                int(req.generation_id),
+                getattr(req, "group_instance_id", None),
+            )
         except GroupError as exc:
             code = exc.code
         return {"throttle_time": 0, "error_code": code}
@@ -265,7 +274,7 @@ class GroupApis:
         try:
             if refused is not None:
                 raise GroupError(KafkaError.group_authorization_failed, refused)
-            codes = self.coordinator.leave(req.group_id, [mid for mid, _ in who])
+            codes = self.coordinator.leave(req.group_id, who)
         except GroupError as exc:
             return {"throttle_time": 0, "error_code": exc.code, "members": []}
         members = [
@@ -295,7 +304,11 @@ class GroupApis:
             if refused is not None:
                 raise GroupError(KafkaError.group_authorization_failed, refused)
             codes = await self.coordinator.commit(
-                req.group_id, req.member_id, int(req.generation_id_or_member_epoch), rows
+                req.group_id,
+                req.member_id,
+                int(req.generation_id_or_member_epoch),
+                rows,
+                getattr(req, "group_instance_id", None),
             )
         except GroupError as exc:
             codes = [exc.code] * len(rows)
