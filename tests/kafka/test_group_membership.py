@@ -224,12 +224,16 @@ def test_random_interleavings_keep_the_groups_invariants() -> None:
     member and its protocol every member's, an Empty group has no member, every answer
     goes to a parked request (once), a successful sync's assignment is the one the
     leader of that generation gave. At the end, with time far ahead, the group is
-    Empty and every parked request was answered."""
+    Empty and every parked request was answered. The static runs join with group
+    instance ids (restarts without a member id among them): one member per instance
+    id, and a Stable group's only parked joins are static rejoins awaiting their
+    store."""
     for seed in range(200):
-        _random_run(seed)
+        _random_run(seed, static=False)
+        _random_run(seed, static=True)
 
 
-def _random_run(seed: int) -> None:
+def _random_run(seed: int, static: bool) -> None:
     import random
 
     rng = random.Random(seed)
@@ -254,11 +258,18 @@ def _random_run(seed: int) -> None:
             stores.append(fx.store)
 
     for _ in range(60):
-        now += rng.choice([0, 10, 400, 2000, 6000])
-        op = rng.choice(["join", "join", "sync", "beat", "leave", "tick", "store"])
+        now += rng.choice([0, 10, 400] if static else [0, 10, 400, 2000, 6000])
+        # static runs sync and store more: restarts of a Stable group's members
+        ops = ["join", "sync", "sync", "sync", "beat", "tick", "store", "store", "leave"]
+        op = rng.choice(
+            ops if static else ["join", "join", "sync", "beat", "leave", "tick", "store"]
+        )
         mid = rng.choice([*known, ""]) if known else ""
         if op == "join":
             new = f"m{len(known)}"
+            instance = rng.choice(["ia", "ib", "ic"]) if static else None
+            if static and rng.random() < 0.5:
+                mid = ""  # a restart: only the instance id
             answer, fx = g.join(
                 mid,
                 new_member_id=new,
@@ -270,6 +281,7 @@ def _random_run(seed: int) -> None:
                 protocols=[("range", b"r"), ("rr", b"x")],
                 require_known_member_id=rng.random() < 0.5,
                 now_ms=now,
+                group_instance_id=instance,
             )
             who = mid or (answer.member_id if answer is not None else new)
             if who not in known and who:
@@ -304,7 +316,9 @@ def _random_run(seed: int) -> None:
         if g.state is GroupState.EMPTY:
             assert not g.members, seed
         if g.state is GroupState.STABLE:
-            assert not parked_joins, seed
+            assert parked_joins <= set(g.static_stores), seed
+        instances = [m.group_instance_id for m in g.members.values() if m.group_instance_id]
+        assert len(instances) == len(set(instances)), seed
     while stores:
         settle(g.stored(stores.pop(0), E.none, now))
     settle(g.tick(now + 60_000))
@@ -471,3 +485,21 @@ def test_a_failed_store_of_a_static_rejoin_answers_its_error() -> None:
     _static_join(g, "", "ib", 5002, new="b3")
     (joined,) = g.stored(1, E.none, 5003).joins
     assert (joined.member_id, joined.error) == ("b3", E.none) and set(g.members) == {"a", "b3"}
+
+
+def test_a_static_store_that_lands_after_a_rebalance_does_not_answer_a_later_rejoin() -> None:
+    """Stores land in order: a rejoin's store overtaken by a rebalance (which answered
+    the rejoin) must not be taken for the store of a rejoin after it."""
+    g = _static_pair()
+    _static_join(g, "", "ib", 5000, new="b2")  # store 1 (generation 1) under way
+    # a's subscription changes: a rebalance, which b2's parked join is already in
+    answer, fx = _static_join(g, "a", "ia", 5001, new="x", meta=b"changed")
+    assert answer is None  # both rejoined: generation 2 answers a's and b2's joins
+    assert {j.member_id for j in fx.joins} == {"a", "b2"} and g.generation == 2
+    assert not g.stored(1, E.none, 5003).joins  # store 1 lands late: nothing due
+    g.sync("b2", 2, {}, 5004, "ib")
+    g.sync("a", 2, {"a": b"A2", "b2": b"B2"}, 5005, "ia")
+    assert len(g.stored(2, E.none, 5006).syncs) == 2 and g.state is GroupState.STABLE
+    _static_join(g, "", "ib", 6000, new="b3")  # store 3
+    (joined,) = g.stored(2, E.none, 6001).joins
+    assert (joined.member_id, joined.generation) == ("b3", 2)
