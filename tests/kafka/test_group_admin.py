@@ -425,3 +425,30 @@ def test_the_deletion_commands_are_checked_and_survive_a_snapshot() -> None:
     restored.restore(state.snapshot())
     assert set(restored.groups) == {"g"}
     assert [k for k in restored.groups["g"].offsets] == [("t", 1)]
+
+
+async def test_an_empty_group_with_a_member_id_handed_out_is_deleted_as_kafka_does(
+    node_apis,
+) -> None:
+    """Kafka deletes a group by its state: an id handed out with MEMBER_ID_REQUIRED
+    (v4+) and not joined with yet goes with it."""
+    _node, apis = node_apis
+    assert await _commit(apis, {("t", 0): 3}) == {("t", 0): E.none}
+    first = await _call(
+        apis,
+        JOIN,
+        5,
+        "early",
+        group_id=GROUP,
+        session_timeout=10_000,
+        rebalance_timeout=10_000,
+        member_id="",
+        protocol_type="consumer",
+        protocols=[{"name": "range", "metadata": _subscription("t")}],
+    )
+    assert first.error_code == E.member_id_required and first.member_id
+    assert (await _describe(apis, 5, GROUP)).group_state == "Empty"
+    (r,) = (await _call(apis, DELETE, 2, groups_names=[GROUP])).results
+    assert r.error_code == E.none and await _committed(apis) == {}
+    late = await _join(apis, "early", member=first.member_id)
+    assert late.error_code == E.unknown_member_id

@@ -550,7 +550,7 @@ class GroupCoordinator:
 
     async def delete_group(self, group_id: str) -> KafkaError:
         """DeleteGroups of one group: GROUP_ID_NOT_FOUND when it does not exist,
-        NON_EMPTY_GROUP while it has members (or pending ones, or a rebalance);
+        NON_EMPTY_GROUP unless it is Empty (Kafka's check);
         otherwise its metadata and every committed offset are deleted in
         ``__consumer_offsets`` (at acks=all) and the code of that write is returned.
 
@@ -564,8 +564,11 @@ class GroupCoordinator:
         if group is None or group.state is GroupState.DEAD:
             # DEAD: another DeleteGroups of it is being written
             return KafkaError.group_id_not_found
-        if not group.is_idle:
+        if group.state is not GroupState.EMPTY:
             return KafkaError.non_empty_group
+        # Kafka's check is the state: member ids handed out (MEMBER_ID_REQUIRED) and
+        # not joined with yet go with the group (a join with one: UNKNOWN_MEMBER_ID)
+        group.pending.clear()
         self._dispatch(loaded, group_id, group.unload())  # idle: nothing parked
         try:
             return await self.write(loaded, {"op": "delete_group", "group": group_id})
@@ -587,7 +590,8 @@ class GroupCoordinator:
         group = self._group(loaded, group_id, create=False)
         if group is None or group.state is GroupState.DEAD:
             raise GroupError(KafkaError.group_id_not_found, f"group {group_id!r} does not exist")
-        if not group.is_idle and not group.uses_consumer_protocol:
+        members = group.state is not GroupState.EMPTY
+        if members and not group.uses_consumer_protocol:
             raise GroupError(
                 KafkaError.non_empty_group,
                 f"group {group_id!r} has members and is not a consumer group",
@@ -598,7 +602,7 @@ class GroupCoordinator:
             t = topics.get(topic)
             if t is None or not 0 <= partition < len(t.partitions):
                 codes.append(KafkaError.unknown_topic_or_partition)
-            elif not group.is_idle and group.subscribes_to(topic):
+            elif members and group.subscribes_to(topic):
                 codes.append(KafkaError.group_subscribed_to_topic)
             else:
                 codes.append(KafkaError.none)
