@@ -21,6 +21,7 @@ import subprocess
 from typing import Any
 
 from benchmarks.context import RunContext
+from benchmarks.goals import Goal, Pick, row
 from benchmarks.peers import detect
 from benchmarks.peers.etcd_cluster import EtcdCluster
 from benchmarks.peers.etcd_load import etcd_put_load
@@ -79,10 +80,37 @@ async def raftlog_figures(
     return small, batched
 
 
+def _etcd_goal(clients: int) -> Goal:
+    case = f"small, {clients} clients"
+    return Goal(
+        f"etcd-{clients}",
+        f"small writes (100 B, acks=all), {clients} client{'s' * (clients > 1)}",
+        ours=(Pick("raftlog", row(system="raftlog", case=case), "requests/s"),),
+        # Every etcd row of this client count (each API measured): the fastest is the peer.
+        peers=(Pick("etcd", row(system="etcd*", case=case), "requests/s", detail="system"),),
+        target=1.0,
+    )
+
+
+GOALS = (
+    *(_etcd_goal(n) for n in FULL_CLIENTS),
+    Goal(
+        "pysyncobj",
+        "batched 100-byte records against PySyncObj's best",
+        ours=(
+            Pick("raftlog", row(system="raftlog", case="100-byte records in batch*"), "records/s"),
+        ),
+        peers=(Pick("PySyncObj", row(system="pysyncobj*"), "records/s", detail="case"),),
+        target=10.0,
+    ),
+)
+
+
 @scenario(
     "peers",
     "etcd and PySyncObj beside raftlog: small requests/s and 100-byte records/s, ratios",
     add_arguments=add_arguments,
+    goals=GOALS,
 )
 def run(ctx: RunContext) -> list[Row]:
     etcd_hint, syncobj_hint = detect.etcd_missing(), detect.pysyncobj_missing()
