@@ -37,6 +37,16 @@ class RunInfo:
     machine: str
     quick: bool = False
     scenarios: tuple[str, ...] = ()
+    commit_recorded: bool = True
+    """False: the run did not record its commit; ``commit`` is the one that added its
+    files to the repository (the code measured is at or before it)."""
+
+    @property
+    def source(self) -> str:
+        """``commit `abc`, on <machine>`` as the tables say it."""
+        if self.commit_recorded:
+            return f"commit `{self.commit}`, on {self.machine}"
+        return f"files committed in `{self.commit}` (code at or before it), on {self.machine}"
 
     @property
     def when(self) -> str:
@@ -75,6 +85,7 @@ def run_info(doc: Mapping[str, Any], commit: str = "") -> RunInfo:
         machine=machine_line(doc.get("machine", {}), doc.get("load")),
         quick=bool(doc.get("quick")),
         scenarios=tuple(s["name"] for s in doc.get("scenarios", [])),
+        commit_recorded=bool(doc.get("commit")),
     )
 
 
@@ -157,7 +168,7 @@ def goals_table(judged: Sequence[Judged]) -> str:
     elif not several:
         run = runs[0]
         lines.append(
-            f"Run of {run.when}, commit `{run.commit}`, on {run.machine}"
+            f"Run of {run.when}, {run.source}"
             + (" (`--quick`: sizes too small to judge a goal)" if run.quick else "")
             + "."
         )
@@ -177,7 +188,7 @@ def goals_table(judged: Sequence[Judged]) -> str:
         lines.append("")
         for run in runs:
             quick = " (`--quick`)" if run.quick else ""
-            lines.append(f"- {run.when}{quick}: commit `{run.commit}`, {run.machine}")
+            lines.append(f"- {run.when}{quick}: {run.source}")
     met = sum(1 for j in judged if j.outcome.met)
     measured = sum(1 for j in judged if j.outcome.met is not None)
     lines += ["", f"{met} of {measured} measured goals met ({len(judged)} declared)."]
@@ -232,12 +243,14 @@ def merge_history(text: str, rows: Sequence[str]) -> str:
     head = [
         "# Benchmark history",
         "",
-        "One row per recorded run of `python -m benchmarks`, newest first: which scenarios",
-        "ran and each goal's ratio (ours to the peer or ceiling of the same run, or to the",
-        "goal's bound; the goals are declared in each scenario's module). `python -m",
-        "benchmarks report RUN_DIR` adds a run's row. The files of a run are in git at its",
-        "commit (`git show COMMIT --stat`); `benchmarks/reference/` keeps only the latest",
-        "full run.",
+        "One row per recorded run of `python -m benchmarks`, newest first: the scenarios",
+        "it ran, how many of their goals it met, and each goal's ratio (ours to the peer or",
+        "ceiling of the same run, or to the goal's bound; the goals are declared in each",
+        "scenario's module, and `python -m benchmarks report RUN_DIR` adds a run's row).",
+        "`commit` is the code measured, as the run recorded it; runs from before runs",
+        "recorded it (2026-12-01) give the commit that added their files, where they still",
+        "are (`git show COMMIT --stat`). `benchmarks/reference/` keeps only the latest full",
+        "run.",
         "",
         HISTORY_HEAD,
         "|---|---|---|---|---|",

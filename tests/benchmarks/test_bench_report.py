@@ -216,8 +216,15 @@ def test_latest_takes_each_goal_from_the_newest_run_measuring_it_and_dates_each_
     assert table[4].endswith("| yes | 2026-11-28 09:08 UTC |")
     assert table[5].endswith("| yes | 2026-11-27 07:54 UTC |")
     assert table[6].endswith("| not measured | - |")
-    assert "- 2026-11-28 09:08 UTC: commit `new2`, 2 cores (Xeon)" in "\n".join(table)
-    assert "- 2026-11-27 07:54 UTC: commit `old1`, 2 cores (Xeon)" in "\n".join(table)
+    assert "- 2026-11-28 09:08 UTC: commit `new2`, on 2 cores (Xeon)" in "\n".join(table)
+    assert "- 2026-11-27 07:54 UTC: commit `old1`, on 2 cores (Xeon)" in "\n".join(table)
+
+
+def test_a_run_without_a_recorded_commit_names_the_commit_that_added_it_as_such() -> None:
+    doc = _run_doc("2026-11-27T07:54:00+00:00", [SPARK], commit="")
+    info = run_info(doc, commit="67dfb39")
+    assert (info.commit, info.commit_recorded) == ("67dfb39", False)
+    assert info.source.startswith("files committed in `67dfb39` (code at or before it), on 2")
 
 
 def test_splice_replaces_only_between_the_markers_and_names_them_when_missing() -> None:
