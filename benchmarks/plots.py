@@ -20,13 +20,14 @@ from benchmarks.results import ScenarioResult, Series, columns, format_figure, l
 
 MET, MISSED, PEER = "tab:green", "tab:red", "tab:gray"
 
-# A figure column worth a bar: a rate, a time, a share or a ratio (its name says so);
-# counts (rows, micro-batches, errors, MiB written) answer no question on their own.
-_MEASURE = re.compile(r"/| per |(^| )(ms|s)( |\)|$)|ratio|^x |^of |cores per|share")
+# A figure column worth a bar: a rate, a latency, a share or a ratio (its name says so);
+# counts (rows, micro-batches, errors, MiB written) answer no question on their own, nor
+# does how long a step ran ("s", "seconds").
+_MEASURE = re.compile(r"/| per |\w (ms|s)\b|^(ms|s) \w|\bratio\b|^x |^of |share")
 
 
 def is_measure(column: str) -> bool:
-    """Whether ``column`` names a rate, time, share or ratio rather than a count."""
+    """Whether ``column`` names a rate, latency, share or ratio rather than a count."""
     return bool(_MEASURE.search(column))
 
 
@@ -198,10 +199,10 @@ def save(fig: plt.Figure, path: Path) -> Path:
 
 
 def write_goal_plots(outcomes: Sequence[Outcome], out_dir: Path, when: str = "") -> dict[str, Path]:
-    """``goal-<key>.png`` for every measured goal; ``{key: path}``."""
+    """``goal-<key>.png`` for every goal measured (ours and its peer); ``{key: path}``."""
     written = {}
     for outcome in outcomes:
-        if outcome.ours is None:
+        if not outcome.measured:
             continue
         fig = plt.figure()
         goal_plot(outcome, fig, when)

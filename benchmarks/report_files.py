@@ -44,19 +44,20 @@ SUMMARY = HERE / "summary.png"
 
 
 def write_run_goals(
-    out_dir: Path, doc: Mapping[str, Any], declared: Sequence[tuple[str, Goal]]
+    out_dir: Path, doc: Mapping[str, Any], declared: Sequence[tuple[str, Goal]], commit: str = ""
 ) -> list[Path]:
     """``goals.md``, ``summary.png`` and ``goal-<key>.png`` of one run in ``out_dir``.
 
     ``goals.md`` is the run's goals table (:func:`~benchmarks.report.goals_table`)
     followed by the pictures; it is also the "Goals" section of ``results.md``.
 
-    ``doc`` is the run's results.json document. Goals of scenarios the run did not
-    select are left out (the run says nothing about them). Returns the paths written.
+    ``doc`` is the run's results.json document (``commit``: the one that added it, for
+    a run that did not record its own). Goals of scenarios the run did not select
+    are left out (the run says nothing about them). Returns the paths written.
     """
     ran = {s["name"] for s in doc["scenarios"]}
     mine = [(name, goal) for name, goal in declared if name in ran]
-    info = run_info(doc)
+    info = run_info(doc, commit)
     outcomes = evaluate_run(mine, doc["scenarios"])
     table = goals_table([Judged(o, info if o.measured else None) for o in outcomes])
     pictures = write_goal_plots(outcomes, out_dir, f"{info.when}, commit {info.commit}")

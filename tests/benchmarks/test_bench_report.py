@@ -18,6 +18,7 @@ import pytest
 from benchmarks import report_files
 from benchmarks.goals import TIMES as T
 from benchmarks.goals import Goal, Pick, evaluate, evaluate_run, row
+from benchmarks.plots import is_measure
 from benchmarks.registry import load_all
 from benchmarks.report import (
     BEGIN,
@@ -362,3 +363,26 @@ def test_declared_goal_keys_are_unique_and_read_real_row_labels() -> None:
     outcomes = [o for o in evaluate_run(declared, doc["scenarios"]) if o.scenario in ok]
     measured = [o.goal.key for o in outcomes if o.measured]
     assert len(measured) >= len(outcomes) - 2, [o.goal.key for o in outcomes if not o.measured]
+
+
+@pytest.mark.parametrize(
+    ("column", "drawn"),
+    [
+        ("rows/s", True),
+        ("p99 ms", True),
+        ("open s (median)", True),
+        ("s to first ack", True),
+        ("raftlog / python ceiling", True),
+        ("of R=3 disk ceiling", True),
+        ("MiB per node", True),
+        ("rows", False),
+        ("micro-batches", False),
+        ("rows read back once", False),
+        ("errors", False),
+        ("operations", False),
+        ("MiB written", False),
+        ("s", False),
+    ],
+)
+def test_bar_charts_draw_measures_not_counts(column: str, drawn: bool) -> None:
+    assert is_measure(column) is drawn
