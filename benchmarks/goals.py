@@ -131,6 +131,8 @@ class Outcome:
     ours_name: str
     peer: float | None
     peer_name: str
+    peers_found: tuple[tuple[float, str], ...] = ()
+    """Every peer figure found, ``(value, name)``, the reference among them (figures)."""
 
     @property
     def measured(self) -> bool:
@@ -172,7 +174,7 @@ def evaluate(goal: Goal, scenario: str, scenarios: Mapping[str, ScenarioDoc]) ->
     if not found:
         return Outcome(goal, scenario, ours, ours_name, None, goal.peers[0].name)
     peer, peer_name = (max if goal.higher_is_better else min)(found, key=lambda f: f[0])
-    return Outcome(goal, scenario, ours, ours_name, peer, peer_name)
+    return Outcome(goal, scenario, ours, ours_name, peer, peer_name, tuple(found))
 
 
 def evaluate_run(

@@ -18,7 +18,7 @@ from benchmarks.goals import TIMES, Outcome
 from benchmarks.registry import Scenario
 from benchmarks.results import ScenarioResult, Series, columns, format_figure, label
 
-MET, MISSED, PEER = "tab:green", "tab:red", "tab:gray"
+MET, MISSED, PEER, OTHER_PEER = "tab:green", "tab:red", "dimgray", "silver"
 
 # A figure column worth a bar: a rate, a latency, a share or a ratio (its name says so);
 # counts (rows, micro-batches, errors, MiB written) answer no question on their own, nor
@@ -110,16 +110,18 @@ def _ratio_text(outcome: Outcome) -> str:
 def goal_plot(outcome: Outcome, fig: plt.Figure, when: str = "") -> None:
     """Ours beside the peer or ceiling (or the bound), the goal as a line, the ratio on ours.
 
-    Ours is green where the goal is met, red where not; the peer is grey.
+    Ours is green where the goal is met, red where not; the peer the ratio is to is
+    dark grey, other peers of the same figure (etcd's other API) light grey.
     """
     goal = outcome.goal
     unit = goal.unit or goal.ours[0].column
     ax = fig.subplots()
     names, values, colours = [], [], []
-    if goal.bound is None and outcome.peer is not None:
-        names.append(_wrap(outcome.peer_name, 22))
-        values.append(outcome.peer)
-        colours.append(PEER)
+    if goal.bound is None:
+        for value, name in outcome.peers_found:
+            names.append(_wrap(name, 22))
+            values.append(value)
+            colours.append(PEER if name == outcome.peer_name else OTHER_PEER)
     if outcome.ours is not None:
         names.append(_wrap(outcome.ours_name, 22))
         values.append(outcome.ours)
@@ -152,7 +154,7 @@ def goal_plot(outcome: Outcome, fig: plt.Figure, when: str = "") -> None:
     ax.set_ylabel(unit)
     ax.grid(axis="y", alpha=0.3)
     ax.set_title(_wrap(goal.what, 60) + (f"\n{when}" if when else ""), fontsize=9)
-    fig.set_size_inches(6.4, 4.2)
+    fig.set_size_inches(max(6.4, 2.2 * len(values)), 4.2)
 
 
 def summary_plot(outcomes: Sequence[Outcome], fig: plt.Figure, title: str) -> None:
