@@ -147,6 +147,8 @@ def goal_plot(outcome: Outcome, fig: plt.Figure, when: str = "") -> None:
             va="bottom",
             fontsize=9,
             weight="bold" if ours else "normal",
+            # legible where the goal line crosses it (ours just under the goal)
+            bbox={"facecolor": "white", "edgecolor": "none", "alpha": 0.85, "pad": 1},
         )
     top = max([*values, outcome.peer or 0.0]) if values else 1.0
     ax.set_ylim(0, top * 1.45)

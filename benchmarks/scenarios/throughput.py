@@ -123,7 +123,13 @@ async def measure(ctx: RunContext, servers: list[str], seconds: float) -> list[R
 
 
 _CEILING = (
-    Pick("R=3 disk ceiling", row(case="sequential write, fsync every *"), CEILING_KEY, "disk"),
+    Pick(
+        "R=3 disk ceiling",
+        row(case="sequential write, fsync every *"),
+        CEILING_KEY,
+        "disk",
+        detail="case",
+    ),
 )
 
 
