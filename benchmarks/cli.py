@@ -60,8 +60,13 @@ def build_parser(registry: Registry) -> argparse.ArgumentParser:
     names = registry.names()
     parser = argparse.ArgumentParser(
         prog="python -m benchmarks",
-        description="Run raftlog's benchmark scenarios; write results.json, results.md, "
-        "goals.md, summary.png and PNG plots.",
+        description=textwrap.fill(  # the raw formatter keeps the epilog's lines; wrap this
+            "Run raftlog's benchmark scenarios; write results.json, results.md, goals.md, "
+            "summary.png and PNG plots. Two other commands: `profile SCENARIO` (under py-spy) "
+            "and `report` (the README's goals table); see the end.",
+            79,
+            break_on_hyphens=False,
+        ),
         epilog=epilog(registry),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
