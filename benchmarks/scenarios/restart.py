@@ -91,7 +91,8 @@ GOALS = (
     Goal(
         "restart",
         "opening a 1 GiB log against a 10 MiB one",
-        ours=(Pick("1 GiB", row(log="1 GiB"), "open s (median)"),),
+        # --quick opens 100 MiB instead: the table then says "(100 MiB)"
+        ours=tuple(Pick(size, row(log=size), "open s (median)") for size in ("1 GiB", "100 MiB")),
         peers=(Pick("10 MiB", row(log="10 MiB"), "open s (median)"),),
         target=1.5,
         higher_is_better=False,
