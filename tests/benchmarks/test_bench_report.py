@@ -304,7 +304,7 @@ def test_report_command_writes_readme_table_history_and_summary(tmp_path: Path) 
     assert "| what | peer | ours | ratio | met |" in text
     # the real declarations drive the command: restart's goal, and the others not measured
     assert (
-        "| opening a 1 GiB log against a 10 MiB one | 10 MiB: 0.01 s | 0.02 s "
+        "| opening a 1 GiB log against a 10 MiB one | 10 MiB: 0.01 s | 0.02 s (1 GiB) "
         f"| 2.00{T} (goal ≤ 1.5{T}) | **no** |"
     ) in text
     assert "| not measured |" in text
