@@ -25,6 +25,7 @@ import asyncio
 import os
 
 from benchmarks.context import RunContext
+from benchmarks.goals import Goal, Pick, row
 from benchmarks.registry import Row, Skip, scenario
 from benchmarks.scenarios.small import seconds_per_step
 from benchmarks.workloads import raftlog_local
@@ -79,11 +80,30 @@ async def native(servers: list[str], seconds: float) -> tuple[Row, Row]:
     return row, {"records": records, "read": read}
 
 
+GOALS = (
+    Goal(
+        "kafka-produce",
+        "Kafka clients: produce (confluent-kafka, idempotent, acks=all, 100 B)",
+        ours=(Pick("Kafka listener", row(path="Kafka (confluent-kafka)"), "produce records/s"),),
+        peers=(Pick("native client", row(path="native client"), "produce records/s"),),
+        target=0.5,
+    ),
+    Goal(
+        "kafka-consume",
+        "Kafka clients: consume (confluent-kafka)",
+        ours=(Pick("Kafka listener", row(path="Kafka (confluent-kafka)"), "consume records/s"),),
+        peers=(Pick("native client", row(path="native client"), "consume records/s"),),
+        target=0.7,
+    ),
+)
+
+
 @scenario(
     "kafka",
     "confluent-kafka produce/consume through the Kafka listener vs the native client: "
     "records/s, p50/p99, ratios, conversion CPU per record",
     add_arguments=add_arguments,
+    goals=GOALS,
 )
 def run(ctx: RunContext) -> list[Row]:
     confluent()  # skip before starting a cluster when it is missing
