@@ -306,7 +306,7 @@ class SegmentedLog:
             self._dirty = self._start - 1
         self._flushed = self._dirty
         lost = ctx is not None and ctx.committed_offset > self._dirty
-        if lost:
+        if ctx is not None and lost:
             message = (
                 f"{self._dir}: commit context says offset {ctx.committed_offset} was committed "
                 f"but the log ends at offset {self._dirty}: the committed suffix was lost; "
