@@ -380,7 +380,7 @@ class ShardSet:
         return HeartbeatBatchReply(self.config.node_id, req.source_node, replies)
 
     async def forward_client(
-        self, shard: int, route: str, body: bytes, authorization: str
+        self, shard: int, route: str, body: bytes | memoryview, authorization: str
     ) -> tuple[int, bytes | memoryview]:
         """(HTTP status, body) of a client call as shard ``shard`` answers it.
 
