@@ -237,7 +237,7 @@ class RecordBatch:
     def size_bytes(self) -> int:
         return HEADER_SIZE + len(self.payload)
 
-    def with_payload(self, payload: bytes, compression: Compression) -> RecordBatch:
+    def with_payload(self, payload: bytes | memoryview, compression: Compression) -> RecordBatch:
         """The same batch holding ``payload``, compressed with ``compression`` (a reader's
         view after decompressing; the stored batch is never rewritten)."""
         attributes = (self.attributes & ~(_COMPRESSION_MASK << _COMPRESSION_SHIFT)) | (
