@@ -171,6 +171,8 @@ def _frame(runs: list[Run]) -> memoryview:
     flags = 0
     sections: list[np.ndarray] = []
     blobs: list[np.ndarray] = []
+    # the runs' batches have the same columns: where the first has keys (stamps),
+    # every one does, which the ignores below stand for
     if first.key is not None:
         flags |= FLAG_KEYS
         sections += [r.key.lengths[a:b] for r, a, b in runs]  # type: ignore[union-attr]

@@ -123,8 +123,8 @@ async def _cancel(window: deque[_InFlight]) -> None:
 
 
 async def _aiter(chunks: Iterable[Chunk] | AsyncIterator[Chunk]) -> AsyncIterator[Chunk]:
-    if hasattr(chunks, "__anext__"):
-        async for c in chunks:  # type: ignore[union-attr]
+    if isinstance(chunks, AsyncIterator):
+        async for c in chunks:
             yield c
     else:
         for c in chunks:

@@ -187,8 +187,10 @@ class ProducerModel:
 
         def done(t: asyncio.Task[None]) -> None:
             running.discard(t)
-            if not t.cancelled() and t.exception() is not None:
-                errors.append(t.exception())  # type: ignore[arg-type]
+            if not t.cancelled():
+                exc = t.exception()
+                if exc is not None:
+                    errors.append(exc)
 
         try:
             for _ in range(100_000):
