@@ -28,6 +28,13 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
+from typing import TYPE_CHECKING, TypeVar
+
+if TYPE_CHECKING:
+    from _typeshed import SupportsRichComparison
+
+#: a partition's key: its number, or (topic, number); keys are sorted
+K = TypeVar("K", bound="SupportsRichComparison")
 
 __all__ = ["TriggerDelay", "limit_end_offsets", "spread_budget"]
 
@@ -61,7 +68,7 @@ class TriggerDelay:
         return runs
 
 
-def spread_budget(budget: int, backlog: Mapping[int, int], rotation: int = 0) -> dict[int, int]:
+def spread_budget(budget: int, backlog: Mapping[K, int], rotation: int = 0) -> dict[K, int]:
     """Records to admit per partition; see the module docstring for the contract."""
     if budget < 0:
         raise ValueError(f"budget must be >= 0, got {budget}")
@@ -98,8 +105,8 @@ def spread_budget(budget: int, backlog: Mapping[int, int], rotation: int = 0) ->
 
 
 def limit_end_offsets(
-    start: Mapping[int, int], latest: Mapping[int, int], max_records: int, rotation: int = 0
-) -> dict[int, int]:
+    start: Mapping[K, int], latest: Mapping[K, int], max_records: int, rotation: int = 0
+) -> dict[K, int]:
     """End offsets that admit at most ``max_records`` records beyond ``start``.
 
     A partition in ``latest`` but not in ``start`` (new since the last batch)

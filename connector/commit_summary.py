@@ -17,7 +17,8 @@ def summarize(topic: str, label: str, messages: Sequence[object | None]) -> str:
     """
     ok = [m for m in messages if m is not None]
     failed = len(messages) - len(ok)
-    # a task that wrote several topic partitions lists them all in `.writes`
+    # a task that wrote several topic partitions lists them all in `.writes` (the
+    # messages are typed object: the sink's commit message classes, read by duck typing)
     writes = [w for m in ok for w in (getattr(m, "writes", ()) or (m.write,))]  # type: ignore[attr-defined]
     records = sum(w.records for w in writes)
     size = sum(w.bytes for w in writes)
@@ -46,8 +47,9 @@ def summarize(topic: str, label: str, messages: Sequence[object | None]) -> str:
 
 
 def _size(n: int) -> str:
+    value: float = n  # still the int n when printed in B
     for unit in ("B", "KiB", "MiB"):
-        if n < 1024 or unit == "MiB":
-            return f"{n} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024  # type: ignore[assignment]
-    return f"{n} B"  # unreachable: the loop returns at MiB
+        if value < 1024 or unit == "MiB":
+            return f"{value} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    return f"{value} B"  # unreachable: the loop returns at MiB

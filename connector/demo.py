@@ -226,6 +226,7 @@ def main(argv: list[str] | None = None) -> int:
             # Adaptive query execution does not apply to streaming queries, and Spark warns
             # about it at the start of each one: off for the stream, back for the read-back.
             adaptive = spark.conf.get("spark.sql.adaptive.enabled", "true")
+            assert adaptive is not None  # get() with a default
             spark.conf.set("spark.sql.adaptive.enabled", "false")
             query = (
                 stream.writeStream.format("raftlog")
@@ -274,6 +275,7 @@ def main(argv: list[str] | None = None) -> int:
             "min(value) AS lo",
             "max(value) AS hi",
         ).first()
+        assert stats is not None  # an aggregate without grouping has one row
         n, distinct, lo, hi = stats["n"], stats["distinct_values"], stats["lo"], stats["hi"]
         print(f"read back {n:,} rows from {topic!r}: values {lo}..{hi}, {distinct:,} distinct")
         # rate-micro-batch numbers rows 0, 1, 2, ...: the committed batches hold

@@ -171,6 +171,8 @@ def _frame(runs: list[Run]) -> memoryview:
     flags = 0
     sections: list[np.ndarray] = []
     blobs: list[np.ndarray] = []
+    # the runs' batches have the same columns: where the first has keys (stamps),
+    # every one does, which the ignores below stand for
     if first.key is not None:
         flags |= FLAG_KEYS
         sections += [r.key.lengths[a:b] for r, a, b in runs]  # type: ignore[union-attr]
@@ -199,12 +201,14 @@ def _frame(runs: list[Run]) -> memoryview:
         blobs += kbytes + vbytes
     parts = [np.ascontiguousarray(a).view(np.uint8) for a in (*sections, *blobs)]
     out = np.empty(_HEAD.size + sum(p.nbytes for p in parts), np.uint8)
-    _HEAD.pack_into(out, 0, KEYED_MAGIC, sum(b - a for _r, a, b in runs), flags)
+    # out.data: the array's memoryview (numpy's stubs give ndarray the buffer protocol
+    # only for Python 3.12+)
+    _HEAD.pack_into(out.data, 0, KEYED_MAGIC, sum(b - a for _r, a, b in runs), flags)
     pos = _HEAD.size
     for part in parts:
         out[pos : pos + part.nbytes] = part
         pos += part.nbytes
-    return memoryview(out).toreadonly()
+    return out.data.toreadonly()
 
 
 class RecordChunker:
@@ -349,6 +353,7 @@ def _keyed(lay: KeyedLayout, data: np.ndarray, n: int) -> Decoded:
     pos += int(np.maximum(lay.value_lens, 0).sum())
     stamps = None if lay.timestamps is None else lay.timestamps.astype(np.int64)
     if lay.header_counts is not None:
+        assert lay.hk_lens is not None and lay.hv_lens is not None  # set with header counts
         hk_lens = lay.hk_lens.astype(np.int32)
         hkeys = _binary(hk_lens, data, pos, pa.string())
         pos += int(hk_lens.sum())

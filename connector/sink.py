@@ -456,6 +456,7 @@ class RaftlogStreamWriter(_WriterBase, DataSourceStreamArrowWriter):
         from pyspark import TaskContext
 
         ctx = TaskContext.get()
+        assert ctx is not None  # write() runs in a Spark task
         batch_id = ctx.getLocalProperty("streaming.sql.batchId")
         query_id = ctx.getLocalProperty("sql.streaming.queryId")
         if batch_id is None or query_id is None:

@@ -197,7 +197,7 @@ class _ReaderBase:
         ranges = {tp: (start.get(tp, 0), e) for tp, e in end.items()}
         return [
             RaftlogInputPartition(tp[1], s, e, tp[0])
-            for tp, s, e in split_ranges(ranges, self.opts.min_partitions)  # type: ignore[arg-type]
+            for tp, s, e in split_ranges(ranges, self.opts.min_partitions)
         ]
 
     def _parse(self, doc: dict) -> dict[TopicPartition, int]:
@@ -212,7 +212,7 @@ class _ReaderBase:
             t: (old, ids[t]) for t, old in then.items() if ids.get(t, -1) >= 0 and ids[t] != old
         }
 
-    def read(self, partition: RaftlogInputPartition) -> Iterator[pa.RecordBatch]:  # type: ignore[override]
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         if not isinstance(partition, RaftlogInputPartition):
             # partitions() planned nothing (every range empty): Spark then runs one task
             # with a plain InputPartition of its own, which has nothing to read
@@ -389,7 +389,7 @@ class RaftlogBatchReader(_ReaderBase, DataSourceReader):
     """Batch reader: ``startingOffsets`` (default earliest) to ``endingOffsets`` (default
     latest)."""
 
-    def partitions(self) -> Sequence[InputPartition]:  # type: ignore[override]
+    def partitions(self) -> Sequence[InputPartition]:
         bounds = self._bounds()
         start = self._start(bounds, "earliest")
         if self.opts.ending_timestamp is not None:

@@ -9,16 +9,23 @@ one big partition can be read by several tasks in parallel.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import TYPE_CHECKING, TypeVar
+
+if TYPE_CHECKING:
+    from _typeshed import SupportsRichComparison
 
 __all__ = ["Split", "split_ranges"]
 
-Split = tuple[int, int, int]
+#: a partition's key: its number, or (topic, number); keys are sorted
+K = TypeVar("K", bound="SupportsRichComparison")
+
+Split = tuple[K, int, int]
 """(topic partition, start offset, end offset): read offsets ``[start, end)``."""
 
 
 def split_ranges(
-    ranges: Mapping[int, tuple[int, int]], min_partitions: int | None = None
-) -> list[Split]:
+    ranges: Mapping[K, tuple[int, int]], min_partitions: int | None = None
+) -> list[Split[K]]:
     """Splits covering every non-empty range exactly once, in partition and offset order.
 
     Empty ranges (``end <= start``) are dropped. Splits of one partition are
@@ -29,7 +36,7 @@ def split_ranges(
         return []
     total = sum(sizes.values())
     want = max(min_partitions or 0, len(sizes))
-    out: list[Split] = []
+    out: list[Split[K]] = []
     for p, size in sizes.items():
         start = ranges[p][0]
         pieces = min(size, max(1, round(want * size / total)))

@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 from collections import deque
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Iterable, Sequence
 from typing import Any, Protocol
 
 from pyspark_raftlog.arrow_payload import Chunk
@@ -29,7 +29,11 @@ class PlainClient(Protocol):
     """The part of ``raftlog.client.RaftlogClient`` the at-least-once writer uses."""
 
     async def produce(
-        self, topic: str, partition: int, records: list[tuple[bytes, int]], **kw: Any
+        self,
+        topic: str,
+        partition: int,
+        records: Sequence[tuple[bytes | bytearray | memoryview, int]],
+        **kw: Any,
     ) -> Any: ...
 
 
@@ -119,9 +123,9 @@ async def _cancel(window: deque[_InFlight]) -> None:
 
 
 async def _aiter(chunks: Iterable[Chunk] | AsyncIterator[Chunk]) -> AsyncIterator[Chunk]:
-    if hasattr(chunks, "__anext__"):
-        async for c in chunks:  # type: ignore[union-attr]
+    if isinstance(chunks, AsyncIterator):
+        async for c in chunks:
             yield c
     else:
-        for c in chunks:  # type: ignore[union-attr]
+        for c in chunks:
             yield c

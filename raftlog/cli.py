@@ -975,16 +975,26 @@ def _cmd_partition_transfer_leadership(args: argparse.Namespace) -> int:
 def _until_done(timeout_s: float) -> Any:
     """A tenacity poll: call again every 0.5 s while the result is not done (False, or a
     tuple whose last item is False), up to ``timeout_s``; then the last result."""
-    from tenacity import AsyncRetrying, retry_if_result, stop_after_delay, wait_fixed
+    from tenacity import (
+        AsyncRetrying,
+        RetryCallState,
+        retry_if_result,
+        stop_after_delay,
+        wait_fixed,
+    )
 
     def pending(result: Any) -> bool:
         return not (result[-1] if isinstance(result, tuple) else result)
+
+    def still_going(state: RetryCallState) -> Any:
+        assert state.outcome is not None  # set by the attempt that ran last
+        return state.outcome.result()
 
     return AsyncRetrying(
         stop=stop_after_delay(timeout_s),
         wait=wait_fixed(0.5),
         retry=retry_if_result(pending),
-        retry_error_callback=lambda state: state.outcome.result(),  # still going
+        retry_error_callback=still_going,
     )
 
 

@@ -15,7 +15,7 @@ registry.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
@@ -203,8 +203,10 @@ class _DiskCollector(Collector):
 class EdgeView(Protocol):
     """What the collector reads of the node's edge limits (raftlog.rpc.edge_limits)."""
 
-    refusals: dict[str, int]
-    backpressure: dict[str, int]
+    @property
+    def refusals(self) -> Mapping[str, int]: ...
+    @property
+    def backpressure(self) -> Mapping[str, int]: ...
 
     def gauges(self) -> dict[str, float]: ...
 

@@ -4,5 +4,8 @@
 source "$(dirname "$0")/env.sh"
 ruff check .
 ruff format --check .
+# the type check: configured in setup.cfg's [mypy] (strict on raft, storage, producers
+# and the coordinator); a type error fails the run as a lint error does
+python -m mypy
 # pytest exits 5 when it collected no tests; with `set -e` that fails the run.
 python -m pytest "$@"

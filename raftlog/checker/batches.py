@@ -243,19 +243,19 @@ def _check_cut(
                     (c.cut_id,),
                 )
             )
-    for key, rows in sorted(by_version.items()):
-        want = history.rows.get(key)
+    for vkey, rows in sorted(by_version.items()):
+        want = history.rows.get(vkey)
         if want is None:
-            raise ValueError(f"cut {c.cut_id} holds rows of undeclared version {key}")
-        tp = next(w[0][0] for k, w in copies.items() if k[:2] == key)
-        if key not in committed:
+            raise ValueError(f"cut {c.cut_id} holds rows of undeclared version {vkey}")
+        tp = next(w[0][0] for k, w in copies.items() if k[:2] == vkey)
+        if vkey not in committed:
             found[UNCOMMITTED_BATCH].append(
                 Anomaly(
                     UNCOMMITTED_BATCH,
                     tp,
                     None,
                     f"cut {c.cut_id} ({c.process}) shows {len(rows)} rows of writer "
-                    f"{key[0]!r} version {key[1]}, which was never committed",
+                    f"{vkey[0]!r} version {vkey[1]}, which was never committed",
                     (c.cut_id,),
                 )
             )
@@ -268,7 +268,7 @@ def _check_cut(
                     None,
                     f"cut {c.cut_id} ({c.process}, ends "
                     f"{ {f'{t[0]}/{t[1]}': e for t, e in sorted(c.ends.items())} }) shows "
-                    f"{len(rows)} of the {want} rows of writer {key[0]!r} version {key[1]}: "
+                    f"{len(rows)} of the {want} rows of writer {vkey[0]!r} version {vkey[1]}: "
                     f"missing rows {missing[:5]}",
                     (c.cut_id,),
                 )

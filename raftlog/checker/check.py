@@ -80,6 +80,7 @@ def check(
         for i, value in enumerate(op.values):
             ops_of_value[value].append(op)
             if op.outcome is Outcome.OK:
+                assert op.offset is not None  # an ok produce has one (History checks it)
                 pos = (op.tp, op.offset + i)
                 seen_at[pos][value].append(f"acked by op {op.op_id}")
                 seen_pos[value].add(pos)
@@ -114,15 +115,15 @@ def check(
         )
 
     # duplicated
-    for value, positions in sorted(final_pos.items()):
-        if len(positions) > 1:
-            offsets = ", ".join(f"{tp[0]}/{tp[1]}@{o}" for tp, o in sorted(positions))
+    for value, places in sorted(final_pos.items()):
+        if len(places) > 1:
+            offsets = ", ".join(f"{tp[0]}/{tp[1]}@{o}" for tp, o in sorted(places))
             found[DUPLICATED].append(
                 Anomaly(
                     DUPLICATED,
-                    positions[0][0],
+                    places[0][0],
                     value,
-                    f"at {len(positions)} offsets in the final reads: {offsets}",
+                    f"at {len(places)} offsets in the final reads: {offsets}",
                     tuple(op.op_id for op in ops_of_value.get(value, ())),
                 )
             )

@@ -340,9 +340,13 @@ class History:
                     op_id = int(ev["op_id"])
                     if op_id not in hist._ops:
                         raise ValueError(f"op_id {op_id} completes before it is invoked")
+                    outcome = Outcome(ev["outcome"])
+                    if outcome is Outcome.OK and hist._ops[op_id].kind is OpKind.PRODUCE:
+                        # its values are checked at offset + i (as ok_produce requires)
+                        _check_int("offset", ev.get("offset"), 0)
                     hist._ops[op_id] = dataclasses.replace(
                         hist._ops[op_id],
-                        outcome=Outcome(ev["outcome"]),
+                        outcome=outcome,
                         complete_time=float(ev["complete_time"]),
                         offset=ev.get("offset"),
                         records=tuple((int(o), str(v)) for o, v in ev.get("records", ())),

@@ -3,11 +3,16 @@ topics, configs, partitions, leadership, nodes, moves and decommissioning."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
+from raftlog.client.calls import CallRouting
 from raftlog.client.errors import (
     InvalidRequestError,
     UnknownTopicError,
+)
+from raftlog.client.results import (
+    TopicConfigDescription,
+    TopicMetadata,
+    config_description,
+    topic_metadata,
 )
 from raftlog.rpc.messages import (
     AlterConfigRequest,
@@ -36,19 +41,10 @@ from raftlog.rpc.messages import (
     TransferLeadershipResponse,
 )
 
-if TYPE_CHECKING:
-    pass
 
-from raftlog.client.results import (
-    TopicConfigDescription,
-    TopicMetadata,
-    config_description,
-    topic_metadata,
-)
-
-
-class AdminCalls:
-    """Admin calls: to the controller's leader, or any node for reads."""
+class AdminCalls(CallRouting):
+    """Admin calls: to the controller's leader, or any node for reads (through
+    :class:`CallRouting`, which ``RaftlogClient`` mixes in after this part)."""
 
     # ------------------------------------------------------------ admin
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import random
 import ssl
+from collections.abc import Sequence
 from typing import Any
 
 import aiohttp
@@ -117,7 +118,7 @@ class RaftlogClient(AdminCalls, CallRouting):
         self,
         topic: str,
         partition: int,
-        records: list[tuple[bytes, int]],
+        records: Sequence[tuple[bytes | bytearray | memoryview, int]],
         acks: str | int = "all",
         producer_id: int = -1,
         producer_epoch: int = -1,

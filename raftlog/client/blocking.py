@@ -267,7 +267,7 @@ class BlockingIdempotentProducer:
             if f.cancelled():
                 out.cancel()
             elif f.exception() is not None:
-                out.set_exception(f.exception())  # type: ignore[arg-type]
+                out.set_exception(f.exception())
             else:
                 out.set_result(f.result())
 

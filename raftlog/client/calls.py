@@ -45,9 +45,10 @@ import contextvars
 import dataclasses
 import errno
 import random
+import ssl
 import time
 from collections.abc import Awaitable, Callable, Iterator
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import aiohttp
 from tenacity import (
@@ -77,6 +78,7 @@ from raftlog.rpc.messages import (
     ErrorResponse,
     MetadataRequest,
     MetadataResponse,
+    TopicInfo,
 )
 from raftlog.rpc.parts_payload import PartsPayload
 from raftlog.rpc.roles import AUTO_CREATE_ROUTE, ROUTE_ROLES, Role
@@ -84,6 +86,7 @@ from raftlog.rpc.transport import (
     AUTH_HEADER,
     FrameStream,
     StreamClosedError,
+    StreamPool,
     UnmaskedWebSocket,
     open_frame_stream,
     timed_request,
@@ -211,6 +214,28 @@ class CallRouting:
     """How every call reaches a node (mixed into :class:`raftlog.client.RaftlogClient`):
     deadlines, retries, leader hints, metadata refresh, the HTTP send."""
 
+    # The client's state, made by RaftlogClient.__init__ (declared here for the type
+    # checker: this part and AdminCalls read it).
+    _seeds: list[str]
+    _auth_token: str | None
+    _admin_token: str | None
+    _ssl: ssl.SSLContext | None
+    _timeout_s: float
+    _attempt_timeout_s: float
+    _session: aiohttp.ClientSession | None
+    _nodes: dict[int, str]
+    _topics: dict[str, TopicInfo]
+    _controller_leader: int
+    _leader_hints: dict[tuple[str, int], int]
+    _refreshing: dict[str, asyncio.Future[Any]]
+    _answered: bool
+    _timed_out: dict[str, float]
+    _streams: StreamPool[str]
+
+    if TYPE_CHECKING:
+        # RaftlogClient (async_client.py)
+        def url(self, address: str, path: str) -> str: ...
+
     # ------------------------------------------------------------ routing
 
     @property
@@ -253,7 +278,8 @@ class CallRouting:
         except Exception as exc:
             if not retriable(exc) or time.monotonic() >= deadline:
                 raise
-        await asyncio.sleep(wait(RetryCallState(None, None, (), {})))
+        # a wait strategy reads only attempt_number: no Retrying object is needed
+        await asyncio.sleep(wait(RetryCallState(None, None, (), {})))  # type: ignore[arg-type]
         retrying = AsyncRetrying(
             stop=lambda _state: time.monotonic() >= deadline,
             wait=wait,

@@ -70,6 +70,13 @@ class KeyedLayout:
         "timestamps",
         "value_lens",
     )
+    data_start: int
+    key_lens: np.ndarray | None
+    value_lens: np.ndarray
+    timestamps: np.ndarray | None
+    header_counts: np.ndarray | None
+    hk_lens: np.ndarray | None
+    hv_lens: np.ndarray | None
 
     def __init__(self, **sections: object) -> None:
         for name, value in sections.items():

@@ -312,7 +312,7 @@ async def _aiter(
         async for c in chunks:  # type: ignore[union-attr]
             yield c
     else:
-        for c in chunks:  # type: ignore[union-attr]
+        for c in chunks:
             yield c
 
 

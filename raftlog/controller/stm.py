@@ -159,8 +159,8 @@ class ControllerStm:
             log.error("skipping create of topic %r: %s", cmd.name, exc)
             return
         parts = []
-        for p, replicas in enumerate(lists):
-            parts.append(PartitionAssignment(p, self.next_group_id, replicas))
+        for index, replicas in enumerate(lists):
+            parts.append(PartitionAssignment(index, self.next_group_id, replicas))
             self.next_group_id += 1
         self.topics[cmd.name] = TopicAssignment(cmd.name, rf, parts, cmd.schema)
         if overrides:

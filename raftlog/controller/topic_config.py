@@ -88,6 +88,7 @@ SPECS: dict[str, ConfigSpec] = {
 class TopicConfig:
     """A partition's effective settings (every key resolved to its value)."""
 
+    # a spec's default is int | str; each is of its field's type (its spec's kind)
     retention_bytes: int = SPECS[RETENTION_BYTES].default  # type: ignore[assignment]
     retention_ms: int = SPECS[RETENTION_MS].default  # type: ignore[assignment]
     segment_bytes: int = SPECS[SEGMENT_BYTES].default  # type: ignore[assignment]
@@ -182,6 +183,7 @@ def effective(overrides: Mapping[str, str]) -> TopicConfig:
             with contextlib.suppress(ValueError):
                 value = validate_value(key, overrides[key])
                 values[key] = value if spec.choices else int(value)
+    # every key resolved to a value of its field's type (see above)
     return TopicConfig(**{key.replace(".", "_"): value for key, value in values.items()})  # type: ignore[arg-type]
 
 

@@ -52,6 +52,7 @@ class GroupStm(TmStm):
 
     def __init__(self, consensus: Any, *, replicate_timeout_s: float = 30.0) -> None:
         super().__init__(consensus, replicate_timeout_s=replicate_timeout_s)
+        # TmStm's machinery (apply, snapshots) over the groups' state, not CoordinatorState
         self.state: OffsetsState = OffsetsState()  # type: ignore[assignment]
 
     @property

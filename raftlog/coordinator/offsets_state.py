@@ -112,7 +112,7 @@ class OffsetsState:
         return json.dumps(doc, separators=(",", ":")).encode()
 
     def restore(self, data: bytes) -> None:
-        doc = json.loads(data) if data else {"applied_offset": -1, "groups": {}}
+        doc: dict[str, Any] = json.loads(data) if data else {"applied_offset": -1, "groups": {}}
         self.applied_offset = doc["applied_offset"]
         self.groups = {}
         for gid, g in doc["groups"].items():

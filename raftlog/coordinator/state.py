@@ -406,7 +406,7 @@ class CoordinatorState:
 
     def restore(self, data: bytes) -> None:
         """Replace the state with a :meth:`snapshot`'s."""
-        doc = json.loads(data) if data else {"applied_offset": -1, "writers": {}}
+        doc: dict[str, Any] = json.loads(data) if data else {"applied_offset": -1, "writers": {}}
         self.applied_offset = doc["applied_offset"]
         self.writers = {}
         for w, s in doc["writers"].items():

@@ -35,6 +35,7 @@ decision is recorded complete only once each of its markers is durable.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, Protocol
@@ -259,7 +260,7 @@ class TxnCoordinator:
         if task is None or task.done():
             task = self._spawn(self._write_markers(writer, version, decision))
             self._finishing[key] = task
-            task.add_done_callback(lambda t, key=key: self._forget(key, t))
+            task.add_done_callback(functools.partial(self._forget, key))
         # shielded: a caller that goes away (a client disconnect) leaves the markers going
         await asyncio.shield(task)
 

@@ -108,8 +108,8 @@ def read_head(frame: bytes) -> tuple[RequestHead, int]:
         what = "unknown API key" if known is None else f"{known[0]} version"
         raise UnsupportedRequest(head, f"{what} {key if known is None else version}")
     schema = load_request_schema(key, version)
-    h, size = entity_reader(schema.__header_schema__)(frame, 0)
-    return RequestHead(key, version, int(h.correlation_id), h.client_id), size
+    header, size = entity_reader(schema.__header_schema__)(frame, 0)
+    return RequestHead(key, version, int(header.correlation_id), header.client_id), size
 
 
 def read_request(head: RequestHead, frame: bytes, offset: int) -> Any:

@@ -51,6 +51,7 @@ from raftlog.node.config import (
     host_port,
 )
 from raftlog.node.internal_topics import refuse_internal, refuse_internal_create
+from raftlog.node.parts import NodeParts
 from raftlog.raft.errors import TransportError
 from raftlog.rpc.messages import (
     AlterConfigRequest,
@@ -81,7 +82,7 @@ from raftlog.rpc.server import RequestError
 log = logging.getLogger("raftlog.node")
 
 
-class AdminApi:
+class AdminApi(NodeParts):
     """Controller calls: each replicates one controller command (on the controller's
     leader) and waits until it is applied."""
 

@@ -395,6 +395,11 @@ def add_server_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--log-level", default="INFO")
 
 
+# the defaults, read from an instance: GroupLimits has __slots__, so on the class each
+# field is a slot descriptor, not its default (the help once said "(default <member
+# 'max_groups' of 'GroupLimits' objects>)")
+_GROUP_DEFAULTS = GroupLimits()
+
 #: the group coordinator's limits: flag -> (GroupLimits fields it sets, lowest value,
 #: help); defaults from GroupLimits (raftlog.kafka.groups.limits)
 _GROUP_FLAGS: dict[str, tuple[tuple[str, ...], int, str]] = {
@@ -402,26 +407,26 @@ _GROUP_FLAGS: dict[str, tuple[tuple[str, ...], int, str]] = {
         ("max_groups",),
         1,
         "consumer groups with members one node coordinates; a new one beyond gets "
-        f"COORDINATOR_NOT_AVAILABLE (default {GroupLimits.max_groups})",
+        f"COORDINATOR_NOT_AVAILABLE (default {_GROUP_DEFAULTS.max_groups})",
     ),
     "--kafka-max-group-members": (
         ("max_members",),
         1,
         "members of one consumer group (Kafka's group.max.size); one more gets "
-        f"GROUP_MAX_SIZE_REACHED (default {GroupLimits.max_members})",
+        f"GROUP_MAX_SIZE_REACHED (default {_GROUP_DEFAULTS.max_members})",
     ),
     "--kafka-max-group-metadata-bytes": (
         ("max_member_metadata_bytes", "max_assignment_bytes"),
         1024,
         "bytes of one group member's subscription (JoinGroup) and of its assignment "
         "(SyncGroup); more gets INVALID_REQUEST "
-        f"(default {GroupLimits.max_member_metadata_bytes})",
+        f"(default {_GROUP_DEFAULTS.max_member_metadata_bytes})",
     ),
     "--kafka-max-offset-metadata-bytes": (
         ("max_offset_metadata_bytes",),
         0,
         "bytes of a committed offset's metadata (Kafka's offset.metadata.max.bytes); more "
-        f"gets OFFSET_METADATA_TOO_LARGE (default {GroupLimits.max_offset_metadata_bytes})",
+        f"gets OFFSET_METADATA_TOO_LARGE (default {_GROUP_DEFAULTS.max_offset_metadata_bytes})",
     ),
 }
 
@@ -813,7 +818,7 @@ def resolve_token(args: argparse.Namespace, role: Role) -> str | None:
 def tls_files(args: argparse.Namespace) -> TlsFiles | None:
     """The three TLS flags, all or none, each file checked now (TlsConfigError names it)."""
     given = {
-        flag: getattr(args, attr, None)
+        flag: str(getattr(args, attr, None) or "")
         for flag, attr in (
             ("--tls-cert", "tls_cert"),
             ("--tls-key", "tls_key"),

@@ -14,6 +14,7 @@ from raftlog.coordinator.tm_stm import TRANSACTIONS_TOPIC
 from raftlog.faults.failpoints import PRODUCE_SKIP_BATCH_CHECK, FailpointError, failpoint
 from raftlog.node.groups import PartitionReplica
 from raftlog.node.internal_topics import refuse_internal
+from raftlog.node.parts import NodeParts
 from raftlog.rpc.messages import (
     AbortRunRequest,
     ConsistentCutRequest,
@@ -36,7 +37,7 @@ log = logging.getLogger("raftlog.node")
 _T = TypeVar("_T")
 
 
-class DataApi:
+class DataApi(NodeParts):
     """Partition calls: routed to the local replica that leads the partition."""
 
     # ------------------------------------------------------------ partition calls

@@ -687,7 +687,9 @@ class PartitionReplica:
         """The first batch below the LSO with a timestamp >= ``timestamp_ms``, found through
         the log's per-segment time index (never a scan from the log start)."""
         lso = self.rm.last_stable_offset
-        found = self.consensus.log.offset_for_timestamp(timestamp_ms, lso - 1)
+        segments = self.consensus.log
+        assert isinstance(segments, SegmentedLog)  # as open_group made it
+        found = segments.offset_for_timestamp(timestamp_ms, lso - 1)
         if found is None:
             return OffsetForTimestampResponse(-1, -1, lso)
         return OffsetForTimestampResponse(max(found[0], self.log_start), found[1], lso)

@@ -12,6 +12,7 @@ from raftlog.controller import (
     TopicAssignment,
     topic_config,
 )
+from raftlog.node.parts import NodeParts
 from raftlog.raft.errors import RaftError
 from raftlog.rpc.messages import (
     ConfigEntry,
@@ -40,7 +41,7 @@ CONTROLLER_READ_WAIT_S = 2.0
 state that includes everything acknowledged (see :meth:`MetadataApi._controller_read_barrier`)."""
 
 
-class MetadataApi:
+class MetadataApi(NodeParts):
     """Metadata calls (uses the node's controller state and partitions)."""
 
     async def _controller_read_barrier(self) -> None:
@@ -164,16 +165,17 @@ class MetadataApi:
         shard 0 of several, those of the other shards (one that does not answer in
         time has none)."""
         out = {g: self.partitions[g].status() for g in gids if g in self.partitions}
-        if self.shards is None:
+        shards = self.shards
+        if shards is None:
             return out
         theirs: dict[int, list[int]] = {}
         for g in gids:
             if not self.owns(g):
-                theirs.setdefault(self.shards.owner(g), []).append(g)
+                theirs.setdefault(shards.owner(g), []).append(g)
 
         async def ask(shard: int, wanted: list[int]) -> list[PartitionStatus]:
             try:
-                resp = await self.shards.call(
+                resp = await shards.call(
                     shard, PartitionStatusRequest(wanted), PartitionStatusResponse
                 )
             except Exception as exc:  # a shard stopping: its partitions have no status

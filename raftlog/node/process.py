@@ -433,7 +433,7 @@ class Node(Upkeep, AdminApi, MetadataApi, DataApi):
         return ShardStateReply(self._mirrored_version)
 
     async def forward_client(
-        self, route: str, message: Any, body: bytes, authorization: str
+        self, route: str, message: Any, body: bytes | memoryview, authorization: str
     ) -> tuple[int, bytes | memoryview] | None:
         if self.shards is None:
             return None

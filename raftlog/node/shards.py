@@ -355,7 +355,8 @@ class ShardSet:
     async def _route_heartbeats(
         self, req: HeartbeatBatchRequest, local: Callable[[Any], Awaitable[Any]]
     ) -> HeartbeatBatchReply:
-        assert self._transport is not None
+        transport = self._transport
+        assert transport is not None
         positions: dict[int, list[int]] = {}
         for i, hb in enumerate(req.heartbeats):
             positions.setdefault(self.owner(hb.group), []).append(i)
@@ -367,7 +368,7 @@ class ShardSet:
             )
             if shard == 0:
                 return await local(part)
-            return await self._transport.send(shard, part)
+            return await transport.send(shard, part)
 
         answers = await asyncio.gather(*(ask(s) for s in shards), return_exceptions=True)
         replies: list[Any] = [None] * len(req.heartbeats)
@@ -380,7 +381,7 @@ class ShardSet:
         return HeartbeatBatchReply(self.config.node_id, req.source_node, replies)
 
     async def forward_client(
-        self, shard: int, route: str, body: bytes, authorization: str
+        self, shard: int, route: str, body: bytes | memoryview, authorization: str
     ) -> tuple[int, bytes | memoryview]:
         """(HTTP status, body) of a client call as shard ``shard`` answers it.
 

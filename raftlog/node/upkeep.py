@@ -30,6 +30,7 @@ from raftlog.node.config import (
     REPLICA_LAG_SAMPLE_S,
 )
 from raftlog.node.groups import PartitionReplica, last_heard_ms
+from raftlog.node.parts import NodeParts
 from raftlog.storage import identity
 from raftlog.storage.api import StorageCorruption
 from raftlog.storage.fs import REAL_FS
@@ -82,13 +83,17 @@ def _make_durable_dirs(directories: list[pathlib.Path]) -> None:
 
 def _open_retry_delay(attempts: int) -> float:
     """The wait before attempt ``attempts + 1`` (tenacity's exponential backoff)."""
-    state = RetryCallState(None, None, (), {})
+    # a wait strategy reads only attempt_number: no Retrying object is needed
+    state = RetryCallState(None, None, (), {})  # type: ignore[arg-type]
     state.attempt_number = attempts
     return float(OPEN_RETRY_WAIT(state))
 
 
-class Upkeep:
+class Upkeep(NodeParts):
     """The node's background loops (uses the node's config, host, controller, partitions)."""
+
+    #: partition replicas that failed to open, retried with backoff (made by Node)
+    _open_failures: dict[int, OpenFailure]
 
     # ------------------------------------------------------------ reconcile
 

@@ -102,7 +102,7 @@ def encode_marker(payload: MarkerPayload) -> bytes:
     )
 
 
-def decode_marker(payload: bytes) -> MarkerPayload:
+def decode_marker(payload: bytes | memoryview) -> MarkerPayload:
     """Decode a marker payload (format 0 or 1); raises ValueError when malformed."""
     if len(payload) == _MARKER_V0.size:
         fmt, version = _MARKER_V0.unpack(payload)
@@ -127,7 +127,7 @@ def encode_marker_payload(version: int) -> bytes:
     return encode_marker(MarkerPayload(version))
 
 
-def decode_marker_payload(payload: bytes) -> int:
+def decode_marker_payload(payload: bytes | memoryview) -> int:
     """The application version in a marker payload; raises ValueError when malformed."""
     return decode_marker(payload).version
 
@@ -185,13 +185,14 @@ def encode_fence_payload(transaction_timeout_ms: int = DEFAULT_TIMEOUT) -> bytes
     return _FENCE.pack(_FENCE_FORMAT, transaction_timeout_ms)
 
 
-def decode_fence_payload(payload: bytes) -> int:
+def decode_fence_payload(payload: bytes | memoryview) -> int:
     """A fence's transaction timeout (-1 for an empty payload); ValueError when malformed."""
     if not payload:
         return DEFAULT_TIMEOUT
     if len(payload) != _FENCE.size:
         raise ValueError(f"fence payload must be 0 or {_FENCE.size} bytes, got {len(payload)}")
     fmt, timeout = _FENCE.unpack(payload)
+    timeout = int(timeout)  # struct's unpack is typed as Any
     if fmt != _FENCE_FORMAT:
         raise ValueError(f"fence payload format must be {_FENCE_FORMAT}, got {fmt}")
     if timeout == 0 or timeout < -1:

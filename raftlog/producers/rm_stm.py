@@ -257,7 +257,7 @@ class _InFlight:
     marker: _MarkerKey | None = None  # of a marker a client's retry may park on
 
 
-def _consume(fut: asyncio.Future) -> None:
+def _consume(fut: asyncio.Future[Any]) -> None:
     # parked retries may never come; don't warn about an unretrieved error
     if not fut.cancelled():
         fut.exception()
@@ -472,6 +472,7 @@ class RmStm:
             try:
                 # in slices, so a lost leadership is noticed (by sync) while waiting;
                 # asyncio.timeout, as wait_for may swallow a cancel racing its timeout (3.11)
+                assert reorder_deadline is not None  # set before any gap is waited for
                 left = max(0.0, reorder_deadline - loop.time())
                 with contextlib.suppress(TimeoutError):
                     async with asyncio.timeout(min(left, REORDER_POLL_S)):

@@ -137,7 +137,9 @@ class ConfigurationHistory:
         added = False
         for b in batches:
             if b.kind is BatchKind.RAFT_CONFIG and b.base_offset > self.latest_offset:
-                self.add(b.base_offset, Configuration.decode(b.payload))
+                # bytes() of a control batch's payload is the payload itself (it is bytes, see
+                # RecordBatch); json.loads reads no memoryview
+                self.add(b.base_offset, Configuration.decode(bytes(b.payload)))
                 added = True
         return added
 

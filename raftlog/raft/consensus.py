@@ -343,7 +343,7 @@ class Consensus:
             return
         if isinstance(exc, _EXPECTED_ONE_SHOT_ERRORS) and service is None:
             return  # an expected outcome of a one-shot task (leadership lost, a timeout)
-        self._on_task_failed(service or getattr(task.get_coro(), "__qualname__", "task"), exc)
+        self._on_task_failed(service or str(getattr(task.get_coro(), "__qualname__", "task")), exc)
         if service is not None and self.running:
             self._start_service(service, delay_s=self.options.tick_interval_s)
 

@@ -90,8 +90,8 @@ class Recovery:
             task.cancel()
         self._tasks.clear()
         for chunks in self._chunks.values():
-            for task in chunks:
-                task.cancel()
+            for chunk in chunks:
+                chunk.cancel()
         self._chunks.clear()
         self._outcomes.clear()
 

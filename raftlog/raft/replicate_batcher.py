@@ -83,7 +83,7 @@ class ReplicateRequest:
     stages: ReplicateStages
 
 
-def _consume_exception(fut: asyncio.Future) -> None:
+def _consume_exception(fut: asyncio.Future[Any]) -> None:
     # Callers of no_ack often never await ``finished``; don't warn about its error.
     if not fut.cancelled():
         fut.exception()

@@ -50,7 +50,7 @@ import struct
 import types
 import typing
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, TypeVar, overload
 
 from raftlog.storage.batch import HEADER_SIZE, BatchError, RecordBatch, frozen_buffer
 
@@ -125,7 +125,7 @@ FIELD_RANGES: dict[str, tuple[int, int]] = {
 # limit: anything longer is a corrupt length, not data.
 MAX_FIELD_BYTES = 128 * 1024 * 1024
 
-_Encoder = Callable[[Any, list[bytes], str], None]
+_Encoder = Callable[[Any, list[bytes | memoryview], str], None]
 # A decoder takes (buffer, position, field path) and returns (value, new position).
 _Decoder = Callable[[memoryview, int, str], tuple[Any, int]]
 
@@ -220,17 +220,21 @@ def encode_parts(msg: Any, prefix: bytes = b"") -> list[bytes | memoryview]:
     return parts
 
 
-def _encoded(msg: Any, prefix: bytes) -> list[bytes]:
+def _encoded(msg: Any, prefix: bytes) -> list[bytes | memoryview]:
     cls = type(msg)
     type_id = _registry_by_type.get(cls)
     if type_id is None:
         raise CodecError(f"{cls.__qualname__} is not a registered message type")
-    out: list[bytes] = [prefix, _U16.pack(type_id)]
+    out: list[bytes | memoryview] = [prefix, _U16.pack(type_id)]
     _plan(cls).encode(msg, out, cls.__name__)
     return out
 
 
-def decode(buf: bytes | bytearray | memoryview, expected: type[T] | None = None) -> T:
+@overload
+def decode(buf: bytes | bytearray | memoryview) -> Any: ...
+@overload
+def decode(buf: bytes | bytearray | memoryview, expected: type[T]) -> T: ...
+def decode(buf: bytes | bytearray | memoryview, expected: type[T] | None = None) -> Any:
     """Decode one framed message; the whole buffer must be consumed.
 
     When ``expected`` is given, a frame of another type is a CodecError.
@@ -282,7 +286,7 @@ def _first_int_field(cls: type) -> tuple[str, int, int] | None:
 
 def encode_body(msg: Any) -> bytes:
     """Encode a dataclass's fields without a frame (e.g. controller command payloads)."""
-    out: list[bytes] = []
+    out: list[bytes | memoryview] = []
     _plan(type(msg)).encode(msg, out, type(msg).__name__)
     return b"".join(out)
 
@@ -317,7 +321,7 @@ def _need(view: memoryview, pos: int, n: int, path: str, what: str) -> None:
         )
 
 
-def _enc_int(v: Any, out: list[bytes], path: str) -> None:
+def _enc_int(v: Any, out: list[bytes | memoryview], path: str) -> None:
     if isinstance(v, bool) or not isinstance(v, int):
         raise CodecError(f"{path}: expected an int, got {type(v).__name__}")
     try:
@@ -331,7 +335,7 @@ def _dec_int(view: memoryview, pos: int, path: str) -> tuple[int, int]:
     return _I64.unpack_from(view, pos)[0], pos + 8
 
 
-def _enc_float(v: Any, out: list[bytes], path: str) -> None:
+def _enc_float(v: Any, out: list[bytes | memoryview], path: str) -> None:
     if isinstance(v, bool) or not isinstance(v, int | float):
         raise CodecError(f"{path}: expected a float, got {type(v).__name__}")
     out.append(_F64.pack(float(v)))
@@ -342,7 +346,7 @@ def _dec_float(view: memoryview, pos: int, path: str) -> tuple[float, int]:
     return _F64.unpack_from(view, pos)[0], pos + 8
 
 
-def _enc_bool(v: Any, out: list[bytes], path: str) -> None:
+def _enc_bool(v: Any, out: list[bytes | memoryview], path: str) -> None:
     if not isinstance(v, bool):
         raise CodecError(f"{path}: expected a bool, got {type(v).__name__}")
     out.append(b"\x01" if v else b"\x00")
@@ -362,7 +366,7 @@ def _dec_len(view: memoryview, pos: int, path: str, what: str) -> tuple[int, int
     return n, pos + 4
 
 
-def _enc_bytes(v: Any, out: list[bytes], path: str) -> None:
+def _enc_bytes(v: Any, out: list[bytes | memoryview], path: str) -> None:
     if not isinstance(v, bytes | bytearray | memoryview):
         raise CodecError(f"{path}: expected bytes, got {type(v).__name__}")
     if len(v) > MAX_FIELD_BYTES:
@@ -392,7 +396,7 @@ def _dec_view(view: memoryview, pos: int, path: str) -> tuple[bytes | memoryview
     return (span if view.readonly else bytes(span)), end
 
 
-def _enc_str(v: Any, out: list[bytes], path: str) -> None:
+def _enc_str(v: Any, out: list[bytes | memoryview], path: str) -> None:
     if not isinstance(v, str):
         raise CodecError(f"{path}: expected a str, got {type(v).__name__}")
     _enc_bytes(v.encode("utf-8"), out, path)
@@ -406,7 +410,7 @@ def _dec_str(view: memoryview, pos: int, path: str) -> tuple[str, int]:
         raise CodecError(f"{path}: expected UTF-8 text ({exc.reason} at byte {exc.start})") from exc
 
 
-def _enc_batch(v: Any, out: list[bytes], path: str) -> None:
+def _enc_batch(v: Any, out: list[bytes | memoryview], path: str) -> None:
     if not isinstance(v, RecordBatch):
         raise CodecError(f"{path}: expected a RecordBatch, got {type(v).__name__}")
     out.extend(v.encoded_parts())
@@ -476,7 +480,7 @@ _FIXED: dict[Any, str] = {int: "q", float: "d", bool: "?"}
 
 
 def _list_codec(item: _Codec, item_name: str) -> _Codec:
-    def enc(v: Any, out: list[bytes], path: str) -> None:
+    def enc(v: Any, out: list[bytes | memoryview], path: str) -> None:
         if not isinstance(v, list | tuple):
             raise CodecError(f"{path}: expected a list of {item_name}, got {type(v).__name__}")
         out.append(_U32.pack(len(v)))
@@ -500,7 +504,7 @@ def _list_codec(item: _Codec, item_name: str) -> _Codec:
 
 
 def _optional_codec(item: _Codec, item_name: str) -> _Codec:
-    def enc(v: Any, out: list[bytes], path: str) -> None:
+    def enc(v: Any, out: list[bytes | memoryview], path: str) -> None:
         if v is None:
             out.append(b"\x00")
         else:
@@ -520,7 +524,7 @@ def _optional_codec(item: _Codec, item_name: str) -> _Codec:
 
 
 def _enum_codec(cls: type[enum.IntEnum]) -> _Codec:
-    def enc(v: Any, out: list[bytes], path: str) -> None:
+    def enc(v: Any, out: list[bytes | memoryview], path: str) -> None:
         try:
             out.append(_I64.pack(int(cls(v))))
         except ValueError as exc:
@@ -619,7 +623,7 @@ def _plan(cls: type) -> _Codec:
     name = cls.__name__
     min_size = sum(s[1].size if s[0] == "fixed" else s[2].min_size for s in steps)
 
-    def enc(msg: Any, out: list[bytes], path: str) -> None:
+    def enc(msg: Any, out: list[bytes | memoryview], path: str) -> None:
         if type(msg) is not cls:
             raise CodecError(f"{path}: expected a {name}, got {type(msg).__name__}")
         for step in steps:

@@ -168,7 +168,7 @@ class FrameReceiver(asyncio.BufferedProtocol):
 
     def get_buffer(self, sizehint: int) -> memoryview:
         if self._frame is not None:
-            return memoryview(self._frame)[self._filled :]
+            return self._frame.data[self._filled :]  # .data: the array's memoryview
         if self._start:
             # Keep the unparsed tail (part of a header) at the front of the buffer.
             tail = self._end - self._start
@@ -186,7 +186,7 @@ class FrameReceiver(asyncio.BufferedProtocol):
                 mask, self._frame, self._filled = self._mask, None, 0
                 if mask is not None:
                     _unmask_array(frame, mask)
-                self._hand(self._on_frame, memoryview(frame).toreadonly())
+                self._hand(self._on_frame, frame.data.toreadonly())
             elif self._filled == len(frame):
                 # Full but the frame is not: grow it, by what arrived, not what was
                 # declared (one copy of what is here; the next growth is 4x larger).

@@ -26,6 +26,8 @@ Buffer = bytes | memoryview
 class PartsPayload(payload.Payload):
     """The body ``b"".join(parts)``, written buffer by buffer."""
 
+    _size: int  # aiohttp's Payload allows None (a size not known); this one is always known
+
     def __init__(self, parts: Sequence[Buffer], **kwargs: Any) -> None:
         super().__init__(parts, **kwargs)
         self._parts = list(parts)

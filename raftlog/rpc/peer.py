@@ -150,7 +150,7 @@ def _request_id(request_id: int) -> bytes:
     return _REQUEST_ID.pack(request_id)
 
 
-def split_frame(frame: bytes) -> tuple[int, memoryview]:
+def split_frame(frame: bytes | memoryview) -> tuple[int, memoryview]:
     """(request id, the codec frame after it) of a stream frame; the message is not
     decoded here, so a bad one can still be answered under its id. A frame too short
     to hold an id raises CodecError: nothing can be matched to it."""

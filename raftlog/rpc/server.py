@@ -132,7 +132,7 @@ class NodeHandlers(Protocol):
     async def handle_client(self, message: Any) -> Any: ...
 
     async def forward_client(
-        self, route: str, message: Any, body: bytes, authorization: str
+        self, route: str, message: Any, body: bytes | memoryview, authorization: str
     ) -> tuple[int, bytes | memoryview] | None:
         """(HTTP status, body) of a client call another process of the node answered
         (a shard, :mod:`raftlog.node.shards`), or None: this one answers it."""
@@ -507,7 +507,7 @@ def make_app(
                 status, answer = _error_body(
                     ErrorCode.INVALID_REQUEST, f"malformed request on the client stream: {exc}"
                 )
-                parts = [answer]
+                parts: list[bytes | memoryview] = [answer]
             else:
                 refused = policy.route_refusal(route, who, why)
                 if refused is not None:

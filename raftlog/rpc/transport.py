@@ -42,7 +42,7 @@ import asyncio
 import contextlib
 import dataclasses
 import ssl
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, Generic, TypeVar
 
 import aiohttp
@@ -318,7 +318,9 @@ class StreamPool(Generic[K]):
         self._connecting: dict[K, asyncio.Task[FrameStream]] = {}
         self._closed = False
 
-    async def get(self, key: K, open_stream: Callable[[], Awaitable[FrameStream]]) -> FrameStream:
+    async def get(
+        self, key: K, open_stream: Callable[[], Coroutine[Any, Any, FrameStream]]
+    ) -> FrameStream:
         """The open stream of ``key``, else the one ``open_stream()`` opens (its errors
         reach every caller waiting for it)."""
         stream = self._streams.get(key)

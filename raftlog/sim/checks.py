@@ -71,7 +71,7 @@ class InvariantViolation(AssertionError):
 class _Entry:
     last_offset: int
     term: int
-    payload: bytes
+    payload: bytes | memoryview
 
 
 def _entry(b: RecordBatch) -> _Entry:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import random
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from tenacity import (
@@ -99,7 +99,7 @@ class SimCluster:
         for node in self.nodes.values():
             await node.stop()
 
-    def live(self) -> list[SimNode]:
+    def live(self) -> Sequence[SimNode]:
         return [n for n in self.nodes.values() if n.alive]
 
     def leaders(self) -> list[SimNode]:

@@ -70,9 +70,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import functools
+import operator
 import random
 from collections.abc import Awaitable, Callable, Iterable
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from raftlog.checker.batches import BATCH_KINDS, BatchHistory, BatchReport, check_batches, row_value
 from raftlog.client.transactions import consistent_cut, producer_id_for
@@ -188,7 +190,7 @@ class _MutantState(CoordinatorState):
     def apply(self, command: Any, offset: int) -> dict[str, Any]:
         op = command.get("op") if isinstance(command, dict) else None
         if self.mutation == "forget_committed" and op in ("register", "decide"):
-            writer = self.writers.get(command.get("writer"))  # type: ignore[arg-type]
+            writer = self.writers.get(command.get("writer"))
             saved = None if writer is None else writer.last_committed
             if writer is not None:
                 writer.last_committed = -1
@@ -308,6 +310,10 @@ class _TmCluster(SimCluster):
         super().__init__(n, seed, **kw)
         self.rebuild_nodes(_TmNode, mutation=mutation, sim=sim)
 
+    def leader(self) -> _TmNode | None:
+        # its nodes are _TmNodes (rebuild_nodes made them)
+        return cast("_TmNode | None", super().leader())
+
 
 # -- clients ---------------------------------------------------------------------------------
 
@@ -416,8 +422,13 @@ class _Writer:
             status, _ = await _at_coordinator(
                 self.sim,
                 self.caller,
-                lambda txn, v=version, c=ok, n=named: txn.end_txn(
-                    self.writer_id, v, run, c, n if c else []
+                operator.methodcaller(
+                    "end_txn",
+                    writer=self.writer_id,
+                    version=version,
+                    run=run,
+                    commit=ok,
+                    participants=named if ok else [],
                 ),
                 "end_txn",
             )
@@ -662,7 +673,7 @@ async def _take_cut(sim: _Sim, caller: Caller, process: str, *, final: bool = Fa
         if end <= 0:
             continue
         batches = await caller.retrying(
-            cluster, lambda node, end=end: _read_below(node, end), f"read {p}"
+            cluster, functools.partial(_read_below, end=end), f"read {p}"
         )
         for b in batches:
             for i, value in enumerate(bytes(b.payload).decode().split("\n")):
@@ -852,7 +863,7 @@ class _Sim:
         out = set()
         for w in self.writers:
             described = await _at_coordinator(
-                self, caller, lambda txn, w=w: txn.describe(w.writer_id), "describe"
+                self, caller, operator.methodcaller("describe", w.writer_id), "describe"
             )
             out |= {(w.writer_id, v) for v in range(described.last_committed + 1)}
         return out

@@ -96,7 +96,7 @@ class CoreNet:
             and (source, target) not in self.one_way
         )
 
-    def process(self, node: int) -> list[object]:
+    def process(self, node: int) -> list[tuple[int, int, object]]:
         """Carry out ``node``'s ready: vote, local append, queued appends; its messages."""
         ready = self.cores[node].take_ready()
         if ready.append:
@@ -124,7 +124,7 @@ class CoreNet:
         replies (a duplicated request, a duplicated grant)."""
         trace: list[str] = []
         for _ in range(rounds):
-            outbox = []
+            outbox: list[tuple[int, int, object]] = []
             for i in self.cores:
                 outbox.extend(self.process(i))
             if not outbox:

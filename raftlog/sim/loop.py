@@ -14,9 +14,21 @@ import asyncio
 import selectors
 import traceback
 from collections.abc import Callable, Coroutine, Iterable
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 T = TypeVar("T")
+
+
+class SeedOutcome(Protocol):
+    """What :func:`run_many` reads of a seed's result."""
+
+    @property
+    def ok(self) -> bool: ...
+    @property
+    def error(self) -> str: ...
+
+
+R = TypeVar("R", bound=SeedOutcome)
 
 
 class Deadlock(RuntimeError):
@@ -123,17 +135,19 @@ def retrieve(task: asyncio.Task[Any]) -> None:
 def raise_failed(tasks: list[asyncio.Task[Any]]) -> None:
     """Raise the exception of the first of ``tasks`` that failed (none: return)."""
     for t in tasks:
-        if t.done() and not t.cancelled() and t.exception() is not None:
-            raise t.exception()  # type: ignore[misc]
+        if t.done() and not t.cancelled():
+            exc = t.exception()
+            if exc is not None:
+                raise exc
 
 
 def run_many(
-    run_seed: Callable[[int, Any], T],
+    run_seed: Callable[[int, Any], R],
     seeds: Iterable[int],
     config: Any,
     processes: int = 1,
     chunksize: int = 16,
-) -> list[T]:
+) -> list[R]:
     """``run_seed(seed, config)`` for every seed, in ``processes`` worker processes (spawned)
     when > 1; the ``error`` of every result that is not ``ok`` is printed."""
     seed_list = list(seeds)
@@ -145,6 +159,6 @@ def run_many(
     else:
         results = [run_seed(s, config) for s in seed_list]
     for r in results:
-        if not r.ok:  # type: ignore[attr-defined]
-            print(r.error)  # type: ignore[attr-defined]
+        if not r.ok:
+            print(r.error)
     return results

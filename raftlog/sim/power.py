@@ -58,6 +58,7 @@ class DiskSimNode(SimNode):
         )
         self.fs = fs
         self.directory = pathlib.Path(f"/node-{node.node_id}/group-{GROUP}")
+        # SimNode types its log as the MemoryLog it makes; this node's is on disk
         self.log = self._open()  # type: ignore[assignment]
         self._log_open = True
         self.recoveries = 0

@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import functools
 import random
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol, TypeVar
@@ -25,7 +26,7 @@ from raftlog.producers.outcomes import (
     ProducerError,
     ProducerFencedError,
 )
-from raftlog.producers.rm_stm import RmStm
+from raftlog.producers.rm_stm import EndTxnResult, RmStm
 from raftlog.producers.sequencer import MAX_IN_FLIGHT, Sequencer, SequencerError
 from raftlog.raft.errors import RaftError
 from raftlog.raft.replicate_batcher import Consistency
@@ -186,8 +187,10 @@ class ProducerModel:
 
         def done(t: asyncio.Task[None]) -> None:
             running.discard(t)
-            if not t.cancelled() and t.exception() is not None:
-                errors.append(t.exception())  # type: ignore[arg-type]
+            if not t.cancelled():
+                exc = t.exception()
+                if exc is not None:
+                    errors.append(exc)
 
         try:
             for _ in range(100_000):
@@ -255,6 +258,10 @@ class ProducerModel:
             with contextlib.suppress(Fenced):
                 await self._session(seq)
 
+    async def _commit(self, seq: Sequencer, version: int, rm: RmStm) -> EndTxnResult:
+        """One attempt to commit ``version`` (at the sequencer's epoch when it is made)."""
+        return await rm.end_transaction(self.pid, seq.epoch, True, version)
+
     async def _session(self, seq: Sequencer) -> None:
         """Transactions until the session dies, is fenced, or the run winds down."""
         for _ in range(1000):
@@ -300,8 +307,7 @@ class ProducerModel:
                 txn.outcome = "unknown"
                 try:
                     await self.client.retrying(
-                        lambda rm, v=txn.version: rm.end_transaction(self.pid, seq.epoch, True, v),
-                        "commit",
+                        functools.partial(self._commit, seq, txn.version), "commit"
                     )
                 except ProducerFencedError as exc:
                     raise Fenced(str(exc)) from exc  # the next init_producer resolves it

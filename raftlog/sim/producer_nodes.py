@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import asyncio
 import traceback
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, cast
 
 from raftlog.producers.outcomes import ProducerError
 from raftlog.producers.rm_stm import RmStm, RmStmConfig
@@ -63,5 +64,9 @@ class ProducerSimCluster(SimCluster):
         super().__init__(n, seed, **kw)
         self.rebuild_nodes(ProducerSimNode, rm_config=rm_config)
 
-    def live(self) -> list[ProducerSimNode]:
-        return super().live()  # type: ignore[return-value]
+    # Its nodes are ProducerSimNodes (rebuild_nodes made them): the casts say so.
+    def live(self) -> Sequence[ProducerSimNode]:
+        return cast("Sequence[ProducerSimNode]", super().live())
+
+    def leader(self) -> ProducerSimNode | None:
+        return cast("ProducerSimNode | None", super().leader())

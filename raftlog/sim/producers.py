@@ -334,7 +334,9 @@ class _Sim:
         """What producers were told matches what readers see, once each and in order."""
         by_pid: dict[int, list[bytes]] = {}
         for b in visible:
-            by_pid.setdefault(b.producer_id, []).append(b.payload)
+            # bytes(): the payload itself when it is bytes; a view would compare and
+            # print as an object, not its bytes
+            by_pid.setdefault(b.producer_id, []).append(bytes(b.payload))
         for p in self.producers:
             got = by_pid.pop(p.pid, [])
             if p.transactional:

@@ -186,8 +186,10 @@ class _Sim:
             if isinstance(r, BaseException) and not isinstance(r, asyncio.CancelledError):
                 raise r
         for t in self.background:
-            if t.done() and not t.cancelled() and t.exception() is not None:
-                raise t.exception()  # type: ignore[misc]
+            if t.done() and not t.cancelled():
+                exc = t.exception()
+                if exc is not None:
+                    raise exc
         # Heal and restart everything: the group must recover every quorum_ack write.
         cluster.network.heal()
         cluster.network.options.drop_rate = 0.0

@@ -136,7 +136,11 @@ class LogModel:
                     f"data of producer {pid} at epoch {epoch} landed at offset {b.base_offset} "
                     f"before that epoch's fence (current epoch {p.epoch})"
                 )
-            requested = kind is BatchKind.TX_ABORT and marker.reason == REASON_END_TXN
+            requested = (
+                kind is BatchKind.TX_ABORT
+                and marker is not None
+                and marker.reason == REASON_END_TXN
+            )
             if p.open_first is not None and not requested:
                 self.bump_aborts += 1
             self._close(p, Status.HIDDEN)

@@ -152,14 +152,14 @@ class RecordBatch:
         default=None, init=False, repr=False, compare=False
     )
 
-    def __getstate__(self) -> tuple:
+    def __getstate__(self) -> tuple[object, ...]:
         # without the cached form, and the payload as bytes: a memoryview does not pickle
         return tuple(
             bytes(value) if isinstance(value, memoryview) else value
             for value in (getattr(self, f.name) for f in dataclasses.fields(self) if f.init)
         )
 
-    def __setstate__(self, state: tuple) -> None:
+    def __setstate__(self, state: tuple[object, ...]) -> None:
         for f, value in zip((f for f in dataclasses.fields(self) if f.init), state, strict=True):
             object.__setattr__(self, f.name, value)
         object.__setattr__(self, "_encoded", None)
@@ -237,7 +237,7 @@ class RecordBatch:
     def size_bytes(self) -> int:
         return HEADER_SIZE + len(self.payload)
 
-    def with_payload(self, payload: bytes, compression: Compression) -> RecordBatch:
+    def with_payload(self, payload: bytes | memoryview, compression: Compression) -> RecordBatch:
         """The same batch holding ``payload``, compressed with ``compression`` (a reader's
         view after decompressing; the stored batch is never rewritten)."""
         attributes = (self.attributes & ~(_COMPRESSION_MASK << _COMPRESSION_SHIFT)) | (

@@ -47,7 +47,7 @@ import platform
 import random
 import threading
 from collections.abc import Callable, Sequence
-from typing import Protocol
+from typing import Any, Protocol
 
 logger = logging.getLogger(__name__)
 
@@ -435,13 +435,18 @@ class SimulatedCrash(BaseException):
     """
 
 
+# An unsynced operation of the model, a tuple whose first item names its kind (the
+# shapes are listed where each list of them is kept); Any: the shapes differ by kind.
+_PendingOp = tuple[Any, ...]
+
+
 @dataclasses.dataclass(eq=False)
 class _Inode:
     data: bytearray = dataclasses.field(default_factory=bytearray)
     durable: bytes = b""
     # Unsynced operations since the last fsync, in order: ("w", position, bytes)
     # or ("t", size). A crash keeps a prefix of them.
-    pending: list[tuple] = dataclasses.field(default_factory=list)
+    pending: list[_PendingOp] = dataclasses.field(default_factory=list)
 
 
 @dataclasses.dataclass(eq=False)
@@ -449,10 +454,10 @@ class _Dir:
     entries: dict[str, _Inode | _Dir] = dataclasses.field(default_factory=dict)
     durable: dict[str, _Inode | _Dir] = dataclasses.field(default_factory=dict)
     # Unsynced name operations: ("link", name, node), ("unlink", name), ("rename", src, dst).
-    pending: list[tuple] = dataclasses.field(default_factory=list)
+    pending: list[_PendingOp] = dataclasses.field(default_factory=list)
 
 
-def _apply(content: bytearray, op: tuple) -> None:
+def _apply(content: bytearray, op: _PendingOp) -> None:
     if op[0] == "w*":  # a torn write: only some of its sectors
         for pos, data in op[1]:
             _apply(content, ("w", pos, data))
@@ -478,7 +483,7 @@ def _make_durable(inode: _Inode) -> None:
     inode.pending.clear()
 
 
-def _apply_dir(entries: dict, op: tuple) -> None:
+def _apply_dir(entries: dict[str, _Inode | _Dir], op: _PendingOp) -> None:
     if op[0] == "link":
         entries[op[1]] = op[2]
     elif op[0] == "unlink":
@@ -590,7 +595,7 @@ class ModelFileSystem:
             )
         self.mutation = chosen
 
-    def __deepcopy__(self, memo: dict) -> ModelFileSystem:
+    def __deepcopy__(self, memo: dict[int, Any]) -> ModelFileSystem:
         """A copy of the whole state (files, directories, counters); handles stay with ``self``."""
         import copy
 
@@ -884,7 +889,7 @@ class _ModelBarrier:
         pass
 
 
-def _torn(op: tuple, rng: random.Random) -> tuple:
+def _torn(op: _PendingOp, rng: random.Random) -> _PendingOp:
     """A write of which only some of its sectors reached the disk (the rest keep old bytes)."""
     _, pos, data = op
     first = pos // SECTOR

@@ -36,7 +36,7 @@ import itertools
 import logging
 import pathlib
 from collections.abc import Callable, Sequence
-from typing import Any, TypeVar
+from typing import Concatenate, ParamSpec, TypeVar
 
 from raftlog.faults.failpoints import LOG_AFTER_FLUSH, LOG_BEFORE_FLUSH, failpoint
 from raftlog.storage import contract_checks
@@ -89,10 +89,13 @@ class SegmentInfo:
     max_timestamp_ms: int
 
 
-_F = TypeVar("_F", bound=Callable[..., Any])
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
 
 
-def _stops_on_failed_fsync(method: _F) -> _F:
+def _stops_on_failed_fsync(
+    method: Callable[Concatenate[SegmentedLog, _P], _R],
+) -> Callable[Concatenate[SegmentedLog, _P], _R]:
     """Refuse the call once an fsync has failed; a failing fsync poisons the log.
 
     After a failed fsync the kernel may have dropped the dirty pages, so a retry
@@ -102,7 +105,7 @@ def _stops_on_failed_fsync(method: _F) -> _F:
     """
 
     @functools.wraps(method)
-    def guarded(self: SegmentedLog, *args: Any, **kwargs: Any) -> Any:
+    def guarded(self: SegmentedLog, /, *args: _P.args, **kwargs: _P.kwargs) -> _R:
         if self._failed is not None:
             raise StorageFailed(
                 f"{self._dir}: log stopped after a failed fsync ({self._failed}); "
@@ -114,7 +117,7 @@ def _stops_on_failed_fsync(method: _F) -> _F:
             self._failed = str(exc)
             raise
 
-    return guarded  # type: ignore[return-value]
+    return guarded
 
 
 class SegmentedLog:
@@ -306,7 +309,7 @@ class SegmentedLog:
             self._dirty = self._start - 1
         self._flushed = self._dirty
         lost = ctx is not None and ctx.committed_offset > self._dirty
-        if lost:
+        if ctx is not None and lost:
             message = (
                 f"{self._dir}: commit context says offset {ctx.committed_offset} was committed "
                 f"but the log ends at offset {self._dirty}: the committed suffix was lost; "

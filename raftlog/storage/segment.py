@@ -315,7 +315,7 @@ class Segment:
         """
         index = self.index
         times = self.time_index  # loaded (scanning the file as it is) before it grows
-        chunks = []
+        chunks: list[bytes | memoryview] = []
         for batch in batches:
             chunks.extend(batch.encoded_parts())  # a payload is written as it arrived
         try:

@@ -135,7 +135,7 @@ class TimeIndex:
         """
         end = len(self._stamps) if upto is None else min(upto, len(self._stamps))
         rewrite = self._persisted is None
-        start = 0 if rewrite else self._persisted
+        start = 0 if self._persisted is None else self._persisted
         if not rewrite and start >= end and not fsync:
             return
         data = b"".join(

@@ -107,6 +107,21 @@ def test_torn_last_line_is_ignored_but_bad_middle_line_is_named(tmp_path):
         load_history(path)
 
 
+def test_an_ok_produce_without_its_offset_is_named_when_loaded(tmp_path):
+    """The checker places an ok produce's values at offset + i: a history whose ok
+    produce has no offset is refused when loaded (it once failed inside check with
+    'unsupported operand type(s) for +: NoneType and int')."""
+    path = tmp_path / "h.jsonl"
+    with History(path) as h:
+        h.ok_produce(h.invoke_produce("w1", *TP, ["a"]), 5)
+    invoke, complete = (json.loads(line) for line in path.read_text().splitlines())
+    assert complete["offset"] == 5
+    del complete["offset"]
+    path.write_text(json.dumps(invoke) + "\n" + json.dumps(complete) + "\n")
+    with pytest.raises(ValueError, match=r"h\.jsonl:2: .*offset must be an int >= 0, got None"):
+        check(load_history(path))
+
+
 def test_concurrent_appends_from_threads_and_tasks(tmp_path):
     path = tmp_path / "h.jsonl"
     h = History(path)

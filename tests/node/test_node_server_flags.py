@@ -216,3 +216,20 @@ def test_the_coordinator_topics_segment_size_is_a_flag_with_kafkas_default() -> 
     assert cfg.transaction_state_log_segment_bytes == 4096
     with pytest.raises(ValueError, match=r"--transaction-state-log-segment-bytes: expected 1024"):
         config_from_args(parse(*listen, "--transaction-state-log-segment-bytes", "10"))
+
+
+def test_the_kafka_group_flags_help_gives_each_default_as_a_number() -> None:
+    """The defaults come from GroupLimits, a dataclass with __slots__: read off the
+    class, each would be a slot descriptor, and the help said so."""
+    p = argparse.ArgumentParser()
+    add_server_arguments(p)
+    text = " ".join(p.format_help().split())
+    for flag, default in (
+        ("--kafka-max-groups", "10000"),
+        ("--kafka-max-group-members", "1000"),
+        ("--kafka-max-group-metadata-bytes", "65536"),
+        ("--kafka-max-offset-metadata-bytes", "4096"),
+    ):
+        helped = text.split(flag, 2)[-1].split(" --", 1)[0]  # the flag's own help
+        assert f"(default {default})" in helped, (flag, helped)
+    assert "member '" not in text

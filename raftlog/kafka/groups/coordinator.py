@@ -87,7 +87,8 @@ class GroupCoordinator:
         without one, which serves no group)."""
         self.node = node
         self.limits = limits or GroupLimits()
-        self.metrics = getattr(node, "metrics", None)
+        # Any, as node is: the node's NodeMetrics (None without a node, which loads no group)
+        self.metrics: Any = getattr(node, "metrics", None)
         self._loaded: dict[int, _Loaded] = {}
         self._joins: dict[tuple[str, str], asyncio.Future[JoinAnswer]] = {}
         self._syncs: dict[tuple[str, str], asyncio.Future[SyncAnswer]] = {}
