@@ -9,9 +9,13 @@ as they read ``raftlog produce``'s, and a raftlog batch at offset ``o`` with ``n
 records is answered to a Kafka fetch as one RecordBatch v2 with base offset ``o`` and
 offset deltas ``0..n-1``: Kafka's offsets are raftlog's.
 
-The RecordBatch v2 wire codec is kafka-python's (``kafka.record.default_records``:
-varints, CRC-32C, attributes), a maintained implementation of Kafka's format; the
-bounds around it (sizes, counts, the decompression cap) are this module's.
+A produced batch is checked by its 61-byte header (kafka-python's layout of it), its
+CRC-32C (the ``crc32c`` package, in C) and a walk of its records section in columns
+(:mod:`raftlog.kafka.record_walk`, written against KIP-98's record layout: no object
+per record, ~0.5 us a record where kafka-python's reader took ~3); batches for a fetch
+are built with kafka-python's ``DefaultRecordBatchBuilder``, or answered with the
+producer's own bytes while :class:`ProducedBytes` holds them. The bounds (sizes,
+counts, the decompression cap) are this module's.
 
 Errors are :class:`KafkaRecordError` carrying the Kafka error code a broker answers for
 the partition (CORRUPT_MESSAGE, UNSUPPORTED_COMPRESSION_TYPE, INVALID_RECORD, ...).
@@ -28,8 +32,9 @@ from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchB
 from kafka.record.util import calc_crc32c
 
 from raftlog.client.compression import decompress
-from raftlog.client.framing import Record, frame_keyed, unframe_any
+from raftlog.client.framing import Record, unframe_any
 from raftlog.client.payload_check import ARROW_MARKER
+from raftlog.kafka.record_walk import MIN_RECORD_BYTES, RecordWalkError, keyed_payload, walk
 from raftlog.storage.batch import MAX_PAYLOAD_BYTES, Compression, RecordBatch
 
 # Kafka error codes a partition's produce or fetch answer carries (Kafka's Errors.java)
@@ -42,7 +47,6 @@ _HEADER = DefaultRecordBatch.HEADER_STRUCT
 HEADER_SIZE = _HEADER.size  # 61 bytes: base offset .. record count
 _LENGTH = struct.Struct(">qi")  # base offset, batch length (the bytes after this field)
 _PATCH = struct.Struct(">qii")  # base offset, batch length, partition leader epoch
-_MIN_RECORD_BYTES = 7  # length, attributes, timestamp and offset deltas, key, value, headers
 _GZIP = 1
 _SNAPPY = 2
 _CONTROL = 0x20  # RecordBatch v2 attributes: a control batch
@@ -130,23 +134,26 @@ def decode_batch(batch: bytes | memoryview, max_bytes: int = MAX_PAYLOAD_BYTES) 
     Checked before anything is stored: magic 2, the CRC-32C, not a control batch,
     a supported codec (none, gzip, lz4, zstd), decompression into at most
     ``max_bytes``, a record count that the bytes can hold (at least 7 bytes a record)
-    and that the records fill exactly. KafkaRecordError says which, with its code.
+    and that the records fill exactly, each record's fields ending at its length, and
+    offset deltas 0..count-1 (:func:`raftlog.kafka.record_walk.walk`, which reads the
+    records as columns without an object per record). KafkaRecordError says which,
+    with its code.
     """
     if len(batch) < HEADER_SIZE:
         raise KafkaRecordError(
             CORRUPT_MESSAGE, f"a record batch of {len(batch)} bytes is shorter than its header"
         )
-    head = _HEADER.unpack_from(batch, 0)
-    magic, attributes, count = head[3], head[5], head[12]
+    data = bytes(batch)
+    head = _HEADER.unpack_from(data, 0)
+    magic, crc, attributes, first_timestamp, count = head[3], head[4], head[5], head[7], head[12]
+    producer_id, producer_epoch, base_sequence = head[9], head[10], head[11]
     if magic != 2:
         raise KafkaRecordError(
             UNSUPPORTED_FOR_MESSAGE_FORMAT, f"record batch magic {magic}: only v2 is accepted"
         )
-    data = bytes(batch)
-    reader = DefaultRecordBatch(data)
-    if not reader.validate_crc():
+    if calc_crc32c(memoryview(data)[_ATTRIBUTES_AT:]) != crc:
         raise KafkaRecordError(CORRUPT_MESSAGE, "record batch CRC-32C does not match its bytes")
-    if reader.is_control_batch:
+    if attributes & _CONTROL:
         raise KafkaRecordError(INVALID_RECORD, "a producer may not write a control batch")
     codec = attributes & DefaultRecordBatch.CODEC_MASK
     body: bytes | memoryview = memoryview(data)[HEADER_SIZE:]
@@ -164,38 +171,24 @@ def decode_batch(batch: bytes | memoryview, max_bytes: int = MAX_PAYLOAD_BYTES) 
         )
     elif codec != 0:
         raise KafkaRecordError(UNSUPPORTED_COMPRESSION_TYPE, f"unknown codec id {codec}")
-    if not 1 <= count <= max(1, len(body) // _MIN_RECORD_BYTES):
+    if not 1 <= count <= max(1, len(body) // MIN_RECORD_BYTES):
         raise KafkaRecordError(
             CORRUPT_MESSAGE,
             f"record count {count} does not fit the batch's {len(body)} bytes of records "
-            f"(each record takes at least {_MIN_RECORD_BYTES})",
+            f"(each record takes at least {MIN_RECORD_BYTES})",
         )
-    if codec:
-        # the records decoded from an uncompressed copy: kafka-python's own inflate is
-        # unbounded, ours above is not
-        plain = bytearray(data[:HEADER_SIZE]) + body
-        struct.pack_into(">h", plain, 21, attributes & ~DefaultRecordBatch.CODEC_MASK)
-        reader = DefaultRecordBatch(plain)
-    log_append = reader.timestamp_type == DefaultRecordBatch.LOG_APPEND_TIME
     try:
-        records = [
-            Record(
-                r.value,
-                r.key,
-                tuple(r.headers),
-                None if log_append else r.timestamp,
-            )
-            for r in reader
-        ]
-    except Exception as exc:  # kafka-python: CorruptRecordError, UnicodeDecodeError
+        columns = walk(body, count)
+    except RecordWalkError as exc:
         raise KafkaRecordError(CORRUPT_MESSAGE, f"records do not decode: {exc}") from None
+    log_append = bool(attributes & DefaultRecordBatch.TIMESTAMP_TYPE_MASK)
     return ProducedBatch(
-        frame_keyed(records),
-        len(records),
-        reader.producer_id,
-        reader.producer_epoch,
-        reader.base_sequence,
-        reader.is_transactional,
+        keyed_payload(body, columns, None if log_append else first_timestamp),
+        count,
+        producer_id,
+        producer_epoch,
+        base_sequence,
+        bool(attributes & DefaultRecordBatch.TRANSACTIONAL_MASK),
         data if codec == 0 and not log_append else None,
     )
 

@@ -13,7 +13,7 @@ import pyarrow as pa
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
+from kafka.record.default_records import DefaultRecordBatch
 from kafka.record.util import calc_crc32c
 
 from raftlog.client.framing import Record, frame_keyed, frame_records, unframe_keyed
@@ -30,34 +30,16 @@ from raftlog.kafka.records import (
     split_batches,
 )
 from raftlog.storage.batch import RecordBatch
+from tests.kafka.kafka_batches import kafka_batch, records_strategy
 
 CODECS = {"none": 0, "gzip": 1, "lz4": 3, "zstd": 4}
-
-
-def kafka_batch(records: list[Record], codec: int = 0, producer: tuple = (-1, -1, -1)) -> bytes:
-    builder = DefaultRecordBatchBuilder(2, codec, False, *producer, 2**30)
-    for i, r in enumerate(records):
-        builder.append(i, r.timestamp_ms, r.key, r.value, list(r.headers))
-    return bytes(builder.build())
 
 
 def _crc(batch: bytearray) -> None:
     struct.pack_into(">I", batch, 17, calc_crc32c(memoryview(batch)[21:]))
 
 
-records_st = st.lists(
-    st.builds(
-        Record,
-        value=st.none() | st.binary(max_size=40),
-        key=st.none() | st.binary(max_size=10),
-        headers=st.lists(
-            st.tuples(st.text(max_size=5), st.none() | st.binary(max_size=5)), max_size=3
-        ).map(tuple),
-        timestamp_ms=st.integers(0, 2**41),
-    ),
-    min_size=1,
-    max_size=20,
-)
+records_st = records_strategy()
 
 
 def _fields(data: bytes) -> tuple:
