@@ -13,7 +13,7 @@ import pyarrow as pa
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from kafka.record.default_records import DefaultRecordBatch
+from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
 from kafka.record.util import calc_crc32c
 
 from raftlog.client.framing import Record, frame_keyed, frame_records, unframe_keyed
@@ -234,3 +234,60 @@ def test_a_skip_batch_covers_its_offsets_as_a_commit_marker_of_no_producer(first
     assert theirs.next_offset == last + 1
     assert ControlRecord.parse(next(theirs).key) == COMMIT_MARKER
     assert split_batches(data) and len(split_batches(data + data)) == 2
+
+
+def builder_batch(stored: RecordBatch, records: list[Record]) -> bytes:
+    """The reference answer to a fetch of ``stored``: kafka-python's builder, then the
+    fields a broker sets (base offset, length, leader epoch)."""
+    builder = DefaultRecordBatchBuilder(
+        2,
+        0,
+        stored.is_transactional,
+        stored.producer_id,
+        stored.producer_epoch,
+        stored.first_sequence,
+        2**31 - 1,
+    )
+    for i, r in enumerate(records):
+        stamp = stored.timestamp_ms if r.timestamp_ms is None else r.timestamp_ms
+        builder.append(i, stamp, r.key, r.value, list(r.headers))
+    out = builder.build()
+    struct.pack_into(">qii", out, 0, stored.base_offset, len(out) - 12, stored.term)
+    return bytes(out)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    records=records_strategy(max_value=200, max_key=70, max_records=30),
+    stamped=st.booleans(),
+    transactional=st.booleans(),
+    producer=st.tuples(
+        st.integers(-1, 2**62), st.integers(-1, 2**15 - 1), st.integers(-1, 2**31 - 1)
+    ),
+    base=st.integers(0, 2**40),
+    term=st.integers(0, 2**31 - 1),
+    append_time=st.integers(0, 2**41),
+)
+def test_a_stored_keyed_batch_is_fetched_as_kafka_pythons_builder_makes_it(
+    records, stamped, transactional, producer, base, term, append_time
+) -> None:
+    """encode_batch builds keyed payloads in columns: byte for byte the builder's batch,
+    with or without per-record timestamps (else the batch's), keys, headers (these go
+    through the builder itself), producer fields and the transactional bit."""
+    if not stamped:
+        records = [dataclasses.replace(r, timestamp_ms=None) for r in records]
+    pid, epoch, sequence = producer
+    stored = dataclasses.replace(
+        RecordBatch.create(
+            frame_keyed(records),
+            len(records),
+            producer_id=pid,
+            producer_epoch=epoch,
+            first_sequence=sequence,
+            transactional=transactional,
+        ),
+        base_offset=base,
+        term=term,
+        timestamp_ms=append_time,
+    )
+    assert encode_batch(stored, "t") == builder_batch(stored, records)
