@@ -96,7 +96,7 @@ _COUNTS = {
     "record count zero": (0, "does not fit"),
     "record count negative": (-1, "does not fit"),
     "record count too high": (5, "do not decode"),  # the bytes end after the third
-    "record count too low": (2, "unconsumed bytes"),  # bytes follow the second
+    "record count too low": (2, "bytes follow the last of 2 records"),
 }
 
 
