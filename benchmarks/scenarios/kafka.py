@@ -33,6 +33,7 @@ from benchmarks.workloads.kafka_load import (
     confluent,
     conversion_cost,
     kafka_consume,
+    kafka_consume_prefetched,
     kafka_produce,
     latency,
     native_consume,
@@ -46,6 +47,9 @@ MAX_REQUESTS = 1_000_000
 NATIVE_TOPIC, KAFKA_TOPIC = "bench-native", "bench-kafka"
 SHORT_QUEUE = 1000
 """The second Kafka producer's queue bound (records): one batch of them at a time."""
+SHAPE_TOPIC = "bench-native-shape"
+SHAPE_RECORDS = 9000
+"""Records of librdkafka's batches of 100-byte records (batch.size 1,000,000 bytes)."""
 
 
 def add_arguments(group: argparse._ArgumentGroup) -> None:
@@ -54,10 +58,10 @@ def add_arguments(group: argparse._ArgumentGroup) -> None:
     )
 
 
-async def native(servers: list[str], seconds: float) -> tuple[Row, Row]:
+async def native(servers: list[str], seconds: float) -> tuple[Row, Row, Row]:
     client = raftlog_local.client_class()(servers)
     try:
-        for topic in (NATIVE_TOPIC, KAFKA_TOPIC):
+        for topic in (NATIVE_TOPIC, KAFKA_TOPIC, SHAPE_TOPIC):
             await raftlog_local.create_topic(client, topic, 1)
         batch = (os.urandom(RECORD_SIZE * RECORDS_PER_BATCH), RECORDS_PER_BATCH)
         load = await batched_load(
@@ -65,6 +69,9 @@ async def native(servers: list[str], seconds: float) -> tuple[Row, Row]:
         )
         records = load.requests * RECORDS_PER_BATCH
         read, read_s = await native_consume(client, NATIVE_TOPIC, records)
+        # librdkafka's shape: one request of a ~1 MB batch at a time
+        big = (os.urandom(RECORD_SIZE * SHAPE_RECORDS), SHAPE_RECORDS)
+        shaped = await batched_load(servers, SHAPE_TOPIC, 1, big, "all", 1, seconds, MAX_REQUESTS)
     finally:
         await client.close()
     cols = load.latency()
@@ -76,7 +83,15 @@ async def native(servers: list[str], seconds: float) -> tuple[Row, Row]:
         "consume records/s": read / read_s if read_s > 0 else 0.0,
         "errors": load.errors,
     }
-    return row, {"records": records, "read": read}
+    shape_cols = shaped.latency()
+    shape: Row = {
+        "path": f"native client, 1 batch of {SHAPE_RECORDS:,} in flight",
+        "produce records/s": shaped.requests * SHAPE_RECORDS / shaped.seconds,
+        "p50 ms": shape_cols.get("p50 ms", 0.0),
+        "p99 ms": shape_cols.get("p99 ms", 0.0),
+        "errors": shaped.errors,
+    }
+    return row, shape, {"records": records, "read": read}
 
 
 @scenario(
@@ -96,10 +111,11 @@ def run(ctx: RunContext) -> list[Row]:
         raftlog_local.local_cluster(data_dir, ctx=ctx) as cluster,
     ):
         bootstrap = cluster.kafka_bootstrap
-        mine, counts = asyncio.run(native(cluster.servers, seconds))
+        mine, shape, counts = asyncio.run(native(cluster.servers, seconds))
         ctx.advance(1)
         produced = kafka_produce(bootstrap, KAFKA_TOPIC, seconds, MAX_REQUESTS)
         read, read_s = kafka_consume(bootstrap, KAFKA_TOPIC, produced.records)
+        ceiling = kafka_consume_prefetched(bootstrap, KAFKA_TOPIC, produced.records)
         # the same producer with a short queue: latency without librdkafka's queueing
         short = kafka_produce(bootstrap, KAFKA_TOPIC, seconds, MAX_REQUESTS, SHORT_QUEUE)
         ctx.advance(1)
@@ -124,6 +140,10 @@ def run(ctx: RunContext) -> list[Row]:
             f"read back {read} of {produced.records} (Kafka) and {counts['read']} of "
             f"{counts['records']} (native) before the read timeout"
         )
+    prefetched: Row = {
+        "path": "confluent-kafka consume(), all prefetched (the client's ceiling)",
+        "consume records/s": ceiling,
+    }
     ratio: Row = {"path": "Kafka / native"}
     for key in ("produce records/s", "consume records/s"):
         if float(mine[key]) > 0:
@@ -133,12 +153,23 @@ def run(ctx: RunContext) -> list[Row]:
     ctx.note(
         f"1 partition (R=3, acks=all), {RECORD_SIZE}-byte records, {seconds:g} s of "
         f"producing per path; native: batches of {RECORDS_PER_BATCH} records, "
-        f"{IN_FLIGHT} in flight, latency per batch; Kafka: idempotent, librdkafka's "
-        "defaults (one produce request in flight per partition: an idempotent "
-        "librdkafka producer counts records, not requests, against its window of 5), "
+        f"{IN_FLIGHT} in flight, latency per batch; Kafka: acks=all, "
+        "enable.idempotence=true and librdkafka's defaults otherwise (linger.ms 5, "
+        "batch.size 1 MB, max.in.flight 5 under idempotence; one produce request in "
+        "flight per partition: an idempotent librdkafka producer counts records, not "
+        "requests, against that window), consumer defaults (max.partition.fetch.bytes "
+        "1 MiB, fetch.wait.max.ms 500), "
         f"latency per record (with the default queue of 100,000 records, mostly the wait "
         f"in it; a second run queues at most {SHORT_QUEUE:,}); each path "
         "then reads what it wrote from offset 0. Goals: Kafka produce >= 0.5x and "
         "consume >= 0.7x of native"
     )
-    return [mine, theirs, queued, ratio, {"path": "conversion (CPU per record)", **cost}]
+    bound: Row = {"path": f"Kafka / native, 1 batch of {SHAPE_RECORDS:,} in flight"}
+    if float(shape["produce records/s"]) > 0:
+        bound["produce records/s"] = float(theirs["produce records/s"]) / float(
+            shape["produce records/s"]
+        )
+    if float(mine["consume records/s"]) > 0:
+        prefetched["Kafka / native"] = ceiling / float(mine["consume records/s"])
+    conversion = {"path": "conversion (CPU per record)", **cost}
+    return [mine, shape, theirs, queued, prefetched, ratio, bound, conversion]
