@@ -13,6 +13,13 @@ On one local 3-node cluster, 100-byte records to one partition (R=3, acks=all):
   beginning; then the same producer with at most 1,000 records queued, whose latency
   is a round trip's rather than librdkafka's queue's (100,000 records by default);
 - ``Kafka / native``: the ratios (goals: produce >= 0.5x, consume >= 0.7x);
+- ``native client, 1 batch of 9,000 in flight``: the native client in librdkafka's
+  shape (one ~1 MB batch at a time), and ``confluent-kafka consume(), all prefetched``:
+  the consumer's own ceiling with no fetch in the timing: what bounds each Kafka path;
+- ``nodes CPU us/record`` (the three nodes' processes, less their idle rate sampled
+  for 2 s before the loads) and ``client CPU us/record``
+  (this process: the producer's Python loop and librdkafka's threads) over each
+  producing run: where a record's CPU goes on a machine the client shares;
 - ``conversion``: the listener's CPU per record, measured in this process: a
   produced RecordBatch v2 into raftlog's keyed payload, a stored batch into a
   RecordBatch v2 for a fetch.
@@ -23,6 +30,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import time
 
 from benchmarks.context import RunContext
 from benchmarks.registry import Row, Skip, scenario
@@ -38,6 +46,7 @@ from benchmarks.workloads.kafka_load import (
     latency,
     native_consume,
 )
+from benchmarks.workloads.process_cpu import tree_cpu_seconds
 from benchmarks.workloads.raftlog_load import batched_load
 
 FULL_SECONDS, QUICK_SECONDS = 10.0, 2.0
@@ -47,6 +56,8 @@ MAX_REQUESTS = 1_000_000
 NATIVE_TOPIC, KAFKA_TOPIC = "bench-native", "bench-kafka"
 SHORT_QUEUE = 1000
 """The second Kafka producer's queue bound (records): one batch of them at a time."""
+IDLE_SECONDS = 2.0
+"""How long the idle nodes' CPU is sampled before the loads."""
 SHAPE_TOPIC = "bench-native-shape"
 SHAPE_RECORDS = 9000
 """Records of librdkafka's batches of 100-byte records (batch.size 1,000,000 bytes)."""
@@ -58,7 +69,17 @@ def add_arguments(group: argparse._ArgumentGroup) -> None:
     )
 
 
-async def native(servers: list[str], seconds: float) -> tuple[Row, Row, Row]:
+def idle_cpu_rate(pids: list[int], seconds: float = IDLE_SECONDS) -> float:
+    """CPU seconds per second the idle nodes ``pids`` use (heartbeats, timers), which
+    the CPU per record columns leave out."""
+    cpu, start = tree_cpu_seconds(pids), time.monotonic()
+    time.sleep(seconds)
+    return (tree_cpu_seconds(pids) - cpu) / (time.monotonic() - start)
+
+
+async def native(
+    servers: list[str], seconds: float, pids: list[int], idle: float
+) -> tuple[Row, Row, Row]:
     client = raftlog_local.client_class()(servers)
     try:
         for topic in (NATIVE_TOPIC, KAFKA_TOPIC, SHAPE_TOPIC):
@@ -71,7 +92,9 @@ async def native(servers: list[str], seconds: float) -> tuple[Row, Row, Row]:
         read, read_s = await native_consume(client, NATIVE_TOPIC, records)
         # librdkafka's shape: one request of a ~1 MB batch at a time
         big = (os.urandom(RECORD_SIZE * SHAPE_RECORDS), SHAPE_RECORDS)
+        nodes_cpu, start = tree_cpu_seconds(pids), time.monotonic()
         shaped = await batched_load(servers, SHAPE_TOPIC, 1, big, "all", 1, seconds, MAX_REQUESTS)
+        nodes_cpu = tree_cpu_seconds(pids) - nodes_cpu - idle * (time.monotonic() - start)
     finally:
         await client.close()
     cols = load.latency()
@@ -90,8 +113,14 @@ async def native(servers: list[str], seconds: float) -> tuple[Row, Row, Row]:
         "p50 ms": shape_cols.get("p50 ms", 0.0),
         "p99 ms": shape_cols.get("p99 ms", 0.0),
         "errors": shaped.errors,
+        **_per_record("nodes CPU us/record", nodes_cpu, shaped.requests * SHAPE_RECORDS),
     }
     return row, shape, {"records": records, "read": read}
+
+
+def _per_record(column: str, cpu_s: float, records: int) -> Row:
+    """``{column: microseconds of cpu_s per record}``, or nothing without records."""
+    return {column: cpu_s * 1e6 / records} if records > 0 else {}
 
 
 @scenario(
@@ -111,9 +140,13 @@ def run(ctx: RunContext) -> list[Row]:
         raftlog_local.local_cluster(data_dir, ctx=ctx) as cluster,
     ):
         bootstrap = cluster.kafka_bootstrap
-        mine, shape, counts = asyncio.run(native(cluster.servers, seconds))
+        pids = [n.pid for n in cluster.nodes]
+        idle = idle_cpu_rate(pids)
+        mine, shape, counts = asyncio.run(native(cluster.servers, seconds, pids, idle))
         ctx.advance(1)
+        nodes_cpu, start = tree_cpu_seconds(pids), time.monotonic()
         produced = kafka_produce(bootstrap, KAFKA_TOPIC, seconds, MAX_REQUESTS)
+        nodes_cpu = tree_cpu_seconds(pids) - nodes_cpu - idle * (time.monotonic() - start)
         read, read_s = kafka_consume(bootstrap, KAFKA_TOPIC, produced.records)
         ceiling = kafka_consume_prefetched(bootstrap, KAFKA_TOPIC, produced.records)
         # the same producer with a short queue: latency without librdkafka's queueing
@@ -125,6 +158,8 @@ def run(ctx: RunContext) -> list[Row]:
         **latency(produced.latencies_s),
         "consume records/s": read / read_s if read_s > 0 else 0.0,
         "errors": produced.errors,
+        **_per_record("nodes CPU us/record", nodes_cpu, produced.records),
+        **_per_record("client CPU us/record", produced.client_cpu_s, produced.records),
     }
     queued: Row = {
         "path": f"Kafka (confluent-kafka), {SHORT_QUEUE:,} queued",

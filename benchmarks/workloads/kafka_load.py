@@ -38,6 +38,8 @@ class ProduceResult:
     latencies_s: list[float]  # per record: produce() to its delivery report
     errors: int = 0
     first_error: str = ""
+    #: this process's CPU seconds over the run (the Python loop and librdkafka's threads)
+    client_cpu_s: float = 0.0
 
     @property
     def records_per_s(self) -> float:
@@ -93,6 +95,7 @@ def kafka_produce(
         result.latencies_s.append(now - t0)
 
     start = clock()
+    cpu_start = time.process_time()
     deadline = start + seconds
     sent = 0
     while sent < max_records and clock() < deadline:
@@ -110,6 +113,7 @@ def kafka_produce(
     result.errors += left
     result.records = len(result.latencies_s)
     result.seconds = (last_ack[0] or clock()) - start
+    result.client_cpu_s = time.process_time() - cpu_start
     return result
 
 
