@@ -143,10 +143,10 @@ def decode_batch(batch: bytes | memoryview, max_bytes: int = MAX_PAYLOAD_BYTES) 
     Checked before anything is stored: magic 2, the CRC-32C, not a control batch,
     a supported codec (none, gzip, lz4, zstd), decompression into at most
     ``max_bytes``, a record count that the bytes can hold (at least 7 bytes a record)
-    and that the records fill exactly, each record's fields ending at its length, and
-    offset deltas 0..count-1 (:func:`raftlog.kafka.record_walk.walk`, which reads the
-    records as columns without an object per record). KafkaRecordError says which,
-    with its code.
+    and that the records fill exactly, a last offset delta of count-1, each record's
+    fields ending at its length, and offset deltas 0..count-1
+    (:func:`raftlog.kafka.record_walk.walk`, which reads the records as columns
+    without an object per record). KafkaRecordError says which, with its code.
     """
     if len(batch) < HEADER_SIZE:
         raise KafkaRecordError(
@@ -155,6 +155,7 @@ def decode_batch(batch: bytes | memoryview, max_bytes: int = MAX_PAYLOAD_BYTES) 
     data = bytes(batch)
     head = _HEADER.unpack_from(data, 0)
     magic, crc, attributes, first_timestamp, count = head[3], head[4], head[5], head[7], head[12]
+    last_offset_delta = head[6]
     producer_id, producer_epoch, base_sequence = head[9], head[10], head[11]
     if magic != 2:
         raise KafkaRecordError(
@@ -185,6 +186,14 @@ def decode_batch(batch: bytes | memoryview, max_bytes: int = MAX_PAYLOAD_BYTES) 
             CORRUPT_MESSAGE,
             f"record count {count} does not fit the batch's {len(body)} bytes of records "
             f"(each record takes at least {MIN_RECORD_BYTES})",
+        )
+    if last_offset_delta != count - 1:
+        # Kafka's LogValidator: the batch's offset range must hold its count; a fetch of
+        # the producer's bytes would hand consumers this header as is
+        raise KafkaRecordError(
+            CORRUPT_MESSAGE,
+            f"last offset delta {last_offset_delta} does not match the record count "
+            f"{count} (expected {count - 1})",
         )
     try:
         columns = walk(body, count)

@@ -157,6 +157,17 @@ def test_a_count_below_its_records_is_corrupt() -> None:
     assert err.value.code == CORRUPT_MESSAGE
 
 
+def test_a_last_offset_delta_other_than_count_minus_one_is_corrupt() -> None:
+    """The header's offset range must hold its count (Kafka's LogValidator): a fetch
+    answering the producer's bytes would give consumers that header."""
+    batch = bytearray(kafka_batch([Record(b"v", timestamp_ms=1), Record(b"w", timestamp_ms=1)]))
+    struct.pack_into(">i", batch, 23, 5)
+    _crc(batch)
+    with pytest.raises(KafkaRecordError, match=r"last offset delta 5 .*\(expected 1\)") as err:
+        decode_batch(batch)
+    assert err.value.code == CORRUPT_MESSAGE
+
+
 def test_a_gzip_bomb_stops_at_the_limit() -> None:
     bomb = bytearray(kafka_batch([Record(b"v", timestamp_ms=1)]))
     body = gzip.compress(b"\x00" * (4 * 1024 * 1024))
