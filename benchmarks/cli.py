@@ -1,6 +1,8 @@
 """``python -m benchmarks [SCENARIO ...] [--quick] [--out DIR] [scenario flags]``.
 
-``python -m benchmarks profile SCENARIO ...`` runs one under py-spy (:mod:`benchmarks.profile`).
+``python -m benchmarks profile SCENARIO ...`` runs one under py-spy (:mod:`benchmarks.profile`);
+``python -m benchmarks report [RUN_DIR ...]`` writes the README's goals table, summary.png
+and HISTORY.md rows from recorded runs (:mod:`benchmarks.report_files`).
 
 Exit status: 0 when every selected scenario ran or was skipped, 1 when one
 failed (the results are still written), 2 on a usage error such as an unknown
@@ -11,8 +13,10 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import json
 import shlex
 import sys
+import textwrap
 from pathlib import Path
 
 from rich.console import Console
@@ -21,6 +25,7 @@ from rich.table import Table
 from benchmarks import machine
 from benchmarks.plots import write_plot
 from benchmarks.registry import Registry, UnknownScenario, load_all
+from benchmarks.report_files import write_run_goals
 from benchmarks.results import ScenarioResult, format_figure, write_json, write_markdown
 from benchmarks.runner import run_all
 
@@ -32,14 +37,38 @@ def default_out_dir(today: datetime.date | None = None) -> Path:
     return RESULTS_ROOT / (today or datetime.date.today()).isoformat()
 
 
+COMMANDS = (
+    ("profile SCENARIO ...", "run one scenario under py-spy: flame graphs per process kind"),
+    ("report [RUN_DIR ...]", "the goals of recorded runs: README table, summary.png, HISTORY.md"),
+)
+
+
+def epilog(registry: Registry) -> str:
+    """The help's tail: the other commands, then every scenario with one line each."""
+    lines = ["commands:"]
+    lines += [f"  python -m benchmarks {cmd:<22} {what}" for cmd, what in COMMANDS]
+    lines += ["", "scenarios:"]
+    width = max((len(n) for n in registry.names()), default=0)
+    for entry in registry.all():
+        text = textwrap.shorten(entry.description, 116 - width, placeholder=" ...")
+        lines.append(f"  {entry.name:<{width}}  {text}")
+    return "\n".join(lines)
+
+
 def build_parser(registry: Registry) -> argparse.ArgumentParser:
     """The main parser, with every registered scenario's own flags in its own group."""
     names = registry.names()
     parser = argparse.ArgumentParser(
         prog="python -m benchmarks",
-        description="Run raftlog's benchmark scenarios; write results.json, results.md and "
-        "PNG plots.",
-        epilog="scenarios: " + "; ".join(f"{s.name}: {s.description}" for s in registry.all()),
+        description=textwrap.fill(  # the raw formatter keeps the epilog's lines; wrap this
+            "Run raftlog's benchmark scenarios; write results.json, results.md, goals.md, "
+            "summary.png and PNG plots. Two other commands: `profile SCENARIO` (under py-spy) "
+            "and `report` (the README's goals table); see the end.",
+            79,
+            break_on_hyphens=False,
+        ),
+        epilog=epilog(registry),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument(
         "scenarios",
@@ -126,6 +155,10 @@ def main(argv: list[str] | None = None, registry: Registry | None = None) -> int
         from benchmarks.profile import main as profile_main
 
         return profile_main(args_list[1:])
+    if args_list[:1] == ["report"]:  # python -m benchmarks report [RUN_DIR ...]
+        from benchmarks.report_files import main as report_main
+
+        return report_main(args_list[1:])
     registry = registry if registry is not None else load_all()
     parser = build_parser(registry)
     args = parser.parse_args(argv)
@@ -157,10 +190,15 @@ def main(argv: list[str] | None = None, registry: Registry | None = None) -> int
         "command": shlex.join(
             ["python", "-m", "benchmarks", *(sys.argv[1:] if argv is None else argv)]
         ),
+        "commit": machine.git_commit(),
         "machine": info,
         "versions": vers,
     }
+    load = [machine.load_average()]
     results = run_all(selected, quick=args.quick, out_dir=out_dir, args=args, console=console)
+    load.append(machine.load_average())
+    if None not in load:  # the 1-minute load at the start and the end: was the machine shared?
+        header["load"] = load
     plots: dict[str, str] = {}
     for entry, result in zip(selected, results, strict=True):
         try:
@@ -171,7 +209,14 @@ def main(argv: list[str] | None = None, registry: Registry | None = None) -> int
         if path is not None:
             plots[entry.name] = path.name
     write_json(out_dir / "results.json", header, results, plots)
-    write_markdown(out_dir / "results.md", header, results, plots)
+    goals = ""
+    try:
+        doc = json.loads((out_dir / "results.json").read_text())
+        write_run_goals(out_dir, doc, registry.goals())
+        goals = (out_dir / "goals.md").read_text()
+    except Exception as exc:  # a broken goals report must not lose the measured figures
+        console.print(f"[red]goals report failed[/]: {type(exc).__name__}: {exc}")
+    write_markdown(out_dir / "results.md", header, results, plots, goals)
     console.print(_summary_table(results))
     console.print(f"results written to {out_dir}")
     return 1 if any(r.status == "failed" for r in results) else 0

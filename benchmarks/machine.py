@@ -9,6 +9,7 @@ from __future__ import annotations
 import importlib.metadata
 import os
 import platform
+import subprocess
 import sys
 from pathlib import Path
 
@@ -109,3 +110,35 @@ def machine(out_dir: Path) -> dict[str, str | int | float | None]:
         "disk_free_gib": free_gib,
         "python_executable": sys.executable,
     }
+
+
+def git(where: Path, *args: str) -> str | None:
+    """``git -C where ARGS...``'s stdout, stripped; None when git fails or is missing."""
+    try:
+        return subprocess.run(
+            ["git", "-C", str(where), *args], capture_output=True, text=True, timeout=30, check=True
+        ).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def git_commit(repo: Path | None = None) -> str:
+    """The short commit of ``repo`` (this checkout by default), ``+dirty`` with local edits.
+
+    Untracked files (``benchmarks/results/`` among them) do not count. ``"unknown"``
+    outside git.
+    """
+    where = repo or Path(__file__).resolve().parent.parent
+    head = git(where, "rev-parse", "--short=10", "HEAD")
+    status = git(where, "status", "--porcelain", "--untracked-files=no")
+    if not head or status is None:
+        return UNKNOWN
+    return head + ("+dirty" if status else "")
+
+
+def load_average() -> float | None:
+    """The 1-minute load average, or None where the OS has none."""
+    try:
+        return round(os.getloadavg()[0], 2)
+    except (OSError, AttributeError):
+        return None

@@ -21,6 +21,7 @@ import pkgutil
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from benchmarks.goals import Goal
 from benchmarks.results import Row
 
 if TYPE_CHECKING:
@@ -62,7 +63,8 @@ class Scenario:
     ``add_arguments`` (optional) adds the scenario's own flags (e.g. ``--seeds``)
     to the main parser, inside an argument group named after the scenario.
     ``plot`` (optional) replaces the default bar chart: it gets the result and a
-    matplotlib Figure to draw on.
+    matplotlib Figure to draw on. ``goals`` are what its figures are judged against
+    (:mod:`benchmarks.goals`): the README table, ``summary.png`` and the goal figures.
     """
 
     name: str
@@ -70,6 +72,7 @@ class Scenario:
     run: RunFn
     add_arguments: AddArgumentsFn | None = None
     plot: PlotFn | None = None
+    goals: tuple[Goal, ...] = ()
 
 
 class Registry:
@@ -84,6 +87,11 @@ class Registry:
             raise ValueError(f"scenario name must be letters, digits, - or _, got {entry.name!r}")
         if entry.name in self._scenarios:
             raise ValueError(f"scenario {entry.name!r} is registered twice")
+        taken = {goal.key for _, goal in self.goals()}
+        for goal in entry.goals:
+            if goal.key in taken:
+                raise ValueError(f"goal key {goal.key!r} of {entry.name!r} is used twice")
+            taken.add(goal.key)
         self._scenarios[entry.name] = entry
         return entry
 
@@ -93,6 +101,10 @@ class Registry:
 
     def all(self) -> list[Scenario]:
         return [self._scenarios[name] for name in self.names()]
+
+    def goals(self) -> list[tuple[str, Goal]]:
+        """Every ``(scenario name, goal)``, scenarios alphabetically, goals as declared."""
+        return [(entry.name, goal) for entry in self.all() for goal in entry.goals]
 
     def select(self, names: list[str]) -> list[Scenario]:
         """The scenarios named (in the order given, duplicates dropped); all when empty.
@@ -117,11 +129,12 @@ def scenario(
     *,
     add_arguments: AddArgumentsFn | None = None,
     plot: PlotFn | None = None,
+    goals: tuple[Goal, ...] = (),
 ) -> Callable[[RunFn], RunFn]:
     """Decorator: register the decorated ``run(ctx)`` as scenario ``name`` in :data:`REGISTRY`."""
 
     def decorate(run: RunFn) -> RunFn:
-        REGISTRY.register(Scenario(name, description, run, add_arguments, plot))
+        REGISTRY.register(Scenario(name, description, run, add_arguments, plot, tuple(goals)))
         return run
 
     return decorate

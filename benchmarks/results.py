@@ -115,9 +115,13 @@ def _md_table(head: list[str], body: list[list[str]]) -> list[str]:
 
 
 def write_markdown(
-    path: Path, header: dict[str, Any], results: list[ScenarioResult], plots: dict[str, str]
+    path: Path,
+    header: dict[str, Any],
+    results: list[ScenarioResult],
+    plots: dict[str, str],
+    goals: str = "",
 ) -> None:
-    """Machine and versions, then a section per scenario: its table, notes and plot."""
+    """Machine and versions, the ``goals`` markdown if any, then a section per scenario."""
     out = [f"# raftlog benchmarks, {header['started']}", ""]
     out.append(f"Mode: {'quick' if header['quick'] else 'full'}. Command: `{header['command']}`")
     out.append("")
@@ -125,6 +129,8 @@ def write_markdown(
     out += _md_table(["", ""], [[k, str(v)] for k, v in header["machine"].items()])
     out += ["", "## Versions", ""]
     out += _md_table(["", ""], [[k, v] for k, v in header["versions"].items()])
+    if goals:
+        out += ["", "## Goals", "", goals.rstrip("\n")]
     for r in results:
         out += ["", f"## {r.name}", "", r.description, ""]
         if r.status != "ok":

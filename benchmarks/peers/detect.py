@@ -9,6 +9,10 @@ ETCD_INSTALL_HINT = (
     "etcd is not installed: on Debian or Ubuntu run `apt-get install etcd-server` "
     "(it provides the `etcd` binary)"
 )
+AETCD_INSTALL_HINT = (
+    "aetcd (etcd's gRPC API from asyncio) is not installed: run `pip install aetcd` "
+    "(it belongs in the project's benchmark extra)"
+)
 PYSYNCOBJ_INSTALL_HINT = (
     "PySyncObj is not installed: run `pip install pysyncobj` "
     "(it belongs in the project's benchmark extra)"
@@ -28,3 +32,8 @@ def etcd_missing() -> str | None:
 def pysyncobj_missing() -> str | None:
     """None when PySyncObj imports here, else the install hint."""
     return None if importlib.util.find_spec("pysyncobj") else PYSYNCOBJ_INSTALL_HINT
+
+
+def aetcd_missing() -> str | None:
+    """None when the gRPC client ``aetcd`` imports here, else the install hint."""
+    return None if importlib.util.find_spec("aetcd") else AETCD_INSTALL_HINT

@@ -14,6 +14,7 @@ import collections
 import math
 
 from benchmarks.context import RunContext
+from benchmarks.goals import Pick, at_most, row
 from benchmarks.registry import Row, Skip, scenario
 from benchmarks.workloads import failover_round, raftlog_local
 from benchmarks.workloads.latency import latency_columns
@@ -75,10 +76,23 @@ async def measure(ctx: RunContext, cluster: object, rounds: int) -> list[Row]:
     return [summary, *rows]
 
 
+GOALS = tuple(
+    at_most(
+        f"failover-{q}",
+        f"leader kill to first acknowledged write, {q}",
+        (Pick(q, row(case="* leader kills"), f"{q} s"),),
+        bound,
+        unit="s",
+    )
+    for q, bound in (("p50", 1.0), ("p99", 2.0))
+)
+
+
 @scenario(
     "failover",
     "kill -9 a leader under load: time to the first acknowledged write (p50 .. max)",
     add_arguments=add_arguments,
+    goals=GOALS,
 )
 def run(ctx: RunContext) -> list[Row]:
     if getattr(ctx.args, "servers", None):

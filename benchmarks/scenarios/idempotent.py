@@ -26,6 +26,7 @@ import os
 import time
 
 from benchmarks.context import RunContext
+from benchmarks.goals import Goal, Pick, row
 from benchmarks.registry import Row, scenario
 from benchmarks.scenarios.small import seconds_per_step
 from benchmarks.workloads import raftlog_local
@@ -179,10 +180,22 @@ async def measure(ctx: RunContext, servers: list[str], producers: int, seconds: 
     return rows
 
 
+GOALS = (
+    Goal(
+        "idempotent",
+        "idempotent writes against plain ones, 5 in flight",
+        ours=(Pick("idempotent", row(producer="idempotent"), "records/s"),),
+        peers=(Pick("plain", row(producer="plain"), "records/s"),),
+        target=0.9,
+    ),
+)
+
+
 @scenario(
     "idempotent",
     "plain vs idempotent vs transactional producers at 5 in flight: throughput, latency, ratios",
     add_arguments=add_arguments,
+    goals=GOALS,
 )
 def run(ctx: RunContext) -> list[Row]:
     producers = QUICK_PRODUCERS if ctx.quick else FULL_PRODUCERS

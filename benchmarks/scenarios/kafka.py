@@ -33,6 +33,7 @@ import os
 import time
 
 from benchmarks.context import RunContext
+from benchmarks.goals import Goal, Pick, row
 from benchmarks.registry import Row, Skip, scenario
 from benchmarks.scenarios.small import seconds_per_step
 from benchmarks.workloads import raftlog_local
@@ -123,11 +124,30 @@ def _per_record(column: str, cpu_s: float, records: int) -> Row:
     return {column: cpu_s * 1e6 / records} if records > 0 else {}
 
 
+GOALS = (
+    Goal(
+        "kafka-produce",
+        "Kafka clients: produce (confluent-kafka, idempotent, acks=all, 100 B)",
+        ours=(Pick("Kafka listener", row(path="Kafka (confluent-kafka)"), "produce records/s"),),
+        peers=(Pick("native client", row(path="native client"), "produce records/s"),),
+        target=0.5,
+    ),
+    Goal(
+        "kafka-consume",
+        "Kafka clients: consume (confluent-kafka)",
+        ours=(Pick("Kafka listener", row(path="Kafka (confluent-kafka)"), "consume records/s"),),
+        peers=(Pick("native client", row(path="native client"), "consume records/s"),),
+        target=0.7,
+    ),
+)
+
+
 @scenario(
     "kafka",
     "confluent-kafka produce/consume through the Kafka listener vs the native client: "
     "records/s, p50/p99, ratios, conversion CPU per record",
     add_arguments=add_arguments,
+    goals=GOALS,
 )
 def run(ctx: RunContext) -> list[Row]:
     confluent()  # skip before starting a cluster when it is missing

@@ -21,6 +21,7 @@ import time
 from collections import Counter
 
 from benchmarks.context import RunContext
+from benchmarks.goals import Pick, at_most, row
 from benchmarks.registry import Row, Skip, scenario
 from benchmarks.workloads import raftlog_local
 from benchmarks.workloads.cluster_handle import ClusterHandle
@@ -100,11 +101,26 @@ async def measure_one(handle: ClusterHandle, total: int) -> Row:
     return row
 
 
+GOALS = (
+    at_most(
+        "partitions-reelection",
+        "kill -9 of the node leading a third of 3,000 partitions: re-election p99",
+        ours=tuple(
+            Pick(f"{n:,} partitions", row(partitions=str(n)), "re-election p99 s")
+            for n in (3000, 1000, 300)
+        ),
+        bound=5.0,
+        unit="s",
+    ),
+)
+
+
 @scenario(
     "partitions",
     "creation time and failover re-election p50/p99 by partition count "
     "(300, 1000, 3000, or --partition-counts; quick 30)",
     add_arguments=add_arguments,
+    goals=GOALS,
 )
 def run(ctx: RunContext) -> list[Row]:
     if getattr(ctx.args, "servers", None):

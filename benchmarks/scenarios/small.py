@@ -12,6 +12,7 @@ import argparse
 import asyncio
 
 from benchmarks.context import RunContext
+from benchmarks.goals import Pick, at_most, row
 from benchmarks.registry import Row, scenario
 from benchmarks.workloads import raftlog_local
 from benchmarks.workloads.closed_loop import LoadResult, record_client_series
@@ -74,10 +75,21 @@ async def measure(
     return rows
 
 
+GOALS = (
+    at_most(
+        "small-fsyncs",
+        "fsyncs per acknowledged request, 64 clients",
+        ours=(Pick("64 clients", row(clients="64 clients"), "fsyncs/request"),),
+        bound=0.1,
+    ),
+)
+
+
 @scenario(
     "small",
     "100-byte records, one per request, acks=all: requests/s, fsyncs/request",
     add_arguments=add_arguments,
+    goals=GOALS,
 )
 def run(ctx: RunContext) -> list[Row]:
     counts = QUICK_CLIENTS if ctx.quick else FULL_CLIENTS

@@ -63,6 +63,7 @@ from typing import Any
 import tenacity
 
 from benchmarks.context import RunContext
+from benchmarks.goals import Goal, Pick, row
 from benchmarks.registry import Row, Skip, require, scenario
 from benchmarks.scenarios.small import seconds_per_step
 from benchmarks.workloads import raftlog_local, spark_count_sink, spark_replay_source
@@ -667,12 +668,49 @@ def measure(
     return rows + read_rows
 
 
+_WRITE = "write: rate-micro-batch -> "
+_READ = "read (AvailableNow): "
+GOALS = (
+    Goal(
+        "spark-sink",
+        "Spark sink, exactly-once, acks=all, 1,000,000 rows per micro-batch",
+        ours=(Pick("raftlog exactly-once", row(case=_WRITE + "raftlog exactly-once"), "rows/s"),),
+        peers=(Pick("empty Python writer", row(case=_WRITE + "python ceiling"), "rows/s"),),
+        target=0.8,
+    ),
+    Goal(
+        "spark-2pc",
+        "Spark sink: the cost of exactly-once (one 2PC per micro-batch)",
+        ours=(Pick("exactly-once", row(case=_WRITE + "raftlog exactly-once"), "rows/s"),),
+        peers=(Pick("at-least-once", row(case=_WRITE + "raftlog at-least-once"), "rows/s"),),
+        target=0.9,
+    ),
+    Goal(
+        "spark-source",
+        "Spark source (AvailableNow) against the Python read ceiling",
+        ours=(Pick("raftlog source", row(case=_READ + "raftlog -> noop"), "rows/s"),),
+        peers=(
+            Pick("Python source ceiling", row(case=_READ + "python ceiling -> noop"), "rows/s"),
+        ),
+        target=0.9,
+    ),
+    Goal(
+        "spark-source-parquet",
+        "Spark source (AvailableNow) against the parquet source",
+        ours=(Pick("raftlog source", row(case=_READ + "raftlog -> noop"), "rows/s"),),
+        peers=(Pick("parquet source", row(case=_READ + "parquet -> noop"), "rows/s"),),
+        target=1.0,
+    ),
+)
+
+
 @scenario(
     "spark",
     "rate-micro-batch into noop/Python ceiling/parquet/raftlog at-least-once and "
     "exactly-once (uncompressed, lz4, zstd; and as Kafka's key/value columns), and "
     "AvailableNow reads: rows/s, bytes per row",
     add_arguments=add_arguments,
+    goals=GOALS,
 )
 def run(ctx: RunContext) -> list[Row]:
     require("pyspark.sql.datasource", "DataSourceStreamArrowWriter")

@@ -18,6 +18,7 @@ import os
 from pyspark_raftlog.options import DEFAULT_CHUNK_BYTES
 
 from benchmarks.context import RunContext
+from benchmarks.goals import Goal, Pick, row
 from benchmarks.registry import Row, scenario
 from benchmarks.scenarios.small import seconds_per_step
 from benchmarks.workloads import raftlog_local
@@ -121,11 +122,52 @@ async def measure(ctx: RunContext, servers: list[str], seconds: float) -> list[R
     return rows
 
 
+_CEILING = (
+    Pick(
+        "R=3 disk ceiling",
+        row(case="sequential write, fsync every *"),
+        CEILING_KEY,
+        "disk",
+        detail="case",
+    ),
+)
+
+
+def _of_ceiling(key: str, what: str, partitions: int, records: str) -> Goal:
+    """``≥ 0.5`` of the R=3 disk ceiling measured by ``disk`` in the same run."""
+    name = f"{partitions} partition{'s' * (partitions > 1)}"
+    case = f"{partitions} partition(s), {records}, acks=all"
+    return Goal(key, what, (Pick(name, row(case=case), "MB/s"),), 0.5, peers=_CEILING)
+
+
+GOALS = (
+    _of_ceiling(
+        "throughput-4mib-1",
+        "replicated MB/s, the sink's 4 MiB batches, 1 partition",
+        1,
+        "100 B records in 4 MiB batches",
+    ),
+    _of_ceiling(
+        "throughput-4mib-6",
+        "replicated MB/s, the sink's 4 MiB batches, 6 partitions",
+        6,
+        "100 B records in 4 MiB batches",
+    ),
+    _of_ceiling(
+        "throughput-small-6",
+        "replicated MB/s, ~256 KiB batches of 100 B records, 6 partitions",
+        6,
+        "100 B records",
+    ),
+)
+
+
 @scenario(
     "throughput",
     "large batches, 1 and 6 partitions, 100 B / 1 KiB records, acks all/1/0, and the sink's "
     "4 MiB batches: MB/s",
     add_arguments=add_arguments,
+    goals=GOALS,
 )
 def run(ctx: RunContext) -> list[Row]:
     seconds = seconds_per_step(ctx, QUICK_SECONDS, FULL_SECONDS, "throughput_seconds")

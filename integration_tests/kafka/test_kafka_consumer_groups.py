@@ -569,5 +569,24 @@ def test_a_group_on_a_cluster_with_tokens_authenticates_with_sasl(tmp_path) -> N
             assert consumer.committed(TopicPartition("groups-sasl", 0)) == position
         finally:
             consumer.close()
+        # the group is empty now: the client token lists and describes it but may not
+        # delete it (the admin role's, as DeleteTopics); the admin token may
+        as_client = KafkaAdminClient(bootstrap_servers=bootstrap, **sasl)
+        try:
+            described = as_client.describe_groups(["group-sasl"])["group-sasl"]
+            assert described["group_state"] == "Empty", described
+            assert as_client.delete_groups(["group-sasl"]) == {
+                "group-sasl": "GroupAuthorizationFailedError"
+            }
+        finally:
+            as_client.close()
+        as_admin = KafkaAdminClient(
+            bootstrap_servers=bootstrap, **{**sasl, "sasl_plain_password": admin_token}
+        )
+        try:
+            assert as_admin.delete_groups(["group-sasl"]) == {"group-sasl": "OK"}
+            assert as_admin.list_group_offsets({"group-sasl": None})["group-sasl"] == {}
+        finally:
+            as_admin.close()
     finally:
         stop_cluster(root, timeout_s=10.0)

@@ -7,7 +7,8 @@ result, as :class:`raftlog.coordinator.state.CoordinatorState` does for
 ``__transactions``. Every replica applies the same commands in the same order, so a
 new leader already holds what its predecessor committed. ``apply`` never raises.
 
-Two commands, Kafka's two record kinds of ``__consumer_offsets``:
+Four commands: Kafka's two record kinds of ``__consumer_offsets`` and their
+tombstones:
 
 - ``{"op": "commit", "group": G, "offsets": [[topic, partition, offset,
   leader_epoch, metadata], ...]}``: committed offsets (OffsetCommit), each replacing
@@ -17,7 +18,12 @@ Two commands, Kafka's two record kinds of ``__consumer_offsets``:
   rebalance left it (Kafka's GroupMetadata record: each member's id, client, session
   and rebalance timeouts, subscription and assignment, bytes as base64), or an empty
   group's generation. The coordinator loads it on a leader change, so members keep
-  their generation across a coordinator failover.
+  their generation across a coordinator failover;
+- ``{"op": "delete_group", "group": G}``: DeleteGroups of an empty group (Kafka's
+  tombstones of its metadata and every offset): the group is gone, an OffsetFetch
+  of it finds nothing committed;
+- ``{"op": "delete_offsets", "group": G, "offsets": [[topic, partition], ...]}``:
+  OffsetDelete (a partition without a committed offset is no error).
 
 Kafka transactions will add a third pair (a transactional commit held per producer
 id until its EndTxn marker, then moved into ``offsets`` or dropped), beside these:
@@ -35,6 +41,7 @@ from raftlog.coordinator.state import CommandError, command_error
 
 __all__ = ["CommittedOffset", "GroupLog", "OffsetsState", "validate_offsets_command"]
 
+_OPS = ("commit", "group", "delete_group", "delete_offsets")
 _I32 = 2**31 - 1
 _I63 = 2**63 - 1
 
@@ -73,8 +80,15 @@ class OffsetsState:
             validate_offsets_command(command)
         except CommandError as exc:
             return command_error(str(exc))
+        op = command["op"]
+        if op == "delete_group":
+            self.groups.pop(command["group"], None)
+            return {"status": "ok"}
         group = self.groups.setdefault(command["group"], GroupLog())
-        if command["op"] == "commit":
+        if op == "delete_offsets":
+            for topic, partition in command["offsets"]:
+                group.offsets.pop((topic, partition), None)
+        elif op == "commit":
             for topic, partition, position, epoch, metadata in command["offsets"]:
                 group.offsets[(topic, partition)] = CommittedOffset(position, epoch, metadata)
         else:
@@ -113,10 +127,25 @@ def validate_offsets_command(command: Any) -> None:
     if not isinstance(command, dict):
         raise CommandError("command: expected a JSON object")
     op = command.get("op")
-    if op not in ("commit", "group"):
-        raise CommandError(f"op: expected 'commit' or 'group', got {op!r}")
+    if op not in _OPS:
+        raise CommandError(f"op: expected one of {', '.join(map(repr, _OPS))}, got {op!r}")
     if not isinstance(command.get("group"), str):
         raise CommandError("group: expected the group id (a string)")
+    if op == "delete_group":
+        return
+    if op == "delete_offsets":
+        offsets = command.get("offsets")
+        if not isinstance(offsets, list) or not all(
+            isinstance(row, list)
+            and len(row) == 2
+            and isinstance(row[0], str)
+            and _is_int(row[1], 0, _I32)
+            for row in offsets
+        ):
+            raise CommandError(
+                f"offsets: expected a list of [topic, partition 0..2^31-1], got {offsets!r}"[:300]
+            )
+        return
     if op == "commit":
         offsets = command.get("offsets")
         if not isinstance(offsets, list):

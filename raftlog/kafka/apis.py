@@ -20,7 +20,7 @@ import logging
 import secrets
 from typing import Any
 
-from raftlog.kafka.groups.handlers import GROUP_APIS, GROUP_ROUTE, GroupApis
+from raftlog.kafka.groups.handlers import GROUP_APIS, GroupApis
 from raftlog.kafka.protocol import API_VERSIONS, RequestHead
 from raftlog.kafka.records import (
     KafkaRecordError,
@@ -145,7 +145,7 @@ class KafkaApis:
         self.brokers = brokers
         self.policy = policy
         self.sasl_required = policy.client_token is not None or policy.admin_token is not None
-        self.groups = GroupApis(node, brokers, self._call, self._create_as_caller)
+        self.groups = GroupApis(node, brokers, self._call, self._create_as_caller, self._refused)
         metrics = getattr(node, "metrics", None)  # None: a test's listener without a node
         self.produced = ProducedBytes(
             gauge=None if metrics is None else metrics.kafka_produced_cache_bytes
@@ -232,7 +232,7 @@ class KafkaApis:
 
     async def handle(self, head: RequestHead, req: Any) -> dict[str, Any] | None:
         if head.api_key in GROUP_APIS:
-            return await self.groups.handle(head, req, self._refused(GROUP_ROUTE))
+            return await self.groups.handle(head, req)
         handler = _HANDLERS[head.api_key]
         return await handler(self, head, req)
 

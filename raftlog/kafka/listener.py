@@ -51,6 +51,7 @@ from raftlog.kafka.apis import (
     KafkaApis,
     api_versions_body,
 )
+from raftlog.kafka.groups.handlers import CLIENT_HOST
 from raftlog.kafka.protocol import (
     API_VERSIONS,
     API_VERSIONS_KEY,
@@ -128,6 +129,8 @@ class KafkaListener:
         task = asyncio.current_task()
         assert task is not None
         peer = writer.get_extra_info("peername")
+        # the requests' tasks, made by this one, inherit it: a member's client_host
+        CLIENT_HOST.set(f"/{peer[0]}" if isinstance(peer, tuple) else "")
         if len(self._connections) >= self.max_connections:
             log.warning(
                 "kafka: refusing %s: %d connections open (--kafka-max-connections)",

@@ -48,6 +48,8 @@ API_VERSIONS: dict[int, tuple[str, int, int]] = {
     12: ("Heartbeat", 0, 3),
     13: ("LeaveGroup", 0, 3),
     14: ("SyncGroup", 0, 3),
+    15: ("DescribeGroups", 0, 6),
+    16: ("ListGroups", 0, 5),
     # v1 only: v0 sends the SASL tokens after the handshake without Kafka's framing
     17: ("SaslHandshake", 1, 1),
     18: ("ApiVersions", 0, 3),
@@ -57,6 +59,8 @@ API_VERSIONS: dict[int, tuple[str, int, int]] = {
     # v0 is gone from Kafka's schemas (Kafka 4 dropped it); every current client sends v1+
     32: ("DescribeConfigs", 1, 4),
     36: ("SaslAuthenticate", 0, 2),
+    42: ("DeleteGroups", 0, 2),
+    47: ("OffsetDelete", 0, 0),
 }
 
 API_VERSIONS_KEY = 18

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import base64
+import json
 import time
+import urllib.request
 from pathlib import Path
 
 import _bench_repo_path  # noqa: F401  (puts the repo root on sys.path)
@@ -11,6 +14,7 @@ import pytest
 
 from benchmarks.peers import detect
 from benchmarks.peers.etcd_cluster import EtcdCluster
+from benchmarks.peers.etcd_grpc_load import etcd_grpc_put_load, host_port
 from benchmarks.peers.etcd_load import etcd_put_load
 from benchmarks.workloads.closed_loop import run_closed_loop
 from benchmarks.workloads.latency import latency_columns, quantile
@@ -99,6 +103,43 @@ async def test_closed_loop_against_etcd_measures_puts(tmp_path: Path) -> None:
     assert result.requests == 40
     assert len(result.latencies_s) == 40 and all(t > 0 for t in result.latencies_s)
     assert result.latency()["p99 ms"] >= result.latency()["p50 ms"] > 0
+
+
+def _stored_bench_keys(client_url: str) -> int:
+    """How many ``bench/`` keys etcd holds, asked through its JSON gateway (a range count)."""
+    body = json.dumps(
+        {
+            "key": base64.b64encode(b"bench/").decode(),
+            "range_end": base64.b64encode(b"bench0").decode(),  # "/" + 1: every bench/ key
+            "count_only": True,
+        }
+    ).encode()
+    request = urllib.request.Request(f"{client_url}/v3/kv/range", data=body, method="POST")
+    with urllib.request.urlopen(request, timeout=10) as resp:
+        return int(json.loads(resp.read()).get("count", 0))
+
+
+@pytest.mark.usefixtures("needs_etcd")
+async def test_grpc_load_puts_through_etcds_grpc_api_and_every_key_is_stored(
+    tmp_path: Path,
+) -> None:
+    if detect.aetcd_missing() is not None:
+        pytest.fail(detect.AETCD_INSTALL_HINT)
+    with EtcdCluster(tmp_path) as cluster:
+        result = await etcd_grpc_put_load(
+            cluster.client_urls, clients=6, duration_s=60.0, max_requests=50
+        )
+        stored = _stored_bench_keys(cluster.client_urls[0])
+    assert result.errors == 0, result.first_error
+    assert result.requests == 50
+    assert stored == 50  # distinct keys, each put acknowledged and readable
+    assert result.latency()["p99 ms"] >= result.latency()["p50 ms"] > 0
+
+
+def test_grpc_load_names_a_bad_client_url() -> None:
+    assert host_port("http://127.0.0.1:2379") == ("127.0.0.1", 2379)
+    with pytest.raises(ValueError, match=r"expected http://HOST:PORT, got 'https://x'"):
+        host_port("https://x")
 
 
 @pytest.mark.usefixtures("needs_pysyncobj")

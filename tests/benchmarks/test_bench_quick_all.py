@@ -186,11 +186,24 @@ def test_markdown_and_a_png_per_scenario_that_ran(quick_run: dict[str, Any]) -> 
     assert "## Machine" in markdown
     assert "| sequential write, fsync every 1 MiB |" in markdown
     doc = json.loads((out / "results.json").read_text())
+    declared = load_all().goals()
     for name, entry in by_name.items():
         assert f"## {name}" in markdown, name
-        if entry["status"] == "ok":
-            png = out / f"{name}.png"
-            assert png.read_bytes()[:8] == PNG_MAGIC, name
-            assert doc["scenarios"][list(by_name).index(name)]["plot"] == png.name
+        if entry["status"] != "ok":
+            continue
+        # A scenario's picture: its own plot (series, or bars of its measures), or a
+        # figure per goal it measured; a plot of counts only is not drawn.
+        plot = doc["scenarios"][list(by_name).index(name)]["plot"]
+        goal_pngs = [out / f"goal-{g.key}.png" for s, g in declared if s == name]
+        drawn = [p for p in goal_pngs if p.exists()]
+        if plot is not None:
+            assert plot == f"{name}.png"
+            drawn.append(out / plot)
+        assert drawn or name == "chaos", name
+        for png in drawn:
+            assert png.read_bytes()[:8] == PNG_MAGIC, png
+    assert (out / "summary.png").read_bytes()[:8] == PNG_MAGIC
+    assert "| what | peer | ours | ratio | met |" in (out / "goals.md").read_text()
+    assert "## Goals" in markdown
     # Scratch dirs (clusters, parquet output, checkpoints) are removed afterwards.
     assert sorted(p.name for p in out.iterdir() if p.name.startswith(".")) == []

@@ -224,12 +224,16 @@ def test_random_interleavings_keep_the_groups_invariants() -> None:
     member and its protocol every member's, an Empty group has no member, every answer
     goes to a parked request (once), a successful sync's assignment is the one the
     leader of that generation gave. At the end, with time far ahead, the group is
-    Empty and every parked request was answered."""
+    Empty and every parked request was answered. The static runs join with group
+    instance ids (restarts without a member id among them): one member per instance
+    id, and a Stable group's only parked joins are static rejoins awaiting their
+    store."""
     for seed in range(200):
-        _random_run(seed)
+        _random_run(seed, static=False)
+        _random_run(seed, static=True)
 
 
-def _random_run(seed: int) -> None:
+def _random_run(seed: int, static: bool) -> None:
     import random
 
     rng = random.Random(seed)
@@ -254,11 +258,18 @@ def _random_run(seed: int) -> None:
             stores.append(fx.store)
 
     for _ in range(60):
-        now += rng.choice([0, 10, 400, 2000, 6000])
-        op = rng.choice(["join", "join", "sync", "beat", "leave", "tick", "store"])
+        now += rng.choice([0, 10, 400] if static else [0, 10, 400, 2000, 6000])
+        # static runs sync and store more: restarts of a Stable group's members
+        ops = ["join", "sync", "sync", "sync", "beat", "tick", "store", "store", "leave"]
+        op = rng.choice(
+            ops if static else ["join", "join", "sync", "beat", "leave", "tick", "store"]
+        )
         mid = rng.choice([*known, ""]) if known else ""
         if op == "join":
             new = f"m{len(known)}"
+            instance = rng.choice(["ia", "ib", "ic"]) if static else None
+            if static and rng.random() < 0.5:
+                mid = ""  # a restart: only the instance id
             answer, fx = g.join(
                 mid,
                 new_member_id=new,
@@ -270,6 +281,7 @@ def _random_run(seed: int) -> None:
                 protocols=[("range", b"r"), ("rr", b"x")],
                 require_known_member_id=rng.random() < 0.5,
                 now_ms=now,
+                group_instance_id=instance,
             )
             who = mid or (answer.member_id if answer is not None else new)
             if who not in known and who:
@@ -304,7 +316,9 @@ def _random_run(seed: int) -> None:
         if g.state is GroupState.EMPTY:
             assert not g.members, seed
         if g.state is GroupState.STABLE:
-            assert not parked_joins, seed
+            assert parked_joins <= set(g.static_stores), seed
+        instances = [m.group_instance_id for m in g.members.values() if m.group_instance_id]
+        assert len(instances) == len(set(instances)), seed
     while stores:
         settle(g.stored(stores.pop(0), E.none, now))
     settle(g.tick(now + 60_000))
@@ -345,3 +359,147 @@ def test_group_limit_flags_set_the_limits_and_are_checked_by_name() -> None:
         config("--kafka-max-group-members", "0")
     with pytest.raises(ValueError, match="--kafka-max-group-metadata-bytes: expected 1024"):
         config("--kafka-max-group-metadata-bytes", "10")
+
+
+# -- static membership (KIP-345) ---------------------------------------------------
+
+
+def _static_join(g: Group, member: str, instance: str, now: int, *, new: str, meta=b"m"):
+    return g.join(
+        member,
+        new_member_id=new,
+        client_id="c",
+        client_host="/10.0.0.1",
+        session_timeout_ms=SESSION,
+        rebalance_timeout_ms=REBALANCE,
+        protocol_type="consumer",
+        protocols=[("range", meta)],
+        require_known_member_id=True,  # v4+: a static member needs no MEMBER_ID_REQUIRED
+        now_ms=now,
+        group_instance_id=instance,
+    )
+
+
+def _static_pair() -> Group:
+    """Static members a (instance ia, the leader) and b (ib), generation 1, stable."""
+    g = Group("g", initial_delay_ms=DELAY)
+    assert _static_join(g, "", "ia", 0, new="a") == (None, _empty_effects())
+    assert _static_join(g, "", "ib", 10, new="b")[0] is None
+    fx = g.tick(DELAY + 10)
+    assert {(j.member_id, j.error) for j in fx.joins} == {("a", E.none), ("b", E.none)}
+    assert g.sync("b", 1, {}, DELAY + 20, "ib")[0] is None
+    assert g.sync("a", 1, {"a": b"A", "b": b"B"}, DELAY + 30, "ia")[1].store == 1
+    g.stored(1, E.none, DELAY + 40)
+    assert g.state is GroupState.STABLE
+    return g
+
+
+def _empty_effects():
+    from raftlog.kafka.groups.membership import Effects
+
+    return Effects()
+
+
+def test_a_restarted_static_member_takes_its_assignment_back_without_a_rebalance() -> None:
+    g = _static_pair()
+    now = DELAY + 1000
+    # b's process restarts: no LeaveGroup (static), a new join without its member id
+    answer, fx = _static_join(g, "", "ib", now, new="b2")
+    assert answer is None and fx.store == 1 and not fx.joins and not fx.rebalances
+    assert g.state is GroupState.STABLE and set(g.members) == {"a", "b2"}
+    # answered once the record naming b2 is stored: the same generation, no rebalance
+    fx = g.stored(1, E.none, now + 5)
+    (joined,) = fx.joins
+    assert (joined.member_id, joined.error, joined.generation, joined.leader) == (
+        "b2",
+        E.none,
+        1,
+        "a",
+    )
+    assert g.sync("b2", 1, {}, now + 10, "ib") == (
+        g._sync_answer(g.members["b2"]),
+        _empty_effects(),
+    )
+    assert g.sync("b2", 1, {}, now + 10, "ib")[0].assignment == b"B"
+    assert g.generation == 1 and g.heartbeat("a", 1, now + 20, "ia") is E.none
+    # the old id is fenced, a wrong or unknown instance id named
+    assert g.heartbeat("b", 1, now + 20, "ib") is E.fenced_instance_id
+    assert g.heartbeat("b2", 1, now + 20, "ia") is E.fenced_instance_id
+    assert g.heartbeat("b2", 1, now + 20, "nobody") is E.unknown_member_id
+    assert g.commit_error("b", 1, now + 20, "ib") is E.fenced_instance_id
+    assert g.commit_error("b2", 1, now + 20, "ib") is None
+    # the leader restarts too: it is still the leader, and gets the members again
+    _static_join(g, "", "ia", now + 30, new="a2")
+    (joined,) = g.stored(1, E.none, now + 35).joins
+    assert joined.member_id == joined.leader == "a2"
+    assert [m[:2] for m in joined.members] == [("b2", "ib"), ("a2", "ia")]
+    # the stored record names the new ids: a new coordinator loads them
+    loaded = Group.from_record("g", g.record(), now + 40, initial_delay_ms=DELAY)
+    assert {m.member_id: m.group_instance_id for m in loaded.members.values()} == {
+        "a2": "ia",
+        "b2": "ib",
+    }
+
+
+def test_a_static_rejoin_with_another_subscription_or_during_a_rebalance_rebalances() -> None:
+    g = _static_pair()
+    answer, fx = _static_join(g, "", "ib", 5000, new="b2", meta=b"other topics")
+    assert answer is None and fx.store is None
+    assert g.state is GroupState.PREPARING_REBALANCE
+    assert g.heartbeat("a", 1, 5010, "ia") is E.rebalance_in_progress
+    answer, fx = _static_join(g, "a", "ia", 5020, new="x")  # the last to rejoin
+    assert answer is None
+    assert {j.member_id for j in fx.joins} == {"a", "b2"} and g.generation == 2
+
+    # a rejoin whose store is under way when a rebalance starts: the rebalance answers
+    g = _static_pair()
+    _static_join(g, "", "ib", 5000, new="b2")
+    error, fx = g.leave("", 5010, "ia")  # the leader leaves by its instance id
+    # b2, parked, is the only member left, so it has rejoined: generation 2 at once
+    assert error is E.none and g.state is GroupState.COMPLETING_REBALANCE
+    (joined,) = fx.joins
+    assert (joined.member_id, joined.generation, joined.leader) == ("b2", 2, "b2")
+    assert not g.stored(1, E.none, 5020).joins  # the store's answer already went
+
+
+def test_a_second_process_with_the_same_instance_id_fences_the_first() -> None:
+    g = _static_pair()
+    _static_join(g, "", "ib", 5000, new="b2")  # parked until stored
+    answer, fx = _static_join(g, "", "ib", 5001, new="b3")
+    assert answer is None
+    assert [(j.member_id, j.error) for j in fx.joins] == [("b2", E.fenced_instance_id)]
+    fx = g.stored(1, E.none, 5002)  # b2's store: b2 is gone, nothing to answer
+    assert not fx.joins
+    (joined,) = g.stored(1, E.none, 5003).joins
+    assert joined.member_id == "b3" and joined.error is E.none
+    assert g.leave("b2", 5004, "ib") == (E.fenced_instance_id, _empty_effects())
+    assert g.leave("", 5004, "nobody") == (E.unknown_member_id, _empty_effects())
+
+
+def test_a_failed_store_of_a_static_rejoin_answers_its_error() -> None:
+    g = _static_pair()
+    _static_join(g, "", "ib", 5000, new="b2")
+    (joined,) = g.stored(1, E.not_coordinator, 5001).joins
+    assert (joined.member_id, joined.error) == ("b2", E.not_coordinator)
+    # it joins again (a new id), and this time the store succeeds
+    _static_join(g, "", "ib", 5002, new="b3")
+    (joined,) = g.stored(1, E.none, 5003).joins
+    assert (joined.member_id, joined.error) == ("b3", E.none) and set(g.members) == {"a", "b3"}
+
+
+def test_a_static_store_that_lands_after_a_rebalance_does_not_answer_a_later_rejoin() -> None:
+    """Stores land in order: a rejoin's store overtaken by a rebalance (which answered
+    the rejoin) must not be taken for the store of a rejoin after it."""
+    g = _static_pair()
+    _static_join(g, "", "ib", 5000, new="b2")  # store 1 (generation 1) under way
+    # a's subscription changes: a rebalance, which b2's parked join is already in
+    answer, fx = _static_join(g, "a", "ia", 5001, new="x", meta=b"changed")
+    assert answer is None  # both rejoined: generation 2 answers a's and b2's joins
+    assert {j.member_id for j in fx.joins} == {"a", "b2"} and g.generation == 2
+    assert not g.stored(1, E.none, 5003).joins  # store 1 lands late: nothing due
+    g.sync("b2", 2, {}, 5004, "ib")
+    g.sync("a", 2, {"a": b"A2", "b2": b"B2"}, 5005, "ia")
+    assert len(g.stored(2, E.none, 5006).syncs) == 2 and g.state is GroupState.STABLE
+    _static_join(g, "", "ib", 6000, new="b3")  # store 3
+    (joined,) = g.stored(2, E.none, 6001).joins
+    assert (joined.member_id, joined.generation) == ("b3", 2)

@@ -44,7 +44,14 @@ from kio.schema.errors import ErrorCode as KafkaError
 
 from raftlog.coordinator.group_stm import CONSUMER_OFFSETS_TOPIC, GroupStm, partition_for
 from raftlog.kafka.groups.limits import GroupLimits
-from raftlog.kafka.groups.membership import Effects, Group, JoinAnswer, SyncAnswer
+from raftlog.kafka.groups.membership import (
+    Effects,
+    Group,
+    GroupState,
+    GroupSummary,
+    JoinAnswer,
+    SyncAnswer,
+)
 from raftlog.raft.errors import NotLeaderError, RaftError, TermMismatchError
 from raftlog.rpc.server import RequestError
 
@@ -185,6 +192,10 @@ class GroupCoordinator:
         self.validate_group_id(group_id)
         p = self.partition_of(group_id)
         self.refuse_other_shard(p)
+        return self._acquire_partition(p)
+
+    def _acquire_partition(self, p: int) -> _Loaded:
+        """:meth:`_acquire` of ``__consumer_offsets`` partition ``p``."""
         rep = self._local_replica(p)
         if rep is None or not rep.consensus.is_leader:
             raise GroupError(KafkaError.not_coordinator)
@@ -305,6 +316,17 @@ class GroupCoordinator:
             return KafkaError.invalid_commit_offset_size
         return KafkaError.none
 
+    async def _write_offsets(
+        self, loaded: _Loaded, group_id: str, op: str, rows: list[list[Any]]
+    ) -> KafkaError:
+        """:meth:`write` of an offsets command (``commit``, ``delete_offsets``), counted
+        as in flight for the group meanwhile (the ticker keeps the group loaded)."""
+        loaded.stores[group_id] = loaded.stores.get(group_id, 0) + 1
+        try:
+            return await self.write(loaded, {"op": op, "group": group_id, "offsets": rows})
+        finally:
+            loaded.stores[group_id] -= 1
+
     # -- the group APIs (plain values in and out; handlers.py speaks Kafka) ------
 
     async def join(
@@ -372,7 +394,12 @@ class GroupCoordinator:
         return await self._wait(waiting, rebalance_timeout_ms, JoinAnswer(mid, _RETRY))
 
     async def sync(
-        self, group_id: str, member_id: str, generation: int, assignments: dict[str, bytes]
+        self,
+        group_id: str,
+        member_id: str,
+        generation: int,
+        assignments: dict[str, bytes],
+        instance: str | None = None,
     ) -> SyncAnswer:
         for mid, data in assignments.items():
             if len(data) > self.limits.max_assignment_bytes:
@@ -390,7 +417,7 @@ class GroupCoordinator:
         group = self._group(loaded, group_id, create=False)
         if group is None:
             return SyncAnswer(member_id, KafkaError.unknown_member_id)
-        answer, fx = group.sync(member_id, generation, assignments, self.now_ms())
+        answer, fx = group.sync(member_id, generation, assignments, self.now_ms(), instance)
         waiting = None if answer is not None else self._park(self._syncs, (group_id, member_id))
         self._dispatch(loaded, group_id, fx)
         if waiting is None:
@@ -399,21 +426,24 @@ class GroupCoordinator:
         timeout = max((m.rebalance_timeout_ms for m in group.members.values()), default=0)
         return await self._wait(waiting, timeout, SyncAnswer(member_id, _RETRY))
 
-    def heartbeat(self, group_id: str, member_id: str, generation: int) -> KafkaError:
+    def heartbeat(
+        self, group_id: str, member_id: str, generation: int, instance: str | None = None
+    ) -> KafkaError:
         loaded = self._acquire(group_id)
         group = self._group(loaded, group_id, create=False)
         if group is None:
             return KafkaError.unknown_member_id
-        return group.heartbeat(member_id, generation, self.now_ms())
+        return group.heartbeat(member_id, generation, self.now_ms(), instance)
 
-    def leave(self, group_id: str, member_ids: list[str]) -> list[KafkaError]:
+    def leave(self, group_id: str, members: list[tuple[str, str | None]]) -> list[KafkaError]:
+        """LeaveGroup of each (member id, group instance id): a code each, in order."""
         loaded = self._acquire(group_id)
         group = self._group(loaded, group_id, create=False)
         if group is None:
-            return [KafkaError.unknown_member_id for _ in member_ids]
+            return [KafkaError.unknown_member_id for _ in members]
         errors = []
-        for mid in member_ids:
-            error, fx = group.leave(mid, self.now_ms())
+        for mid, instance in members:
+            error, fx = group.leave(mid, self.now_ms(), instance)
             self._dispatch(loaded, group_id, fx)
             errors.append(error)
         return errors
@@ -424,6 +454,7 @@ class GroupCoordinator:
         member_id: str,
         generation: int,
         offsets: list[tuple[str, int, int, int, str | None]],
+        instance: str | None = None,
     ) -> list[KafkaError]:
         """Commit ``offsets`` (topic, partition, offset, leader epoch, metadata): one
         code per row, in order. Rows of an unknown partition or with metadata over the
@@ -443,7 +474,7 @@ class GroupCoordinator:
         group = self._group(loaded, group_id, create=generation < 0 and member_id == "")
         if group is None:
             return [KafkaError.illegal_generation] * len(offsets)
-        error = group.commit_error(member_id, generation, self.now_ms())
+        error = group.commit_error(member_id, generation, self.now_ms(), instance)
         if error is not None:
             return [error] * len(offsets)
         rows = [
@@ -452,13 +483,7 @@ class GroupCoordinator:
             if c is KafkaError.none
         ]
         if rows:
-            loaded.stores[group_id] = loaded.stores.get(group_id, 0) + 1
-            try:
-                code = await self.write(
-                    loaded, {"op": "commit", "group": group_id, "offsets": rows}
-                )
-            finally:
-                loaded.stores[group_id] -= 1
+            code = await self._write_offsets(loaded, group_id, "commit", rows)
             if code is KafkaError.none:
                 self.metrics.kafka_offset_commits.inc(len(rows))
             codes = [code if c is KafkaError.none else c for c in codes]
@@ -481,6 +506,111 @@ class GroupCoordinator:
             else:
                 out.append((topic, partition, c.offset, c.leader_epoch, c.metadata))
         return out
+
+    # -- the admin APIs: ListGroups, DescribeGroups, DeleteGroups, OffsetDelete ------
+
+    def list_groups(self) -> list[GroupSummary]:
+        """Every group of the ``__consumer_offsets`` partitions this node's process
+        leads (ListGroups is per broker, as in Kafka: a client asks every node), as
+        :meth:`Group.summary` shows them without members; a loaded group in its
+        current state, another in the state it would load in. Deleted groups are not
+        listed. GroupError COORDINATOR_LOAD_IN_PROGRESS while a led partition has not
+        applied what earlier terms committed (the client asks again)."""
+        t = self.node.controller_stm.topics.get(CONSUMER_OFFSETS_TOPIC)
+        out: list[GroupSummary] = []
+        for p in range(0 if t is None else len(t.partitions)):
+            rep = self._local_replica(p)
+            if rep is None or not rep.consensus.is_leader:
+                continue
+            try:
+                loaded = self._acquire_partition(p)
+            except GroupError as exc:
+                if exc.code is KafkaError.not_coordinator:
+                    continue  # the leadership moved since: the new leader lists them
+                raise
+            seen = set()
+            for gid, group in loaded.groups.items():
+                seen.add(gid)
+                if group.state is not GroupState.DEAD:
+                    out.append(dataclasses.replace(group.summary(), members=()))
+            for gid, stored in loaded.stm.state.groups.items():
+                if gid not in seen:
+                    out.append(Group.stored_summary(gid, stored.metadata))
+        return sorted(out, key=lambda g: g.group_id)
+
+    def describe(self, group_id: str) -> GroupSummary | None:
+        """The group as DescribeGroups shows it (loaded from group_stm, as any call
+        to its coordinator loads it); None when the group does not exist (Kafka's
+        "Dead" group)."""
+        loaded = self._acquire(group_id)
+        group = self._group(loaded, group_id, create=False)
+        if group is None or group.state is GroupState.DEAD:
+            return None
+        return group.summary()
+
+    async def delete_group(self, group_id: str) -> KafkaError:
+        """DeleteGroups of one group: GROUP_ID_NOT_FOUND when it does not exist,
+        NON_EMPTY_GROUP unless it is Empty (Kafka's check);
+        otherwise its metadata and every committed offset are deleted in
+        ``__consumer_offsets`` (at acks=all) and the code of that write is returned.
+
+        While the write is in flight the group is DEAD in memory, so a JoinGroup or
+        OffsetCommit that arrives meanwhile is refused (NOT_COORDINATOR: the client
+        asks again and finds the group gone) instead of being lost in the deletion;
+        after it the group is forgotten here (a failed write: loaded again from
+        group_stm, which still holds it)."""
+        loaded = self._acquire(group_id)
+        group = self._group(loaded, group_id, create=False)
+        if group is None or group.state is GroupState.DEAD:
+            # DEAD: another DeleteGroups of it is being written
+            return KafkaError.group_id_not_found
+        if group.state is not GroupState.EMPTY:
+            return KafkaError.non_empty_group
+        # Kafka's check is the state: member ids handed out (MEMBER_ID_REQUIRED) and
+        # not joined with yet go with the group (a join with one: UNKNOWN_MEMBER_ID)
+        group.pending.clear()
+        self._dispatch(loaded, group_id, group.unload())  # idle: nothing parked
+        try:
+            return await self.write(loaded, {"op": "delete_group", "group": group_id})
+        finally:
+            if loaded.groups.get(group_id) is group:
+                del loaded.groups[group_id]
+
+    async def delete_offsets(
+        self, group_id: str, partitions: list[tuple[str, int]]
+    ) -> list[KafkaError]:
+        """OffsetDelete: one code per (topic, partition), in order. GroupError
+        GROUP_ID_NOT_FOUND when the group does not exist, NON_EMPTY_GROUP when it has
+        members and is not a consumer group; in a consumer group with members a
+        partition of a subscribed topic gets GROUP_SUBSCRIBED_TO_TOPIC; a partition of
+        a topic that does not exist UNKNOWN_TOPIC_OR_PARTITION; the others are deleted
+        (one write at acks=all; a partition without a committed offset is no error,
+        as in Kafka)."""
+        loaded = self._acquire(group_id)
+        group = self._group(loaded, group_id, create=False)
+        if group is None or group.state is GroupState.DEAD:
+            raise GroupError(KafkaError.group_id_not_found, f"group {group_id!r} does not exist")
+        members = group.state is not GroupState.EMPTY
+        if members and not group.uses_consumer_protocol:
+            raise GroupError(
+                KafkaError.non_empty_group,
+                f"group {group_id!r} has members and is not a consumer group",
+            )
+        topics = self.node.controller_stm.topics
+        codes: list[KafkaError] = []
+        for topic, partition in partitions:
+            t = topics.get(topic)
+            if t is None or not 0 <= partition < len(t.partitions):
+                codes.append(KafkaError.unknown_topic_or_partition)
+            elif members and group.subscribes_to(topic):
+                codes.append(KafkaError.group_subscribed_to_topic)
+            else:
+                codes.append(KafkaError.none)
+        rows = [[t, p] for (t, p), c in zip(partitions, codes, strict=True) if c is KafkaError.none]
+        if rows:
+            code = await self._write_offsets(loaded, group_id, "delete_offsets", rows)
+            codes = [code if c is KafkaError.none else c for c in codes]
+        return codes
 
     # -- parking -----------------------------------------------------------------
 

@@ -1,13 +1,15 @@
 """The consumer group APIs in Kafka's terms: FindCoordinator, JoinGroup, SyncGroup,
-Heartbeat, LeaveGroup, OffsetCommit, OffsetFetch.
+Heartbeat, LeaveGroup, OffsetCommit, OffsetFetch, and the admin's ListGroups,
+DescribeGroups, DeleteGroups and OffsetDelete.
 
 Each handler takes the decoded kio request and returns the response's values as a
 dict (:func:`raftlog.kafka.protocol.build` fits them to the version), as the other
 handlers of :class:`raftlog.kafka.apis.KafkaApis` do; the work is the coordinator's
-(:class:`~raftlog.kafka.groups.coordinator.GroupCoordinator`). Every API needs the
-client role (what ``fetch`` needs, :mod:`raftlog.rpc.roles`); a caller without it gets
-GROUP_AUTHORIZATION_FAILED (FindCoordinator and the group calls) or
-TOPIC/GROUP_AUTHORIZATION_FAILED per partition (OffsetCommit, OffsetFetch).
+(:class:`~raftlog.kafka.groups.coordinator.GroupCoordinator`). The role each API
+needs is its route's in :data:`GROUP_ROUTES`: the client role (what ``fetch`` needs,
+:mod:`raftlog.rpc.roles`) for all but DeleteGroups and OffsetDelete, which need the
+admin role (as DeleteTopics). A caller without it gets GROUP_AUTHORIZATION_FAILED
+(per group, per partition or for the whole request, where Kafka puts it).
 
 FindCoordinator's ``key_type`` 1 (a transactional id) is the place Kafka
 transactions plug in: its coordinator is the leader of ``__transactions``.
@@ -16,6 +18,7 @@ transactions plug in: its coordinator is the leader of ``__transactions``.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -24,6 +27,7 @@ from kio.schema.errors import ErrorCode as KafkaError
 
 from raftlog.coordinator.group_stm import CONSUMER_OFFSETS_PARTITIONS, CONSUMER_OFFSETS_TOPIC
 from raftlog.kafka.groups.coordinator import GroupCoordinator, GroupError
+from raftlog.kafka.groups.membership import GroupSummary
 from raftlog.kafka.protocol import RequestHead
 from raftlog.rpc.messages import CreateTopicRequest, MetadataRequest
 
@@ -38,11 +42,35 @@ GROUP_APIS: dict[int, str] = {
     12: "heartbeat",
     13: "leave_group",
     14: "sync_group",
+    15: "describe_groups",
+    16: "list_groups",
+    42: "delete_groups",
+    47: "offset_delete",
 }
 
-#: The route whose role every group API needs: a group's members read, so what fetch
+#: The route whose role the group APIs need: a group's members read, so what fetch
 #: needs (raftlog.rpc.roles.ROUTE_ROLES: the client role).
 GROUP_ROUTE = "fetch"
+#: The route whose role deleting a group or its offsets needs: a name without an entry
+#: in raftlog.rpc.roles.ROUTE_ROLES, which role_of gives the admin role (fail closed),
+#: as DeleteTopics's ``delete_topic`` has; it names the APIs in the refusal.
+GROUP_ADMIN_ROUTE = "kafka_delete_groups"
+#: API key -> the route whose role it needs
+GROUP_ROUTES: dict[int, str] = {
+    key: GROUP_ADMIN_ROUTE if key in (42, 47) else GROUP_ROUTE for key in GROUP_APIS
+}
+
+#: The address a request's connection came from, as Kafka shows a member's
+#: ``client_host`` ("/" and the IP); the listener sets it per connection.
+CLIENT_HOST: contextvars.ContextVar[str] = contextvars.ContextVar("kafka_client_host", default="")
+
+#: DescribeGroups' ``authorized_operations`` bits (Kafka's AclOperation codes) of the
+#: operations on a group: READ and DESCRIBE (the client role), DELETE (the admin's).
+_READ, _DELETE, _DESCRIBE = 3, 6, 8
+#: ``authorized_operations`` when not asked for (Kafka's INT32 minimum)
+_OPERATIONS_NOT_ASKED = -(2**31)
+#: ListGroups' group type (v5, KIP-848): every group here is a classic one
+_CLASSIC = "classic"
 
 _GROUP_KEY, _TXN_KEY = 0, 1
 
@@ -51,7 +79,9 @@ class GroupApis:
     """The group APIs of one node. ``call``: the Kafka door's node call
     (``KafkaApis._call``, which applies the caller's role); ``brokers``: node id ->
     Kafka HOST:PORT; ``create``: creates a topic at the controller's leader as the
-    caller (``KafkaApis._create_as_caller``); the limits are the node's
+    caller (``KafkaApis._create_as_caller``); ``refusal``: why the current request's
+    caller may not call a route (None: it may; ``KafkaApis._refused``, which reads the
+    request's role from its context); the limits are the node's
     (``config.kafka_group_limits``)."""
 
     def __init__(
@@ -60,11 +90,13 @@ class GroupApis:
         brokers: dict[int, str],
         call: Callable[[str, Any], Awaitable[Any]],
         create: Callable[[CreateTopicRequest], Awaitable[None]],
+        refusal: Callable[[str], str | None],
     ) -> None:
         self.node = node
         self.brokers = brokers
         self._call = call
         self._create = create
+        self._refusal = refusal
         self._creating: asyncio.Task[None] | None = None
         limits = getattr(getattr(node, "config", None), "kafka_group_limits", None)
         self.coordinator = GroupCoordinator(node, limits)
@@ -75,10 +107,11 @@ class GroupApis:
             await asyncio.gather(self._creating, return_exceptions=True)
         await self.coordinator.stop()
 
-    async def handle(self, head: RequestHead, req: Any, refused: str | None) -> dict[str, Any]:
-        """The answer to group API ``head.api_key``; ``refused``: why the caller may not
-        call it (None: it may)."""
+    async def handle(self, head: RequestHead, req: Any) -> dict[str, Any]:
+        """The answer to group API ``head.api_key``, refused (in Kafka's way for the
+        API) when the caller lacks the role of its route (:data:`GROUP_ROUTES`)."""
         handler = getattr(self, GROUP_APIS[head.api_key])
+        refused = self._refusal(GROUP_ROUTES[head.api_key])
         if refused is not None:
             log.warning("kafka %s refused: %s", GROUP_APIS[head.api_key], refused)
         return await handler(head, req, refused)
@@ -176,7 +209,7 @@ class GroupApis:
                 req.group_id,
                 req.member_id,
                 client_id=head.client_id or "",
-                client_host="",
+                client_host=CLIENT_HOST.get(),
                 session_timeout_ms=session_ms,
                 rebalance_timeout_ms=rebalance_ms,
                 protocol_type=req.protocol_type,
@@ -207,7 +240,11 @@ class GroupApis:
                 raise GroupError(KafkaError.group_authorization_failed, refused)
             assignments = {a.member_id: bytes(a.assignment) for a in req.assignments}
             answer = await self.coordinator.sync(
-                req.group_id, req.member_id, int(req.generation_id), assignments
+                req.group_id,
+                req.member_id,
+                int(req.generation_id),
+                assignments,
+                getattr(req, "group_instance_id", None),
             )
         except GroupError as exc:
             out["error_code"] = exc.code
@@ -219,7 +256,12 @@ class GroupApis:
         try:
             if refused is not None:
                 raise GroupError(KafkaError.group_authorization_failed, refused)
-            code = self.coordinator.heartbeat(req.group_id, req.member_id, int(req.generation_id))
+            code = self.coordinator.heartbeat(
+                req.group_id,
+                req.member_id,
+                int(req.generation_id),
+                getattr(req, "group_instance_id", None),
+            )
         except GroupError as exc:
             code = exc.code
         return {"throttle_time": 0, "error_code": code}
@@ -232,7 +274,7 @@ class GroupApis:
         try:
             if refused is not None:
                 raise GroupError(KafkaError.group_authorization_failed, refused)
-            codes = self.coordinator.leave(req.group_id, [mid for mid, _ in who])
+            codes = self.coordinator.leave(req.group_id, who)
         except GroupError as exc:
             return {"throttle_time": 0, "error_code": exc.code, "members": []}
         members = [
@@ -262,7 +304,11 @@ class GroupApis:
             if refused is not None:
                 raise GroupError(KafkaError.group_authorization_failed, refused)
             codes = await self.coordinator.commit(
-                req.group_id, req.member_id, int(req.generation_id_or_member_epoch), rows
+                req.group_id,
+                req.member_id,
+                int(req.generation_id_or_member_epoch),
+                rows,
+                getattr(req, "group_instance_id", None),
             )
         except GroupError as exc:
             codes = [exc.code] * len(rows)
@@ -312,3 +358,143 @@ class GroupApis:
             "topics": [{"name": n, "partitions": ps} for n, ps in by_topic.items()],
             "error_code": top,
         }
+
+    # -- ListGroups / DescribeGroups -----------------------------------------------
+
+    async def list_groups(self, head: RequestHead, req: Any, refused: str | None) -> dict[str, Any]:
+        """The groups this node coordinates (Kafka's ListGroups is per broker: admin
+        clients ask every broker), filtered by v4's states and v5's types (either
+        case, as Kafka compares them); every group is of type "classic"."""
+        out: dict[str, Any] = {"throttle_time": 0, "error_code": KafkaError.none, "groups": []}
+        try:
+            if refused is not None:
+                raise GroupError(KafkaError.group_authorization_failed, refused)
+            self.coordinator.start()
+            groups = self.coordinator.list_groups()
+        except GroupError as exc:
+            out["error_code"] = exc.code
+            return out
+        states = {s.lower() for s in getattr(req, "states_filter", ())}
+        types = {t.lower() for t in getattr(req, "types_filter", ())}
+        out["groups"] = [
+            {
+                "group_id": g.group_id,
+                "protocol_type": g.protocol_type,
+                "group_state": g.state,
+                "group_type": _CLASSIC,
+            }
+            for g in groups
+            if (not states or g.state.lower() in states) and (not types or _CLASSIC in types)
+        ]
+        return out
+
+    async def describe_groups(
+        self, head: RequestHead, req: Any, refused: str | None
+    ) -> dict[str, Any]:
+        """Each group as its coordinator holds it (Kafka's ``GroupMetadata.summary``:
+        members with client id, host, and, while STABLE, their subscription and
+        assignment bytes); NOT_COORDINATOR from any other node. A group that does not
+        exist is "Dead" (v0-5) or GROUP_ID_NOT_FOUND (v6, KIP-1043)."""
+        operations = _OPERATIONS_NOT_ASKED
+        if getattr(req, "include_authorized_operations", False) and refused is None:
+            operations = (1 << _READ) | (1 << _DESCRIBE)
+            if self._refusal(GROUP_ADMIN_ROUTE) is None:
+                operations |= 1 << _DELETE
+
+        def one(group_id: str) -> dict[str, Any]:
+            out: dict[str, Any] = {
+                "error_code": KafkaError.none,
+                "error_message": None,
+                "group_id": group_id,
+                "group_state": "",
+                "protocol_type": "",
+                "protocol_data": "",
+                "members": [],
+                "authorized_operations": _OPERATIONS_NOT_ASKED,
+            }
+            try:
+                if refused is not None:
+                    raise GroupError(KafkaError.group_authorization_failed, refused)
+                summary = self.coordinator.describe(group_id)
+            except GroupError as exc:
+                out.update(error_code=exc.code, error_message=str(exc))
+                return out
+            out["authorized_operations"] = operations
+            if summary is None:
+                out["group_state"] = "Dead"
+                if head.api_version >= 6:
+                    out["error_code"] = KafkaError.group_id_not_found
+                    out["error_message"] = f"group {group_id!r} does not exist"
+                return out
+            out.update(_described(summary))
+            return out
+
+        self.coordinator.start()
+        return {"throttle_time": 0, "groups": [one(g) for g in req.groups]}
+
+    # -- DeleteGroups / OffsetDelete -----------------------------------------------
+
+    async def delete_groups(
+        self, head: RequestHead, req: Any, refused: str | None
+    ) -> dict[str, Any]:
+        """Each group deleted if it is empty (NON_EMPTY_GROUP if not, GROUP_ID_NOT_FOUND
+        if it does not exist, NOT_COORDINATOR from another node): its metadata and
+        committed offsets go from ``__consumer_offsets``."""
+
+        async def one(group_id: str) -> dict[str, Any]:
+            try:
+                if refused is not None:
+                    raise GroupError(KafkaError.group_authorization_failed, refused)
+                code = await self.coordinator.delete_group(group_id)
+            except GroupError as exc:
+                code = exc.code
+            return {"group_id": group_id, "error_code": code}
+
+        self.coordinator.start()
+        results = await asyncio.gather(*(one(g) for g in req.groups_names))
+        return {"throttle_time": 0, "results": list(results)}
+
+    async def offset_delete(
+        self, head: RequestHead, req: Any, refused: str | None
+    ) -> dict[str, Any]:
+        """The group's committed offsets of the given partitions deleted; a group error
+        (authorization, GROUP_ID_NOT_FOUND, NON_EMPTY_GROUP, NOT_COORDINATOR) answers
+        the whole request with no partitions, as Kafka; partition errors per
+        partition (GROUP_SUBSCRIBED_TO_TOPIC, UNKNOWN_TOPIC_OR_PARTITION)."""
+        wanted = [(t.name, int(p.partition_index)) for t in req.topics for p in t.partitions]
+        out: dict[str, Any] = {"throttle_time": 0, "error_code": KafkaError.none, "topics": []}
+        try:
+            if refused is not None:
+                raise GroupError(KafkaError.group_authorization_failed, refused)
+            self.coordinator.start()
+            codes = await self.coordinator.delete_offsets(req.group_id, wanted)
+        except GroupError as exc:
+            out["error_code"] = exc.code
+            return out
+        by_topic: dict[str, list[dict[str, Any]]] = {}
+        for (topic, partition), code in zip(wanted, codes, strict=True):
+            by_topic.setdefault(topic, []).append(
+                {"partition_index": partition, "error_code": code}
+            )
+        out["topics"] = [{"name": n, "partitions": ps} for n, ps in by_topic.items()]
+        return out
+
+
+def _described(summary: GroupSummary) -> dict[str, Any]:
+    """DescribeGroups' values of an existing group."""
+    return {
+        "group_state": summary.state,
+        "protocol_type": summary.protocol_type,
+        "protocol_data": summary.protocol,
+        "members": [
+            {
+                "member_id": m.member_id,
+                "group_instance_id": m.group_instance_id,
+                "client_id": m.client_id,
+                "client_host": m.client_host,
+                "member_metadata": m.metadata,
+                "member_assignment": m.assignment,
+            }
+            for m in summary.members
+        ],
+    }

@@ -31,26 +31,50 @@ session timeout; a member parked in a join or a sync is kept alive) is removed. 
 JoinGroup v4+ a new member first gets MEMBER_ID_REQUIRED and an id, and counts as
 *pending* until it joins with it (or its session timeout passes).
 
-Group instance ids (static membership, KIP-345) are accepted and echoed, but
-members are dynamic: a rejoin under the same instance id is a new member.
+Static membership (KIP-345, Kafka's rules): a member that joins with a group
+instance id is known by it. It skips MEMBER_ID_REQUIRED; when it joins again without
+a member id (a restarted process, within its session timeout: a static member does
+not send LeaveGroup when it stops) it takes over the member of its instance id under
+a new member id, keeping that member's assignment. In a STABLE group whose protocol
+and the member's subscription stay the same that is no rebalance: the group's record
+(with the new id) is stored, then the join is answered with the current generation,
+and its SyncGroup gets the kept assignment. Otherwise the group rebalances. The old
+member id is fenced: its parked requests, and any later call naming the instance id
+with another member id, get FENCED_INSTANCE_ID; a call naming an instance id no
+member has gets UNKNOWN_MEMBER_ID.
+
+For the admin APIs, :meth:`Group.summary` is what DescribeGroups and ListGroups show
+(Kafka's ``GroupMetadata.summary``) and :meth:`Group.subscribes_to` what
+OffsetDelete refuses (Kafka's ``isSubscribedToTopic``).
 """
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import enum
 from typing import Any
 
+from kio.schema.consumer_protocol_subscription.v0.data import ConsumerProtocolSubscription
 from kio.schema.errors import ErrorCode as KafkaError
+from kio.serial import entity_reader
 
 __all__ = [
+    "CONSUMER_PROTOCOL",
     "Effects",
     "Group",
     "GroupState",
+    "GroupSummary",
     "JoinAnswer",
     "Member",
+    "MemberSummary",
     "SyncAnswer",
+    "subscribed_topics",
 ]
+
+#: The protocol type of Kafka consumers' groups, whose member metadata is a
+#: ConsumerProtocolSubscription (its topics first in every version).
+CONSUMER_PROTOCOL = "consumer"
 
 
 class GroupState(enum.Enum):
@@ -105,6 +129,31 @@ class SyncAnswer:
     protocol_name: str | None = None
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class MemberSummary:
+    """One member as DescribeGroups shows it (metadata and assignment: empty unless
+    the group is STABLE, as Kafka's ``summaryNoMetadata``)."""
+
+    member_id: str
+    group_instance_id: str | None
+    client_id: str
+    client_host: str
+    metadata: bytes
+    assignment: bytes
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class GroupSummary:
+    """A group as DescribeGroups and ListGroups show it: Kafka's state name, protocol
+    type ("" for a group that only committed offsets), protocol ("" unless STABLE)."""
+
+    group_id: str
+    state: str
+    protocol_type: str
+    protocol: str
+    members: tuple[MemberSummary, ...] = ()
+
+
 @dataclasses.dataclass(slots=True)
 class Effects:
     """What a call made due: answers to parked requests, and whether to store the
@@ -142,6 +191,9 @@ class Group:
         self.rebalance_deadline_ms = 0
         self.initial_join_until_ms = 0  # while > 0: the first rebalance's hold
         self.storing: int | None = None  # generation of the leader's sync being stored
+        # STABLE: the static members whose rejoin waits for the store of the group's
+        # record naming their new id, one per store, in the order the stores were made
+        self.static_stores: collections.deque[str] = collections.deque()
 
     # -- records -----------------------------------------------------------------
 
@@ -202,6 +254,58 @@ class Group:
         g.state = GroupState.STABLE
         return g
 
+    @classmethod
+    def stored_summary(cls, group_id: str, record: dict[str, Any] | None) -> GroupSummary:
+        """What ListGroups shows of a group not loaded: the state
+        :meth:`from_record` would load it in (STABLE with the stored members, else
+        EMPTY), without loading it (no session starts)."""
+        record = record or {}
+        members = record.get("members") or []
+        state = GroupState.STABLE if members else GroupState.EMPTY
+        return GroupSummary(group_id, state.value, record.get("protocol_type") or "", "")
+
+    # -- DescribeGroups / ListGroups / OffsetDelete ------------------------------
+
+    def summary(self) -> GroupSummary:
+        """The group as DescribeGroups shows it (Kafka's ``GroupMetadata.summary``):
+        each member's metadata for the chosen protocol and its assignment only when
+        STABLE; the protocol name likewise."""
+        stable = self.state is GroupState.STABLE and self.protocol is not None
+        protocol = self.protocol if stable else None
+        members = tuple(
+            MemberSummary(
+                m.member_id,
+                m.group_instance_id,
+                m.client_id,
+                m.client_host,
+                m.metadata_for(protocol) if protocol is not None else b"",
+                m.assignment if protocol is not None else b"",
+            )
+            for m in self.members.values()
+        )
+        return GroupSummary(
+            self.group_id, self.state.value, self.protocol_type or "", protocol or "", members
+        )
+
+    def subscribes_to(self, topic: str) -> bool:
+        """Whether a member of this consumer group subscribes to ``topic``: what makes
+        OffsetDelete answer GROUP_SUBSCRIBED_TO_TOPIC. A member whose subscription
+        does not decode counts as subscribed to every topic (Kafka's rule when the
+        subscriptions are unknown)."""
+        for m in self.members.values():
+            chosen = [md for name, md in m.protocols if name == self.protocol] or [
+                md for _, md in m.protocols
+            ]
+            for metadata in chosen:
+                topics = subscribed_topics(metadata)
+                if topics is None or topic in topics:
+                    return True
+        return False
+
+    @property
+    def uses_consumer_protocol(self) -> bool:
+        return self.protocol_type == CONSUMER_PROTOCOL
+
     # -- JoinGroup ---------------------------------------------------------------
 
     def join(
@@ -226,11 +330,24 @@ class Group:
             return JoinAnswer(member_id, KafkaError.not_coordinator), fx
         if not self._supports(protocol_type, protocols):
             return JoinAnswer(member_id, KafkaError.inconsistent_group_protocol), fx
+        known = None if group_instance_id is None else self._static_member(group_instance_id)
+        if member_id == "" and known is not None:
+            return self._rejoin_static(
+                known,
+                new_member_id,
+                client_id=client_id,
+                client_host=client_host,
+                session_timeout_ms=session_timeout_ms,
+                rebalance_timeout_ms=rebalance_timeout_ms,
+                protocols=protocols,
+                now_ms=now_ms,
+            )
         if member_id == "":
             if len(self.members) + len(self.pending) >= self.max_members:
                 return JoinAnswer("", KafkaError.group_max_size_reached), fx
-            if require_known_member_id:
+            if require_known_member_id and group_instance_id is None:
                 # KIP-394: the id first, so a member that retries does not join twice
+                # (a static member is known by its instance id: it needs none)
                 self.pending[new_member_id] = now_ms + session_timeout_ms
                 return JoinAnswer(new_member_id, KafkaError.member_id_required), fx
             member_id = new_member_id
@@ -238,6 +355,10 @@ class Group:
             del self.pending[member_id]
         elif member_id not in self.members:
             return JoinAnswer(member_id, KafkaError.unknown_member_id), fx
+        elif group_instance_id is not None:
+            error = self._instance_error(member_id, group_instance_id)
+            if error is not None:
+                return JoinAnswer(member_id, error), fx
         m = self.members.get(member_id)
         if m is None:
             m = Member(
@@ -271,6 +392,70 @@ class Group:
         # the leader rejoins, a subscription changed, or a member rejoins mid-sync
         m.protocols = list(protocols)
         m.awaiting_join = True
+        fx.merge(self._prepare_rebalance(now_ms))
+        return None, fx.merge(self._maybe_complete_join(now_ms))
+
+    def _static_member(self, instance: str) -> str | None:
+        """The id of the member of group instance id ``instance`` (None: no member)."""
+        for m in self.members.values():
+            if m.group_instance_id == instance:
+                return m.member_id
+        return None
+
+    def _instance_error(self, member_id: str, instance: str | None) -> KafkaError | None:
+        """Kafka's ``validateMember`` for a call naming ``instance``: UNKNOWN_MEMBER_ID
+        when no member has it, FENCED_INSTANCE_ID when another member id has it."""
+        if instance is None:
+            return None
+        known = self._static_member(instance)
+        if known is None:
+            return KafkaError.unknown_member_id
+        if known != member_id:
+            return KafkaError.fenced_instance_id
+        return None
+
+    def _rejoin_static(
+        self,
+        old_id: str,
+        new_id: str,
+        *,
+        client_id: str,
+        client_host: str,
+        session_timeout_ms: int,
+        rebalance_timeout_ms: int,
+        protocols: list[tuple[str, bytes]],
+        now_ms: int,
+    ) -> tuple[JoinAnswer | None, Effects]:
+        """A static member joins again without its member id: it takes over the member
+        of its instance id under ``new_id`` (the old id fenced), then, in a STABLE
+        group whose protocol and its subscription stay, waits only for the group's
+        record to be stored (:meth:`stored` answers it); otherwise rebalances."""
+        fx = Effects()
+        m = self.members.pop(old_id)
+        if m.awaiting_join:
+            fx.joins.append(JoinAnswer(old_id, KafkaError.fenced_instance_id))
+        if m.awaiting_sync:
+            fx.syncs.append(SyncAnswer(old_id, KafkaError.fenced_instance_id))
+        m.awaiting_join = m.awaiting_sync = False
+        before = dict(m.protocols).get(self.protocol or "")
+        m.member_id = new_id
+        self.members[new_id] = m  # last: the coordinator parks the join under it
+        if self.leader == old_id:
+            self.leader = new_id
+        m.client_id, m.client_host = client_id, client_host
+        m.session_timeout_ms, m.rebalance_timeout_ms = session_timeout_ms, rebalance_timeout_ms
+        m.protocols = list(protocols)
+        m.deadline_ms = now_ms + session_timeout_ms
+        m.awaiting_join = True
+        unchanged = (
+            self.protocol is not None
+            and dict(m.protocols).get(self.protocol) == before
+            and self._select_protocol() == self.protocol
+        )
+        if self.state is GroupState.STABLE and unchanged:
+            self.static_stores.append(new_id)
+            fx.store = self.generation
+            return None, fx
         fx.merge(self._prepare_rebalance(now_ms))
         return None, fx.merge(self._maybe_complete_join(now_ms))
 
@@ -320,6 +505,8 @@ class Group:
                     now_ms + self.initial_delay_ms, self.rebalance_deadline_ms
                 )
             return fx
+        # static members waiting for a store of a STABLE group rejoin in this rebalance
+        self.static_stores.clear()
         timeout = max((m.rebalance_timeout_ms for m in self.members.values()), default=0)
         self.rebalance_deadline_ms = now_ms + timeout
         if self.state is GroupState.EMPTY and self.initial_delay_ms > 0:
@@ -394,11 +581,13 @@ class Group:
         generation: int,
         assignments: dict[str, bytes],
         now_ms: int,
+        instance: str | None = None,
     ) -> tuple[SyncAnswer | None, Effects]:
         """A SyncGroup: its answer now, or None (parked until the leader's assignments
-        are stored). ``assignments``: the leader's (members it leaves out get none)."""
+        are stored). ``assignments``: the leader's (members it leaves out get none);
+        ``instance``: the caller's group instance id (static membership)."""
         fx = Effects()
-        error = self._member_error(member_id, generation)
+        error = self._member_error(member_id, generation, instance)
         if error is not None:
             return SyncAnswer(member_id, error), fx
         m = self.members[member_id]
@@ -418,8 +607,17 @@ class Group:
     def stored(self, generation: int, error: KafkaError, now_ms: int) -> Effects:
         """The leader's assignments of ``generation`` are durable (``error`` none) or
         could not be written: parked syncs get their assignment, or ``error`` (and the
-        group rebalances, as Kafka's ``resetAndPropagateAssignmentError``)."""
+        group rebalances, as Kafka's ``resetAndPropagateAssignmentError``). In a STABLE
+        group the store was a static member's rejoin (the only store made there):
+        its join is answered (the current generation), or gets ``error``."""
         fx = Effects()
+        if self.state is GroupState.STABLE and self.static_stores:
+            m = self.members.get(self.static_stores.popleft())
+            if m is not None and m.awaiting_join:
+                m.awaiting_join = False
+                ok = error is KafkaError.none
+                fx.joins.append(self._join_answer(m) if ok else JoinAnswer(m.member_id, error))
+            return fx
         if self.state is not GroupState.COMPLETING_REBALANCE or self.storing != generation:
             return fx  # a rebalance began meanwhile: its answers went out already
         self.storing = None
@@ -443,9 +641,14 @@ class Group:
             m.member_id, KafkaError.none, m.assignment, self.protocol_type, self.protocol
         )
 
-    def _member_error(self, member_id: str, generation: int) -> KafkaError | None:
+    def _member_error(
+        self, member_id: str, generation: int, instance: str | None = None
+    ) -> KafkaError | None:
         if self.state is GroupState.DEAD:
             return KafkaError.not_coordinator
+        error = self._instance_error(member_id, instance)
+        if error is not None:
+            return error
         if member_id not in self.members:
             return KafkaError.unknown_member_id
         if generation != self.generation:
@@ -454,8 +657,10 @@ class Group:
 
     # -- Heartbeat, LeaveGroup, OffsetCommit ------------------------------------
 
-    def heartbeat(self, member_id: str, generation: int, now_ms: int) -> KafkaError:
-        error = self._member_error(member_id, generation)
+    def heartbeat(
+        self, member_id: str, generation: int, now_ms: int, instance: str | None = None
+    ) -> KafkaError:
+        error = self._member_error(member_id, generation, instance)
         if error is not None:
             return error
         m = self.members[member_id]
@@ -464,9 +669,20 @@ class Group:
             return KafkaError.rebalance_in_progress
         return KafkaError.none
 
-    def leave(self, member_id: str, now_ms: int) -> tuple[KafkaError, Effects]:
+    def leave(
+        self, member_id: str, now_ms: int, instance: str | None = None
+    ) -> tuple[KafkaError, Effects]:
+        """LeaveGroup of ``member_id``, or (v3+) of the member of ``instance``
+        (``member_id`` "" or that member's: FENCED_INSTANCE_ID if another's)."""
         if self.state is GroupState.DEAD:
             return KafkaError.not_coordinator, Effects()
+        if instance is not None:
+            known = self._static_member(instance)
+            if known is None:
+                return KafkaError.unknown_member_id, Effects()
+            if member_id not in ("", known):
+                return KafkaError.fenced_instance_id, Effects()
+            member_id = known
         if member_id in self.pending:
             del self.pending[member_id]
             return KafkaError.none, self._maybe_complete_join(now_ms)
@@ -474,7 +690,9 @@ class Group:
             return KafkaError.unknown_member_id, Effects()
         return KafkaError.none, self._remove(member_id, now_ms)
 
-    def commit_error(self, member_id: str, generation: int, now_ms: int) -> KafkaError | None:
+    def commit_error(
+        self, member_id: str, generation: int, now_ms: int, instance: str | None = None
+    ) -> KafkaError | None:
         """Why an OffsetCommit of this member and generation is refused (None: it may
         commit). Kafka's rules: a commit with no generation (-1) and no member id is a
         commit of a group that does not use Kafka's membership, allowed while the
@@ -484,7 +702,7 @@ class Group:
             return KafkaError.not_coordinator
         if generation < 0 and member_id == "":
             return None if self.state is GroupState.EMPTY else KafkaError.unknown_member_id
-        error = self._member_error(member_id, generation)
+        error = self._member_error(member_id, generation, instance)
         if error is not None:
             return error
         if self.state is GroupState.COMPLETING_REBALANCE:
@@ -539,3 +757,19 @@ class Group:
     def is_idle(self) -> bool:
         """No member, nothing pending: the group holds only committed offsets."""
         return self.state is GroupState.EMPTY and not self.pending
+
+
+_read_subscription = entity_reader(ConsumerProtocolSubscription)
+
+
+def subscribed_topics(metadata: bytes) -> frozenset[str] | None:
+    """The topics of a consumer's JoinGroup metadata (a ConsumerProtocolSubscription:
+    an int16 version, then the topics, in every version); None when it does not
+    decode."""
+    if len(metadata) < 2:
+        return None
+    try:
+        subscription, _ = _read_subscription(metadata, 2)
+    except Exception:  # kio's decoding errors: bytes no consumer wrote
+        return None
+    return frozenset(subscription.topics)
