@@ -678,6 +678,12 @@ def _cluster_flags(argv: list[str]) -> list[str]:
     return out
 
 
+def _set_flag(argv: list[str], flag: str, value: str) -> None:
+    """Set ``flag``'s value in ``argv`` (``--flag VALUE``) when it is there."""
+    if flag in argv and argv.index(flag) + 1 < len(argv):
+        argv[argv.index(flag) + 1] = value
+
+
 def add_node(
     data_dir: str | os.PathLike[str] | None = None,
     timeout_s: float = 60.0,
@@ -687,8 +693,12 @@ def add_node(
     once it has joined.
 
     The node gets the next free id, a free port on the first node's host and the
-    cluster's server flags; it is recorded in cluster.json (``local start`` and
-    ``local stop`` treat it as any other), then registered through the controller
+    cluster's server flags, and, when the cluster's nodes have Kafka listeners, one of
+    its own (``--kafka-listen``) with every node's in its ``--kafka-peers``; the
+    running nodes list it in Kafka's Metadata from their next start (their recorded
+    ``--kafka-peers`` gain it: a node's broker list is its command line). It is
+    recorded in cluster.json (``local start`` and ``local stop`` treat it as any
+    other), then registered through the controller
     (``RaftlogClient.register_node``: every node learns its address, and it joins the
     controller group). Returns when its ``/health`` names the controller leader the
     other nodes name. Raises ClusterError when no cluster runs there, or when the
@@ -707,15 +717,26 @@ def add_node(
             )
         node_id = max(n.node_id for n in cluster.nodes) + 1
         host = cluster.nodes[0].address.rpartition(":")[0]
-        address = f"{host}:{free_ports(1, [host])[0]}"
+        kafka = {n.node_id: cluster.kafka_address(n) for n in cluster.nodes}
+        # a Kafka listener too when the cluster's nodes have one (as `local start` gives)
+        kafka_host = (kafka[cluster.nodes[0].node_id] or "").rpartition(":")[0]
+        ports = free_ports(2, [host, kafka_host]) if kafka_host else free_ports(1, [host])
+        address = f"{host}:{ports[0]}"
         peers = {n.node_id: n.address for n in cluster.nodes}
         others = [n.address for n in cluster.nodes]
         peers[node_id] = address
+        flags = _cluster_flags(cluster.nodes[0].argv)
+        if kafka_host:
+            kafka[node_id] = kafka_listen = f"{kafka_host}:{ports[1]}"
+            listed = ",".join(f"{i}={a}" for i, a in sorted(kafka.items()) if a is not None)
+            flags += ["--kafka-listen", kafka_listen, "--kafka-peers", listed]
+            for n in cluster.nodes:  # their next start lists the new broker too
+                _set_flag(n.argv, "--kafka-peers", listed)
         node = NodeProcess(
             node_id,
             address,
             -1,
-            node_argv(node_id, address, root, peers, _cluster_flags(cluster.nodes[0].argv)),
+            node_argv(node_id, address, root, peers, flags),
             str(root / f"node-{node_id}.log"),
         )
         cluster.nodes.append(node)

@@ -13,6 +13,13 @@ On one local 3-node cluster, 100-byte records to one partition (R=3, acks=all):
   beginning; then the same producer with at most 1,000 records queued, whose latency
   is a round trip's rather than librdkafka's queue's (100,000 records by default);
 - ``Kafka / native``: the ratios (goals: produce >= 0.5x, consume >= 0.7x);
+- ``native client, 1 batch of 9,000 in flight``: the native client in librdkafka's
+  shape (one ~1 MB batch at a time), and ``confluent-kafka consume(), all prefetched``:
+  the consumer's own ceiling with no fetch in the timing: what bounds each Kafka path;
+- ``nodes CPU us/record`` (the three nodes' processes, less their idle rate sampled
+  for 2 s before the loads) and ``client CPU us/record``
+  (this process: the producer's Python loop and librdkafka's threads) over each
+  producing run: where a record's CPU goes on a machine the client shares;
 - ``conversion``: the listener's CPU per record, measured in this process: a
   produced RecordBatch v2 into raftlog's keyed payload, a stored batch into a
   RecordBatch v2 for a fetch.
@@ -23,6 +30,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import time
 
 from benchmarks.context import RunContext
 from benchmarks.goals import Goal, Pick, row
@@ -34,10 +42,12 @@ from benchmarks.workloads.kafka_load import (
     confluent,
     conversion_cost,
     kafka_consume,
+    kafka_consume_prefetched,
     kafka_produce,
     latency,
     native_consume,
 )
+from benchmarks.workloads.process_cpu import tree_cpu_seconds
 from benchmarks.workloads.raftlog_load import batched_load
 
 FULL_SECONDS, QUICK_SECONDS = 10.0, 2.0
@@ -47,6 +57,11 @@ MAX_REQUESTS = 1_000_000
 NATIVE_TOPIC, KAFKA_TOPIC = "bench-native", "bench-kafka"
 SHORT_QUEUE = 1000
 """The second Kafka producer's queue bound (records): one batch of them at a time."""
+IDLE_SECONDS = 2.0
+"""How long the idle nodes' CPU is sampled before the loads."""
+SHAPE_TOPIC = "bench-native-shape"
+SHAPE_RECORDS = 9000
+"""Records of librdkafka's batches of 100-byte records (batch.size 1,000,000 bytes)."""
 
 
 def add_arguments(group: argparse._ArgumentGroup) -> None:
@@ -55,10 +70,20 @@ def add_arguments(group: argparse._ArgumentGroup) -> None:
     )
 
 
-async def native(servers: list[str], seconds: float) -> tuple[Row, Row]:
+def idle_cpu_rate(pids: list[int], seconds: float = IDLE_SECONDS) -> float:
+    """CPU seconds per second the idle nodes ``pids`` use (heartbeats, timers), which
+    the CPU per record columns leave out."""
+    cpu, start = tree_cpu_seconds(pids), time.monotonic()
+    time.sleep(seconds)
+    return (tree_cpu_seconds(pids) - cpu) / (time.monotonic() - start)
+
+
+async def native(
+    servers: list[str], seconds: float, pids: list[int], idle: float
+) -> tuple[Row, Row, Row]:
     client = raftlog_local.client_class()(servers)
     try:
-        for topic in (NATIVE_TOPIC, KAFKA_TOPIC):
+        for topic in (NATIVE_TOPIC, KAFKA_TOPIC, SHAPE_TOPIC):
             await raftlog_local.create_topic(client, topic, 1)
         batch = (os.urandom(RECORD_SIZE * RECORDS_PER_BATCH), RECORDS_PER_BATCH)
         load = await batched_load(
@@ -66,6 +91,11 @@ async def native(servers: list[str], seconds: float) -> tuple[Row, Row]:
         )
         records = load.requests * RECORDS_PER_BATCH
         read, read_s = await native_consume(client, NATIVE_TOPIC, records)
+        # librdkafka's shape: one request of a ~1 MB batch at a time
+        big = (os.urandom(RECORD_SIZE * SHAPE_RECORDS), SHAPE_RECORDS)
+        nodes_cpu, start = tree_cpu_seconds(pids), time.monotonic()
+        shaped = await batched_load(servers, SHAPE_TOPIC, 1, big, "all", 1, seconds, MAX_REQUESTS)
+        nodes_cpu = tree_cpu_seconds(pids) - nodes_cpu - idle * (time.monotonic() - start)
     finally:
         await client.close()
     cols = load.latency()
@@ -77,7 +107,21 @@ async def native(servers: list[str], seconds: float) -> tuple[Row, Row]:
         "consume records/s": read / read_s if read_s > 0 else 0.0,
         "errors": load.errors,
     }
-    return row, {"records": records, "read": read}
+    shape_cols = shaped.latency()
+    shape: Row = {
+        "path": f"native client, 1 batch of {SHAPE_RECORDS:,} in flight",
+        "produce records/s": shaped.requests * SHAPE_RECORDS / shaped.seconds,
+        "p50 ms": shape_cols.get("p50 ms", 0.0),
+        "p99 ms": shape_cols.get("p99 ms", 0.0),
+        "errors": shaped.errors,
+        **_per_record("nodes CPU us/record", nodes_cpu, shaped.requests * SHAPE_RECORDS),
+    }
+    return row, shape, {"records": records, "read": read}
+
+
+def _per_record(column: str, cpu_s: float, records: int) -> Row:
+    """``{column: microseconds of cpu_s per record}``, or nothing without records."""
+    return {column: cpu_s * 1e6 / records} if records > 0 else {}
 
 
 GOALS = (
@@ -116,10 +160,15 @@ def run(ctx: RunContext) -> list[Row]:
         raftlog_local.local_cluster(data_dir, ctx=ctx) as cluster,
     ):
         bootstrap = cluster.kafka_bootstrap
-        mine, counts = asyncio.run(native(cluster.servers, seconds))
+        pids = [n.pid for n in cluster.nodes]
+        idle = idle_cpu_rate(pids)
+        mine, shape, counts = asyncio.run(native(cluster.servers, seconds, pids, idle))
         ctx.advance(1)
+        nodes_cpu, start = tree_cpu_seconds(pids), time.monotonic()
         produced = kafka_produce(bootstrap, KAFKA_TOPIC, seconds, MAX_REQUESTS)
+        nodes_cpu = tree_cpu_seconds(pids) - nodes_cpu - idle * (time.monotonic() - start)
         read, read_s = kafka_consume(bootstrap, KAFKA_TOPIC, produced.records)
+        ceiling = kafka_consume_prefetched(bootstrap, KAFKA_TOPIC, produced.records)
         # the same producer with a short queue: latency without librdkafka's queueing
         short = kafka_produce(bootstrap, KAFKA_TOPIC, seconds, MAX_REQUESTS, SHORT_QUEUE)
         ctx.advance(1)
@@ -129,6 +178,8 @@ def run(ctx: RunContext) -> list[Row]:
         **latency(produced.latencies_s),
         "consume records/s": read / read_s if read_s > 0 else 0.0,
         "errors": produced.errors,
+        **_per_record("nodes CPU us/record", nodes_cpu, produced.records),
+        **_per_record("client CPU us/record", produced.client_cpu_s, produced.records),
     }
     queued: Row = {
         "path": f"Kafka (confluent-kafka), {SHORT_QUEUE:,} queued",
@@ -144,6 +195,10 @@ def run(ctx: RunContext) -> list[Row]:
             f"read back {read} of {produced.records} (Kafka) and {counts['read']} of "
             f"{counts['records']} (native) before the read timeout"
         )
+    prefetched: Row = {
+        "path": "confluent-kafka consume(), all prefetched (the client's ceiling)",
+        "consume records/s": ceiling,
+    }
     ratio: Row = {"path": "Kafka / native"}
     for key in ("produce records/s", "consume records/s"):
         if float(mine[key]) > 0:
@@ -153,12 +208,23 @@ def run(ctx: RunContext) -> list[Row]:
     ctx.note(
         f"1 partition (R=3, acks=all), {RECORD_SIZE}-byte records, {seconds:g} s of "
         f"producing per path; native: batches of {RECORDS_PER_BATCH} records, "
-        f"{IN_FLIGHT} in flight, latency per batch; Kafka: idempotent, librdkafka's "
-        "defaults (one produce request in flight per partition: an idempotent "
-        "librdkafka producer counts records, not requests, against its window of 5), "
+        f"{IN_FLIGHT} in flight, latency per batch; Kafka: acks=all, "
+        "enable.idempotence=true and librdkafka's defaults otherwise (linger.ms 5, "
+        "batch.size 1 MB, max.in.flight 5 under idempotence; one produce request in "
+        "flight per partition: an idempotent librdkafka producer counts records, not "
+        "requests, against that window), consumer defaults (max.partition.fetch.bytes "
+        "1 MiB, fetch.wait.max.ms 500), "
         f"latency per record (with the default queue of 100,000 records, mostly the wait "
         f"in it; a second run queues at most {SHORT_QUEUE:,}); each path "
         "then reads what it wrote from offset 0. Goals: Kafka produce >= 0.5x and "
         "consume >= 0.7x of native"
     )
-    return [mine, theirs, queued, ratio, {"path": "conversion (CPU per record)", **cost}]
+    bound: Row = {"path": f"Kafka / native, 1 batch of {SHAPE_RECORDS:,} in flight"}
+    if float(shape["produce records/s"]) > 0:
+        bound["produce records/s"] = float(theirs["produce records/s"]) / float(
+            shape["produce records/s"]
+        )
+    if float(mine["consume records/s"]) > 0:
+        prefetched["Kafka / native"] = ceiling / float(mine["consume records/s"])
+    conversion = {"path": "conversion (CPU per record)", **cost}
+    return [mine, shape, theirs, queued, prefetched, ratio, bound, conversion]

@@ -38,6 +38,8 @@ class ProduceResult:
     latencies_s: list[float]  # per record: produce() to its delivery report
     errors: int = 0
     first_error: str = ""
+    #: this process's CPU seconds over the run (the Python loop and librdkafka's threads)
+    client_cpu_s: float = 0.0
 
     @property
     def records_per_s(self) -> float:
@@ -51,15 +53,20 @@ def kafka_produce(
     max_records: int,
     queued: int | None = None,
 ) -> ProduceResult:
-    """confluent-kafka's idempotent producer (acks=all, librdkafka's defaults otherwise:
-    linger 5 ms, batches up to 10,000 records or 1 MB, 100,000 records queued) writing
-    100-byte records to partition 0 for ``seconds``; produce() waits, polling, while
-    its queue is full.
+    """confluent-kafka's idempotent producer writing 100-byte records to partition 0 for
+    ``seconds``; produce() waits, polling, while its queue is full. Its settings are what
+    a user gets asking for acks=all and idempotence: ``acks=all``,
+    ``enable.idempotence=true``, and librdkafka's defaults for the rest (linger.ms 5,
+    batch.size 1,000,000 bytes, batch.num.messages 10,000, queue.buffering.max.messages
+    100,000, compression none, max.in.flight.requests.per.connection 1,000,000, which
+    idempotence caps at 5).
 
-    librdkafka's idempotent producer keeps at most 5 *records* in flight per partition
-    (``rd_kafka_broker_produce_toppar``: 5 minus ``rktp_msgs_inflight``, a count of
-    messages), so with batches of more than 5 records one produce request is in flight
-    per partition: its throughput is a batch per round trip, against any broker.
+    Even so one produce request is in flight per partition: librdkafka's idempotent
+    producer counts the *messages* in flight (``rktp_msgs_inflight``) against that
+    window of 5, so a batch of more than 5 records fills it (the listener's trace shows
+    each produce request arriving after the previous one was answered, with
+    max.in.flight 5 set explicitly too). Its throughput is a batch per round trip,
+    against any broker.
 
     ``queued``: librdkafka's queue bound (``queue.buffering.max.messages``; None: its
     default, 100,000), which is also the records unacknowledged: a record's latency
@@ -88,6 +95,7 @@ def kafka_produce(
         result.latencies_s.append(now - t0)
 
     start = clock()
+    cpu_start = time.process_time()
     deadline = start + seconds
     sent = 0
     while sent < max_records and clock() < deadline:
@@ -105,13 +113,17 @@ def kafka_produce(
     result.errors += left
     result.records = len(result.latencies_s)
     result.seconds = (last_ack[0] or clock()) - start
+    result.client_cpu_s = time.process_time() - cpu_start
     return result
 
 
 def kafka_consume(bootstrap: list[str], topic: str, records: int) -> tuple[int, float]:
     """(records read, seconds) for a confluent-kafka consumer assigned partition 0 from
     its beginning, until it has read ``records`` (bounded by READ_TIMEOUT_S); timed
-    from the assignment, once the consumer has the topic's metadata."""
+    from the assignment, once the consumer has the topic's metadata. librdkafka's
+    defaults: fetch.min.bytes 1, fetch.wait.max.ms 500, max.partition.fetch.bytes
+    1 MiB (so one ~1 MB producer batch a fetch), fetch.max.bytes 50 MiB,
+    queued.min.messages 100,000 prefetched."""
     ck = confluent()
     consumer = ck.Consumer(
         {
@@ -136,6 +148,57 @@ def kafka_consume(bootstrap: list[str], topic: str, records: int) -> tuple[int, 
                 if m.error() is None:
                     read += 1
         return read, clock() - start
+    finally:
+        consumer.close()
+
+
+def kafka_consume_prefetched(bootstrap: list[str], topic: str, records: int) -> float:
+    """Records/s of confluent-kafka's consume() once librdkafka holds all ``records``
+    of partition 0 in its local queue: the client's own ceiling (a Python object per
+    record), with no fetch round trip in the timing. Prefetching is waited for by
+    librdkafka's statistics (the partition's fetch queue count), bounded by
+    READ_TIMEOUT_S; 0.0 when it never holds them all."""
+    import json
+
+    ck = confluent()
+    queued = [0]
+
+    def stats(text: str) -> None:
+        for t in json.loads(text).get("topics", {}).values():
+            part = t.get("partitions", {}).get("0")
+            if part is not None:
+                queued[0] = int(part.get("fetchq_cnt", 0))
+
+    consumer = ck.Consumer(
+        {
+            "bootstrap.servers": ",".join(bootstrap),
+            "group.id": "bench-unused",
+            "enable.auto.commit": False,
+            "queued.min.messages": records + 1,
+            "queued.max.messages.kbytes": 2_000_000,
+            "statistics.interval.ms": 100,
+            "stats_cb": stats,
+        }
+    )
+    clock = time.perf_counter
+    try:
+        consumer.list_topics(topic, timeout=FLUSH_TIMEOUT_S)
+        consumer.assign([ck.TopicPartition(topic, 0, ck.OFFSET_BEGINNING)])
+        deadline = clock() + READ_TIMEOUT_S
+        read = 0  # poll() serves the statistics callback, and may hand a record over
+        while read + queued[0] < records and clock() < deadline:
+            m = consumer.poll(0.1)
+            read += m is not None and m.error() is None
+        if read + queued[0] < records:
+            return 0.0
+        timed_from = read
+        start = clock()
+        while read < records and clock() < deadline:
+            for m in consumer.consume(min(10_000, records - read), 0.5):
+                if m.error() is None:
+                    read += 1
+        seconds = clock() - start
+        return (read - timed_from) / seconds if seconds > 0 else 0.0
     finally:
         consumer.close()
 

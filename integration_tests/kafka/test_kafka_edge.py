@@ -96,7 +96,9 @@ _COUNTS = {
     "record count zero": (0, "does not fit"),
     "record count negative": (-1, "does not fit"),
     "record count too high": (5, "do not decode"),  # the bytes end after the third
-    "record count too low": (2, "unconsumed bytes"),  # bytes follow the second
+    "record count too low": (2, "bytes follow the last of 2 records"),
+    # the header's last offset delta (2) disagrees with the count: Kafka's LogValidator
+    "last offset delta wrong": (4, "last offset delta 2 does not match the record count 4"),
 }
 
 
@@ -110,7 +112,10 @@ def test_corrupt_batches_get_corrupt_message_and_the_connection_stays_usable(
     if case == "wrong crc":
         batch[-2] ^= 0xFF  # the last value byte (the records still parse): CRC mismatch
     elif case in _COUNTS:
-        struct.pack_into(">i", batch, 57, _COUNTS[case][0])
+        count = _COUNTS[case][0]
+        struct.pack_into(">i", batch, 57, count)
+        if case != "last offset delta wrong":  # the header's offset range agrees
+            struct.pack_into(">i", batch, 23, count - 1)
         struct.pack_into(">I", batch, 17, calc_crc32c(memoryview(batch)[21:]))
     else:
         batch = batch[:-5]  # the declared length runs past the bytes sent

@@ -51,3 +51,38 @@ def test_local_start_prints_a_bootstrap_list_kcat_accepts(tmp_path: pathlib.Path
             assert f"kafka {address}" in status
     finally:
         stop_cluster(home, timeout_s=10.0)
+
+
+def test_local_add_node_gives_the_new_node_a_kafka_port(tmp_path: pathlib.Path) -> None:
+    """`raftlog local add-node` gives the node it adds a Kafka listener, as `local
+    start` gives each of its nodes: `local status` shows it, and its Metadata lists
+    the four brokers; the others list it from their next start (their recorded
+    --kafka-peers name it)."""
+    kcat = shutil.which("kcat")
+    assert kcat, "kcat is missing: apt-get install kcat (scripts/env.sh installs it)"
+    home = tmp_path / "home"
+    try:
+        started = _cli(home, "local", "start", "--nodes", "3")
+        assert started.returncode == 0, started.stderr.decode()
+        added = _cli(home, "local", "add-node")
+        assert added.returncode == 0, added.stderr.decode()
+        status = _cli(home, "local", "status").stdout.decode()
+        found = re.search(r"kafka bootstrap: (\S+)", status)
+        assert found, status
+        bootstrap = found.group(1).split(",")
+        assert len(bootstrap) == 4, status
+        for address in bootstrap:
+            assert f"kafka {address}" in status
+        new = re.search(r"node 4 .* kafka (\S+)", status)
+        assert new and new.group(1) == bootstrap[3], status
+        listed = subprocess.run(
+            [kcat, "-b", bootstrap[3], "-L"], capture_output=True, timeout=60, check=False
+        )
+        assert listed.returncode == 0, listed.stderr.decode()
+        assert "4 brokers:" in listed.stdout.decode(), listed.stdout.decode()
+        assert f"broker 4 at {bootstrap[3]}" in listed.stdout.decode()
+        recorded = (home / "cluster.json").read_text()
+        peers = ",".join(f"{i + 1}={a}" for i, a in enumerate(bootstrap))
+        assert recorded.count(peers) == 4, recorded  # every node's --kafka-peers
+    finally:
+        stop_cluster(home, timeout_s=10.0)

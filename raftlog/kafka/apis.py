@@ -251,8 +251,11 @@ class KafkaApis:
         wanted = None if req.topics is None else [t.name for t in req.topics]
         if head.api_version == 0 and wanted == []:
             wanted = None  # v0: an empty list means every topic
+        live = self._live_brokers()
         brokers = []
         for node_id, address in sorted(self.brokers.items()):
+            if node_id not in live:
+                continue
             host, _, port = address.rpartition(":")
             brokers.append({"node_id": node_id, "host": host, "port": int(port), "rack": None})
         controller = -1
@@ -277,7 +280,7 @@ class KafkaApis:
                             "error_code": NONE,
                             "name": t.name,
                             "is_internal": t.name.startswith("__"),
-                            "partitions": [self._partition(p) for p in t.partitions],
+                            "partitions": [self._partition(p, live) for p in t.partitions],
                         }
                     )
         else:
@@ -290,16 +293,30 @@ class KafkaApis:
             "topics": topics,
         }
 
-    def _partition(self, p: Any) -> dict[str, Any]:
-        leader = p.leader if p.leader in self.brokers else -1
+    def _live_brokers(self) -> set[int]:
+        """The brokers Metadata lists, as a Kafka broker lists the live ones: this node,
+        and every other that this node's heartbeats have not declared dead (silent for
+        two election timeouts: ``HeartbeatManager.is_alive``; heard again, listed
+        again). A node without heartbeats (a test's) lists them all."""
+        beats = getattr(getattr(self.node, "host", None), "heartbeats", None)
+        me = getattr(self.node, "node_id", None)
+        if beats is None:
+            return set(self.brokers)
+        return {n for n in self.brokers if n == me or beats.is_alive(n)}
+
+    def _partition(self, p: Any, live: set[int]) -> dict[str, Any]:
+        """A partition's answer: its Raft leader when that broker is listed (else -1,
+        LEADER_NOT_AVAILABLE, and clients ask again), every replica, and those not
+        live as offline (Raft has no ISR: every live replica of the group may be
+        elected, so the live ones are given as in sync)."""
+        leader = p.leader if p.leader in self.brokers and p.leader in live else -1
         return {
             "error_code": NONE if leader >= 0 else LEADER_NOT_AVAILABLE,
             "partition_index": p.partition,
             "leader_id": leader,
             "replica_nodes": list(p.replicas),
-            # Raft has no ISR: every replica of the group may be elected
-            "isr_nodes": list(p.replicas),
-            "offline_replicas": [],
+            "isr_nodes": [r for r in p.replicas if r in live],
+            "offline_replicas": [r for r in p.replicas if r not in live],
         }
 
     # -- Produce ---------------------------------------------------------------------

@@ -30,34 +30,16 @@ from raftlog.kafka.records import (
     split_batches,
 )
 from raftlog.storage.batch import RecordBatch
+from tests.kafka.kafka_batches import kafka_batch, records_strategy
 
 CODECS = {"none": 0, "gzip": 1, "lz4": 3, "zstd": 4}
-
-
-def kafka_batch(records: list[Record], codec: int = 0, producer: tuple = (-1, -1, -1)) -> bytes:
-    builder = DefaultRecordBatchBuilder(2, codec, False, *producer, 2**30)
-    for i, r in enumerate(records):
-        builder.append(i, r.timestamp_ms, r.key, r.value, list(r.headers))
-    return bytes(builder.build())
 
 
 def _crc(batch: bytearray) -> None:
     struct.pack_into(">I", batch, 17, calc_crc32c(memoryview(batch)[21:]))
 
 
-records_st = st.lists(
-    st.builds(
-        Record,
-        value=st.none() | st.binary(max_size=40),
-        key=st.none() | st.binary(max_size=10),
-        headers=st.lists(
-            st.tuples(st.text(max_size=5), st.none() | st.binary(max_size=5)), max_size=3
-        ).map(tuple),
-        timestamp_ms=st.integers(0, 2**41),
-    ),
-    min_size=1,
-    max_size=20,
-)
+records_st = records_strategy()
 
 
 def _fields(data: bytes) -> tuple:
@@ -175,6 +157,17 @@ def test_a_count_below_its_records_is_corrupt() -> None:
     assert err.value.code == CORRUPT_MESSAGE
 
 
+def test_a_last_offset_delta_other_than_count_minus_one_is_corrupt() -> None:
+    """The header's offset range must hold its count (Kafka's LogValidator): a fetch
+    answering the producer's bytes would give consumers that header."""
+    batch = bytearray(kafka_batch([Record(b"v", timestamp_ms=1), Record(b"w", timestamp_ms=1)]))
+    struct.pack_into(">i", batch, 23, 5)
+    _crc(batch)
+    with pytest.raises(KafkaRecordError, match=r"last offset delta 5 .*\(expected 1\)") as err:
+        decode_batch(batch)
+    assert err.value.code == CORRUPT_MESSAGE
+
+
 def test_a_gzip_bomb_stops_at_the_limit() -> None:
     bomb = bytearray(kafka_batch([Record(b"v", timestamp_ms=1)]))
     body = gzip.compress(b"\x00" * (4 * 1024 * 1024))
@@ -252,3 +245,60 @@ def test_a_skip_batch_covers_its_offsets_as_a_commit_marker_of_no_producer(first
     assert theirs.next_offset == last + 1
     assert ControlRecord.parse(next(theirs).key) == COMMIT_MARKER
     assert split_batches(data) and len(split_batches(data + data)) == 2
+
+
+def builder_batch(stored: RecordBatch, records: list[Record]) -> bytes:
+    """The reference answer to a fetch of ``stored``: kafka-python's builder, then the
+    fields a broker sets (base offset, length, leader epoch)."""
+    builder = DefaultRecordBatchBuilder(
+        2,
+        0,
+        stored.is_transactional,
+        stored.producer_id,
+        stored.producer_epoch,
+        stored.first_sequence,
+        2**31 - 1,
+    )
+    for i, r in enumerate(records):
+        stamp = stored.timestamp_ms if r.timestamp_ms is None else r.timestamp_ms
+        builder.append(i, stamp, r.key, r.value, list(r.headers))
+    out = builder.build()
+    struct.pack_into(">qii", out, 0, stored.base_offset, len(out) - 12, stored.term)
+    return bytes(out)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    records=records_strategy(max_value=200, max_key=70, max_records=30),
+    stamped=st.booleans(),
+    transactional=st.booleans(),
+    producer=st.tuples(
+        st.integers(-1, 2**62), st.integers(-1, 2**15 - 1), st.integers(-1, 2**31 - 1)
+    ),
+    base=st.integers(0, 2**40),
+    term=st.integers(0, 2**31 - 1),
+    append_time=st.integers(0, 2**41),
+)
+def test_a_stored_keyed_batch_is_fetched_as_kafka_pythons_builder_makes_it(
+    records, stamped, transactional, producer, base, term, append_time
+) -> None:
+    """encode_batch builds keyed payloads in columns: byte for byte the builder's batch,
+    with or without per-record timestamps (else the batch's), keys, headers (these go
+    through the builder itself), producer fields and the transactional bit."""
+    if not stamped:
+        records = [dataclasses.replace(r, timestamp_ms=None) for r in records]
+    pid, epoch, sequence = producer
+    stored = dataclasses.replace(
+        RecordBatch.create(
+            frame_keyed(records),
+            len(records),
+            producer_id=pid,
+            producer_epoch=epoch,
+            first_sequence=sequence,
+            transactional=transactional,
+        ),
+        base_offset=base,
+        term=term,
+        timestamp_ms=append_time,
+    )
+    assert encode_batch(stored, "t") == builder_batch(stored, records)
