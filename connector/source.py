@@ -70,7 +70,7 @@ from pyspark_raftlog.spark_schema import METADATA_FIELDS, arrow_schema_of, is_ra
 from pyspark_raftlog.splits import split_ranges
 
 from raftlog.client.errors import CorruptBatchError
-from raftlog.client.payload_check import PayloadError, check_payload
+from raftlog.records.payload_check import PayloadError, check_payload
 
 __all__ = ["RaftlogBatchReader", "RaftlogInputPartition", "RaftlogStreamReader"]
 

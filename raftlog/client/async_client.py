@@ -14,13 +14,14 @@ import aiohttp
 
 from raftlog.client.admin_calls import AdminCalls
 from raftlog.client.calls import MAX_ATTEMPT_TIMEOUT_S, CallRouting, parse_servers
-from raftlog.client.compression import Compression, codec_named, decompressed, produce_batch
+from raftlog.client.compression import decompressed, produce_batch
 from raftlog.client.errors import (
     CorruptBatchError,
     InvalidRequestError,
 )
 from raftlog.client.producer import IdempotentProducer, check_acks
 from raftlog.client.results import FetchResult, ProduceResult, ProducerSession
+from raftlog.records.compression import Compression, codec_named
 from raftlog.rpc.messages import (
     ACKS,
     ISOLATION,
