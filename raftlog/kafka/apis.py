@@ -281,7 +281,7 @@ class KafkaApis:
                         }
                     )
         else:
-            controller = self.node._controller_leader()
+            controller = self.node.controller_leader()
         return {
             "throttle_time": 0,
             "brokers": brokers,
