@@ -124,7 +124,7 @@ def test_no_private_name_is_used_across_modules() -> None:
     ],
 )
 def test_the_rule_sees_each_form(user: str, expected: str, tmp_path: pathlib.Path) -> None:
-    """A private name of one module (``raftlog/a.py``) used by another is reported, in
+    """A private name of one module (``raftlog.a``) used by another is reported, in
     each form; used by its own module it is not."""
     owner = "class _State:\n    pass\n\n\ndef _helper():\n    return _State()\n"
     trees = {
