@@ -418,28 +418,34 @@ class _Sim:
         return f", the clock of {node.node_id} paused for {seconds:.2f}s"
 
     async def _backlog_a_follower(self, leader: SimNode | None, spell_s: float) -> str:
-        """During the calm spell, three times: hold back the leader's appends to one
-        follower it replicates to, for less than the RPC timeout, while the clients
-        write. The follower's in-flight window fills (it is paused) and the writes pile up
+        """During the calm spell, four times: hold back the leader's appends to one
+        follower it replicates to, for less than the RPC timeout, while writes arrive.
+        The follower's in-flight window fills (it is paused) and the writes pile up
         behind it; on release its replies free the window and the leader sends it the
         backlog, several batches in one append (where the ``paused_backlog_gap`` mutation
         leaves out the first). Random faults pause a follower with a backlog only by
-        chance: a third of the seeds never did. The follower is one in the leader's
-        replicate state (one in recovery or probing gets no such append) whose clock
-        runs, where there is one. Drawn from its own RNG, and inside the calm spell's
-        time (it takes ``spell_s``), so that the other scenarios' draws and times do not
-        move."""
+        chance: a third of the seeds never did.
+
+        Every other round the clients pause and the spell writes exactly the window's
+        appends and two more batches itself: with a small bound on what the leader keeps
+        unsent (150 bytes: two batches), the clients' steady writes overflow it and the
+        follower is sent to probe instead, which takes another path. The follower is one
+        in the leader's replicate state (one in recovery or probing gets no such append)
+        whose clock runs, where there is one. Drawn from its own RNG, and inside the calm
+        spell's time (it takes ``spell_s``), so that the other scenarios' draws and times
+        do not move."""
         rng = random.Random(self.seed * 43 + 7)
         network = self.cluster.network
-        rounds = 3
+        rounds = 4
         round_s = spell_s / rounds
         held = []
-        for _ in range(rounds):
+        for r in range(rounds):
+            ends = self._now() + round_s
             # within the RPC timeout: the held appends are delivered, not timed out
-            held_s = min(0.8 * network.options.rpc_timeout_s, round_s - 0.03)
-            held_s *= rng.uniform(0.6, 1.0)
+            held_s = min(0.8 * network.options.rpc_timeout_s, round_s * rng.uniform(0.5, 0.85))
             node = self._replicating_follower(leader, rng)
-            if node is not None:
+            own_writes = r % 2 == 1
+            if node is not None and leader is not None:
                 held.append(node)
                 network.hold(
                     lambda m, node=node: (
@@ -448,11 +454,21 @@ class _Sim:
                         and bool(m.batches)
                     )
                 )
+                if own_writes:
+                    self.idle_until = float("inf")
             try:
-                await asyncio.sleep(held_s)
+                if own_writes and node is not None and leader is not None:
+                    for i in range(self.cluster.options.max_in_flight_appends + 2):
+                        batch = RecordBatch.create(
+                            f"{self.seed}:backlog:{r}:{i}".encode(), timestamp_ms=0
+                        )
+                        leader.consensus.replicate([batch], Consistency.LEADER_ACK)
+                        await asyncio.sleep(0.002)  # one append each, not one for all
+                await asyncio.sleep(max(0.0, ends - round_s + held_s - self._now()))
             finally:
                 network.release()
-            await asyncio.sleep(round_s - held_s)  # the window drains, the backlog goes
+                self.idle_until = 0.0
+            await asyncio.sleep(max(0.0, ends - self._now()))  # the backlog goes
         return f", appends held to {held}" if held else ""
 
     def _replicating_follower(self, leader: SimNode | None, rng: random.Random) -> int | None:
