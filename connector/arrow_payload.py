@@ -27,7 +27,7 @@ import pyarrow as pa
 from pyspark_raftlog.errors import SchemaMismatchError
 from pyspark_raftlog.options import MAX_CHUNK_BYTES
 
-from raftlog.client.payload_check import PayloadError, arrow_rows
+from raftlog.records.payload_check import PayloadError, arrow_rows
 
 __all__ = [
     "Chunk",
@@ -64,7 +64,7 @@ def decode_payload(payload: bytes) -> pa.RecordBatch:
     Raises ValueError naming the problem when the payload is not one IPC stream
     with exactly one batch (e.g. data written to the topic by a non-Spark producer),
     or compresses its body: its buffers would be decompressed to the sizes they
-    declare, unbounded (:func:`raftlog.client.payload_check.arrow_rows`).
+    declare, unbounded (:func:`raftlog.records.payload_check.arrow_rows`).
     """
     try:
         arrow_rows(payload)  # reads message metadata only, before any body is read

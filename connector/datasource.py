@@ -40,7 +40,7 @@ class DefaultSource(DataSource):
         yet reads as raw records.
         """
         from pyspark_raftlog.errors import SchemaMismatchError
-        from pyspark_raftlog.source import _ReaderBase
+        from pyspark_raftlog.source import ReaderBase
         from pyspark_raftlog.spark_schema import read_schema
         from pyspark_raftlog.topics import topic_schema
 
@@ -48,10 +48,10 @@ class DefaultSource(DataSource):
         # streamReader() run the direction-specific checks.
         opts = parse_source_options(self.options, streaming=None)
         servers = resolve_cluster(opts)
-        planner = _ReaderBase(opts, servers, StructType())
+        planner = ReaderBase(opts, servers, StructType())
         try:
-            client = planner._driver_client()
-            found = {t: topic_schema(client, t) for t in planner._topics()}
+            client = planner.driver_client()
+            found = {t: topic_schema(client, t) for t in planner.read_topics()}
         finally:
             planner.stop()
         if not found:

@@ -42,8 +42,8 @@ from collections.abc import Mapping
 import pytimeparse2
 from pyspark_raftlog.errors import OptionError
 
-from raftlog.client.compression import CODEC_NAMES
 from raftlog.client.transactions import DEFAULT_TRANSACTION_TIMEOUT_MS
+from raftlog.records.compression import CODEC_NAMES
 
 __all__ = [
     "DEFAULT_CHUNK_BYTES",
@@ -126,7 +126,7 @@ SOURCE_OPTIONS = (
 SPARK_OPTIONS = ("path", "paths", "checkpointLocation", "queryName")
 
 # The columns Kafka's sink reads: a DataFrame with ``value`` and only these is written
-# as raw records (raftlog.client.framing); ``topic`` and ``partition`` route rows.
+# as raw records (raftlog.records.framing); ``topic`` and ``partition`` route rows.
 KAFKA_COLUMNS = ("key", "value", "headers", "topic", "partition", "timestamp")
 
 # Kafka's options (lowercased) whose job a raftlog option does: the refusal names it.

@@ -3,7 +3,7 @@
 A DataFrame whose columns are ``value`` and nothing but Kafka's others
 (``key``, ``headers``, ``topic``, ``partition``, ``timestamp``) is written as
 raw records, value and key bytes as they are, in the *keyed* layout of
-:mod:`raftlog.client.framing` (the one ``raftlog produce`` writes with keys or
+:mod:`raftlog.records.framing` (the one ``raftlog produce`` writes with keys or
 headers). A topic of raw records reads back with Kafka's schema
 (:data:`KAFKA_READ_FIELDS`); plain CLI payloads (values only) and, failing
 both, opaque payloads (one value each) read the same way, so anything a
@@ -29,14 +29,14 @@ from pyspark_raftlog.arrow_payload import Chunk
 from pyspark_raftlog.options import MAX_CHUNK_BYTES
 from pyspark_raftlog.routing import to_large_binary
 
-from raftlog.client.framing import (
+from raftlog.records.framing import (
     FLAG_HEADERS,
     FLAG_KEYS,
     FLAG_TIMESTAMPS,
     KEYED_MAGIC,
     unframe_records,
 )
-from raftlog.client.payload_check import KeyedLayout, check_payload, keyed_layout
+from raftlog.records.payload_check import KeyedLayout, check_payload, keyed_layout
 
 __all__ = [
     "HEADERS_TYPE",
@@ -165,7 +165,7 @@ Run = tuple[_Rows, int, int]
 
 
 def _frame(runs: list[Run]) -> memoryview:
-    """One keyed payload of the rows of ``runs``, in order (see raftlog.client.framing),
+    """One keyed payload of the rows of ``runs``, in order (see raftlog.records.framing),
     written with one copy of their bytes. The runs' batches have the same columns."""
     first = runs[0][0]
     flags = 0
@@ -313,7 +313,7 @@ def decode_records(payload: bytes, record_count: int) -> Decoded:
     claiming many records of one value costs one copy of it, as the CLI prints it once).
 
     The record count is checked against the payload's bytes before anything is
-    sized by it (:mod:`raftlog.client.payload_check`): PayloadError (a ValueError)
+    sized by it (:mod:`raftlog.records.payload_check`): PayloadError (a ValueError)
     when the payload cannot hold ``record_count`` records, never a MemoryError.
     """
     n = record_count

@@ -70,7 +70,7 @@ from pyspark_raftlog.spark_schema import METADATA_FIELDS, arrow_schema_of, is_ra
 from pyspark_raftlog.splits import split_ranges
 
 from raftlog.client.errors import CorruptBatchError
-from raftlog.client.payload_check import PayloadError, check_payload
+from raftlog.records.payload_check import PayloadError, check_payload
 
 __all__ = ["RaftlogBatchReader", "RaftlogInputPartition", "RaftlogStreamReader"]
 
@@ -92,7 +92,7 @@ class RaftlogInputPartition(InputPartition):
         self.end = end
 
 
-class _ReaderBase:
+class ReaderBase:
     """Planning helpers shared by the stream and batch readers; runs on the driver.
 
     The reader is pickled to the tasks (``read()`` runs there), so the driver's
@@ -111,16 +111,17 @@ class _ReaderBase:
         state["_client"] = None
         return state
 
-    def _driver_client(self) -> Any:
+    def driver_client(self) -> Any:
+        """The driver's blocking client, opened on first use (never pickled)."""
         if self._client is None:
             self._client = open_blocking_client(self.servers, self.opts.request_timeout_s)
         return self._client
 
-    def _topics(self) -> list[str]:
+    def read_topics(self) -> list[str]:
         """The topics read now: the listed ones, or those matching ``subscribePattern``."""
         if self.opts.pattern is None:
             return list(self.opts.topics)
-        return sorted(t for t in self._driver_client().list_topics() if self.opts.matches(t))
+        return sorted(t for t in self.driver_client().list_topics() if self.opts.matches(t))
 
     def _bounds(self) -> dict[TopicPartition, tuple[int, int]]:
         """(topic, partition) -> (log start offset, end of a consistent cut), from each leader.
@@ -136,9 +137,9 @@ class _ReaderBase:
         from raftlog.client import UnknownTopicError
         from raftlog.client.transactions import committed_cut
 
-        client = self._driver_client()
+        client = self.driver_client()
         out: dict[TopicPartition, tuple[int, int]] = {}
-        for topic in self._topics():
+        for topic in self.read_topics():
             try:
                 meta = client.describe_topic(topic)
             except UnknownTopicError:
@@ -181,7 +182,7 @@ class _ReaderBase:
         """Per partition, the first offset whose batch was appended at or after
         ``timestamp_ms`` (one for all, or per (topic, partition)), from the leader's time
         index (never a scan); the end of the consistent cut when there is none before it."""
-        client = self._driver_client()
+        client = self.driver_client()
         out: dict[TopicPartition, int] = {}
         for (topic, p), (log_start, end) in bounds.items():
             ts = timestamp_ms(topic, p) if callable(timestamp_ms) else timestamp_ms
@@ -225,7 +226,7 @@ class _ReaderBase:
             self._client = None
 
 
-class RaftlogStreamReader(_ReaderBase, DataSourceStreamReader, SupportsTriggerAvailableNow):
+class RaftlogStreamReader(ReaderBase, DataSourceStreamReader, SupportsTriggerAvailableNow):
     """Micro-batch reader with admission control and Trigger.AvailableNow."""
 
     def __init__(self, opts: SourceOptions, servers: list[str], schema: StructType) -> None:
@@ -353,7 +354,7 @@ class RaftlogStreamReader(_ReaderBase, DataSourceStreamReader, SupportsTriggerAv
         fetch skips without returning a batch (aborted transactional data) costs
         no bytes: the partition's end moves past it.
         """
-        client = self._driver_client()
+        client = self.driver_client()
         backlog = {p: max(0, end[p] - begin[p]) for p in end}
         waiting = sorted(p for p, b in backlog.items() if b > 0)
         if not waiting:
@@ -385,7 +386,7 @@ class RaftlogStreamReader(_ReaderBase, DataSourceStreamReader, SupportsTriggerAv
         return out
 
 
-class RaftlogBatchReader(_ReaderBase, DataSourceReader):
+class RaftlogBatchReader(ReaderBase, DataSourceReader):
     """Batch reader: ``startingOffsets`` (default earliest) to ``endingOffsets`` (default
     latest)."""
 

@@ -1086,7 +1086,7 @@ def _cmd_partition_move(args: argparse.Namespace) -> int:
 
 def _cmd_produce(args: argparse.Namespace) -> int:
     from raftlog.client import frame_records
-    from raftlog.client.framing import Record, frame_keyed
+    from raftlog.records.framing import Record, frame_keyed
 
     if args.key_separator == "":
         raise ValueError("--key-separator must not be empty")
@@ -1171,8 +1171,8 @@ def _records(payload: bytes, record_count: int) -> list[Any]:
     """Records of a payload: CLI framing (keyed or plain), else Arrow IPC rows as JSON
     values, else one opaque value. PayloadError (before anything is allocated from the
     record count) when the payload cannot hold ``record_count`` records."""
-    from raftlog.client.framing import Record, unframe_any
-    from raftlog.client.payload_check import check_payload
+    from raftlog.records.framing import Record, unframe_any
+    from raftlog.records.payload_check import check_payload
 
     check_payload(payload, record_count)
     records = unframe_any(payload, record_count)
@@ -1236,7 +1236,7 @@ def _cmd_consume(args: argparse.Namespace) -> int:
             else:
                 positions[p] = max(start, int(start_at))
         from raftlog.client import CorruptBatchError
-        from raftlog.client.payload_check import PayloadError
+        from raftlog.records.payload_check import PayloadError
 
         printed = 0
         corrupt = 0  # batches reported on stderr and skipped: the exit status is 1

@@ -171,13 +171,15 @@ def test_nothing_in_raftlog_imports_spark() -> None:
     assert not spark
 
 
-SERVER_PACKAGES = ("raftlog.node", "raftlog.coordinator", "raftlog.producers")
-"""The server's packages: they never reach the cluster through the public client."""
-
-# The record-payload codecs the node checks produce with; they live in the client's
-# package today (a move to a package of their own is pending, see the issue of the
-# layout). Nothing else of the client: not its calls, producers or transactions.
-PAYLOAD_CODECS = ("raftlog.client.payload_check",)
+SERVER_PACKAGES = (
+    "raftlog.node",
+    "raftlog.coordinator",
+    "raftlog.producers",
+    "raftlog.raft",
+    "raftlog.storage",
+)
+"""The server's packages: they never reach the cluster through the public client. What
+both sides need of a payload (its layouts, codecs and check) is ``raftlog.records``."""
 
 
 def _all_imports(path: pathlib.Path, module: str) -> list[tuple[str, int]]:
@@ -197,20 +199,47 @@ def _all_imports(path: pathlib.Path, module: str) -> list[tuple[str, int]]:
     return found
 
 
-def test_the_server_never_imports_the_client() -> None:
-    """The node, the coordinator and rm_stm do their work themselves (the coordinator
-    writes markers node to node): no import of ``raftlog.client``, not even one deferred
-    into a function body (the node once rolled transactions forward through its own
-    public client)."""
-    found = [
-        f"{path.relative_to(REPO)}:{line} imports {target}"
-        for module, path in MODULES.items()
+def _client_imports(modules: dict[str, pathlib.Path]) -> list[str]:
+    """Every import of ``raftlog.client`` (deferred ones included) by a server module."""
+    return [
+        f"{module}:{line} imports {target}"
+        for module, path in modules.items()
         if module.startswith(SERVER_PACKAGES)
         for target, line in _all_imports(path, module)
-        if (target == "raftlog.client" or target.startswith("raftlog.client."))
-        and not target.startswith(PAYLOAD_CODECS)
+        if target == "raftlog.client" or target.startswith("raftlog.client.")
     ]
+
+
+def test_the_server_never_imports_the_client() -> None:
+    """The node, the coordinator, rm_stm, the Raft core and storage do their work
+    themselves (the coordinator writes markers node to node): no import of
+    ``raftlog.client``, not even one deferred into a function body (the node once rolled
+    transactions forward through its own public client, and checked produced payloads
+    with a module of the client's)."""
+    found = _client_imports(MODULES)
     assert not found, "the server imports the client:\n" + "\n".join(found)
+
+
+@pytest.mark.parametrize(
+    ("module", "source"),
+    [
+        ("raftlog.node.data_api", "from raftlog.client.framing import frame_records\n"),
+        ("raftlog.producers.rm_stm", "def f():\n    import raftlog.client\n"),
+        ("raftlog.raft.core", "from raftlog.client import errors\n"),
+        ("raftlog.storage.log", "from raftlog.client.results import ProduceResult\n"),
+        ("raftlog.coordinator.tm_stm", "from ..client import calls\n"),
+    ],
+)
+def test_the_server_rule_fails_on_a_client_import(
+    module: str, source: str, tmp_path: pathlib.Path
+) -> None:
+    """The rule above sees a server module's import of the client in every form."""
+    path = REPO / (module.replace(".", "/") + ".py")
+    planted = tmp_path / path.relative_to(REPO)
+    planted.parent.mkdir(parents=True)
+    planted.write_text(source, encoding="utf-8")
+    found = _client_imports({module: planted})
+    assert len(found) == 1 and found[0].startswith(f"{module}:"), found
 
 
 # ------------------------------------------------------------------- cycles

@@ -8,6 +8,7 @@ to replay) and the scenario still produces its figures.
 ``--mutations`` instead plants each named fault of ``raftlog.raft.mutations``
 in the core in turn and reports, per mutation, how many of the seeds (default
 300, ``--quick`` 50) caught it; the unmutated core must fail none of them.
+``--mutation NAME`` (repeatable) plants only the named ones (and the baseline).
 """
 
 from __future__ import annotations
@@ -51,6 +52,14 @@ def add_arguments(group: argparse._ArgumentGroup) -> None:
         help="mutation testing: plant each named fault in the Raft core and report how "
         "many seeds catch it",
     )
+    group.add_argument(
+        "--mutation",
+        action="append",
+        default=None,
+        metavar="NAME",
+        help="with --mutations: only this mutation (repeatable; default every one of "
+        "raftlog.raft.mutations.MUTATIONS)",
+    )
 
 
 def failing_seeds(summary: Any) -> list[int]:
@@ -86,7 +95,7 @@ def measure_mutations(ctx: RunContext, run_mutations: Any, format_scores: Any) -
     total = ctx.option("seeds", QUICK_MUTATION_SEEDS, FULL_MUTATION_SEEDS)
     ctx.set_total(1)
     start = time.perf_counter()
-    scores = run_mutations(range(total))
+    scores = run_mutations(range(total), getattr(ctx.args, "mutation", None))
     seconds = time.perf_counter() - start
     ctx.advance(1)
     print(format_scores(scores), flush=True)

@@ -17,9 +17,9 @@ import zstandard
 
 from benchmarks.workloads.cluster_handle import ClusterHandle, running_cluster
 from raftlog.client import CorruptBatchError, RaftlogClient
-from raftlog.client.framing import frame_records
-from raftlog.client.payload_check import PayloadError
 from raftlog.faults.failpoints import ENV_VAR, PRODUCE_SKIP_BATCH_CHECK
+from raftlog.records.framing import frame_records
+from raftlog.records.payload_check import PayloadError
 from raftlog.rpc import codec
 from raftlog.rpc.messages import ErrorCode, ErrorResponse, ProduceBatch, ProduceRequest
 from raftlog.storage.batch import Compression

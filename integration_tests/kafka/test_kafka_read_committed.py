@@ -11,7 +11,7 @@ import time
 from kafka import KafkaConsumer, TopicPartition
 
 from raftlog.client import BlockingRaftlogClient
-from raftlog.client.framing import frame_records
+from raftlog.records.framing import frame_records
 
 TOPIC = "read-committed"
 READ_TIMEOUT_S = 60.0

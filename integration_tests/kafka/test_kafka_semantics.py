@@ -12,7 +12,7 @@ from kafka_wire import Wire, leader_address, produce_request, record_batch
 from kio.schema.fetch.v11.request import FetchPartition, FetchRequest, FetchTopic
 
 from raftlog.client import BlockingRaftlogClient
-from raftlog.client.framing import frame_records
+from raftlog.records.framing import frame_records
 
 NOT_LEADER_OR_FOLLOWER = 6
 

@@ -24,7 +24,7 @@ from tenacity import (
 )
 
 from raftlog.client import BlockingRaftlogClient
-from raftlog.client.framing import Record, frame_keyed
+from raftlog.records.framing import Record, frame_keyed
 
 UNSUPPORTED_FOR_MESSAGE_FORMAT = 43
 

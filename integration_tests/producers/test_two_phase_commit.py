@@ -18,7 +18,6 @@ import pytest
 from benchmarks.workloads.cluster_handle import running_cluster
 from raftlog.client import FencedError, RaftlogClient, unframe_records
 from raftlog.client.coordinator import CoordinatorClient
-from raftlog.client.framing import frame_records
 from raftlog.client.transactions import (
     TxnAbortedError,
     TxnKey,
@@ -32,6 +31,7 @@ from raftlog.client.transactions import (
 )
 from raftlog.coordinator.tm_stm import TRANSACTIONS_TOPIC
 from raftlog.faults.failpoints import ENV_VAR, TXN_AFTER_DECISION
+from raftlog.records.framing import frame_records
 
 ROUNDS = 5
 

@@ -1,7 +1,7 @@
 """The raftlog client: admin, produce and fetch, async and blocking.
 
 See :mod:`raftlog.client.calls` for routing and retry behaviour and
-:mod:`raftlog.client.framing` for the multi-record payload framing the CLI uses.
+:mod:`raftlog.records.framing` for the multi-record payload framing the CLI uses.
 """
 
 from raftlog.client.async_client import RaftlogClient
@@ -31,7 +31,6 @@ from raftlog.client.errors import (
     UnknownPartitionError,
     UnknownTopicError,
 )
-from raftlog.client.framing import frame_records, unframe_records
 from raftlog.client.producer import IdempotentProducer, ProducerClosedError
 from raftlog.client.results import (
     FetchResult,
@@ -40,6 +39,7 @@ from raftlog.client.results import (
     ProducerSession,
     TopicMetadata,
 )
+from raftlog.records.framing import frame_records, unframe_records
 
 __all__ = [
     "BlockingRaftlogClient",

@@ -15,13 +15,14 @@ import aiohttp
 
 from raftlog.client.admin_calls import AdminCalls
 from raftlog.client.calls import MAX_ATTEMPT_TIMEOUT_S, CallRouting, parse_servers
-from raftlog.client.compression import Compression, codec_named, decompressed, produce_batch
+from raftlog.client.compression import decompressed, produce_batch
 from raftlog.client.errors import (
     CorruptBatchError,
     InvalidRequestError,
 )
 from raftlog.client.producer import IdempotentProducer, check_acks
 from raftlog.client.results import FetchResult, ProduceResult, ProducerSession
+from raftlog.records.compression import Compression, codec_named
 from raftlog.rpc.messages import (
     ACKS,
     ISOLATION,
@@ -163,7 +164,7 @@ class RaftlogClient(AdminCalls, CallRouting):
             first_sequence,
             transactional,
         )
-        resp = await self._partition_call(topic, partition, req, ProduceResponse)
+        resp = await self.partition_call(topic, partition, req, ProduceResponse)
         return ProduceResult(resp.base_offset, resp.last_offset)
 
     async def fetch(
@@ -188,7 +189,7 @@ class RaftlogClient(AdminCalls, CallRouting):
         if max_bytes < 1:
             raise InvalidRequestError(f"max_bytes must be >= 1, got {max_bytes}")
         req = FetchRequest(topic, partition, offset, max_bytes, ISOLATION[isolation])
-        r = await self._partition_call(topic, partition, req, FetchResponse)
+        r = await self.partition_call(topic, partition, req, FetchResponse)
         batches: list[RecordBatch] = []
         for b in r.batches:
             try:
@@ -218,7 +219,7 @@ class RaftlogClient(AdminCalls, CallRouting):
 
     async def list_offsets(self, topic: str, partition: int) -> tuple[int, int, int]:
         """``(start_offset, high_watermark, last_stable_offset)`` from the leader."""
-        r = await self._partition_call(
+        r = await self.partition_call(
             topic, partition, ListOffsetsRequest(topic, partition), ListOffsetsResponse
         )
         return r.start_offset, r.high_watermark, r.last_stable_offset
@@ -230,7 +231,7 @@ class RaftlogClient(AdminCalls, CallRouting):
         whose batch timestamp (the leader's append time) is at least ``timestamp_ms``,
         from the partition leader's time index; offset -1 (and timestamp -1) when none
         is, below the last stable offset."""
-        r = await self._partition_call(
+        r = await self.partition_call(
             topic,
             partition,
             OffsetForTimestampRequest(topic, partition, int(timestamp_ms)),
@@ -261,7 +262,7 @@ class RaftlogClient(AdminCalls, CallRouting):
             raise InvalidRequestError(
                 f"transaction_timeout_ms must be an int (milliseconds) or None, got {timeout!r}"
             )
-        r = await self._partition_call(
+        r = await self.partition_call(
             topic,
             partition,
             InitProducerRequest(topic, partition, producer_id, timeout),
@@ -342,7 +343,7 @@ class RaftlogClient(AdminCalls, CallRouting):
             record_count,
             last_sequence,
         )
-        return await self._partition_call(topic, partition, req, EndTxnResponse)
+        return await self.partition_call(topic, partition, req, EndTxnResponse)
 
     async def idempotent_producer(
         self,

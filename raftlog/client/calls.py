@@ -403,7 +403,10 @@ class CallRouting:
         with self.deadline() as deadline:
             return await self._retried(deadline, attempt)
 
-    async def _partition_call(self, topic: str, partition: int, req: Any, resp_type: type[R]) -> R:
+    async def partition_call(self, topic: str, partition: int, req: Any, resp_type: type[R]) -> R:
+        """``req`` at the leader of ``topic``/``partition``, answered as ``resp_type``:
+        retried (leader changes, timeouts) within the call's deadline; what is not
+        retriable is raised as the client's error for its code."""
         state = CallState()
         with self.deadline() as deadline:
             return await self._retried(

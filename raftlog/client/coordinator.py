@@ -78,14 +78,14 @@ class CoordinatorClient:
         created when missing. Raises :class:`CoordinatorError` for a refused call."""
         try:
             try:
-                return await self._client._partition_call(
+                return await self._client.partition_call(
                     TRANSACTIONS_TOPIC, _PARTITION, req, resp_type
                 )
             except UnknownTopicError:
                 if not create:
                     raise
                 await self._ensure_topic()
-                return await self._client._partition_call(
+                return await self._client.partition_call(
                     TRANSACTIONS_TOPIC, _PARTITION, req, resp_type
                 )
         except InvalidRequestError as exc:

@@ -1,4 +1,13 @@
-"""Client-side errors: one RaftlogError subclass per ErrorCode."""
+"""Client-side errors: one RaftlogError subclass per ErrorCode.
+
+The home of every error a caller of the client sees. The server's own errors
+(``raftlog.raft.errors``, ``raftlog.producers.outcomes``, the coordinator's) never
+cross the wire: the node answers each with one ErrorCode (``raftlog.node.groups``),
+and the client raises the class of that code from here, so a condition that both
+sides name alike (NotLeaderError, OutOfOrderSequenceError, ...) has one server type,
+with the server's details, and one client type, with the wire's (the code, the
+leader hint). Whether a call is retried is the code's alone (``ErrorCode.retriable``).
+"""
 
 from __future__ import annotations
 

@@ -53,7 +53,7 @@ from contextlib import AbstractContextManager
 from typing import Protocol, TypeVar
 
 from raftlog.client.calls import CallState, retriable
-from raftlog.client.compression import Compression, codec_named, produce_batch
+from raftlog.client.compression import produce_batch
 from raftlog.client.errors import (
     DuplicateSequenceError,
     InvalidRequestError,
@@ -62,10 +62,11 @@ from raftlog.client.errors import (
     RequestTimeoutError,
     StaleTermError,
 )
-from raftlog.client.framing import frame_records
 from raftlog.client.results import ProduceResult, ProducerSession
 from raftlog.producers.sequencer import MAX_IN_FLIGHT, Send, Sequencer, SequencerError
 from raftlog.producers.serial import NO_SEQUENCE, last_sequence_of
+from raftlog.records.compression import Compression, codec_named
+from raftlog.records.framing import frame_records
 from raftlog.rpc.messages import EndTxnResponse, ProduceBatch, ProduceRequest, ProduceResponse
 
 DEFAULT_DELIVERY_TIMEOUT_S = 120.0
@@ -151,7 +152,7 @@ class IdempotentProducer:
         compression: Compression = Compression.NONE,
     ) -> None:
         """``compression``: the codec every batch's payload is compressed with before it
-        is sent (raftlog.client.compression); readers decompress."""
+        is sent (raftlog.records.compression); readers decompress."""
         if delivery_timeout_s <= 0:
             raise ValueError(f"delivery_timeout_s must be > 0, got {delivery_timeout_s}")
         check_acks(acks, transactional)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING
 
+from raftlog.producers.outcomes import ProduceResult
 from raftlog.rpc.messages import (
     TopicConfigs,
     TopicInfo,
@@ -14,6 +15,15 @@ from raftlog.storage.batch import RecordBatch
 
 if TYPE_CHECKING:
     pass
+
+__all__ = [
+    "FetchResult",
+    "PartitionMetadata",
+    "ProduceResult",  # the server's type (raftlog.producers.outcomes): one definition
+    "ProducerSession",
+    "TopicConfigDescription",
+    "TopicMetadata",
+]
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -43,12 +53,6 @@ class TopicConfigDescription:
     name: str
     configs: dict[str, str]  # every key (Kafka's names) -> its effective value
     overrides: dict[str, str]  # the keys set on the topic (the others are defaults)
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class ProduceResult:
-    base_offset: int
-    last_offset: int
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

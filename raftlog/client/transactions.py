@@ -34,12 +34,12 @@ from collections.abc import AsyncIterator, Iterable
 from typing import Any
 
 from raftlog.client.async_client import RaftlogClient
-from raftlog.client.compression import Compression, codec_named
 from raftlog.client.coordinator import CoordinatorClient, CoordinatorError
 from raftlog.client.errors import RaftlogError, TxnLostError, UnknownTopicError
 from raftlog.client.producer import IdempotentProducer
 from raftlog.faults import failpoints
 from raftlog.producers.rm_stm import DEFAULT_TRANSACTION_TIMEOUT_MS
+from raftlog.records.compression import Compression, codec_named
 from raftlog.rpc.messages import CutTransaction, Participant
 
 __all__ = [
@@ -113,7 +113,7 @@ async def prepare(
     """Write ``chunks`` (payload, record count) as one open transaction; never commit.
 
     ``compression`` (none, lz4, zstd) compresses every payload on the way out
-    (:mod:`raftlog.client.compression`).
+    (:mod:`raftlog.records.compression`).
 
     An empty ``chunks`` registers nothing and contacts no server. Raises
     :class:`TxnRefusedError` when the run already decided this version, and

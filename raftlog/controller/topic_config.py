@@ -42,15 +42,16 @@ import contextlib
 import dataclasses
 from collections.abc import Iterable, Mapping
 
+from raftlog.records.compression import CODEC_NAMES
+
 RETENTION_BYTES = "retention.bytes"
 RETENTION_MS = "retention.ms"
 SEGMENT_BYTES = "segment.bytes"
 SEGMENT_MS = "segment.ms"
 COMPRESSION_TYPE = "compression.type"
-# raftlog.client.compression.CODEC_NAMES (the controller may not import the client), and
-# Kafka's "producer": whatever each writer chooses (Kafka's default; accepted so that a
-# config ported from Kafka is not refused)
-COMPRESSION_CODECS = ("none", "lz4", "zstd", "producer")
+# the writers' codecs, and Kafka's "producer": whatever each writer chooses (Kafka's
+# default; accepted so that a config ported from Kafka is not refused)
+COMPRESSION_CODECS = (*CODEC_NAMES, "producer")
 
 _I64_MAX = (1 << 63) - 1
 # Kafka's segment.bytes is an int; the floor keeps a segment larger than a batch header.

@@ -15,6 +15,7 @@ context, so closed segments below it all go.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from raftlog.coordinator.offsets_state import OffsetsState
@@ -54,6 +55,18 @@ class GroupStm(TmStm):
         super().__init__(consensus, replicate_timeout_s=replicate_timeout_s)
         # TmStm's machinery (apply, snapshots) over the groups' state, not CoordinatorState
         self.state: OffsetsState = OffsetsState()  # type: ignore[assignment]
+
+    def encode(self, command: Any) -> bytes:
+        """A group command as its log entry: canonical JSON (OffsetsState validates it
+        when applied)."""
+        return json.dumps(command, sort_keys=True, separators=(",", ":")).encode()
+
+    def decode(self, payload: bytes | memoryview) -> Any:
+        try:
+            # bytes(): a follower's batch holds a view of the frame it came in
+            return json.loads(bytes(payload))
+        except ValueError:
+            return None  # apply() answers with an error; the log moves on
 
     @property
     def term(self) -> int:

@@ -3,7 +3,9 @@
 Redpanda's name for the coordinator state machine. It runs on every replica
 of a partition of the internal topic ``__transactions`` (created on demand by
 the client), beside that partition's rm_stm. Every command is one
-non-transactional DATA batch whose payload is the command as JSON; it is
+non-transactional DATA batch whose payload is the command as a typed record
+(:mod:`raftlog.coordinator.commands`: a codec frame, range-checked and validated
+before it is written; entries a node wrote as JSON before are still read); it is
 replicated at ``quorum_ack``, applied in log order to a
 :class:`~raftlog.coordinator.state.CoordinatorState` on every replica, and the
 leader returns the result that its own apply computed. Reads (``pending``,
@@ -21,10 +23,10 @@ import asyncio
 import collections
 import heapq
 import itertools
-import json
 import logging
 from typing import Any
 
+from raftlog.coordinator.commands import Command, decode_command, encode_command
 from raftlog.coordinator.state import CoordinatorState, command_error
 from raftlog.raft.errors import NotLeaderError
 from raftlog.raft.replicate_batcher import Consistency
@@ -65,11 +67,8 @@ class TmStm:
         """Apply a committed batch: a coordinator command when it is plain DATA."""
         if batch.kind is BatchKind.DATA and batch.producer_id == NO_PRODUCER:
             if batch.last_offset > self.state.applied_offset:
-                try:
-                    # bytes(): a follower's batch holds a view of the frame it came in
-                    command = json.loads(bytes(batch.payload))
-                except ValueError:
-                    command = None  # apply() answers with an error; the log moves on
+                # None when unreadable: apply() answers with an error; the log moves on
+                command = self.decode(batch.payload)
                 self._results[batch.last_offset] = self.state.apply(command, batch.last_offset)
                 while len(self._results) > KEPT_RESULTS:
                     self._results.popitem(last=False)
@@ -85,23 +84,36 @@ class TmStm:
     def snapshot(self) -> bytes:
         return self.state.snapshot()
 
+    # -- the log's form of a command ---------------------------------------------
+
+    def encode(self, command: Any) -> bytes:
+        """``command``'s log entry, checked before anything is written (CommandError
+        naming the field): a typed record (:func:`encode_command`)."""
+        return encode_command(command)
+
+    def decode(self, payload: bytes | memoryview) -> Any:
+        """What a log entry is applied as; None when unreadable (:func:`decode_command`)."""
+        return decode_command(payload)
+
     def restore(self, data: bytes) -> None:
         self.state.restore(data)
 
     # -- commands ------------------------------------------------------------
 
     async def execute(
-        self, command: dict[str, Any], expected_term: int | None = None
+        self, command: Command | Any, expected_term: int | None = None
     ) -> dict[str, Any]:
         """Replicate ``command`` and return its result, as applied on this leader.
 
-        Raises :class:`~raftlog.raft.errors.NotLeaderError` on a follower, and
+        Raises :class:`~raftlog.coordinator.state.CommandError` naming the field when
+        the command is out of range or malformed (checked before anything is written),
+        :class:`~raftlog.raft.errors.NotLeaderError` on a follower, and
         TimeoutError or a RaftError when the command's outcome is unknown (the
         caller retries: every command is idempotent). ``expected_term``: append only
         in that term (TermMismatchError otherwise, nothing appended); None: the
         current one.
         """
-        payload = json.dumps(command, sort_keys=True, separators=(",", ":")).encode()
+        payload = self.encode(command)
         if len(payload) > MAX_COMMAND_BYTES:
             return command_error(
                 f"command: {len(payload)} bytes exceeds the limit of {MAX_COMMAND_BYTES}"

@@ -40,7 +40,17 @@ import logging
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, Protocol
 
-from raftlog.coordinator.state import CommandError, Decision, validate_command
+from raftlog.coordinator.commands import (
+    AbortRun,
+    Command,
+    Complete,
+    Cut,
+    Decide,
+    MarkerOffset,
+    Pending,
+    Register,
+)
+from raftlog.coordinator.state import CommandError, Decision
 from raftlog.coordinator.tm_stm import TmStm
 from raftlog.faults import failpoints
 from raftlog.producers.outcomes import (
@@ -126,14 +136,7 @@ class TxnCoordinator:
         self, writer: str, version: int, participant: Participant
     ) -> RegisterParticipantResponse:
         """Register ``participant`` for ``version`` of ``writer`` (before it writes)."""
-        result = await self._execute(
-            {
-                "op": "register",
-                "writer": writer,
-                "version": version,
-                "participant": participant.to_json(),
-            }
-        )
+        result = await self._execute(Register(writer, version, participant))
         return RegisterParticipantResponse(
             result["status"], result.get("last_committed", -1), result.get("error", "")
         )
@@ -150,14 +153,7 @@ class TxnCoordinator:
         bad call, :class:`TxnLostError` when a committed participant was aborted.
         """
         result = await self._execute(
-            {
-                "op": "decide",
-                "writer": writer,
-                "version": version,
-                "run": run,
-                "commit": commit,
-                "named": [p.to_json() for p in participants] if commit else [],
-            }
+            Decide(writer, version, run, commit, list(participants) if commit else [])
         )
         if result.get("taken"):  # this call took it (a retry finds it recorded)
             failpoints.failpoint(failpoints.TXN_AFTER_DECISION)
@@ -173,14 +169,14 @@ class TxnCoordinator:
     async def abort_run(self, run: str, version: int) -> int:
         """Abort, and write the abort markers of, whatever ``run`` registered for
         ``version`` and has not decided; return how many transactions."""
-        result = await self._execute({"op": "abort_run", "run": run, "version": version})
+        result = await self._execute(AbortRun(run, version))
         for writer in sorted({item["writer"] for item in result["aborted"]}):
             await self._finish_all(writer)
         return len(result["aborted"])
 
     async def cut(self, topic: str, topic_id: int) -> list[CutTransaction]:
         """The committed transactions touching ``topic`` (linearizable: through the log)."""
-        result = await self._execute({"op": "cut", "topic": topic, "topic_id": topic_id})
+        result = await self._execute(Cut(topic, topic_id))
         return [
             CutTransaction(
                 t["writer"],
@@ -196,7 +192,7 @@ class TxnCoordinator:
 
     async def describe(self, writer: str) -> DescribeWriterResponse:
         """``writer``'s last committed version and its incomplete decisions."""
-        result = await self._execute({"op": "pending", "writer": writer})
+        result = await self._execute(Pending(writer))
         return DescribeWriterResponse(
             result["last_committed"],
             [
@@ -230,14 +226,14 @@ class TxnCoordinator:
 
     # -- the steps -----------------------------------------------------------
 
-    async def _execute(self, command: dict[str, Any]) -> dict[str, Any]:
-        """Validate ``command`` (nothing invalid reaches the log), replicate it, and return
-        its result; a refusal by the state raises CoordinatorRefusedError."""
+    async def _execute(self, command: Command) -> dict[str, Any]:
+        """Replicate ``command`` and return its result; a command out of range or
+        malformed (checked by tm_stm before anything reaches the log) or refused by the
+        state raises CoordinatorRefusedError."""
         try:
-            validate_command(command)
+            result = await self.tm.execute(command)
         except CommandError as exc:
             raise CoordinatorRefusedError(str(exc)) from exc
-        result = await self.tm.execute(command)
         if result.get("status") == "error":
             raise CoordinatorRefusedError(result["error"])
         return result
@@ -278,16 +274,10 @@ class TxnCoordinator:
             *(self._abort_marker(p) for p in aborts),
         )
         await self._step("markers")
-        markers = {str(p.producer_id): o for p, o in zip(commits + aborts, offsets, strict=True)}
-        await self._execute(
-            {
-                "op": "complete",
-                "writer": writer,
-                "version": version,
-                "run": decision.run,
-                "markers": markers,
-            }
-        )
+        markers = [
+            MarkerOffset(p.producer_id, o) for p, o in zip(commits + aborts, offsets, strict=True)
+        ]
+        await self._execute(Complete(writer, version, decision.run, markers))
         await self._step("completed")
 
     async def _commit_marker(self, p: Participant) -> int:

@@ -62,7 +62,7 @@ EndTxn (the decision and its markers durable), before the caller hears of it."""
 
 PRODUCE_SKIP_BATCH_CHECK = "produce.skip_batch_check"
 """With the ``error`` action, a node appends produced batches without checking their
-payloads (raftlog.client.payload_check), as nodes did before the check existed: how
+payloads (raftlog.records.payload_check), as nodes did before the check existed: how
 tests write the corrupt batches that readers must still get past."""
 
 KNOWN_SITES = frozenset(

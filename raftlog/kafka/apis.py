@@ -3,7 +3,7 @@ node's own handlers: the Kafka door is another front onto the same calls as
 ``POST /v1/<route>`` (produce, fetch, list_offsets, offset_for_timestamp, metadata,
 create_topic, delete_topic), with the same roles (:mod:`raftlog.rpc.roles`), the same
 batch check before the log (the node's produce runs
-:func:`raftlog.client.payload_check.check_payload`) and, on a node of several
+:func:`raftlog.records.payload_check.check_payload`) and, on a node of several
 processes, the same forwarding to the shard that owns a partition.
 
 Each handler takes the decoded kio request and returns a dict of the response's
@@ -284,7 +284,7 @@ class KafkaApis:
                         }
                     )
         else:
-            controller = self.node._controller_leader()
+            controller = self.node.controller_leader()
         return {
             "throttle_time": 0,
             "brokers": brokers,

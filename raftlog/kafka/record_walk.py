@@ -22,8 +22,8 @@ Varints are zig-zag encoded base-128, least significant group first (Kafka's
 an object per record: only the chain of record lengths is followed in Python (where a
 record starts depends on the one before); every other field is decoded for all records
 at once. :func:`keyed_payload` turns the columns into raftlog's keyed payload
-(:mod:`raftlog.client.framing`), and :func:`build_records` builds a records section
-from a keyed payload's columns (:class:`raftlog.client.payload_check.KeyedLayout`),
+(:mod:`raftlog.records.framing`), and :func:`build_records` builds a records section
+from a keyed payload's columns (:class:`raftlog.records.payload_check.KeyedLayout`),
 the way back for a fetch. The batch header and its CRC are
 :mod:`raftlog.kafka.records`' job.
 """
@@ -35,7 +35,7 @@ import struct
 
 import numpy as np
 
-from raftlog.client.framing import FLAG_HEADERS, FLAG_KEYS, FLAG_TIMESTAMPS, KEYED_MAGIC
+from raftlog.records.framing import FLAG_HEADERS, FLAG_KEYS, FLAG_TIMESTAMPS, KEYED_MAGIC
 
 #: length 1, then attributes, timestampDelta, offsetDelta, keyLength, valueLength,
 #: headers count: a byte each at least
@@ -243,7 +243,7 @@ def _cut(data: bytes, at: np.ndarray, lens: np.ndarray) -> list[bytes]:
 
 def keyed_payload(section: bytes | memoryview, cols: Columns, first_timestamp: int | None) -> bytes:
     """The keyed payload of the records ``cols`` walked in ``section``: byte for byte
-    what :func:`raftlog.client.framing.frame_keyed` makes of the same records (timestamps
+    what :func:`raftlog.records.framing.frame_keyed` makes of the same records (timestamps
     ``first_timestamp`` + each delta; None: no timestamps, the batch's append time)."""
     data = bytes(section)
     n = len(cols.key_len)

@@ -3,7 +3,7 @@
 A Kafka producer's batch is decoded (CRC checked, decompression bounded, record count
 checked against the bytes before anything is sized by it) and its records (key, value,
 headers, timestamp) are stored in raftlog's own *keyed* payload
-(:func:`raftlog.client.framing.frame_keyed`), uncompressed, one raftlog batch per Kafka
+(:func:`raftlog.records.framing.frame_keyed`), uncompressed, one raftlog batch per Kafka
 batch with the same record count. So ``raftlog consume`` and the Spark source read them
 as they read ``raftlog produce``'s, and a raftlog batch at offset ``o`` with ``n``
 records is answered to a Kafka fetch as one RecordBatch v2 with base offset ``o`` and
@@ -34,9 +34,6 @@ import numpy as np
 from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
 from kafka.record.util import calc_crc32c
 
-from raftlog.client.compression import decompress
-from raftlog.client.framing import KEYED_MAGIC, Record, unframe_any
-from raftlog.client.payload_check import ARROW_MARKER, PayloadError, keyed_layout
 from raftlog.kafka.record_walk import (
     MIN_RECORD_BYTES,
     RecordWalkError,
@@ -44,6 +41,9 @@ from raftlog.kafka.record_walk import (
     keyed_payload,
     walk,
 )
+from raftlog.records.compression import decompress
+from raftlog.records.framing import KEYED_MAGIC, Record, unframe_any
+from raftlog.records.payload_check import ARROW_MARKER, PayloadError, keyed_layout
 from raftlog.storage.batch import MAX_PAYLOAD_BYTES, Compression, RecordBatch
 
 # Kafka error codes a partition's produce or fetch answer carries (Kafka's Errors.java)

@@ -506,7 +506,7 @@ class AdminApi(NodeParts):
         """Tell the controller's leader a move is done, node to node on the peer stream
         (this node itself when it leads; every node in turn when the leader is unknown
         here, as on a shard K > 0: the others refuse it)."""
-        leader = self._controller_leader()
+        leader = self.controller_leader()
         if leader == self.node_id:
             await self.complete_move(req)
             return

@@ -9,12 +9,12 @@ import time
 from collections.abc import Awaitable
 from typing import Any, TypeVar
 
-from raftlog.client.payload_check import PayloadError, check_payload
 from raftlog.coordinator.tm_stm import TRANSACTIONS_TOPIC
 from raftlog.faults.failpoints import PRODUCE_SKIP_BATCH_CHECK, FailpointError, failpoint
 from raftlog.node.groups import PartitionReplica
 from raftlog.node.internal_topics import refuse_internal
 from raftlog.node.parts import NodeParts
+from raftlog.records.payload_check import PayloadError, check_payload
 from raftlog.rpc.messages import (
     AbortRunRequest,
     ConsistentCutRequest,
@@ -109,7 +109,7 @@ class DataApi(NodeParts):
 
     def _check_batches(self, req: ProduceRequest) -> None:
         """Refuse the whole produce, before anything enters the log, when one of its
-        batches does not hold its record count (raftlog.client.payload_check): what
+        batches does not hold its record count (raftlog.records.payload_check): what
         Kafka's broker answers CORRUPT_MESSAGE. A compressed payload is decoded into at
         most 64 MiB (the engine's payload limit, which every reader keeps too), so a
         small bomb costs the node no more than that."""

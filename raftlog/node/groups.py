@@ -41,7 +41,7 @@ from raftlog.producers.outcomes import (
     ProducerError,
     ProducerFencedError,
 )
-from raftlog.producers.rm_stm import RmStm, RmStmConfig
+from raftlog.producers.rm_stm import RmStm, RmStmConfig, check_transactional_acks
 from raftlog.raft.configuration import Configuration
 from raftlog.raft.consensus import Consensus, ConsensusOptions
 from raftlog.raft.dispatch import PeerDispatcher
@@ -703,12 +703,10 @@ class PartitionReplica:
         raise AssertionError("unreachable")
 
     async def end_txn(self, req: EndTxnRequest) -> EndTxnResponse:
-        if req.acks != -1:
-            # a marker acknowledged by the leader alone may vanish with it
-            raise RequestError(
-                ErrorCode.INVALID_REQUEST,
-                f"acks: transaction markers require acks=all (-1), got {req.acks}",
-            )
+        try:
+            check_transactional_acks(req.acks, "transaction markers")
+        except ValueError as exc:
+            raise RequestError(ErrorCode.INVALID_REQUEST, str(exc)) from None
         async with _errors(self):
             r = await self.rm.end_transaction(
                 req.producer_id,

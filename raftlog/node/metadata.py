@@ -116,7 +116,7 @@ class MetadataApi(NodeParts):
             remote = await self._remote_statuses(topics, here)
         return MetadataResponse(
             self.node_id,
-            self._controller_leader(),
+            self.controller_leader(),
             self._node_infos(),
             [self._topic_info(t, here, remote) for t in topics],
         )

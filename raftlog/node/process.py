@@ -505,7 +505,7 @@ class Node(Upkeep, AdminApi, MetadataApi, DataApi):
         return {
             "node_id": self.node_id,
             "address": self.config.address,
-            "controller_leader": self._controller_leader(),
+            "controller_leader": self.controller_leader(),
             "groups": len(self.partitions),
             "leader_of": sum(1 for r in self.partitions.values() if r.consensus.is_leader),
             "topics": len(self.controller_stm.topics),
@@ -566,7 +566,8 @@ class Node(Upkeep, AdminApi, MetadataApi, DataApi):
         flush = self.host.node_flush
         return None if flush is None else flush.syncs
 
-    def _controller_leader(self) -> int:
+    def controller_leader(self) -> int:
+        """The controller group's leader as this node knows it; -1 when unknown."""
         c = self.controller
         if c is None:
             return -1

@@ -14,6 +14,7 @@ from raftlog.producers.outcomes import (
     InvalidTxnStateError,
     OutOfOrderSequenceError,
     ProducerError,
+    ProduceResult,
     ProducerFencedError,
     UnknownOutcomeError,
 )
@@ -21,7 +22,6 @@ from raftlog.producers.producer_table import ProducerTable, ProducerTableConfig
 from raftlog.producers.rm_stm import (
     EndTxnResult,
     InitProducerResult,
-    ProduceResult,
     RmStm,
     RmStmConfig,
     SyncError,

@@ -50,6 +50,15 @@ class Fenced:
 Outcome = Accept | AlreadyWritten | OlderDuplicate | OutOfOrder | Fenced
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class ProduceResult:
+    """Where a produced batch is in the log: what rm_stm returns and the client hands
+    back (``raftlog.client.ProduceResult`` is this type, the one definition)."""
+
+    base_offset: int
+    last_offset: int
+
+
 class ProducerError(Exception):
     """A produce or transaction request rejected by rm_stm; ``code`` is the Kafka error name."""
 

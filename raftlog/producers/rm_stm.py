@@ -86,6 +86,7 @@ from raftlog.producers.outcomes import (
     InvalidProducerEpochError,
     InvalidTxnStateError,
     ProducerError,
+    ProduceResult,
     ProducerFencedError,
     UnknownOutcomeError,
     raise_for,
@@ -128,6 +129,16 @@ REORDER_POLL_S = 0.05
 
 
 _ACKS = {Consistency.QUORUM_ACK: -1, Consistency.LEADER_ACK: 1, Consistency.NO_ACK: 0}
+
+
+def check_transactional_acks(acks: int, what: str = "transactional writes") -> None:
+    """The server's one check that a transactional write (``what``: its data, or its
+    markers) is acknowledged by a quorum: ``acks`` (the wire value) must be -1 (all), as
+    a batch or marker acknowledged by the leader alone may vanish with it. ValueError
+    naming ``acks`` otherwise. (The client checks the same before it writes:
+    ``raftlog.client.producer.check_acks``.)"""
+    if acks != -1:
+        raise ValueError(f"acks: {what} require acks=all (-1), got {acks}")
 
 
 class ConsensusLike(Protocol):
@@ -175,14 +186,6 @@ class RmStmConfig:
             raise ValueError(
                 f"reorder_wait_s must be a number of seconds >= 0, got {self.reorder_wait_s!r}"
             )
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class ProduceResult:
-    """Where a produce request's batch is in the log."""
-
-    base_offset: int
-    last_offset: int
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -423,10 +426,8 @@ class RmStm:
         """
         if batch.kind is not BatchKind.DATA:
             raise ValueError(f"batch kind must be DATA for a produce, got {batch.kind.name}")
-        if batch.is_transactional and consistency is not Consistency.QUORUM_ACK:
-            raise ValueError(
-                f"acks: transactional writes require acks=all (-1), got {_ACKS[consistency]}"
-            )
+        if batch.is_transactional:
+            check_transactional_acks(_ACKS[consistency])
         if batch.producer_id == NO_PRODUCER:
             if batch.is_transactional:
                 raise ValueError("a transactional batch needs a producer_id (got -1)")

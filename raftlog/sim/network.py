@@ -140,7 +140,9 @@ class SimNetwork:
     def transport(self, node: int) -> SimTransport:
         return SimTransport(self, node)
 
-    def _delay(self) -> float:
+    def delay(self) -> float:
+        """One message's delay (seconds), drawn from the seeded rng between the options'
+        ``min_delay_s`` and ``max_delay_s``."""
         o = self.options
         return o.min_delay_s + self.rng.random() * (o.max_delay_s - o.min_delay_s)
 
@@ -173,7 +175,7 @@ class SimNetwork:
 
     async def _duplicate(self, target: int, message: object) -> object:
         """Deliver ``message`` again after a while; its reply (or None when it is lost)."""
-        await asyncio.sleep(self._delay() + self.rng.random() * self.options.late_reply_max_s)
+        await asyncio.sleep(self.delay() + self.rng.random() * self.options.late_reply_max_s)
         endpoint = self._endpoints.get(target)
         if endpoint is None:
             return None
@@ -186,7 +188,7 @@ class SimNetwork:
             return None
 
     async def send(self, source: int, target: int, message: object) -> object:
-        await asyncio.sleep(self._delay())
+        await asyncio.sleep(self.delay())
         if not await self._wait_if_held(message):
             self.dropped += 1
             self.lost_by_type[type(message).__name__] += 1
@@ -220,7 +222,7 @@ class SimNetwork:
                 raise
             if later is not None:
                 reply = later
-        await asyncio.sleep(self._delay())
+        await asyncio.sleep(self.delay())
         if self._chance(self.options.late_reply_rate):
             self.late_replies += 1
             await asyncio.sleep(self.rng.random() * self.options.late_reply_max_s)

@@ -47,7 +47,7 @@ class Caller:
         if node is None:
             await asyncio.sleep(0.05)
             raise Lost("no live node")
-        await asyncio.sleep(net._delay())
+        await asyncio.sleep(net.delay())
         if not node.alive or (net.options.drop_rate and self.rng.random() < net.options.drop_rate):
             await asyncio.sleep(self.request_timeout_s)
             raise Lost(f"request to node {node.node_id} lost")
@@ -62,7 +62,7 @@ class Caller:
             if task.cancelled() and (me is None or me.cancelling() == 0):
                 raise Lost(f"node {node.node_id} crashed while handling the request") from None
             raise
-        await asyncio.sleep(net._delay())
+        await asyncio.sleep(net.delay())
         if net.options.drop_rate and self.rng.random() < net.options.drop_rate:
             raise Lost(f"reply from node {node.node_id} lost")
         return result

@@ -24,12 +24,14 @@ from __future__ import annotations
 import asyncio
 import collections
 import dataclasses
+import functools
 import random
 from collections.abc import Iterable
 
 from raftlog.raft.core import Role
 from raftlog.raft.errors import RaftError
-from raftlog.raft.messages import VoteRequest
+from raftlog.raft.messages import AppendEntriesRequest, VoteRequest
+from raftlog.raft.progress import ProgressState
 from raftlog.raft.replicate_batcher import Consistency
 from raftlog.sim.checks import InvariantChecker
 from raftlog.sim.cluster import SimCluster, quietly, sim_options
@@ -363,8 +365,9 @@ class _Sim:
             if scenario == "calm":
                 leader = await self._settled_leader()
                 paused = self._pause_a_follower_clock(leader)
-                await asyncio.sleep(rng.uniform(0.3, 0.5))
-                done = f"calm under leader {leader.node_id if leader else None}{paused}"
+                calm_s = rng.uniform(0.3, 0.5)
+                backlog = await self._backlog_a_follower(leader, calm_s)
+                done = f"calm under leader {leader.node_id if leader else None}{paused}{backlog}"
             elif scenario == "split":
                 done = await self._split_vote()
             elif scenario == "isolate" or (scenario is None and action < 0.2):
@@ -416,6 +419,71 @@ class _Sim:
         seconds = rng.uniform(0.1, 0.6)
         self.background.append(asyncio.create_task(node.pause_clock(seconds)))
         return f", the clock of {node.node_id} paused for {seconds:.2f}s"
+
+    async def _backlog_a_follower(self, leader: SimNode | None, spell_s: float) -> str:
+        """During the calm spell, four times: hold back the leader's appends to one
+        follower it replicates to, for less than the RPC timeout, while writes arrive.
+        The follower's in-flight window fills (it is paused) and the writes pile up
+        behind it; on release its replies free the window and the leader sends it the
+        backlog, several batches in one append (where the ``paused_backlog_gap`` mutation
+        leaves out the first). Random faults pause a follower with a backlog only by
+        chance: a third of the seeds never did.
+
+        Every other round the clients pause and the spell writes exactly the window's
+        appends and two more batches itself: with a small bound on what the leader keeps
+        unsent (150 bytes: two batches), the clients' steady writes overflow it and the
+        follower is sent to probe instead, which takes another path. The follower is one
+        in the leader's replicate state (one in recovery or probing gets no such append)
+        whose clock runs, where there is one. Drawn from its own RNG, and inside the calm
+        spell's time (it takes ``spell_s``), so that the other scenarios' draws and times
+        do not move."""
+        rng = random.Random(self.seed * 43 + 7)
+        network = self.cluster.network
+        rounds = 4
+        round_s = spell_s / rounds
+        held = []
+        for r in range(rounds):
+            ends = self._now() + round_s
+            # within the RPC timeout: the held appends are delivered, not timed out
+            held_s = min(0.8 * network.options.rpc_timeout_s, round_s * rng.uniform(0.5, 0.85))
+            node = self._replicating_follower(leader, rng)
+            own_writes = r % 2 == 1
+            if node is not None and leader is not None:
+                held.append(node)
+                network.hold(functools.partial(_append_with_batches_to, node))
+                if own_writes:
+                    self.idle_until = float("inf")
+            try:
+                if own_writes and node is not None and leader is not None:
+                    for i in range(self.cluster.options.max_in_flight_appends + 2):
+                        batch = RecordBatch.create(
+                            f"{self.seed}:backlog:{r}:{i}".encode(), timestamp_ms=0
+                        )
+                        leader.consensus.replicate([batch], Consistency.LEADER_ACK)
+                        await asyncio.sleep(0.002)  # one append each, not one for all
+                await asyncio.sleep(max(0.0, ends - round_s + held_s - self._now()))
+            finally:
+                network.release()
+                self.idle_until = 0.0
+            await asyncio.sleep(max(0.0, ends - self._now()))  # the backlog goes
+        return f", appends held to {held}" if held else ""
+
+    def _replicating_follower(self, leader: SimNode | None, rng: random.Random) -> int | None:
+        """A follower ``leader`` replicates to now (its progress in the replicate state),
+        one whose clock runs first; None when there is none."""
+        if leader is None or not leader.alive or not leader.consensus.is_leader:
+            return None
+        progress = leader.consensus.core.progress
+        followers = [
+            n
+            for n in self.cluster.live()
+            if n is not leader
+            and n.node_id in progress
+            and progress[n.node_id].state is ProgressState.REPLICATE
+        ]
+        running = [n for n in followers if n.consensus.clock_rate != 0.0]
+        choice = running or followers
+        return rng.choice(choice).node_id if choice else None
 
     async def _settled_leader(self, timeout_s: float = 1.0) -> SimNode | None:
         """Start a scenario from a whole cluster: every node up, the network healed."""
@@ -603,4 +671,13 @@ def run_seeds(seeds: Iterable[int], config: SimConfig | None = None, processes: 
         sum(r.split_votes for r in results),
         sum(r.votes_lost for r in results),
         sum(r.votes_duplicated for r in results),
+    )
+
+
+def _append_with_batches_to(node: int, message: object) -> bool:
+    """Whether ``message`` is an append carrying batches to ``node`` (what a hold picks)."""
+    return (
+        isinstance(message, AppendEntriesRequest)
+        and message.target_node == node
+        and bool(message.batches)
     )

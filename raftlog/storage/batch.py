@@ -5,7 +5,7 @@ The storage and consensus layers never decode payloads (for data written from
 Spark the payload is one Arrow IPC stream); only control batches (markers, raft
 configuration, controller commands) carry payloads that the engine itself reads.
 A node checks a produced data payload against its record count once, before it
-enters the log (``raftlog.client.payload_check``).
+enters the log (``raftlog.records.payload_check``).
 
 Header layout (all little-endian)::
 
@@ -23,7 +23,7 @@ Header layout (all little-endian)::
 
 The engine never rewrites a payload: a compressed payload is stored, replicated and
 checksummed as the writer sent it (the CRC covers the compressed bytes), and
-readers decompress (``raftlog.client.compression``; a node decompresses a produced
+readers decompress (``raftlog.records.compression``; a node decompresses a produced
 payload once, bounded, only to check it). Kafka keeps the codec in
 the low three bits of its attributes; here bits 0-4 were taken before
 compression existed, so the codec takes the next three, with Kafka's ids.

@@ -1,5 +1,6 @@
 """Payload compression: the codec in a batch's attributes, the CRC over the compressed
-bytes, and the client's transparent decompression (raftlog.client.compression)."""
+bytes (raftlog.records.compression), and the client's transparent decompression
+(raftlog.client.compression)."""
 
 from __future__ import annotations
 
@@ -7,15 +8,8 @@ import os
 
 import pytest
 
-from raftlog.client.compression import (
-    CODEC_NAMES,
-    Compression,
-    codec_named,
-    compress,
-    decompress,
-    decompressed,
-    produce_batch,
-)
+from raftlog.client.compression import decompressed, produce_batch
+from raftlog.records.compression import CODEC_NAMES, Compression, codec_named, compress, decompress
 from raftlog.rpc import codec
 from raftlog.rpc.messages import ProduceBatch, ProduceRequest
 from raftlog.storage.batch import BatchKind, CorruptBatch, RecordBatch

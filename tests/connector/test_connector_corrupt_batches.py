@@ -13,7 +13,7 @@ from pyspark_raftlog.raw_records import decode_records
 from pyspark_raftlog.source import _to_output
 
 from raftlog.client import CorruptBatchError
-from raftlog.client.payload_check import PayloadError
+from raftlog.records.payload_check import PayloadError
 
 MAX_COUNT = 2**31 - 1
 KEYED_12 = struct.pack("<4sII", b"\xffRK1", MAX_COUNT, 0)

@@ -28,8 +28,8 @@ from pyspark_raftlog.raw_records import (
 )
 from pyspark_raftlog.routing import key_bytes, murmur2, murmur2_many, partitions_of
 
-from raftlog.client.framing import Record, frame_keyed, frame_records, unframe_any
 from raftlog.client.partitioner import murmur2 as client_murmur2
+from raftlog.records.framing import Record, frame_keyed, frame_records, unframe_any
 
 # Kafka's own test vectors (clients/src/test/java/org/apache/kafka/common/utils/UtilsTest.java)
 KAFKA_VECTORS = {

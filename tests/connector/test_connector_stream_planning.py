@@ -56,7 +56,7 @@ class FakeClient:
         """The blocking client's way to run an async helper (the consistent cut)."""
         return asyncio.run(fn(self))
 
-    async def _partition_call(self, topic, partition, req, resp_type):
+    async def partition_call(self, topic, partition, req, resp_type):
         # no transaction coordinator on this cluster: the cut is the LSOs as they are
         raise UnknownTopicError(f"unknown topic {topic!r}")
 

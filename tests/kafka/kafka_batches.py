@@ -6,7 +6,7 @@ from __future__ import annotations
 from hypothesis import strategies as st
 from kafka.record.default_records import DefaultRecordBatchBuilder
 
-from raftlog.client.framing import Record
+from raftlog.records.framing import Record
 
 
 def records_strategy(

@@ -12,8 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from kafka.record.default_records import DefaultRecordBatch
 
-from raftlog.client.framing import Record, frame_keyed
 from raftlog.kafka.record_walk import RecordWalkError, keyed_payload, walk
+from raftlog.records.framing import Record, frame_keyed
 from tests.kafka.kafka_batches import kafka_batch, records_strategy
 
 HEADER = 61

@@ -16,8 +16,6 @@ from hypothesis import strategies as st
 from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
 from kafka.record.util import calc_crc32c
 
-from raftlog.client.framing import Record, frame_keyed, frame_records, unframe_keyed
-from raftlog.client.payload_check import check_payload
 from raftlog.kafka.records import (
     CORRUPT_MESSAGE,
     INVALID_RECORD,
@@ -29,6 +27,8 @@ from raftlog.kafka.records import (
     encode_batch,
     split_batches,
 )
+from raftlog.records.framing import Record, frame_keyed, frame_records, unframe_keyed
+from raftlog.records.payload_check import check_payload
 from raftlog.storage.batch import RecordBatch
 from tests.kafka.kafka_batches import kafka_batch, records_strategy
 

@@ -11,11 +11,12 @@ from raftlog.producers.outcomes import (
     InvalidProducerEpochError,
     InvalidTxnStateError,
     OutOfOrderSequenceError,
+    ProduceResult,
     ProducerFencedError,
     UnknownOutcomeError,
 )
 from raftlog.producers.producer_table import ProducerTable
-from raftlog.producers.rm_stm import ProduceResult, RmStm, RmStmConfig
+from raftlog.producers.rm_stm import RmStm, RmStmConfig
 from raftlog.raft.errors import NotLeaderError
 from raftlog.raft.replicate_batcher import Consistency
 from raftlog.storage.batch import BatchKind, RecordBatch

@@ -2,9 +2,9 @@
 produce, before a batch enters the log, and the bounds every reader keeps to.
 
 Three layouts carry records, told apart by their first bytes (after the codec is undone,
-with a bounded decompression: :func:`raftlog.client.compression.decompress`):
+with a bounded decompression: :func:`raftlog.records.compression.decompress`):
 
-- *keyed* (``raftlog.client.framing``, magic ``b"\\xffRK1"``): checked in full, in one
+- *keyed* (``raftlog.records.framing``, magic ``b"\\xffRK1"``): checked in full, in one
   vectorised pass (:func:`keyed_layout`): its count equals the batch's, every section and
   every length fits, the bytes end exactly where the lengths say, header keys are UTF-8.
 - *Arrow IPC stream* (continuation marker ``0xFFFFFFFF``, what the Spark sink writes):
@@ -13,7 +13,7 @@ with a bounded decompression: :func:`raftlog.client.compression.decompress`):
   refused (its buffers declare their own decompressed sizes: a bomb that the codec cap
   would not see). The body itself is then read and validated by pyarrow, zero-copy.
 - anything else is a *plain* payload: ``record_count`` length-prefixed records
-  (:func:`raftlog.client.framing.frame_records`) or, when it does not parse so, one
+  (:func:`raftlog.records.framing.frame_records`) or, when it does not parse so, one
   opaque value. The two cannot be told apart, so the node checks only the bound that
   holds for both: at least one byte per record (``count <= max(1, len)``).
 
@@ -28,8 +28,8 @@ import struct
 import numpy as np
 import pyarrow as pa
 
-from raftlog.client.compression import decompress
-from raftlog.client.framing import FLAG_HEADERS, FLAG_KEYS, FLAG_TIMESTAMPS, KEYED_MAGIC
+from raftlog.records.compression import decompress
+from raftlog.records.framing import FLAG_HEADERS, FLAG_KEYS, FLAG_TIMESTAMPS, KEYED_MAGIC
 from raftlog.storage.batch import MAX_PAYLOAD_BYTES, SUPPORTED_COMPRESSION, Compression
 
 __all__ = [

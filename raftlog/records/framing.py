@@ -1,7 +1,7 @@
 """Framing of several records in one batch payload (used by the CLI).
 
 The engine stores payloads as sent; a node checks them on produce
-(:mod:`raftlog.client.payload_check`). Payloads written by the Spark
+(:mod:`raftlog.records.payload_check`). Payloads written by the Spark
 connector are Arrow IPC streams; payloads written by ``raftlog produce`` (and
 by :func:`frame_records`) hold ``record_count`` records, each::
 

@@ -1,4 +1,4 @@
-"""The batch check a node makes on produce (raftlog.client.payload_check) and the bounds
+"""The batch check a node makes on produce (raftlog.records.payload_check) and the bounds
 the CLI's decoder keeps: the probes of issue 44 and a fuzz of mutated valid batches."""
 
 from __future__ import annotations
@@ -17,9 +17,9 @@ from hypothesis import strategies as st
 from pyspark_raftlog.raw_records import decode_records
 
 from raftlog.cli import _records
-from raftlog.client.compression import compress
-from raftlog.client.framing import Record, frame_keyed, frame_records, unframe_keyed
-from raftlog.client.payload_check import PayloadError, check_payload
+from raftlog.records.compression import compress
+from raftlog.records.framing import Record, frame_keyed, frame_records, unframe_keyed
+from raftlog.records.payload_check import PayloadError, check_payload
 from raftlog.storage.batch import MAX_PAYLOAD_BYTES, Compression
 
 MAX_COUNT = 2**31 - 1
@@ -84,7 +84,7 @@ _BOMB_SCRIPT = textwrap.dedent(
     """
     import json, resource, sys
     import lz4.frame, zstandard
-    from raftlog.client.payload_check import PayloadError, check_payload
+    from raftlog.records.payload_check import PayloadError, check_payload
     GIB, MIB = 1 << 30, 1 << 20
     codec = sys.argv[1]
     zeros = bytes(MIB)
