@@ -74,7 +74,12 @@ from raftlog.records.payload_check import PayloadError, check_payload
 
 __all__ = ["RaftlogBatchReader", "RaftlogInputPartition", "RaftlogStreamReader"]
 
-FETCH_BYTES = 4 * 1024 * 1024
+FETCH_BYTES = 16 * 1024 * 1024
+"""Bytes asked for per fetch: four of the sink's 4 MiB batches. Every fetch costs the
+node and this reader a request's fixed work (a read of the log, a frame, a reply to
+decode, a hand-over between the loop and the task); against 4 MiB, 16 MiB fetches cut
+the reader's CPU per row by a fifth and the leader's by a quarter (read_range over 2
+partitions, alternating runs in one process, 2026-12-01); 32 MiB was no better."""
 # A fetch that returns nothing below the planned end means the partition's LSO
 # moved back (a new leader that has not yet caught up); retried this many times.
 _EMPTY_FETCH_RETRIES = 50

@@ -119,6 +119,10 @@ records (``pyspark_raftlog.raw_records``), not as Arrow IPC."""
 KEY_VALUE_COLUMNS = ("CAST(value AS STRING) AS key", "payload AS value")
 """The source's rows as (key, value): the row number as a string, and the payload."""
 NODE_CPU_KEY = "node CPU-s per 1M rows"
+CASES = ("all", "write", "read")
+"""``--spark-cases``: what runs (see :func:`add_arguments`)."""
+READ_SINKS = ("parquet", EXACTLY_ONCE)
+"""The sinks whose output the reads read (``--spark-cases read`` runs only these)."""
 
 Configure = Callable[[Any], Any]
 
@@ -151,6 +155,13 @@ def add_arguments(group: argparse._ArgumentGroup) -> None:
         type=_positive(int),
         default=None,
         help="times each sink runs, interleaved (figures pool the rounds)",
+    )
+    group.add_argument(
+        "--spark-cases",
+        choices=CASES,
+        default="all",
+        help="all (default): every sink, then the reads; write: the sinks only; read: only "
+        "the sinks the reads need (parquet, raftlog exactly-once), then the reads",
     )
 
 
@@ -493,8 +504,11 @@ def measure(
     seconds = seconds_per_step(ctx, QUICK_SECONDS, FULL_SECONDS, "spark_seconds")
     per_batch = ctx.option("spark_rows_per_batch", QUICK_ROWS_PER_BATCH, FULL_ROWS_PER_BATCH)
     rounds = ctx.option("spark_rounds", QUICK_ROUNDS, FULL_ROUNDS)
-    once = [name for name in SINKS if GUARANTEES.get(name) == "exactly-once"]
-    ctx.set_total(len(SINKS) * rounds + len(once) * rounds + 3)
+    cases = getattr(ctx.args, "spark_cases", None) or "all"
+    sinks = READ_SINKS if cases == "read" else SINKS
+    reads = cases != "write"
+    once = [name for name in sinks if GUARANTEES.get(name) == "exactly-once"]
+    ctx.set_total(len(sinks) * rounds + len(once) * rounds + (3 if reads else 0))
 
     def configure(name: str, round_no: int) -> Configure:
         if name == "noop":
@@ -509,12 +523,12 @@ def measure(
         )
         return lambda w: w.format("raftlog").options(**opts)
 
-    progress: dict[str, list[list[Any]]] = {name: [] for name in SINKS}
-    node_cpu = dict.fromkeys(SINKS, 0.0)
+    progress: dict[str, list[list[Any]]] = {name: [] for name in sinks}
+    node_cpu = dict.fromkeys(sinks, 0.0)
     verified = dict.fromkeys(once, 0)
-    stored = {name: [0.0, 0.0] for name in GUARANTEES}  # bytes, records
+    stored = {name: [0.0, 0.0] for name in GUARANTEES if name in sinks}  # bytes, records
     for round_no in range(1, rounds + 1):
-        for name in SINKS:
+        for name in sinks:
             checkpoint = scratch / f"cp-{slug(name)}-{round_no}"
             cpu_before = tree_cpu_seconds(node_pids)
             columns = KEY_VALUE_COLUMNS if name in KEY_VALUE else ()
@@ -539,12 +553,12 @@ def measure(
                     raise RuntimeError(f"{name} sink, topic {topic!r}: {problem}")
                 verified[name] += count
                 ctx.advance(1)
-            if (name, round_no) != (EXACTLY_ONCE, 1):  # that one is read below
+            if (name, round_no) != (EXACTLY_ONCE, 1) or not reads:  # that one is read below
                 delete_topic(servers, topic, scratch / "cluster")
 
     rate: dict[str, float] = {}
     rows: list[Row] = []
-    for name in SINKS:
+    for name in sinks:
         _, batches, rate[name], batch_ms = pooled_figures(progress[name])
         rows.append(
             {
@@ -554,20 +568,79 @@ def measure(
                 "ms per micro-batch": batch_ms,
             }
         )
-    by_case = {name: row for name, row in zip(SINKS, rows, strict=True)}
-    for name in SINKS:
+    by_case = {name: row for name, row in zip(sinks, rows, strict=True)}
+    for name in sinks:
         committed = sum(committed_rows(runs) for runs in progress[name])
         by_case[name][NODE_CPU_KEY] = node_cpu[name] / committed * 1e6
-    for name in (AT_LEAST_ONCE, EXACTLY_ONCE):
-        by_case[name]["raftlog / python ceiling"] = rate[name] / rate["python ceiling"]
-        by_case[name]["raftlog / parquet"] = rate[name] / rate["parquet"]
-    by_case[EXACTLY_ONCE]["exactly-once / at-least-once"] = rate[EXACTLY_ONCE] / rate[AT_LEAST_ONCE]
-    by_case[EXACTLY_ONCE_KV]["raftlog / python ceiling"] = rate[EXACTLY_ONCE_KV] / rate[CEILING_KV]
+    ratios = [
+        (AT_LEAST_ONCE, "raftlog / python ceiling", "python ceiling"),
+        (AT_LEAST_ONCE, "raftlog / parquet", "parquet"),
+        (EXACTLY_ONCE, "raftlog / python ceiling", "python ceiling"),
+        (EXACTLY_ONCE, "raftlog / parquet", "parquet"),
+        (EXACTLY_ONCE, "exactly-once / at-least-once", AT_LEAST_ONCE),
+        (EXACTLY_ONCE_KV, "raftlog / python ceiling", CEILING_KV),
+    ]
+    for name, key, peer in ratios:
+        if name in rate and peer in rate:  # both ran (see --spark-cases)
+            by_case[name][key] = rate[name] / rate[peer]
     for name in once:
         by_case[name]["rows read back once"] = verified[name]
     for name, (nbytes, records) in stored.items():
         by_case[name]["stored bytes per row"] = nbytes / records if records > 0 else 0.0
 
+    if reads:
+        rows += read_figures(ctx, spark, servers, scratch)
+    if rounds > 1:
+        per_round = "; ".join(
+            f"{name.removeprefix('raftlog ')} "
+            + ", ".join(f"{pooled_figures([r])[2]:,.0f}" for r in progress[name])
+            for name in GUARANTEES
+            if name in sinks
+        )
+        ctx.note(f"rows/s per round (the spread is the noise): {per_round}")
+    ctx.note(
+        f"local[{SPARK_PARTITIONS}]; rate-micro-batch, {per_batch} rows per micro-batch over "
+        f"{SPARK_PARTITIONS} partitions, {PAYLOAD_BYTES}-byte distinct string per row; "
+        f"{seconds:g} s per sink and round, {rounds} round(s), the sinks in turn in one "
+        "session; rows/s = rows / triggerExecution time of the completed micro-batches "
+        "(each query's first left out), pooled over the rounds; each read is measured "
+        "after one untimed warm-up read of the same source"
+    )
+    ctx.note(
+        f"raftlog: 3-node local cluster on one disk, acks=all, 3 replicas, {SPARK_PARTITIONS} "
+        "partitions; at-least-once = deliveryGuarantee at-least-once (plain writes); "
+        "exactly-once = the default (one two-phase commit per micro-batch through the "
+        "transaction coordinator), checked by a batch read: count, min, max, sum of value "
+        "= every committed row once; reads: Trigger.AvailableNow into noop of the round-1 "
+        "exactly-once topic, of bench_replay (the Python read ceiling: one Arrow batch of the "
+        "topic's stored batch size replayed from memory, the same schema and rows) and of the "
+        "parquet output"
+    )
+    ctx.note(
+        f"{NODE_CPU_KEY}: user + system CPU of the 3 nodes' processes (from /proc) while "
+        "the sink's queries ran, over every row they committed (first micro-batches "
+        "included); beside a sink that is not raftlog it is the idle cluster's. The "
+        "sinks are CPU-bound on a 2-core machine, so every node CPU-second is taken "
+        "from Spark"
+    )
+    ctx.note(
+        "key/value: the same rows as Kafka's columns (key = the row number as a string, "
+        "value = the payload), as a Kafka user's DataFrame has them, into the Python "
+        "ceiling and into raftlog exactly-once, which writes them as raw records (Kafka's "
+        "record model) instead of Arrow IPC; its ratio is to the key/value ceiling"
+    )
+    ctx.note(
+        "compression: exactly-once again with option compression lz4 and zstd (level 3), "
+        "compressed in the Spark tasks, decompressed by the reader; stored bytes per row = "
+        "segment bytes on disk over records (log end - log start), summed over every "
+        "replica of the sink's topics (batch headers and transaction markers included)"
+    )
+    return rows
+
+
+def read_figures(ctx: RunContext, spark: Any, servers: list[str], scratch: Path) -> list[Row]:
+    """The AvailableNow reads of the round-1 exactly-once topic, of the Python read ceiling
+    and of the round-1 parquet output, each after an untimed warm-up read; their rows."""
     eo_topic = topic_of(EXACTLY_ONCE, 1)
     raftlog_reader = (
         spark.readStream.format("raftlog")
@@ -621,51 +694,7 @@ def measure(
         ctx.advance(1)
     read_rows[0]["raftlog / python ceiling"] = read_rate["raftlog"] / read_rate["python ceiling"]
     read_rows[0]["raftlog / parquet"] = read_rate["raftlog"] / read_rate["parquet"]
-    if rounds > 1:
-        per_round = "; ".join(
-            f"{name.removeprefix('raftlog ')} "
-            + ", ".join(f"{pooled_figures([r])[2]:,.0f}" for r in progress[name])
-            for name in GUARANTEES
-        )
-        ctx.note(f"rows/s per round (the spread is the noise): {per_round}")
-    ctx.note(
-        f"local[{SPARK_PARTITIONS}]; rate-micro-batch, {per_batch} rows per micro-batch over "
-        f"{SPARK_PARTITIONS} partitions, {PAYLOAD_BYTES}-byte distinct string per row; "
-        f"{seconds:g} s per sink and round, {rounds} round(s), the sinks in turn in one "
-        "session; rows/s = rows / triggerExecution time of the completed micro-batches "
-        "(each query's first left out), pooled over the rounds; each read is measured "
-        "after one untimed warm-up read of the same source"
-    )
-    ctx.note(
-        f"raftlog: 3-node local cluster on one disk, acks=all, 3 replicas, {SPARK_PARTITIONS} "
-        "partitions; at-least-once = deliveryGuarantee at-least-once (plain writes); "
-        "exactly-once = the default (one two-phase commit per micro-batch through the "
-        "transaction coordinator), checked by a batch read: count, min, max, sum of value "
-        "= every committed row once; reads: Trigger.AvailableNow into noop of the round-1 "
-        "exactly-once topic, of bench_replay (the Python read ceiling: one Arrow batch of the "
-        "topic's stored batch size replayed from memory, the same schema and rows) and of the "
-        "parquet output"
-    )
-    ctx.note(
-        f"{NODE_CPU_KEY}: user + system CPU of the 3 nodes' processes (from /proc) while "
-        "the sink's queries ran, over every row they committed (first micro-batches "
-        "included); beside a sink that is not raftlog it is the idle cluster's. The "
-        "sinks are CPU-bound on a 2-core machine, so every node CPU-second is taken "
-        "from Spark"
-    )
-    ctx.note(
-        "key/value: the same rows as Kafka's columns (key = the row number as a string, "
-        "value = the payload), as a Kafka user's DataFrame has them, into the Python "
-        "ceiling and into raftlog exactly-once, which writes them as raw records (Kafka's "
-        "record model) instead of Arrow IPC; its ratio is to the key/value ceiling"
-    )
-    ctx.note(
-        "compression: exactly-once again with option compression lz4 and zstd (level 3), "
-        "compressed in the Spark tasks, decompressed by the reader; stored bytes per row = "
-        "segment bytes on disk over records (log end - log start), summed over every "
-        "replica of the sink's topics (batch headers and transaction markers included)"
-    )
-    return rows + read_rows
+    return read_rows
 
 
 _WRITE = "write: rate-micro-batch -> "

@@ -253,3 +253,20 @@ def test_spark_flags_must_be_positive(argv: list[str], capsys: pytest.CaptureFix
         build_parser(load_all()).parse_args(["spark", *argv])
     assert exit_info.value.code == 2
     assert "expected a positive number" in capsys.readouterr().err
+
+
+def test_spark_cases_selects_what_runs(capsys: pytest.CaptureFixture) -> None:
+    from benchmarks.cli import build_parser
+    from benchmarks.scenarios import spark
+
+    parser = build_parser(load_all())
+    assert parser.parse_args(["spark"]).spark_cases == "all"
+    assert parser.parse_args(["spark", "--spark-cases", "read"]).spark_cases == "read"
+    # the reads read the round-1 parquet output and exactly-once topic: those sinks run
+    assert set(spark.READ_SINKS) == {"parquet", spark.EXACTLY_ONCE}
+    assert set(spark.READ_SINKS) <= set(spark.SINKS)
+    with pytest.raises(SystemExit) as exit_info:
+        parser.parse_args(["spark", "--spark-cases", "reads"])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert "--spark-cases" in err and "'all', 'write', 'read'" in err
