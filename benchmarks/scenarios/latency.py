@@ -51,6 +51,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+import tenacity
+
 from benchmarks.context import RunContext
 from benchmarks.registry import Row, require, scenario
 from benchmarks.results import ScenarioResult
@@ -80,6 +82,11 @@ DRAIN_TIMEOUT_S = 60.0
 FIRST_WRITE_TIMEOUT_S = 300.0
 """Bound of one fresh process's session start and two small writes."""
 POLL_S = 0.5
+RUN_ATTEMPTS = 3
+"""Tries of one (guarantee, rate) run whose query lost a Python worker at start-up."""
+WORKER_START_FAILURE = "Python worker failed to connect back"
+"""Spark's error when a new Python worker takes over 10 s to start (its fixed timeout):
+seen on this 2-core machine at load average 26, before any row was measured."""
 GUARANTEES = ("exactly-once", "at-least-once")
 EMPTY = "empty Python writer"
 TOPIC = "bench-latency"
@@ -183,11 +190,13 @@ def latency_run(
     scratch: Path,
     guarantee: str,
     rate: int,
+    suffix: str = "",
 ) -> Row:
-    """One writer and one reader query at ``rate``; the row of figures."""
+    """One writer and one reader query at ``rate`` (topic name ending in ``suffix``);
+    the row of figures."""
     seconds = _figure(ctx, "latency_seconds", QUICK_SECONDS, FULL_SECONDS)
     warmup = _figure(ctx, "latency_warmup", QUICK_WARMUP, FULL_WARMUP)
-    name = f"{guarantee}-{rate}"
+    name = f"{guarantee}-{rate}{suffix}"
     topic = f"{TOPIC}-{name}"
     tallies = scratch / f"tally-{name}"
     tallies.mkdir()
@@ -259,6 +268,35 @@ def latency_run(
     row["reader ms per micro-batch"] = median_batch_ms(reader.recentProgress)
     row["rows not seen"] = max(0, expected - seen)
     return row
+
+
+def latency_run_retried(
+    ctx: RunContext,
+    spark: Any,
+    servers: list[str],
+    scratch: Path,
+    guarantee: str,
+    rate: int,
+) -> Row:
+    """:func:`latency_run`, run again (in a fresh directory and topic) when a query failed
+    because a Python worker did not start in time; each retry is noted."""
+    attempt = 0
+
+    @tenacity.retry(
+        stop=tenacity.stop_after_attempt(RUN_ATTEMPTS),
+        retry=tenacity.retry_if_exception(lambda e: WORKER_START_FAILURE in str(e)),
+        reraise=True,
+    )
+    def once() -> Row:
+        nonlocal attempt
+        attempt += 1
+        if attempt > 1:
+            ctx.note(f"{guarantee} at {rate:,} rows/s: run again ({WORKER_START_FAILURE})")
+        where = scratch / f"try-{attempt}"
+        where.mkdir()
+        return latency_run(ctx, spark, servers, where, guarantee, rate, suffix=f"-{attempt}")
+
+    return once()
 
 
 def in_session_writes(spark: Any, servers: list[str], writes: int) -> dict[str, list[float]]:
@@ -381,7 +419,9 @@ def measure(ctx: RunContext, spark: Any, servers: list[str], scratch: Path) -> l
     rows: list[Row] = []
     for rate in rates:
         for guarantee in GUARANTEES:
-            rows.append(latency_run(ctx, spark, servers, scratch, guarantee, rate))
+            where = scratch / f"run-{guarantee}-{rate}"
+            where.mkdir()
+            rows.append(latency_run_retried(ctx, spark, servers, where, guarantee, rate))
             ctx.advance(1)
     # Three more queries' start-up: too long for the quick run (its whole run stays
     # under 4 minutes on 2 cores).
