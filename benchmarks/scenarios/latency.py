@@ -82,7 +82,7 @@ DRAIN_TIMEOUT_S = 60.0
 FIRST_WRITE_TIMEOUT_S = 300.0
 """Bound of one fresh process's session start and two small writes."""
 POLL_S = 0.5
-RUN_ATTEMPTS = 3
+RUN_ATTEMPTS = 5
 """Tries of one (guarantee, rate) run whose query lost a Python worker at start-up."""
 WORKER_START_FAILURE = "Python worker failed to connect back"
 """Spark's error when a new Python worker takes over 10 s to start (its fixed timeout):
@@ -284,6 +284,7 @@ def latency_run_retried(
 
     @tenacity.retry(
         stop=tenacity.stop_after_attempt(RUN_ATTEMPTS),
+        wait=tenacity.wait_fixed(5.0),
         retry=tenacity.retry_if_exception(lambda e: WORKER_START_FAILURE in str(e)),
         reraise=True,
     )
