@@ -22,7 +22,9 @@ the p50 and p99 until the row was stored (its batch's append time on the leader
 minus when it was due: what a ``read_uncommitted`` reader could at best see; the
 raftlog source offers no such reader), and each query's median micro-batch. A
 writer that cannot keep up with the rate leaves rows unseen by the end of the
-drain: their count is the row's ``rows not seen``, and the latency is then a floor.
+drain: their count is the row's ``rows not seen``, and the latency is then a floor;
+when none of the sample was seen the row has no latency columns (the machine does not
+go that far).
 
 Then the fixed cost of a small write, each beside Spark's empty Python writer
 (``bench_count``) in the same run; the goal (issue 48) is <= 1.5x it:
@@ -248,17 +250,24 @@ def latency_run(
             if query is not None:
                 spark_scenario.quiet_stop(spark, query)
     tally = spark_latency_sink.collect(tallies, first_s, end_s)
-    if spark_latency_sink.SEEN not in tally:
-        raise RuntimeError(f"{guarantee} at {rate} rows/s: the reader saw no row of the sample")
-    values, counts = tally[spark_latency_sink.SEEN]
-    seen = int(counts.sum())
     row: Row = {
         "case": f"{guarantee}, {rate:,} rows/s",
         "sink": guarantee,
         "offered rows/s": float(rate),
-        "rows seen/s": seen / (end_s - first_s),
-        **latency_columns(values, counts=counts),
     }
+    seen = 0
+    if spark_latency_sink.SEEN in tally:
+        values, counts = tally[spark_latency_sink.SEEN]
+        seen = int(counts.sum())
+        row.update(latency_columns(values, counts=counts))
+    else:
+        # The machine does not go this far: no row of the sample reached the reader
+        # within the drain. The row says so (rows not seen) rather than failing the run.
+        ctx.note(
+            f"{guarantee} at {rate:,} rows/s: the writer fell behind; no row due in the "
+            f"sample reached the reader within {DRAIN_TIMEOUT_S:g} s of the last"
+        )
+    row["rows seen/s"] = seen / (end_s - first_s)
     if spark_latency_sink.STORED in tally:
         stored_values, stored_counts = tally[spark_latency_sink.STORED]
         stored = latency_columns(stored_values, counts=stored_counts)
@@ -475,7 +484,8 @@ def plot(result: ScenarioResult, fig: Any) -> None:
     runs = [r for r in result.rows if "offered rows/s" in r]
     for guarantee, color in zip(GUARANTEES, ("tab:blue", "tab:orange"), strict=True):
         mine = sorted(
-            (r for r in runs if r["sink"] == guarantee), key=lambda r: r["offered rows/s"]
+            (r for r in runs if r["sink"] == guarantee and "p50 ms" in r),
+            key=lambda r: r["offered rows/s"],
         )
         if not mine:
             continue
