@@ -62,6 +62,11 @@ if [ ! -f "$STAMP" ] || [ "$(cat "$STAMP")" != "$WANT" ]; then
     echo "raftlog setup: installed raftlog into .venv ($after packages, $((after - before)) new; pip's output: $PIP_LOG)" >&2
     printf '%s' "$WANT" > "$STAMP"
 fi
+# Bytecode for raftlog's own modules, as a wheel install has: with PYTHONDONTWRITEBYTECODE
+# set, nothing else writes it, and every new Python worker of Spark compiled the client and
+# the connector from source before its first task (1.4 CPU-s of a first df.write's task
+# workers, py-spy, 2026-12-01). Only stale files are compiled again.
+.venv/bin/python -m compileall -q raftlog connector build >/dev/null 2>&1 || true
 
 java_major() {
     java -version 2>&1 | awk -F'"' '/version/ {split($2, v, "."); print (v[1] == "1" ? v[2] : v[1]); exit}'

@@ -127,7 +127,7 @@ READ_SINKS = ("parquet", EXACTLY_ONCE)
 Configure = Callable[[Any], Any]
 
 
-def _positive(kind: type[float] | type[int]) -> Callable[[str], float | int]:
+def positive_number(kind: type[float] | type[int]) -> Callable[[str], float | int]:
     def parse(text: str) -> float | int:
         try:
             value = kind(text)
@@ -142,17 +142,17 @@ def _positive(kind: type[float] | type[int]) -> Callable[[str], float | int]:
 
 def add_arguments(group: argparse._ArgumentGroup) -> None:
     group.add_argument(
-        "--spark-seconds", type=_positive(float), default=None, help="seconds per sink"
+        "--spark-seconds", type=positive_number(float), default=None, help="seconds per sink"
     )
     group.add_argument(
         "--spark-rows-per-batch",
-        type=_positive(int),
+        type=positive_number(int),
         default=None,
         help="rows per source micro-batch",
     )
     group.add_argument(
         "--spark-rounds",
-        type=_positive(int),
+        type=positive_number(int),
         default=None,
         help="times each sink runs, interleaved (figures pool the rounds)",
     )
@@ -275,13 +275,13 @@ def timed_write(
             raise TimeoutError(f"no micro-batch completed in {FIRST_BATCH_TIMEOUT_S:g} s")
         query.awaitTermination(seconds)  # returns early only when the query fails
     finally:
-        _quiet_stop(spark, query)
+        quiet_stop(spark, query)
     if query.exception() is not None:
         raise RuntimeError(f"the streaming query failed: {query.exception()}")
     return list(query.recentProgress)
 
 
-def _quiet_stop(spark: Any, query: Any) -> None:
+def quiet_stop(spark: Any, query: Any) -> None:
     """Stop ``query``; stopping interrupts the micro-batch in flight, and the stack traces
     Spark logs for that are not errors, so its log is off meanwhile (a real failure is
     still raised from ``query.exception()``)."""
@@ -374,7 +374,7 @@ def _stop_jvm(spark_context: Any) -> None:
         proc.wait(timeout=STOP_JVM_TIMEOUT_S)
 
 
-def _check_java() -> None:
+def check_java() -> None:
     java_home = os.environ.get("JAVA_HOME")
     if not (java_home and Path(java_home, "bin", "java").exists()) and not shutil.which("java"):
         raise Skip("Spark needs Java 17+: apt-get install openjdk-17-jre-headless")
@@ -744,7 +744,7 @@ GOALS = (
 def run(ctx: RunContext) -> list[Row]:
     require("pyspark.sql.datasource", "DataSourceStreamArrowWriter")
     require("pyspark_raftlog.datasource", "DefaultSource")
-    _check_java()
+    check_java()
     with (
         ctx.scratch_dir("spark") as scratch,
         raftlog_local.local_cluster(scratch / "cluster", ctx=ctx) as cluster,

@@ -20,15 +20,22 @@ _LOWEST_US, _HIGHEST_US, _DIGITS = 1, 3_600_000_000, 3
 _SCALE = {"ms": 1e3, "s": 1.0}
 
 
-def histogram(values_s: Iterable[float]) -> HdrHistogram:
-    """An HdrHistogram of ``values_s`` (seconds), recorded in microseconds.
+def histogram(values_s: Iterable[float], counts: Iterable[int] | None = None) -> HdrHistogram:
+    """An HdrHistogram of ``values_s`` (seconds), recorded in microseconds; with
+    ``counts``, ``values_s[i]`` was measured ``counts[i]`` times (millions of rows
+    tallied by value cost one call per distinct value).
 
     Values below 1 µs count as 1 µs and above one hour as one hour: the histogram's
     range, which no benchmark request leaves.
     """
     h = HdrHistogram(_LOWEST_US, _HIGHEST_US, _DIGITS)
-    for v in values_s:
-        h.record_value(min(_HIGHEST_US, max(_LOWEST_US, round(v * 1e6))))
+    values = list(values_s)
+    weights = [1] * len(values) if counts is None else [int(c) for c in counts]
+    if len(weights) != len(values):
+        raise ValueError(f"counts: expected {len(values)} (one per value), got {len(weights)}")
+    for v, n in zip(values, weights, strict=True):
+        if n > 0:
+            h.record_value(min(_HIGHEST_US, max(_LOWEST_US, round(v * 1e6))), n)
     return h
 
 
@@ -58,15 +65,18 @@ def cdf_points(values_s: Iterable[float], unit: str = "ms") -> list[tuple[float,
     return [(h.get_value_at_percentile(q) * scale, q / 100.0) for q in quantiles]
 
 
-def latency_columns(values_s: Iterable[float], unit: str = "ms") -> dict[str, float]:
+def latency_columns(
+    values_s: Iterable[float], unit: str = "ms", counts: Iterable[int] | None = None
+) -> dict[str, float]:
     """``{"p50 ms": .., "p95 ms": .., "p99 ms": .., "p99.9 ms": .., "max ms": ..}``.
 
-    ``unit`` is ``"ms"`` or ``"s"``. Empty input gives no columns: a figure that was
-    not measured is absent from the row, never shown as zero.
+    ``unit`` is ``"ms"`` or ``"s"``; ``counts`` as for :func:`histogram`. Empty input
+    gives no columns: a figure that was not measured is absent from the row, never
+    shown as zero.
     """
     if unit not in _SCALE:
         raise ValueError(f"unit must be one of {sorted(_SCALE)}, got {unit!r}")
-    h = histogram(values_s)
+    h = histogram(values_s, counts)
     if h.get_total_count() == 0:
         return {}
     scale = _SCALE[unit] / 1e6

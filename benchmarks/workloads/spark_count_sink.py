@@ -2,7 +2,9 @@
 
 The ceiling of any Python sink: Spark still converts each micro-batch to Arrow
 and ships it to a Python worker, but ``write()`` does nothing with it beyond
-``num_rows``. Python data sources are pickled by reference and run in Spark's
+``num_rows``. ``df.write.format("bench_count")`` works too (a batch Arrow writer
+that counts): Spark's empty Python writer, the fixed cost of a small ``df.write``
+that any Python sink pays. Python data sources are pickled by reference and run in Spark's
 Python workers, so this module must be importable there: the ``spark``
 scenario puts the repository root on ``PYTHONPATH`` before the JVM starts
 (see :func:`worker_pythonpath`).
@@ -18,6 +20,7 @@ from pathlib import Path
 import pyarrow as pa
 from pyspark.sql.datasource import (
     DataSource,
+    DataSourceArrowWriter,
     DataSourceStreamArrowWriter,
     DataSourceStreamWriter,
     WriterCommitMessage,
@@ -61,8 +64,21 @@ class CountingStreamWriter(DataSourceStreamArrowWriter):
         return None
 
 
+class CountingBatchWriter(DataSourceArrowWriter):
+    """``df.write``: counts the rows of every Arrow batch; commit and abort do nothing."""
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> CountMessage:  # type: ignore[override]
+        return CountingStreamWriter().write(iterator)
+
+    def commit(self, messages: list[WriterCommitMessage | None]) -> None:
+        return None
+
+    def abort(self, messages: list[WriterCommitMessage | None]) -> None:
+        return None
+
+
 class CountingDataSource(DataSource):
-    """``format("bench_count")``: a write-only streaming sink that counts."""
+    """``format("bench_count")``: a write-only sink (streaming and batch) that counts."""
 
     @classmethod
     def name(cls) -> str:
@@ -70,3 +86,6 @@ class CountingDataSource(DataSource):
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
         return CountingStreamWriter()
+
+    def writer(self, schema: StructType, overwrite: bool) -> DataSourceArrowWriter:
+        return CountingBatchWriter()

@@ -93,6 +93,8 @@ TRANSFER_HEARD_TICKS = 10
 """A preferred replica not heard from in this many ticks is not handed the leadership."""
 TRANSFER_LAG_RECORDS = 1000
 """Nor one more records behind than this (the core catches it up while writes wait)."""
+FIRST_ELECTION_TICKS = 2
+"""Ticks after which a new group's preferred replica campaigns (see CoreOptions)."""
 
 TRANSACTIONS_RETENTION = RetentionPolicy(retention_bytes=0)
 """Every closed segment below the leader's limit goes (see ``PartitionReplica.configure``)."""
@@ -143,7 +145,10 @@ class GroupHost:
         self.rm_config = rm_config or RmStmConfig()
         self.transactions_segment_bytes = transactions_segment_bytes
         self.transport = transport
-        self.options = ConsensusOptions(quiesce=quiesce)
+        # A new topic's partitions elect their preferred replica two ticks after creation
+        # (100 ms), not after a randomized election timeout (0.5-1 s): see
+        # CoreOptions.first_election_ticks.
+        self.options = ConsensusOptions(quiesce=quiesce, first_election_ticks=FIRST_ELECTION_TICKS)
         # A peer silent for two election timeouts is declared dead: the quiescent groups
         # it leads wake, and campaign one election timeout later (as without quiescence).
         dead_after_s = max(

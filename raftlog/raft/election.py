@@ -36,6 +36,10 @@ class ElectionTimer:
         self.elapsed = 0
         self.timeout = self._draw()
 
+    def expire_after(self, ticks: int) -> None:
+        """This timeout only: expire ``ticks`` ticks from now (if sooner than drawn)."""
+        self.timeout = min(self.timeout, self.elapsed + max(1, ticks))
+
     def tick(self) -> bool:
         """Advance one tick; True when the timeout has expired."""
         self.elapsed += 1

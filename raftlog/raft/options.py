@@ -51,6 +51,9 @@ class ConsensusOptions:
     transfer_timeout_ticks: int = _CORE.transfer_timeout_ticks
     # Quiescence of idle groups (RaftCore.quiescent); False keeps every group ticking.
     quiesce: bool = _CORE.quiesce
+    # A brand-new group's preferred voter campaigns after this many ticks (0: after a
+    # randomized election timeout, as any follower); see CoreOptions.first_election_ticks.
+    first_election_ticks: int = _CORE.first_election_ticks
     # Save the commit context (and state machine snapshots) every this many ticks.
     commit_context_interval_ticks: int = 20
 
