@@ -82,10 +82,12 @@ from raftlog.rpc.messages import (
 )
 from raftlog.rpc.server import RequestError
 from raftlog.rpc.transport import StreamTransport
+from raftlog.storage.api import VoteState
 from raftlog.storage.batch import RecordBatch
 from raftlog.storage.fs import REAL_FS, DiskFull
 from raftlog.storage.log import SegmentedLog
 from raftlog.storage.open_files import OpenFiles, current_fd_limit, default_budget
+from raftlog.storage.record_writer import RecordWriter
 
 log = logging.getLogger(__name__)
 
@@ -142,6 +144,8 @@ class GroupHost:
         # The node's syncfs, and the device it serves (st_dev of data_dir); None: none.
         self.node_flush: NodeFlush | None = None
         self._flush_device: int | None = None
+        # The groups' vote records, saved in batches off the loop (see _vote_saver).
+        self.record_writer = RecordWriter()
         self.rm_config = rm_config or RmStmConfig()
         self.transactions_segment_bytes = transactions_segment_bytes
         self.transport = transport
@@ -216,6 +220,19 @@ class GroupHost:
             return None
         return self.node_flush.sync
 
+    def _vote_saver(self, log: SegmentedLog) -> Callable[[VoteState], Awaitable[None]]:
+        """How ``log``'s votes are saved: batched with the other groups', off the loop."""
+        # Not behind the node's syncfs: on a disk shared with other writers a syncfs
+        # writes their dirty pages back too (0.6 s a round measured at 3,000 partitions
+        # on the shared machine), and a vote waits for two; small files' fsyncs, run in
+        # parallel threads, are committed together by the journal.
+        writer = self.record_writer
+
+        async def save(vote: VoteState) -> None:
+            await writer.save(*log.vote_record(vote))
+
+        return save
+
     async def _new_consensus(
         self, group: int, directory: pathlib.Path, replicas: list[int]
     ) -> Consensus:
@@ -233,6 +250,7 @@ class GroupHost:
             heartbeats=self.heartbeats,
             clock=self.clock,
             flush_barrier=self._flush_barrier(directory),
+            vote_saver=self._vote_saver(log),
         )
 
     async def open_group(

@@ -73,10 +73,10 @@ from raftlog.faults.failpoints import (
     FailpointError,
     failpoint,
 )
-from raftlog.raft import group_snapshot
+from raftlog.raft import group_snapshot, mutations
 from raftlog.raft.commit_waiters import CommitWaiters
 from raftlog.raft.configuration import Configuration
-from raftlog.raft.core import RaftCore, Role
+from raftlog.raft.core import RaftCore, Ready, Role
 from raftlog.raft.errors import (
     NotLeaderError,
     RaftError,
@@ -85,7 +85,7 @@ from raftlog.raft.errors import (
 from raftlog.raft.flush import FlushCoalescer
 from raftlog.raft.follower_append import FollowerAppend
 from raftlog.raft.follower_install import FollowerInstall
-from raftlog.raft.heartbeat_manager import HeartbeatManager
+from raftlog.raft.heartbeat_manager import HeartbeatManager, unavailable_reply
 from raftlog.raft.membership import Membership
 from raftlog.raft.messages import (
     APPEND_GROUP_UNAVAILABLE,
@@ -146,10 +146,20 @@ class Consensus:
         name: str | None = None,
         flush_barrier: Callable[[], Awaitable[None]] | None = None,
         clock: NodeClock | None = None,
+        vote_saver: Callable[[VoteState], Awaitable[None]] | None = None,
     ) -> None:
         """``clock``: the node's clock, which ticks this group while it is not quiescent
-        (None: a clock of the group's own, started and stopped with it)."""
+        (None: a clock of the group's own, started and stopped with it).
+        ``vote_saver``: makes a vote record durable off the event loop (the node's
+        :class:`~raftlog.storage.record_writer.RecordWriter`, one shared sync for many
+        groups' votes); None: ``log.save_vote`` on the loop. Either way no message that
+        carries a term or a vote leaves before that vote is durable (see process_ready)."""
         self.group = group
+        self._vote_saver = vote_saver
+        # The save of the newest vote in flight (vote_saver only): the sends of every
+        # ready since it was decided, and the replies to peers, wait for it.
+        self._vote_gate: asyncio.Task[None] | None = None
+        self._held: list[Ready] = []
         # The node's syncfs (NodeFlush.sync) that replaces this log's own fsync; None:
         # the log fsyncs its files (see raftlog.raft.flush).
         self._flush_barrier = flush_barrier
@@ -420,7 +430,12 @@ class Consensus:
             self.process_ready()
 
     def _tick(self) -> None:
-        self.core.tick()
+        if self._vote_gate is None or self.core.is_leader:
+            self.core.tick()
+        # else: a vote of this replica is still being saved, and its election timer waits
+        # for it: no new term while the last one's requests have not left (under a slow
+        # disk, thousands of groups would otherwise time out and start term after term,
+        # each costing another save). Fewer ticks only delay an election.
         try:
             self.process_ready()
         except (OSError, FailpointError) as exc:
@@ -570,7 +585,13 @@ class Consensus:
     def process_ready(self) -> None:
         """Carry out what the core asked for, in the order :class:`Ready` states: the
         leader's local append, the vote persisted before anything is sent, then the
-        flush in parallel with the sends."""
+        flush in parallel with the sends.
+
+        With a ``vote_saver`` the vote is saved off the loop: this ready's messages
+        (and those of every later ready) are held until the save returned, and peers'
+        requests are answered only after it (:meth:`handle`; a heartbeat answers "group
+        unavailable" meanwhile). The rest (flush, leadership, commit) goes on at once:
+        it sends nothing that depends on the vote being saved."""
         ready = self.core.take_ready()
         if self.running:
             self._set_ticking(not self.core.quiescent)
@@ -583,14 +604,18 @@ class Consensus:
             # exception propagates): a vote or a term that is not durable never leaves.
             self._unsaved_vote = vote
             failpoint(RAFT_BEFORE_VOTE_SAVE)
-            self.log.save_vote(vote)
+            if self._vote_saver is None:
+                self.log.save_vote(vote)
+            else:
+                # In flight, not unsaved: a failure sets it again (see _vote_saved).
+                self._save_vote_async(vote)
             self._unsaved_vote = None
         if not ready:
             return
-        for node, req in ready.appends:
-            self._entries.send(node, req)
-        for target, message in ready.messages:
-            self.spawn(self._send_message(target, message))
+        if self._vote_gate is not None and not mutations.active("send_before_vote_saved"):
+            self._held.append(ready)
+        else:
+            self._send(ready)
         # After the sends: the appends are on the wire already (send_now) or their tasks
         # run before the flusher's, so they leave before the flush thread starts (and
         # contends for the GIL with them).
@@ -609,6 +634,57 @@ class Consensus:
                 self.recovery.ensure(node)
             for node in ready.promote:
                 self.spawn(self._membership.promote(node))
+
+    def _send(self, ready: Ready) -> None:
+        for node, req in ready.appends:
+            self._entries.send(node, req)
+        for target, message in ready.messages:
+            self.spawn(self._send_message(target, message))
+
+    def _save_vote_async(self, vote: VoteState) -> None:
+        """Start the save of ``vote`` (the newest): it becomes the gate the held sends
+        and the replies wait for. Saves of one group run one after another, in order."""
+        assert self._vote_saver is not None
+        saver, previous = self._vote_saver, self._vote_gate
+
+        async def save() -> None:
+            if previous is not None:
+                # in order: an older record never lands over a newer one
+                await asyncio.gather(previous, return_exceptions=True)
+            await saver(vote)
+
+        gate = self.spawn(save())
+        self._vote_gate = gate
+        gate.add_done_callback(lambda t: self._vote_saved(t, vote))
+
+    def _vote_saved(self, gate: asyncio.Task[None], vote: VoteState) -> None:
+        if gate is not self._vote_gate:
+            return  # a newer save is in flight: the held sends wait for that one
+        self._vote_gate = None
+        held, self._held = self._held, []
+        if gate.cancelled() or not self.running:
+            return
+        if gate.exception() is not None:
+            # As a failed synchronous save: what waited for it is dropped, and the vote
+            # is saved again before the next ready's sends (FsyncFailed stops the node).
+            log_.warning("%s: saving vote %s failed: %r", self.name, vote, gate.exception())
+            if self._unsaved_vote is None:
+                self._unsaved_vote = vote
+            return
+        for ready in held:
+            self._send(ready)
+
+    async def _vote_durable(self) -> None:
+        """Return once the vote state as of now is durable (raises if its save failed)."""
+        gate = self._vote_gate
+        if gate is None or mutations.active("send_before_vote_saved"):
+            return
+        try:
+            await asyncio.shield(gate)
+        except asyncio.CancelledError:
+            if gate.cancelled():  # the group stopped: no reply
+                raise RaftError(f"{self.name} on node {self.node_id} stopped") from None
+            raise
 
     async def _send_message(self, target: int, message: object) -> None:
         try:
@@ -649,23 +725,31 @@ class Consensus:
         """The reply to one peer request addressed to this group."""
         if not self.running:
             raise RaftError(f"group {self.group} on node {self.node_id} is not running")
+        # Every reply waits until the vote state it was decided under is durable.
+        reply: object
         if isinstance(message, AppendEntriesRequest):
-            return await self._follower.handle(message)
-        if isinstance(message, InstallSnapshotRequest):
-            return await self._installer.handle(message)
-        if isinstance(message, VoteRequest):
-            vote_reply = self.core.handle_vote(message)
+            reply = await self._follower.handle(message)
+        elif isinstance(message, InstallSnapshotRequest):
+            reply = await self._installer.handle(message)
+        elif isinstance(message, VoteRequest):
+            reply = self.core.handle_vote(message)
             self.process_ready()
-            return vote_reply
-        if isinstance(message, TimeoutNowRequest):
-            tn_reply = self.core.handle_timeout_now(message)
+        elif isinstance(message, TimeoutNowRequest):
+            reply = self.core.handle_timeout_now(message)
             self.process_ready()
-            return tn_reply
-        raise TypeError(f"group {self.group}: unexpected message {type(message).__name__}")
+        else:
+            raise TypeError(f"group {self.group}: unexpected message {type(message).__name__}")
+        await self._vote_durable()
+        return reply
 
     def handle_heartbeat(self, source: int, hb: Heartbeat) -> HeartbeatReply:
+        """The reply to one heartbeat of a batch (synchronous: the batch is answered at
+        once); while this group's vote is being saved it answers "group unavailable",
+        which the leader ignores, rather than wait (or leave with an unsaved term)."""
         reply = self.core.handle_heartbeat(source, hb)
         self.process_ready()
+        if self._vote_gate is not None and not mutations.active("send_before_vote_saved"):
+            return unavailable_reply(hb)
         return reply
 
     def heartbeats(self) -> list[tuple[int, Heartbeat]]:

@@ -31,6 +31,10 @@ The names and what each one breaks:
 - ``vote_twice_in_term``: a voter grants a candidate although it already voted
   for another (itself included) in the same term (election safety: at most one
   leader per term; one vote per term).
+- ``send_before_vote_saved``: with votes saved off the loop, a ready's messages
+  and the replies to peers leave before the vote they carry is durable (election
+  safety: a crash before the save forgets a vote already given, and the node
+  votes again in that term).
 """
 
 from __future__ import annotations
@@ -49,6 +53,7 @@ MUTATIONS: tuple[str, ...] = (
     "paused_backlog_gap",
     "quiesced_keeps_dead_leader",
     "vote_twice_in_term",
+    "send_before_vote_saved",
 )
 
 ACTIVE: set[str] = set()

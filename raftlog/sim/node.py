@@ -4,25 +4,35 @@
 the log's unflushed tail (keeping only ``keep_unflushed`` unflushed batches);
 ``restart()`` builds a fresh Consensus on the surviving log, as a process
 restart would.
+
+Votes are saved as a node saves them (``Consensus(vote_saver=...)``): off the
+loop, durable only after a seeded delay of up to ``VOTE_SAVE_MAX_S`` (the shared
+sync's latency), so a crash in between loses the vote, and everything the
+replica decided under it must not have left (Ready semantics; the mutation
+``send_before_vote_saved`` lets it leave, and the checks catch the second vote).
 """
 
 from __future__ import annotations
 
 import asyncio
+import random
 from collections.abc import Callable
 from typing import Any
 
 from raftlog.raft.configuration import Configuration
 from raftlog.raft.consensus import Consensus, ConsensusOptions
-from raftlog.raft.core import Role
+from raftlog.raft.core import Role, SafetyViolation
 from raftlog.raft.dispatch import PeerDispatcher
 from raftlog.raft.heartbeat_manager import HeartbeatManager
+from raftlog.raft.messages import HeartbeatBatchReply, HeartbeatBatchRequest, VoteReply, VoteRequest
 from raftlog.raft.node_clock import NodeClock
 from raftlog.sim.network import Endpoint, SimNetwork
 from raftlog.storage.api import VoteState
 from raftlog.storage.memory import MemoryLog
 
 GROUP = 1
+# Up to this long (virtual) between a vote decided and durable: a few fsyncs' worth.
+VOTE_SAVE_MAX_S = 0.002
 
 
 class SimNode:
@@ -69,7 +79,7 @@ class SimNode:
     def _build(self) -> None:
         """A fresh HeartbeatManager and Consensus for this incarnation (not started yet);
         a subclass attaches its state machine here, before the node joins the network."""
-        transport = self.network.transport(self.node_id)
+        transport = _DurableVoteTransport(self, self.network.transport(self.node_id))
         # Node liveness declares a peer dead after an election timeout without a word.
         dead_after_s = max(
             self.options.election_timeout_ticks * self.options.tick_interval_s,
@@ -89,8 +99,36 @@ class SimNode:
             seed=self.seed * 1009 + self.node_id * 7 + self.incarnation,
             heartbeats=self.heartbeats,
             clock=self.clock,
+            vote_saver=self._vote_saver(),
         )
         self.consensus.snapshot_store = self.snapshots
+
+    def _vote_saver(self) -> Callable[[VoteState], Any]:
+        """The node's off-loop vote save: durable (``log.save_vote``, which the checker
+        watches) after a seeded delay; a crash first (the task cancelled) loses it."""
+        rng = random.Random(self.seed * 7919 + self.node_id * 131 + self.incarnation)
+        log = self.log
+
+        async def save(vote: VoteState) -> None:
+            await asyncio.sleep(rng.uniform(0.0, VOTE_SAVE_MAX_S))
+            log.save_vote(vote)
+
+        return save
+
+    def check_durable_vote(self, message: object) -> None:
+        """Ready semantics, on every message this node sends or answers with: its term is
+        at most the durably saved one, and a granted vote is the saved vote. A violation
+        is kept in the network's ``failure`` (the seed fails on it)."""
+        durable = self.log.load_vote()
+        for term, granted_to in _message_terms(message):
+            if term > durable.term or granted_to not in (None, durable.voted_for):
+                exc = SafetyViolation(
+                    f"node {self.node_id} sent {type(message).__name__} (term {term}, "
+                    f"vote for {granted_to}) before saving it: durable {durable}"
+                )
+                if self.network.failure is None:
+                    self.network.failure = exc
+                raise exc
 
     async def compact(self, before_drop: Callable[[], None] | None = None) -> int | None:
         """Retention, as a node does it: save the commit context, then drop the log up
@@ -128,7 +166,13 @@ class SimNode:
             seen = self.on_progress
             self.consensus.core.progress_listener = lambda f, p: seen(self, f, p)
         dispatcher = PeerDispatcher(self.node_id, self.heartbeats)
-        self.network.attach(self.node_id, Endpoint(dispatcher.handle, self.spawn))
+
+        async def handle(message: object) -> object:
+            reply = await dispatcher.handle(message)
+            self.check_durable_vote(reply)
+            return reply
+
+        self.network.attach(self.node_id, Endpoint(handle, self.spawn))
         await self.consensus.start()
         await self.heartbeats.start()
         self.clock.start()
@@ -185,6 +229,36 @@ class SimNode:
             await self.consensus.stop()
             for t in list(self._tasks):
                 t.cancel()
+
+
+def _message_terms(message: object) -> list[tuple[int, int | None]]:
+    """(term, the candidate a vote was granted to or None) of each Raft message within
+    ``message``; prevote messages carry a term nobody saved (by design) and are left out."""
+    if isinstance(message, HeartbeatBatchRequest):
+        return [(hb.term, None) for hb in message.heartbeats]
+    if isinstance(message, HeartbeatBatchReply):
+        return [(r.term, None) for r in message.replies]
+    if isinstance(message, (VoteRequest, VoteReply)) and message.prevote:
+        return []
+    if isinstance(message, VoteReply):
+        return [(message.term, message.target_node if message.granted else None)]
+    term = getattr(message, "term", None)
+    return [] if term is None else [(term, None)]
+
+
+class _DurableVoteTransport:
+    """The node's transport, checking each request against its durable vote first."""
+
+    def __init__(self, node: SimNode, inner: Any) -> None:
+        self._node, self._inner = node, inner
+
+    async def send(self, target_node: int, message: object) -> object:
+        self._node.check_durable_vote(message)
+        return await self._inner.send(target_node, message)
+
+    def send_now(self, target_node: int, message: object) -> Any:
+        self._node.check_durable_vote(message)
+        return self._inner.send_now(target_node, message)
 
 
 class _WatchedLog(MemoryLog):

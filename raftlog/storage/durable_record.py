@@ -23,17 +23,27 @@ _FRAME = struct.Struct("<4sQI")
 TMP_SUFFIX = ".tmp"
 
 
+def frame_record(magic: bytes, payload: bytes) -> bytes:
+    """The file's bytes for ``payload``: what :func:`save_record` writes (and
+    :class:`~raftlog.storage.record_writer.RecordWriter` writes for many at once)."""
+    if len(magic) != 4:
+        raise ValueError(f"magic must be 4 bytes, got {magic!r}")
+    return _FRAME.pack(magic, len(payload), crc32c.crc32c(payload)) + payload
+
+
+def tmp_path(path: pathlib.Path) -> pathlib.Path:
+    """Where a new record for ``path`` is written before it is renamed over it."""
+    return path.with_name(path.name + TMP_SUFFIX)
+
+
 def save_record(path: pathlib.Path, magic: bytes, payload: bytes, fs: FileSystem = REAL_FS) -> None:
     """Durably replace ``path`` with ``payload`` (write tmp, fsync, rename, fsync dir).
 
     Returns only once the new record survives a power cut; a crash before that
     leaves the old record (or none, if there was none) and maybe a ``.tmp`` file.
     """
-    if len(magic) != 4:
-        raise ValueError(f"magic must be 4 bytes, got {magic!r}")
-    tmp = path.with_name(path.name + TMP_SUFFIX)
-    frame = _FRAME.pack(magic, len(payload), crc32c.crc32c(payload))
-    fs.write_file(tmp, frame + payload, fsync=True)
+    tmp = tmp_path(path)
+    fs.write_file(tmp, frame_record(magic, payload), fsync=True)
     fs.rename(tmp, path)
     # Without this the rename (and, for a first save, the name itself) may be lost.
     fs.fsync_dir(path.parent)

@@ -806,5 +806,11 @@ class SegmentedLog:
         self._votes.save(vote)
         self.fsyncs += 1
 
+    def vote_record(self, vote: VoteState) -> tuple[pathlib.Path, bytes]:
+        """The vote file's path and new bytes, for the node's
+        :class:`~raftlog.storage.record_writer.RecordWriter` (it saves many groups'
+        votes behind one shared sync, off the event loop)."""
+        return self._votes.framed(vote)
+
     def load_vote(self) -> VoteState:
         return self._votes.load()

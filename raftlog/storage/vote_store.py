@@ -6,7 +6,7 @@ import pathlib
 import struct
 
 from raftlog.storage.api import StorageCorruption, VoteState
-from raftlog.storage.durable_record import load_record, save_record
+from raftlog.storage.durable_record import frame_record, load_record, save_record
 from raftlog.storage.fs import REAL_FS, FileSystem
 
 FILE_NAME = "vote"
@@ -26,6 +26,13 @@ class VoteStore:
         if vote.term < 0:
             raise ValueError(f"vote.term must be >= 0, got {vote.term}")
         save_record(self._path, _MAGIC, _VOTE.pack(vote.term, vote.voted_for), self._fs)
+
+    def framed(self, vote: VoteState) -> tuple[pathlib.Path, bytes]:
+        """The record's path and the bytes :meth:`save` would put there, for a writer
+        that saves many groups' votes at once (:mod:`raftlog.storage.record_writer`)."""
+        if vote.term < 0:
+            raise ValueError(f"vote.term must be >= 0, got {vote.term}")
+        return self._path, frame_record(_MAGIC, _VOTE.pack(vote.term, vote.voted_for))
 
     def load(self) -> VoteState:
         """The last saved vote, or ``VoteState()`` (term 0, no vote) when none was saved."""

@@ -17,7 +17,9 @@ SEEDS = range(16)
 FLOOR = {  # measured 16, 16, 16, 16, 15 of 16; the 300-seed run: 100/99.7/97.7/100/90 %
     "commit_on_leader_flush": 15,
     "dirty_as_flushed": 15,
-    "vote_ignores_log": 14,
+    # 13 of 16 since votes are saved off the loop (elections' timing shifted; missed on
+    # seeds 6, 8, 11).
+    "vote_ignores_log": 12,
     "skip_truncation": 14,
     # 14 of 16 and 89 % of 64 since a follower whose window is full is paused rather than
     # sent to probe (fewer of the probes whose resets leave replies stale); the seeds
@@ -43,6 +45,10 @@ FLOOR = {  # measured 16, 16, 16, 16, 15 of 16; the 300-seed run: 100/99.7/97.7/
     # every election and vote: 18 of 60). The interaction script split_vote catches it
     # every time.
     "vote_twice_in_term": 14,
+    # Every seed elects: the sim's check of every message against the sender's durable
+    # vote (SimNode.check_durable_vote) sees the first vote request or grant that left
+    # before its save. Measured 16 of 16.
+    "send_before_vote_saved": 15,
 }
 
 
