@@ -172,7 +172,7 @@ def _transactions_end(client: BlockingRaftlogClient) -> int:
 
 def _raw_call(client: BlockingRaftlogClient, req: object) -> object:
     return client.call(
-        lambda c: c._partition_call(TRANSACTIONS_TOPIC, 0, req, CoordinatorEndTxnResponse)
+        lambda c: c.partition_call(TRANSACTIONS_TOPIC, 0, req, CoordinatorEndTxnResponse)
     )
 
 
