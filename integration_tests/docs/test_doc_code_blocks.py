@@ -123,26 +123,18 @@ def home(tmp_path: pathlib.Path) -> Iterator[dict[str, str]]:
             os.environ["RAFTLOG_HOME"] = saved
 
 
+def _run(
+    argv: list[str], env: dict[str, str], cwd: pathlib.Path, timeout_s: float
+) -> subprocess.CompletedProcess:
+    return subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s, env=env, cwd=cwd)
+
+
 def _python(script: str, env: dict[str, str], cwd: pathlib.Path) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-c", script],
-        capture_output=True,
-        text=True,
-        timeout=PYTHON_BLOCK_TIMEOUT_S,
-        env=env,
-        cwd=cwd,
-    )
+    return _run([sys.executable, "-c", script], env, cwd, PYTHON_BLOCK_TIMEOUT_S)
 
 
 def _bash(script: str, env: dict[str, str], cwd: pathlib.Path) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        ["bash", "-c", "set -euo pipefail\n" + script],
-        capture_output=True,
-        text=True,
-        timeout=BLOCK_TIMEOUT_S,
-        env=env,
-        cwd=cwd,
-    )
+    return _run(["bash", "-c", "set -euo pipefail\n" + script], env, cwd, BLOCK_TIMEOUT_S)
 
 
 def _prompted(lines: list[str]) -> list[tuple[str, list[str]]]:
