@@ -291,7 +291,7 @@ class RaftlogClient(AdminCalls, CallRouting):
           naming ``acks``), as a marker acknowledged by the leader alone may be lost.
         - An abort bumps the producer's epoch (the marker is written at
           ``producer_epoch + 1``): later produce or commit at ``producer_epoch``
-          fail with ProducerFencedError. It succeeds with or without an open
+          fail with FencedError. It succeeds with or without an open
           transaction.
         - A commit needs an open transaction (else InvalidTxnStateError), except
           the exact retry of the last commit applied (same epoch and version,

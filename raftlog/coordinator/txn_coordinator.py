@@ -52,12 +52,13 @@ from raftlog.coordinator.commands import (
 )
 from raftlog.coordinator.state import CommandError, Decision
 from raftlog.coordinator.tm_stm import TmStm
-from raftlog.faults import failpoints
-from raftlog.producers.outcomes import (
+from raftlog.errors import (
+    FencedError,
     InvalidProducerEpochError,
     InvalidTxnStateError,
-    ProducerFencedError,
+    TxnLostError,
 )
+from raftlog.faults import failpoints
 from raftlog.rpc.messages import (
     CutParticipant,
     CutTransaction,
@@ -72,7 +73,6 @@ __all__ = [
     "CoordinatorRefusedError",
     "MarkerWriter",
     "TxnCoordinator",
-    "TxnLostError",
 ]
 
 log = logging.getLogger(__name__)
@@ -85,17 +85,12 @@ class CoordinatorRefusedError(ValueError):
     message names the field. Nothing was written."""
 
 
-class TxnLostError(Exception):
-    """A committed participant's transaction was aborted before its commit marker (its
-    partition's transaction timeout passed): the batch is not all readable."""
-
-
 class MarkerWriter(Protocol):
     """Writes one marker on a participant's partition and returns its offset.
 
-    Raises :class:`~raftlog.producers.outcomes.ProducerFencedError`,
-    :class:`~raftlog.producers.outcomes.InvalidTxnStateError` or
-    :class:`~raftlog.producers.outcomes.InvalidProducerEpochError` when the
+    Raises :class:`~raftlog.errors.FencedError`,
+    :class:`~raftlog.errors.InvalidTxnStateError` or
+    :class:`~raftlog.errors.InvalidProducerEpochError` when the
     partition refuses it for those reasons, and anything else when the outcome is
     unknown (the coordinator tries again later).
     """
@@ -283,7 +278,7 @@ class TxnCoordinator:
     async def _commit_marker(self, p: Participant) -> int:
         try:
             offset = await self.markers.write_marker(p, True)
-        except ProducerFencedError as exc:
+        except FencedError as exc:
             raise TxnLostError(
                 f"{p.topic}/{p.partition}: the transaction of producer {p.producer_id} "
                 f"(attempt {p.attempt}, {p.records} records) was aborted before its commit "
@@ -299,7 +294,7 @@ class TxnCoordinator:
         (aborted by an earlier marker, its timeout, or never opened) counts as aborted."""
         try:
             offset = await self.markers.write_marker(p, False)
-        except (ProducerFencedError, InvalidTxnStateError, InvalidProducerEpochError):
+        except (FencedError, InvalidTxnStateError, InvalidProducerEpochError):
             offset = -1
         except Exception as exc:
             raise _unknown(p, exc) from exc

@@ -23,7 +23,8 @@ from typing import Any
 from raftlog.controller.topic_config import TopicConfig
 from raftlog.coordinator.group_stm import CONSUMER_OFFSETS_TOPIC, GroupStm
 from raftlog.coordinator.tm_stm import TRANSACTIONS_TOPIC, TmStm
-from raftlog.coordinator.txn_coordinator import TxnCoordinator, TxnLostError
+from raftlog.coordinator.txn_coordinator import TxnCoordinator
+from raftlog.errors import RaftlogError
 from raftlog.faults import failpoints
 from raftlog.faults.crash import cut_to_flushed
 from raftlog.node.config import (
@@ -33,14 +34,6 @@ from raftlog.node.config import (
 )
 from raftlog.node.replica_lag import FollowerLag, FollowerLagTracker
 from raftlog.node.retention import Retention, RetentionPolicy
-from raftlog.producers.outcomes import (
-    DuplicateSequenceError,
-    InvalidProducerEpochError,
-    InvalidTxnStateError,
-    OutOfOrderSequenceError,
-    ProducerError,
-    ProducerFencedError,
-)
 from raftlog.producers.rm_stm import RmStm, RmStmConfig, check_transactional_acks
 from raftlog.raft.configuration import Configuration
 from raftlog.raft.consensus import Consensus, ConsensusOptions
@@ -788,7 +781,7 @@ class PartitionReplica:
 
 
 class _errors:
-    """Map raft and rm_stm errors to RequestErrors with the right code."""
+    """Map raft, rm_stm and coordinator errors to RequestErrors with the right code."""
 
     def __init__(self, rep: PartitionReplica) -> None:
         self.rep = rep
@@ -815,28 +808,10 @@ class _errors:
             raise RequestError(
                 ErrorCode.TIMEOUT, f"{where}: not acknowledged within {REQUEST_TIMEOUT_S}s{why}"
             ) from exc
-        if isinstance(exc, ProducerError):
-            raise RequestError(_producer_code(exc), f"{where}: {exc}") from exc
-        if isinstance(exc, TxnLostError):
-            raise RequestError(ErrorCode.TRANSACTION_LOST, f"{where}: {exc}") from exc
+        if isinstance(exc, RaftlogError):  # rm_stm's and the coordinator's: the code is theirs
+            raise RequestError(exc.code, f"{where}: {exc}", exc.leader_id) from exc
         if isinstance(exc, ValueError):
             raise RequestError(ErrorCode.INVALID_REQUEST, f"{where}: {exc}") from exc
         if isinstance(exc, RaftError):
             raise RequestError(ErrorCode.LEADER_NOT_AVAILABLE, f"{where}: {exc}") from exc
         return False
-
-
-def _producer_code(exc: ProducerError) -> ErrorCode:
-    if isinstance(exc, ProducerFencedError):
-        return ErrorCode.FENCED
-    if isinstance(exc, InvalidProducerEpochError):
-        return ErrorCode.INVALID_PRODUCER_EPOCH
-    if isinstance(exc, OutOfOrderSequenceError):
-        return ErrorCode.OUT_OF_ORDER_SEQUENCE
-    if isinstance(exc, DuplicateSequenceError):
-        return ErrorCode.DUPLICATE_SEQUENCE
-    if isinstance(exc, InvalidTxnStateError):
-        return ErrorCode.INVALID_TXN_STATE
-    if exc.retriable:
-        return ErrorCode.NOT_LEADER
-    return ErrorCode.INVALID_REQUEST

@@ -23,11 +23,7 @@ from tenacity import (
     wait_exponential,
 )
 
-from raftlog.producers.outcomes import (
-    InvalidProducerEpochError,
-    InvalidTxnStateError,
-    ProducerFencedError,
-)
+from raftlog.errors import InvalidTxnStateError, error_for
 from raftlog.raft.errors import TransportError
 from raftlog.rpc.messages import ErrorCode, Participant
 from raftlog.rpc.peer import WriteTxnMarkerReply, WriteTxnMarkerRequest
@@ -38,14 +34,10 @@ MARKER_RETRY_S = 30.0
 """How long one marker is retried through leader changes before the coordinator gives
 up this round (its caller retries the EndTxn, and the resume timer the decision)."""
 
-_SETTLED: dict[ErrorCode, type[Exception]] = {
-    ErrorCode.FENCED: ProducerFencedError,
-    ErrorCode.INVALID_TXN_STATE: InvalidTxnStateError,
-    ErrorCode.INVALID_PRODUCER_EPOCH: InvalidProducerEpochError,
-    # the partition is gone (its topic deleted): no transaction is left to end there
-    ErrorCode.UNKNOWN_TOPIC: InvalidTxnStateError,
-    ErrorCode.UNKNOWN_PARTITION: InvalidTxnStateError,
-}
+_SETTLED = (ErrorCode.FENCED, ErrorCode.INVALID_TXN_STATE, ErrorCode.INVALID_PRODUCER_EPOCH)
+"""Refusals that settle a marker: the partition will refuse it again, whoever leads."""
+_GONE = (ErrorCode.UNKNOWN_TOPIC, ErrorCode.UNKNOWN_PARTITION)
+"""The partition is gone (its topic deleted): no transaction is left to end there."""
 
 
 class _Retry(Exception):
@@ -116,13 +108,10 @@ class PeerMarkers:
                     raise _Retry(f"node {target}: {exc}") from exc
                 if reply.error is ErrorCode.NONE:
                     return reply.offset
-                settled = _SETTLED.get(reply.error)
-                if settled is ProducerFencedError:
-                    fenced = ProducerFencedError(p.producer_id, -1, p.epoch)
-                    fenced.args = (reply.message,)  # the leader's words, its epoch in them
-                    raise fenced
-                if settled is not None:
-                    raise settled(reply.message)
+                if reply.error in _SETTLED:
+                    raise error_for(reply.error, reply.message)
+                if reply.error in _GONE:
+                    raise InvalidTxnStateError(reply.message)
                 if reply.error.retriable or reply.error is ErrorCode.KAFKA_STORAGE_ERROR:
                     hint = reply.leader_id
                     raise _Retry(reply.message)

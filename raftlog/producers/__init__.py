@@ -5,19 +5,11 @@ transactions").
 
 Modules: ``producer_table`` (the pure, replicated state), ``rm_stm`` (the
 pipelined leader front over Consensus), ``sequencer`` (the client's side),
-``fetch_filter`` (what readers may see), ``outcomes`` (results and errors).
+``fetch_filter`` (what readers may see), ``outcomes`` (results, and the wire
+errors of :mod:`raftlog.errors` they map to).
 """
 
-from raftlog.producers.outcomes import (
-    DuplicateSequenceError,
-    InvalidProducerEpochError,
-    InvalidTxnStateError,
-    OutOfOrderSequenceError,
-    ProducerError,
-    ProduceResult,
-    ProducerFencedError,
-    UnknownOutcomeError,
-)
+from raftlog.producers.outcomes import ProduceResult, UnknownOutcomeError
 from raftlog.producers.producer_table import ProducerTable, ProducerTableConfig
 from raftlog.producers.rm_stm import (
     EndTxnResult,
@@ -29,15 +21,9 @@ from raftlog.producers.rm_stm import (
 from raftlog.producers.sequencer import Send, Sequencer, SequencerError
 
 __all__ = [
-    "DuplicateSequenceError",
     "EndTxnResult",
     "InitProducerResult",
-    "InvalidProducerEpochError",
-    "InvalidTxnStateError",
-    "OutOfOrderSequenceError",
     "ProduceResult",
-    "ProducerError",
-    "ProducerFencedError",
     "ProducerTable",
     "ProducerTableConfig",
     "RmStm",

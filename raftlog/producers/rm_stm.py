@@ -69,6 +69,11 @@ import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
+from raftlog.errors import (
+    InvalidProducerEpochError,
+    InvalidTxnStateError,
+    LeaderNotAvailableError,
+)
 from raftlog.producers.fetch_filter import visible_batches
 from raftlog.producers.markers import (
     DEFAULT_TIMEOUT,
@@ -83,12 +88,9 @@ from raftlog.producers.markers import (
 )
 from raftlog.producers.outcomes import (
     AlreadyWritten,
-    InvalidProducerEpochError,
-    InvalidTxnStateError,
-    ProducerError,
     ProduceResult,
-    ProducerFencedError,
     UnknownOutcomeError,
+    fenced,
     raise_for,
 )
 from raftlog.producers.producer_locks import ProducerLocks
@@ -239,11 +241,8 @@ class _MarkerKey:
         return EndTxnResult(offset, epoch)
 
 
-class SyncError(ProducerError):
+class SyncError(LeaderNotAvailableError):
     """rm_stm could not catch up with the log in a new term; retry (maybe elsewhere)."""
-
-    code = "NOT_LEADER_OR_FOLLOWER"
-    retriable = True
 
 
 @dataclasses.dataclass(slots=True)
@@ -420,7 +419,7 @@ class RmStm:
 
         Returns the batch's offsets, or its original offsets when it was
         already written. Raises :class:`DuplicateSequenceError` (older
-        duplicate), :class:`OutOfOrderSequenceError`, :class:`ProducerFencedError`,
+        duplicate), :class:`OutOfOrderSequenceError`, :class:`~raftlog.errors.FencedError`,
         :class:`UnknownOutcomeError` (retry), NotLeaderError, or ValueError for a
         malformed request.
         """
@@ -578,7 +577,7 @@ class RmStm:
         in-flight) commit or abort returns that marker's offset (see the
         module doc).
 
-        Raises ProducerFencedError for an older epoch (a late commit after an
+        Raises FencedError for an older epoch (a late commit after an
         abort, a timeout or a newer session), InvalidProducerEpochError for an
         epoch never granted, InvalidTxnStateError for no session here, a
         commit with no open transaction, a commit whose ``record_count`` or
@@ -616,7 +615,7 @@ class RmStm:
                 if order < 0:
                     if retried is not None:
                         return retried
-                    raise ProducerFencedError(producer_id, tail.epoch, epoch)
+                    raise fenced(producer_id, tail.epoch, epoch)
                 if order > 0:
                     await self._confirm_term(term)
                     raise InvalidProducerEpochError(

@@ -2,24 +2,28 @@
 
 from __future__ import annotations
 
+from raftlog import errors
+
 
 class RaftError(Exception):
     """Base of every error raised by :mod:`raftlog.raft`."""
 
 
-class NotLeaderError(RaftError):
+class NotLeaderError(RaftError, errors.NotLeaderError):
     """This node is not the group's leader (or is transferring leadership).
 
+    The wire's NotLeaderError (code NOT_LEADER) raised by a group, which it names.
     ``leader_id`` is the leader this node knows of, ``-1`` when unknown; a
     client retries there.
     """
 
     def __init__(self, group: int, leader_id: int, message: str = "") -> None:
-        super().__init__(
-            message or f"group {group}: this node is not the leader (known leader: {leader_id})"
+        errors.NotLeaderError.__init__(
+            self,
+            message or f"group {group}: this node is not the leader (known leader: {leader_id})",
+            leader_id=leader_id,
         )
         self.group = group
-        self.leader_id = leader_id
 
 
 class LeadershipLostError(NotLeaderError):

@@ -12,48 +12,10 @@ offsets, epochs and sequences, as in Kafka.
 from __future__ import annotations
 
 import dataclasses
-import enum
 
+from raftlog.errors import ErrorCode
 from raftlog.rpc.codec import I16_MAX, I32_MAX, I64_MAX, register
 from raftlog.storage.batch import RecordBatch
-
-
-class ErrorCode(enum.IntEnum):
-    """Why a request failed. ``retriable`` ones are retried by the client."""
-
-    NONE = 0
-    NOT_LEADER = 1  # retriable: leader_id/leader_address name the leader when known
-    LEADER_NOT_AVAILABLE = 2  # retriable: an election is in progress
-    TIMEOUT = 3  # retriable: the outcome is unknown
-    UNKNOWN_TOPIC = 4
-    UNKNOWN_PARTITION = 5
-    TOPIC_EXISTS = 6
-    INVALID_REQUEST = 7  # a malformed body or a bad field value
-    RECORD_TOO_LARGE = 8
-    OFFSET_OUT_OF_RANGE = 9
-    NOT_SUPPORTED = 10
-    UNAUTHORIZED = 11
-    FENCED = 12  # an older producer epoch
-    OUT_OF_ORDER_SEQUENCE = 13
-    STALE_TERM = 14
-    INTERNAL = 15
-    DUPLICATE_SEQUENCE = 16  # an older duplicate: already written, offsets no longer known
-    INVALID_TXN_STATE = 17
-    INVALID_PRODUCER_EPOCH = 18  # an epoch never granted (newer than the current one)
-    # Kafka's KAFKA_STORAGE_ERROR: the leader's disk is full (free space below its
-    # --min-free-bytes reserve, or a write found no space); nothing was written. Not
-    # retried by the client: it fails at once and says so (retrying only hides it).
-    KAFKA_STORAGE_ERROR = 19
-    # the transaction coordinator: a committed participant's transaction was aborted
-    # (its partition's transaction timeout) before its commit marker; the batch is lost
-    TRANSACTION_LOST = 20
-    # Kafka's code and name: a replication factor above the nodes that can hold replicas
-    INVALID_REPLICATION_FACTOR = 38
-
-    @property
-    def retriable(self) -> bool:
-        return self in (ErrorCode.NOT_LEADER, ErrorCode.LEADER_NOT_AVAILABLE, ErrorCode.TIMEOUT)
-
 
 ACKS = {"all": -1, "-1": -1, "1": 1, "0": 0}
 """Kafka's acks names -> the wire value (-1 quorum_ack, 1 leader_ack, 0 no_ack)."""

@@ -80,12 +80,8 @@ from raftlog.checker.batches import BATCH_KINDS, BatchHistory, BatchReport, chec
 from raftlog.client.transactions import consistent_cut, producer_id_for
 from raftlog.coordinator.state import CoordinatorState
 from raftlog.coordinator.tm_stm import TRANSACTIONS_TOPIC, TmStm
-from raftlog.coordinator.txn_coordinator import (
-    CoordinatorRefusedError,
-    TxnCoordinator,
-    TxnLostError,
-)
-from raftlog.producers import outcomes
+from raftlog.coordinator.txn_coordinator import CoordinatorRefusedError, TxnCoordinator
+from raftlog.errors import FencedError, OutOfOrderSequenceError, RaftlogError, TxnLostError
 from raftlog.producers.rm_stm import RmStmConfig
 from raftlog.raft.errors import RaftError
 from raftlog.raft.replicate_batcher import Consistency
@@ -392,7 +388,9 @@ class _Writer:
                 if me is not None and me.cancelling():
                     raise
                 self.crashes += 1
-            except (CoordinatorRefusedError, TxnLostError, outcomes.ProducerError) as exc:
+            except (CoordinatorRefusedError, TxnLostError, RaftlogError) as exc:
+                if isinstance(exc, RaftError):
+                    raise  # a raft error the driver's retries did not absorb is a finding
                 # the query fails (a lost transaction, a refused commit): it is restarted
                 self.sim.driver_errors.append(f"{run}: {exc!r}")
             finally:
@@ -610,7 +608,7 @@ class _Writer:
 
         try:
             return await caller.retrying(self.sim.partitions[partition], produce, "produce")
-        except (outcomes.ProducerFencedError, outcomes.OutOfOrderSequenceError):
+        except (FencedError, OutOfOrderSequenceError):
             return None  # aborted by a decision, or by its timeout
 
 

@@ -20,11 +20,11 @@ import random
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol, TypeVar
 
-from raftlog.producers.outcomes import (
+from raftlog.errors import (
     DuplicateSequenceError,
+    FencedError,
     OutOfOrderSequenceError,
-    ProducerError,
-    ProducerFencedError,
+    RaftlogError,
 )
 from raftlog.producers.rm_stm import EndTxnResult, RmStm
 from raftlog.producers.sequencer import MAX_IN_FLIGHT, Sequencer, SequencerError
@@ -67,7 +67,7 @@ class Client:
         return await self.caller.call(self.sim.cluster, lambda node: fn(node.rm))
 
     async def retrying(self, fn: Callable[[RmStm], Awaitable[T]], what: str) -> T:
-        """``call`` until it succeeds or raises a non-retriable ProducerError (bounded)."""
+        """``call`` until it succeeds or raises a non-retriable RaftlogError (bounded)."""
         return await self.caller.retrying(self.sim.cluster, lambda node: fn(node.rm), what)
 
 
@@ -164,9 +164,9 @@ class ProducerModel:
                 except SequencerError as exc:
                     raise InvariantViolation(f"producer {self.pid}: {exc}") from exc
                 retry_later()
-            except ProducerFencedError as exc:
+            except FencedError as exc:
                 fenced.append(exc)
-            except ProducerError as exc:
+            except RaftlogError as exc:
                 if not exc.retriable:
                     raise InvariantViolation(
                         f"producer {self.pid}: produce of sequence {first} failed: {exc!r}"
@@ -300,7 +300,7 @@ class ProducerModel:
                     res = await self.client.retrying(
                         lambda rm: rm.end_transaction(self.pid, seq.epoch, False), "abort"
                     )
-                except ProducerFencedError as exc:
+                except FencedError as exc:
                     raise Fenced(str(exc)) from exc
                 seq.reset(res.producer_epoch)  # an abort bumps the epoch: go on at the new one
             else:
@@ -309,7 +309,7 @@ class ProducerModel:
                     await self.client.retrying(
                         functools.partial(self._commit, seq, txn.version), "commit"
                     )
-                except ProducerFencedError as exc:
+                except FencedError as exc:
                     raise Fenced(str(exc)) from exc  # the next init_producer resolves it
                 txn.outcome = "committed"
                 self.last_committed = txn.version

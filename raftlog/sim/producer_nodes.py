@@ -14,7 +14,7 @@ import traceback
 from collections.abc import Sequence
 from typing import Any, cast
 
-from raftlog.producers.outcomes import ProducerError
+from raftlog.errors import RaftlogError
 from raftlog.producers.rm_stm import RmStm, RmStmConfig
 from raftlog.raft.errors import RaftError
 from raftlog.sim.cluster import SimCluster
@@ -53,7 +53,7 @@ class ProducerSimNode(SimNode):
                 continue
             try:
                 await rm.abort_expired(now_ms())
-            except (ProducerError, RaftError, TimeoutError):
+            except (RaftlogError, RaftError, TimeoutError):
                 continue
             except Exception:
                 self.errors.append("abort_expired failed:\n" + traceback.format_exc())

@@ -49,9 +49,7 @@ import random
 from collections.abc import Iterable
 from typing import TypeVar
 
-from raftlog.producers.outcomes import (
-    ProducerError,
-)
+from raftlog.errors import RaftlogError
 from raftlog.producers.rm_stm import RmStmConfig
 from raftlog.raft.errors import RaftError
 from raftlog.sim.checks import InvariantChecker, InvariantViolation
@@ -280,7 +278,7 @@ class _Sim:
             leader = self.cluster.leader()
             if leader is not None and not leader.rm.table.open_transactions():
                 # a barrier in the leader's term: everything before it is applied there
-                with contextlib.suppress(Lost, RaftError, ProducerError, TimeoutError):
+                with contextlib.suppress(Lost, RaftError, RaftlogError, TimeoutError):
                     await client.call(lambda rm: rm.sync())
                     break
             await asyncio.sleep(step)

@@ -15,7 +15,7 @@ import random
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
-from raftlog.producers.outcomes import ProducerError
+from raftlog.errors import RaftlogError
 from raftlog.raft.errors import RaftError
 from raftlog.sim.checks import InvariantViolation
 from raftlog.sim.cluster import SimCluster
@@ -75,7 +75,7 @@ class Caller:
         for _ in range(MAX_ATTEMPTS):
             try:
                 return await self.call(cluster, fn)
-            except ProducerError as exc:
+            except RaftlogError as exc:
                 if not exc.retriable:
                     raise
             except (Lost, RaftError, TimeoutError):

@@ -15,7 +15,7 @@ from raftlog.client import (
     RaftlogClient,
     unframe_records,
 )
-from raftlog.producers.outcomes import ProducerError
+from raftlog.errors import RaftlogError
 from raftlog.producers.rm_stm import RmStm, RmStmConfig
 from raftlog.raft.replicate_batcher import Consistency
 from raftlog.rpc import codec
@@ -32,15 +32,6 @@ from raftlog.rpc.messages import (
 from raftlog.storage.batch import BatchKind, RecordBatch
 from tests.client.fake_node import FakeNodeServer, Route
 from tests.producers.fake_consensus import FakeConsensus
-
-CODES = {
-    "DUPLICATE_SEQUENCE_NUMBER": ErrorCode.DUPLICATE_SEQUENCE,
-    "OUT_OF_ORDER_SEQUENCE_NUMBER": ErrorCode.OUT_OF_ORDER_SEQUENCE,
-    "PRODUCER_FENCED": ErrorCode.FENCED,
-    "INVALID_PRODUCER_EPOCH": ErrorCode.INVALID_PRODUCER_EPOCH,
-    "INVALID_TXN_STATE": ErrorCode.INVALID_TXN_STATE,
-    "NOT_LEADER_OR_FOLLOWER": ErrorCode.NOT_LEADER,
-}
 
 # fault(request, produce request number) -> None (serve), "not_leader" (refuse, write
 # nothing) or "lose_answer" (write, then never answer: the client's attempt times out)
@@ -75,8 +66,8 @@ class RmStmNode(FakeNodeServer):
         req = codec.decode(await request.read())
         try:
             resp = await self._serve(req)
-        except ProducerError as exc:
-            resp = ErrorResponse(CODES.get(exc.code, ErrorCode.INVALID_REQUEST), str(exc))
+        except RaftlogError as exc:
+            resp = ErrorResponse(exc.code, str(exc))  # the code is the error's, as the node's
         return web.Response(body=codec.encode(resp))
 
     async def _serve(self, req: object) -> object:

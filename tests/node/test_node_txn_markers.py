@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
+from raftlog.errors import FencedError, InvalidTxnStateError
 from raftlog.node.txn_markers import PeerMarkers
-from raftlog.producers.outcomes import InvalidTxnStateError, ProducerFencedError
 from raftlog.raft.errors import TransportError
 from raftlog.rpc.messages import ErrorCode, Participant
 from raftlog.rpc.peer import WriteTxnMarkerReply, WriteTxnMarkerRequest
@@ -64,7 +64,7 @@ async def test_an_abort_marker_is_unchecked_and_tries_each_replica_without_a_hin
 @pytest.mark.parametrize(
     ("code", "error"),
     [
-        (ErrorCode.FENCED, ProducerFencedError),
+        (ErrorCode.FENCED, FencedError),
         (ErrorCode.INVALID_TXN_STATE, InvalidTxnStateError),
         (ErrorCode.UNKNOWN_TOPIC, InvalidTxnStateError),
     ],

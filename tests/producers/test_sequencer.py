@@ -7,11 +7,7 @@ import random
 
 import pytest
 
-from raftlog.producers.outcomes import (
-    DuplicateSequenceError,
-    OutOfOrderSequenceError,
-    ProducerError,
-)
+from raftlog.errors import DuplicateSequenceError, OutOfOrderSequenceError, RaftlogError
 from raftlog.producers.rm_stm import RmStm
 from raftlog.producers.sequencer import Send, Sequencer, SequencerError
 from raftlog.producers.serial import SEQUENCE_MODULUS
@@ -143,7 +139,7 @@ async def test_no_duplicates_and_no_gaps_through_leader_changes(seed: int) -> No
                 seq.on_success(send.first_sequence, send.attempt, None)
             except OutOfOrderSequenceError:
                 seq.on_out_of_order(send.first_sequence, send.attempt)
-            except (ProducerError, RaftError):
+            except (RaftlogError, RaftError):
                 seq.on_retriable(send.first_sequence, send.attempt)
             else:
                 seq.on_success(send.first_sequence, send.attempt, res.base_offset)

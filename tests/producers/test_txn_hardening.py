@@ -15,13 +15,9 @@ import asyncio
 
 import pytest
 
+from raftlog.errors import FencedError, InvalidTxnStateError
 from raftlog.producers.markers import REASON_END_TXN, make_fence, make_marker
-from raftlog.producers.outcomes import (
-    Accept,
-    AlreadyWritten,
-    InvalidTxnStateError,
-    ProducerFencedError,
-)
+from raftlog.producers.outcomes import Accept, AlreadyWritten
 from raftlog.producers.producer_state import LastMarker
 from raftlog.producers.producer_table import ProducerTable
 from raftlog.producers.rm_stm import EndTxnResult, RmStm, RmStmConfig
@@ -95,10 +91,10 @@ async def test_abort_bumps_the_epoch_so_a_late_commit_is_fenced() -> None:
     assert stm.table.get(PID).epoch == s.epoch + 1
     # the zombie's late commit (and its late data) at the old epoch are fenced
     with pytest.raises(
-        ProducerFencedError, match=f"epoch {s.epoch} is older than the current epoch {s.epoch + 1}"
+        FencedError, match=f"epoch {s.epoch} is older than the current epoch {s.epoch + 1}"
     ):
         await stm.end_transaction(PID, s.epoch, commit=True, version=7)
-    with pytest.raises(ProducerFencedError):
+    with pytest.raises(FencedError):
         await stm.replicate(tx_data(2, epoch=s.epoch), Q)
     assert markers(c) == [(BatchKind.TX_ABORT, s.epoch + 1)]
     assert stm.table.aborted.is_aborted(PID, tx.base_offset)
@@ -125,7 +121,7 @@ async def test_retry_of_an_applied_abort_returns_its_offset_instead_of_fenced() 
     # an abort written by init_producer (a newer session) answers no retry of the old one
     await stm.replicate(tx_data(0, epoch=empty.producer_epoch), Q)
     await stm.init_producer(PID)
-    with pytest.raises(ProducerFencedError):
+    with pytest.raises(FencedError):
         await stm.end_transaction(PID, empty.producer_epoch, commit=False)
 
 
@@ -174,7 +170,7 @@ async def test_commit_without_a_transaction_is_refused_but_its_exact_retry_is_an
     # a newer session does not forget it: the retry still returns the commit's offset
     s2 = await stm.init_producer(PID)
     assert await stm.end_transaction(PID, s.epoch, True, 5, record_count=3) == done
-    with pytest.raises(ProducerFencedError):
+    with pytest.raises(FencedError):
         await stm.end_transaction(PID, s.epoch, True, 6)
     assert stm.table.get(PID).last_marker == LastMarker(True, s.epoch, done.offset, 5, 3, 2)
     assert s2.last_committed_version == 5
@@ -272,7 +268,7 @@ async def test_each_session_has_its_own_transaction_timeout() -> None:
     assert await stm.abort_expired(10_499) == []
     assert await stm.abort_expired(10_500) == [1]
     assert list(stm.table.open_transactions()) == [2]
-    with pytest.raises(ProducerFencedError):
+    with pytest.raises(FencedError):
         await stm.end_transaction(1, fast.epoch, commit=True)
     # the writer's own abort at the old epoch is answered by the timeout's abort
     r = await stm.end_transaction(1, fast.epoch, commit=False)
