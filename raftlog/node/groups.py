@@ -75,7 +75,7 @@ from raftlog.rpc.messages import (
 )
 from raftlog.rpc.server import RequestError
 from raftlog.rpc.transport import StreamTransport
-from raftlog.storage.api import VoteState
+from raftlog.storage.api import CommitContext, VoteState
 from raftlog.storage.batch import RecordBatch
 from raftlog.storage.fs import REAL_FS, DiskFull
 from raftlog.storage.log import SegmentedLog
@@ -226,6 +226,19 @@ class GroupHost:
 
         return save
 
+    def _commit_context_saver(
+        self, log: SegmentedLog
+    ) -> Callable[[CommitContext], Awaitable[None]]:
+        """How ``log``'s commit contexts are saved: batched with the other groups'
+        records, off the loop (see Applier.save_commit_context)."""
+        writer = self.record_writer
+
+        async def save(ctx: CommitContext) -> None:
+            await writer.save(*log.commit_context_record(ctx))
+            log.commit_context_saved(ctx)
+
+        return save
+
     async def _new_consensus(
         self, group: int, directory: pathlib.Path, replicas: list[int]
     ) -> Consensus:
@@ -244,6 +257,7 @@ class GroupHost:
             clock=self.clock,
             flush_barrier=self._flush_barrier(directory),
             vote_saver=self._vote_saver(log),
+            commit_context_saver=self._commit_context_saver(log),
         )
 
     async def open_group(

@@ -126,6 +126,11 @@ class RetentionPolicy:
 NO_RETENTION = RetentionPolicy()
 
 
+NOOP_SEGMENTS_WORTH_A_MOVE = 16
+"""Closed segments holding only new leaders' no-ops that justify moving the log start
+on their own (fewer go only along with a data segment that retention deletes)."""
+
+
 def plan_log_start(
     segments: Sequence[SegmentInfo], policy: RetentionPolicy, now_ms: int, limit: int
 ) -> int | None:
@@ -138,11 +143,19 @@ def plan_log_start(
     timestamp holds only a new leader's no-op: no age keeps it); the first
     segment that stays stops the walk (Kafka's rule). The result is never above
     ``limit`` nor past the active segment's base. None: nothing to delete.
+
+    No-op segments alone move the log start only once there are
+    ``NOOP_SEGMENTS_WORTH_A_MOVE`` of them: every new term rolls one (52 bytes), and
+    a log start moved for each costs a replicated write that wakes its quiescent
+    group, on every partition that changed leader (thousands after a failover or a
+    creation: those proposals kept the groups awake ten seconds later).
     """
     if policy.unlimited or len(segments) < 2:
         return None
     total = sum(s.size_bytes for s in segments)
     new_start = None
+    worth_it = False  # a data segment goes, or enough no-op ones
+    noops = 0
     for seg, nxt in itertools.pairwise(segments):
         if nxt.base_offset > limit:
             break
@@ -155,7 +168,12 @@ def plan_log_start(
             break
         total -= seg.size_bytes
         new_start = nxt.base_offset
-    return new_start
+        if seg.max_timestamp_ms < 0 and not over_bytes:
+            noops += 1
+            worth_it = worth_it or noops >= NOOP_SEGMENTS_WORTH_A_MOVE
+        else:
+            worth_it = True
+    return new_start if worth_it else None
 
 
 class Retention:

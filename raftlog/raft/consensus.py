@@ -147,14 +147,19 @@ class Consensus:
         flush_barrier: Callable[[], Awaitable[None]] | None = None,
         clock: NodeClock | None = None,
         vote_saver: Callable[[VoteState], Awaitable[None]] | None = None,
+        commit_context_saver: Callable[[CommitContext], Awaitable[None]] | None = None,
     ) -> None:
         """``clock``: the node's clock, which ticks this group while it is not quiescent
         (None: a clock of the group's own, started and stopped with it).
         ``vote_saver``: makes a vote record durable off the event loop (the node's
         :class:`~raftlog.storage.record_writer.RecordWriter`, one shared sync for many
         groups' votes); None: ``log.save_vote`` on the loop. Either way no message that
-        carries a term or a vote leaves before that vote is durable (see process_ready)."""
+        carries a term or a vote leaves before that vote is durable (see process_ready).
+        ``commit_context_saver``: makes a commit context durable off the event loop (the
+        same writer), except the last one at stop; None: ``log.save_commit_context`` on
+        the loop."""
         self.group = group
+        self.commit_context_saver = commit_context_saver
         self._vote_saver = vote_saver
         # The save of the newest vote in flight (vote_saver only): the sends of every
         # ready since it was decided, and the replies to peers, wait for it.
@@ -295,7 +300,7 @@ class Consensus:
             t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         self._tasks.clear()
-        self.save_commit_context()
+        self.save_commit_context(now=True)
 
     def kill(self) -> None:
         """Stop at once without saving anything (a simulated crash)."""
@@ -427,6 +432,12 @@ class Consensus:
         """Node liveness declared ``node`` dead: the core decides whether to wake."""
         if self.running:
             self.core.on_node_dead(node)
+            self.process_ready()
+
+    def on_node_alive(self, node: int) -> None:
+        """Node liveness heard ``node`` again after declaring it dead."""
+        if self.running:
+            self.core.on_node_alive(node)
             self.process_ready()
 
     def _tick(self) -> None:
@@ -704,7 +715,32 @@ class Consensus:
             listener()
         self.recovery.cancel_all()
         noop = RecordBatch.create(b"", kind=BatchKind.NOOP, timestamp_ms=0)
-        self.replicate([noop], Consistency.LEADER_ACK, expected_term=self.core.term)
+        if self._seal_ahead_fn(self.core.term) is None:
+            self.replicate([noop], Consistency.LEADER_ACK, expected_term=self.core.term)
+        else:  # the no-op of the new term rolls the segment: seal it off the loop first
+            self.spawn(self._noop_after_seal(noop, self.core.term))
+
+    async def _noop_after_seal(self, noop: RecordBatch, term: int) -> None:
+        await self.seal_ahead(term)
+        if self.running and self.core.is_leader and self.core.term == term:
+            self.replicate([noop], Consistency.LEADER_ACK, expected_term=term)
+
+    def _seal_ahead_fn(self, term: int) -> Callable[[], None] | None:
+        if not self.options.flush_in_executor:  # the simulator: no threads
+            return None
+        return self.log.seal_ahead(term)
+
+    async def seal_ahead(self, term: int) -> None:
+        """Before an append of ``term``: when it would roll the active segment, make that
+        segment durable in a thread now, so that the roll does not fsync on the event
+        loop (see ``LogStorage.seal_ahead``); under the truncation lock, as a flush's
+        fsync (no segment is cut or deleted under it)."""
+        if self._seal_ahead_fn(term) is None:
+            return
+        async with self.flusher.truncation_lock:
+            seal = self._seal_ahead_fn(term)  # again: the log may have changed meanwhile
+            if seal is not None:
+                await asyncio.to_thread(seal)
 
     def _on_stepped_down(self) -> None:
         self.recovery.cancel_all()
@@ -799,9 +835,10 @@ class Consensus:
         """Committed batches a state machine's apply() raised on (and skipped) so far."""
         return self._applier.apply_errors
 
-    def save_commit_context(self) -> None:
-        """Save the latest commit context (only offsets this replica has flushed)."""
-        self._applier.save_commit_context()
+    def save_commit_context(self, now: bool = False) -> None:
+        """Save the latest commit context (only offsets this replica has flushed): with
+        ``commit_context_saver`` off the loop, unless ``now`` (durable on return)."""
+        self._applier.save_commit_context(now)
 
     # ------------------------------------------------------------ membership
 

@@ -280,6 +280,11 @@ class RaftCore:
         # that confirmed quiescing in reply to a ``quiesce`` heartbeat since the last wake.
         self._quiescent = False
         self._quiesced_peers: set[int] = set()
+        # Leader: members node liveness declared dead (until heard again); a leader
+        # quiesces without their confirmation (CockroachDB quiesces a range whose
+        # lagging followers are on non-live nodes), so that the groups a dead node was
+        # a member of go quiet again instead of ticking and heartbeating it forever.
+        self._dead_nodes: set[int] = set()
         self._ready = Ready()
         self._refresh_role()
 
@@ -335,7 +340,9 @@ class RaftCore:
 
     def on_node_dead(self, node: int) -> None:
         """Node liveness declared ``node`` dead: wake if it is this quiescent follower's
-        leader, or a member of this quiescent leader's group."""
+        leader, or a member of this quiescent leader's group. Until :meth:`on_node_alive`,
+        a leader quiesces without ``node``'s confirmation (see ``_can_quiesce``)."""
+        self._dead_nodes.add(node)
         if not self._quiescent:
             return
         if self.role is Role.LEADER:
@@ -343,6 +350,20 @@ class RaftCore:
                 self._wake()
         elif node == self.leader_id and not mutations.active("quiesced_keeps_dead_leader"):
             self._wake()
+
+    def on_node_alive(self, node: int) -> None:
+        """Node liveness heard ``node`` again after declaring it dead: a quiescent leader
+        of a group it is a member of wakes, to bring it up to date (it quiesced without
+        it)."""
+        self._dead_nodes.discard(node)
+        if self._quiescent and self.role is Role.LEADER and node in self.progress:
+            self._wake()
+
+    def _live_followers(self) -> set[int]:
+        """Leader: the followers not declared dead; None of them when they are not a
+        majority with the leader (its quorum check must go on then)."""
+        live = self.progress.keys() - self._dead_nodes
+        return live if 2 * (len(live) + 1) > len(self.progress) + 1 else set()
 
     def _can_quiesce(self) -> bool:
         """Leader: nothing to replicate, commit, flush or change (see ``quiescent``)."""
@@ -364,10 +385,13 @@ class RaftCore:
         ):
             return False
         # No "heard lately" condition: each member's confirmation of a quiesce
-        # heartbeat is a fresh reply, and any change since wakes the group.
-        return all(
-            p.state is ProgressState.REPLICATE and self._heartbeat_idle(p)
-            for p in self.progress.values()
+        # heartbeat is a fresh reply, and any change since wakes the group. A member
+        # declared dead is not waited for (nor is its progress looked at).
+        live = self._live_followers() if self._dead_nodes else self.progress.keys()
+        return bool(live) and all(
+            self.progress[n].state is ProgressState.REPLICATE
+            and self._heartbeat_idle(self.progress[n])
+            for n in live
         )
 
     @property
@@ -1010,7 +1034,8 @@ class RaftCore:
             self._quiesced_peers.discard(peer)
             return
         self._quiesced_peers.add(peer)
-        if self._quiesced_peers >= self.progress.keys():
+        live = self._live_followers() if self._dead_nodes else self.progress.keys()
+        if live and self._quiesced_peers >= live:
             self._quiescent = True
 
     def _probe(self, p: FollowerProgress, next_offset: int) -> None:

@@ -42,6 +42,7 @@ class PeerDispatcher:
             (AppendEntriesRequest, VoteRequest, TimeoutNowRequest, InstallSnapshotRequest),
         ):
             raise TypeError(f"not a raft peer request: {type(message).__name__}")
+        self.heartbeats.heard(message.source_node)  # any request of a peer: it is alive
         group = self.heartbeats.group(message.group)
         if group is not None and group.running:
             return await group.handle(message)

@@ -70,6 +70,8 @@ class FollowerAppend:
         c = self._c
         if req.prev_log_offset > c.log.dirty_offset:
             await self._await_predecessor(req)
+        if req.batches:
+            await c.seal_ahead(req.batches[0].term)
         if req.batches and req.batches[0].base_offset <= c.log.dirty_offset:
             # Overlaps the log: a conflicting suffix may be cut, never under an fsync.
             async with c.flusher.truncation_lock:

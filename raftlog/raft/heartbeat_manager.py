@@ -13,7 +13,18 @@ member, empty when no group has a heartbeat for it, so that quiescent groups
 (a reply to our batch, or a batch of its own) within ``dead_after_s`` is alive;
 past it, the peer is *declared dead* once, and every hosted group is told
 (``on_node_dead``: a quiescent one whose leader, or member, is there wakes),
-which costs one pass over the groups per death, not per round. With a
+which costs one pass over the groups per death, not per round. Any request from
+the peer counts as hearing it (the dispatcher says so), not only heartbeats.
+
+Silence is counted in this node's rounds, not in wall time: a round that comes
+late (this node's loop was busy: thousands of groups electing, a burst of
+frames) credits the peers' silence with at most two intervals. Counted in wall
+time, a loop stalled for ``dead_after_s`` found every peer silent (their
+replies unread in its socket buffers) and declared them all dead; every group
+they were members of woke, the extra work stalled the loop again, and a
+3-node cluster of 3,000 partitions declared a node dead 120 times in 7 minutes
+with no node down. As a group's election timer counts ticks, not seconds, a
+node too busy to run its rounds does not judge its peers meanwhile. With a
 :class:`~raftlog.raft.node_clock.NodeClock` (``driven_by_clock``), the clock
 runs the rounds over its active groups only; alone, the manager runs its own
 loop over every registered group.
@@ -56,8 +67,12 @@ class HeartbeatManager:
         self.dead_after_s = dead_after_s
         # True when a NodeClock runs the rounds (start() then runs no loop of its own).
         self.driven_by_clock = False
-        # Liveness: when each peer was last heard from (loop time), and those declared dead.
+        # Liveness: when each peer was last heard from (loop time), its silence since in
+        # this node's rounds (seconds, each round credits at most two intervals), and
+        # the peers declared dead.
         self._last_heard: dict[int, float] = {}
+        self._silent_s: dict[int, float] = {}
+        self._last_round: float | None = None
         self._dead: set[int] = set()
         self.nodes_declared_dead = 0
         # Per-group heartbeats sent (the cost quiescence removes), and node-level batches.
@@ -84,6 +99,7 @@ class HeartbeatManager:
                 if now is None:
                     now = asyncio.get_running_loop().time()
                 self._last_heard[node] = now
+                self._silent_s[node] = 0.0
 
     def is_alive(self, node: int) -> bool:
         """False once ``node`` was declared dead, until it is heard from again."""
@@ -98,15 +114,30 @@ class HeartbeatManager:
             return None
         return asyncio.get_running_loop().time() - heard
 
-    def _heard(self, node: int) -> None:
+    def heard(self, node: int) -> None:
+        """``node`` is alive: a reply or a request of its own just arrived from it. One
+        declared dead is alive again, and every hosted group is told (a leader that
+        quiesced without it wakes to bring it up to date)."""
         if node in self._last_heard or node in self._dead:
             self._last_heard[node] = asyncio.get_running_loop().time()
-            self._dead.discard(node)
+            self._silent_s[node] = 0.0
+            if node in self._dead:
+                self._dead.discard(node)
+                for c in list(self._groups.values()):
+                    if c.running:
+                        c.on_node_alive(node)
 
     def _check_liveness(self) -> None:
         now = asyncio.get_running_loop().time()
-        for node, heard in self._last_heard.items():
-            if node in self._dead or now - heard <= self.dead_after_s:
+        last, self._last_round = self._last_round, now
+        # A late round credits at most two intervals of silence (see the module docstring).
+        credit = 0.0 if last is None else min(now - last, 2 * self.interval_s)
+        for node in self._last_heard:
+            if node in self._dead:
+                continue
+            silent = self._silent_s.get(node, 0.0) + credit
+            self._silent_s[node] = silent
+            if silent <= self.dead_after_s:
                 continue
             self._dead.add(node)
             self.nodes_declared_dead += 1
@@ -121,8 +152,9 @@ class HeartbeatManager:
         return self._groups.get(group)
 
     async def start(self) -> None:
+        self._last_round = None
         for node in self._last_heard:  # a restart: nobody was heard while stopped
-            self._heard(node)
+            self.heard(node)
         if self._task is None and not self.driven_by_clock:
             self._task = asyncio.get_running_loop().create_task(self._run())
 
@@ -183,14 +215,14 @@ class HeartbeatManager:
             self._in_flight.discard(peer)
         if not isinstance(reply, HeartbeatBatchReply) or len(reply.replies) != len(items):
             return
-        self._heard(peer)
+        self.heard(peer)
         for (c, hb), r in zip(items, reply.replies, strict=True):
             if c.running:
                 c.on_heartbeat_reply(peer, hb, r)
 
     async def handle_heartbeats(self, req: HeartbeatBatchRequest) -> HeartbeatBatchReply:
         """Route each group's heartbeat; groups not hosted here answer "unavailable"."""
-        self._heard(req.source_node)
+        self.heard(req.source_node)
         replies = []
         for hb in req.heartbeats:
             c = self._groups.get(hb.group)

@@ -13,7 +13,7 @@ storage and messages.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, Protocol
 
 from raftlog.raft.configuration import ConfigurationHistory
@@ -29,7 +29,7 @@ from raftlog.raft.replicate_batcher import (
     ReplicateStages,
 )
 from raftlog.raft.transport import Transport
-from raftlog.storage.api import LogStorage
+from raftlog.storage.api import CommitContext, LogStorage
 from raftlog.storage.batch import RecordBatch
 
 
@@ -53,6 +53,8 @@ class GroupContext(Protocol):
     batcher: ReplicateBatcher
     running: bool
     truncations: int  # suffix truncations and snapshot installs so far
+    # off-loop saves of the commit context (None: on the loop; see Applier)
+    commit_context_saver: Callable[[CommitContext], Awaitable[None]] | None
 
     @property
     def recovery(self) -> RecoveryStarter: ...
@@ -64,6 +66,8 @@ class GroupContext(Protocol):
     def not_leader_error(self) -> NotLeaderError: ...
 
     def append_local(self, batches: list[RecordBatch]) -> None: ...
+
+    async def seal_ahead(self, term: int) -> None: ...
 
     def truncate_local(self, offset: int) -> None: ...
 
@@ -108,6 +112,11 @@ class HeartbeatGroup(Protocol):
 
     def on_node_dead(self, node: int) -> None:
         """Node liveness declared ``node`` dead (a quiescent group may wake)."""
+        ...
+
+    def on_node_alive(self, node: int) -> None:
+        """Node liveness heard ``node`` again after declaring it dead (a quiescent
+        leader that quiesced without it wakes)."""
         ...
 
     async def handle(self, message: object) -> object:

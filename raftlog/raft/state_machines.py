@@ -39,7 +39,7 @@ import asyncio
 import collections
 import inspect
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Protocol
 
 from raftlog.raft import group_snapshot
@@ -231,13 +231,43 @@ class Applier:
             return self.last_applied
         return max(min(c.core.commit_index, c.log.flushed_offset), self.last_applied)
 
-    def save_commit_context(self) -> None:
-        """Save the latest commit context (only offsets this replica has flushed)."""
+    def save_commit_context(self, now: bool = False) -> None:
+        """Save the latest commit context (only offsets this replica has flushed): off
+        the loop through the group's ``commit_context_saver`` when it has one, unless
+        ``now`` (then durable on return).
+
+        Off the loop because thousands of groups quiesce at once after a failover or a
+        creation, each saving its context: three fsyncs each on the event loop stalled
+        it for seconds, long enough for its peers to declare this node dead. A save
+        still in flight is a save not yet made: a crash keeps the previous context,
+        which is what the replica recovers from anyway (contexts only move forward, one
+        at a time per group through the writer)."""
         c = self._c
         committed = self._snapshot_offset()
         if committed > c.log.flushed_offset or committed <= self._saved_commit:
             return
         snapshot = self._snapshot_at(committed)
         term = c.core.term_at(committed)
-        c.log.save_commit_context(CommitContext(committed, term or 0, snapshot))
-        self._saved_commit = committed
+        ctx = CommitContext(committed, term or 0, snapshot)
+        saver = c.commit_context_saver
+        if saver is None or now:
+            c.log.save_commit_context(ctx)
+            self._saved_commit = committed
+            return
+        previous, self._saved_commit = self._saved_commit, committed
+        c.spawn(self._save_off_loop(saver, ctx, previous))
+
+    async def _save_off_loop(
+        self, saver: Callable[[CommitContext], Awaitable[None]], ctx: CommitContext, previous: int
+    ) -> None:
+        try:
+            await saver(ctx)
+        except BaseException as exc:
+            # Not saved (a disk error, or the group stopping: its stop saves at once):
+            # the next save writes it again.
+            if self._saved_commit == ctx.committed_offset:
+                self._saved_commit = previous
+            if isinstance(exc, Exception):
+                log_.warning("%s: saving the commit context failed: %r", self._c.group, exc)
+                return
+            raise

@@ -20,7 +20,7 @@ Invariants every implementation keeps:
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Protocol
 
 from raftlog.storage.batch import RecordBatch
@@ -151,6 +151,13 @@ class LogStorage(Protocol):
 
         The three steps below in one call, for callers that run them in one thread.
         """
+        ...
+
+    def seal_ahead(self, term: int) -> Callable[[], None] | None:
+        """When appending an entry of ``term`` would roll the active segment (a new
+        term), a blocking function that makes it durable now, as the roll would (to run
+        in a thread before the append, so that the roll does not fsync on the event
+        loop); None when no roll is due or there is nothing to make durable."""
         ...
 
     def prepare_flush(self) -> FlushPlan:

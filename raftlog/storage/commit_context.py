@@ -12,7 +12,7 @@ import pathlib
 import struct
 
 from raftlog.storage.api import CommitContext, StorageCorruption
-from raftlog.storage.durable_record import load_record, save_record
+from raftlog.storage.durable_record import frame_record, load_record, save_record
 from raftlog.storage.fs import REAL_FS, FileSystem
 
 FILE_NAME = "commit_context"
@@ -29,6 +29,15 @@ class CommitContextStore:
 
     def save(self, ctx: CommitContext) -> None:
         """Durably replace the stored context with ``ctx``."""
+        save_record(self._path, _MAGIC, self._payload(ctx), self._fs)
+
+    def framed(self, ctx: CommitContext) -> tuple[pathlib.Path, bytes]:
+        """The record's path and the bytes :meth:`save` would put there, for a writer
+        that saves many groups' records at once (:mod:`raftlog.storage.record_writer`)."""
+        return self._path, frame_record(_MAGIC, self._payload(ctx))
+
+    @staticmethod
+    def _payload(ctx: CommitContext) -> bytes:
         if ctx.committed_offset < -1:
             raise ValueError(
                 "committed_offset must be >= -1 (-1: nothing committed), "
@@ -36,8 +45,7 @@ class CommitContextStore:
             )
         if ctx.term < 0:
             raise ValueError(f"term must be >= 0, got {ctx.term}")
-        payload = _HEAD.pack(ctx.committed_offset, ctx.term) + bytes(ctx.snapshot)
-        save_record(self._path, _MAGIC, payload, self._fs)
+        return _HEAD.pack(ctx.committed_offset, ctx.term) + bytes(ctx.snapshot)
 
     def load(self) -> CommitContext | None:
         """The latest saved context; None when none was ever saved."""

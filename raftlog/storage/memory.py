@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import bisect
 import errno
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from raftlog.storage import contract_checks
 from raftlog.storage.api import CommitContext, FlushPlan, RecoveryReport, VoteState
@@ -87,6 +87,10 @@ class MemoryLog:
         plan = self.prepare_flush()
         self.sync_flush(plan)
         return self.finish_flush(plan)
+
+    def seal_ahead(self, term: int) -> Callable[[], None] | None:
+        """No segments here: nothing to seal ahead (see LogStorage.seal_ahead)."""
+        return None
 
     def prepare_flush(self) -> FlushPlan:
         """Record the dirty offset a flush makes durable (``files``: one marker when any)."""

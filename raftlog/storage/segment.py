@@ -145,6 +145,10 @@ class Segment:
         # Held while the index files are written: a flush's sync (in a thread) and a
         # roll's seal (on the event loop) may persist them at the same time.
         self._persist_lock = threading.Lock()
+        # The size up to which data and both index files were fsynced ahead of a roll
+        # (SegmentedLog.seal_ahead, in a thread); -1: never. The roll skips its seal
+        # when nothing was appended since.
+        self.sealed_size = -1
 
     # Made on first use: opening a log builds a Segment per file, and most never need them.
     @functools.cached_property
@@ -403,6 +407,7 @@ class Segment:
 
         The index file is rewritten and fsynced first, so it never points past the data.
         """
+        self.sealed_size = -1  # appends after the cut may reach the same size again
         with self._persist_lock:
             self.index.truncate(last_offset + 1)
             self.index.persist(fsync=True)

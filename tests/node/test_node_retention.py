@@ -10,6 +10,7 @@ import pytest
 
 from raftlog.node.retention import (
     NO_RETENTION,
+    NOOP_SEGMENTS_WORTH_A_MOVE,
     LogStartStm,
     Retention,
     RetentionPolicy,
@@ -60,6 +61,13 @@ def test_time_rule_walks_oldest_first_and_stops_at_the_first_young_segment() -> 
     # a segment with no timestamp (only a new leader's no-op) has no age to keep it
     segs = _segs((52, -1), (100, 5000), (100, 0))
     assert plan_log_start(segs, RetentionPolicy(-1, 1000), NOW, 10**9) == 20
+    # ... but no-op segments alone are not worth a replicated write (it wakes the
+    # group) until there are NOOP_SEGMENTS_WORTH_A_MOVE of them
+    few = NOOP_SEGMENTS_WORTH_A_MOVE - 1
+    segs = _segs(*[(52, -1)] * few, (100, 0))
+    assert plan_log_start(segs, RetentionPolicy(-1, 1000), NOW, 10**9) is None
+    segs = _segs(*[(52, -1)] * (few + 1), (100, 0))
+    assert plan_log_start(segs, RetentionPolicy(-1, 1000), NOW, 10**9) == 10 * (few + 1)
 
 
 def test_limit_bounds_the_new_start_and_unlimited_deletes_nothing() -> None:

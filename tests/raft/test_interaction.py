@@ -264,6 +264,11 @@ class Interpreter:
         self.net.cores[int(args[0])].on_node_dead(int(args[1]))
         return self._quiescence()
 
+    def cmd_node_alive(self, args: list[str]) -> list[str]:
+        """``node-alive ID NODE``: node liveness on ID hears NODE again."""
+        self.net.cores[int(args[0])].on_node_alive(int(args[1]))
+        return self._quiescence()
+
     def _quiescence(self) -> list[str]:
         return [
             " ".join(

@@ -69,8 +69,10 @@ MUTATION_SEEDS = range(100, 116)
         ("cut_by_marker", "fractured_batch", 0.15),
         # the coordinator forgets the last committed version: a replay commits again (70%)
         ("forget_committed", "duplicated_row", 0.4),
-        # nobody rolls a recorded commit forward; the timeout aborts it (63%)
-        ("skip_roll_forward", "lost_batch", 0.4),
+        # nobody rolls a recorded commit forward; the timeout aborts it (63%; since node
+        # liveness counts silence in rounds: 6 of these 16 seeds, 20 of seeds 100..139;
+        # 8 and 22 before)
+        ("skip_roll_forward", "lost_batch", 0.35),
     ],
 )
 def test_a_planted_bug_is_caught(mutation: str, kind: str, least: float) -> None:

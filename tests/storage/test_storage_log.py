@@ -252,3 +252,38 @@ def test_batches_larger_than_a_read_chunk_read_back_whole(tmp_path):
     reopened = SegmentedLog.open(tmp_path / "big", segment_bytes=8 * 1024 * 1024)
     assert reopened.read(0, 10**7) == small + big
     reopened.close()
+
+
+def test_seal_ahead_leaves_the_roll_nothing_to_fsync_unless_appended_since(
+    tmp_path: pathlib.Path,
+) -> None:
+    """A new term rolls the segment; ``seal_ahead`` makes the old one durable first (in
+    a thread, in the node), so the roll on the event loop only creates the new one. An
+    append of the old term after the seal ahead makes the roll seal again."""
+    with SegmentedLog.open(tmp_path / "a", index_interval_bytes=64) as log:
+        term1 = make_batches(0, 1, [100, 100, 100])
+        log.append(term1)
+        assert log.seal_ahead(1) is None  # the same term: no roll due
+        seal = log.seal_ahead(2)
+        assert seal is not None
+        seal()
+        assert log.seal_ahead(2) is None  # sealed already
+        fsyncs = log.fsyncs
+        term2 = make_batches(6, 2, [100])
+        log.append(term2)  # the roll
+        assert log.fsyncs == fsyncs, "the roll fsynced a segment sealed ahead"
+        # a seal ahead alone claims nothing flushed: the new term's data is not durable
+        assert log.flushed_offset < log.dirty_offset
+
+    with SegmentedLog.open(tmp_path / "b", index_interval_bytes=64) as log:
+        log.append(make_batches(0, 1, [100, 100]))
+        seal = log.seal_ahead(2)
+        assert seal is not None
+        seal()
+        log.append(make_batches(4, 1, [100]))  # the old term again, after the seal
+        fsyncs = log.fsyncs
+        log.append(make_batches(6, 2, [100]))
+        assert log.fsyncs == fsyncs + 1, "the roll did not seal what was appended since"
+
+    with SegmentedLog.open(tmp_path / "a") as log:  # reopened: both terms read back
+        assert log.read(0, 1 << 20) == term1 + term2
