@@ -231,13 +231,25 @@ class Applier:
             return self.last_applied
         return max(min(c.core.commit_index, c.log.flushed_offset), self.last_applied)
 
-    def save_commit_context(self) -> None:
-        """Save the latest commit context (only offsets this replica has flushed)."""
+    def commit_context_due(self) -> CommitContext | None:
+        """The commit context to save now (only offsets this replica has flushed), or
+        None when the one saved is current. Taken on the loop: the snapshot is the
+        state machines' state as of its offset."""
         c = self._c
         committed = self._snapshot_offset()
         if committed > c.log.flushed_offset or committed <= self._saved_commit:
-            return
-        snapshot = self._snapshot_at(committed)
+            return None
         term = c.core.term_at(committed)
-        c.log.save_commit_context(CommitContext(committed, term or 0, snapshot))
-        self._saved_commit = committed
+        return CommitContext(committed, term or 0, self._snapshot_at(committed))
+
+    def commit_context_saved(self, committed: int) -> None:
+        """A context taken by :meth:`commit_context_due` is durable."""
+        self._saved_commit = max(self._saved_commit, committed)
+
+    def save_commit_context(self) -> None:
+        """Save the latest commit context now, on the caller's thread (see
+        :meth:`commit_context_due`)."""
+        ctx = self.commit_context_due()
+        if ctx is not None:
+            self._c.log.save_commit_context(ctx)
+            self.commit_context_saved(ctx.committed_offset)

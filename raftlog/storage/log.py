@@ -35,6 +35,7 @@ import functools
 import itertools
 import logging
 import pathlib
+import threading
 from collections.abc import Callable, Sequence
 from typing import Concatenate, ParamSpec, TypeVar
 
@@ -123,8 +124,9 @@ def _stops_on_failed_fsync(
 class SegmentedLog:
     """One Raft group's log on disk. Create with :meth:`open`.
 
-    Not thread-safe, with one exception: :meth:`sync_flush` may run in a thread
-    while the event loop appends and reads (never while it truncates or closes).
+    Not thread-safe, with two exceptions: :meth:`sync_flush` and
+    :meth:`save_commit_context` may run in a thread while the event loop appends
+    and reads (never while it truncates or closes).
 
     Invariants: ``start_offset - 1 <= flushed_offset <= dirty_offset``; segments
     are contiguous, never empty, each of one term, terms non-decreasing.
@@ -161,6 +163,9 @@ class SegmentedLog:
         # The committed offset of the last commit context saved or found on open (-1: none):
         # state machines restart from it, so retention never deletes past it.
         self._saved_commit = -1
+        # Saves of the commit context may run in a thread (the periodic save) beside
+        # one on the loop (a snapshot install): one at a time, as they share a .tmp name.
+        self._commit_context_lock = threading.Lock()
         self.recovery_report = RecoveryReport(dirty_offset=-1, start_offset=0, segments=0)
         # Durability barriers issued since open: data fsyncs of a flush or of a segment
         # seal, durable truncations, and vote and commit context saves (each counts one,
@@ -792,10 +797,19 @@ class SegmentedLog:
 
     @_stops_on_failed_fsync
     def save_commit_context(self, ctx: CommitContext) -> None:
-        """Durably replace the commit context (only the latest is kept)."""
-        self._commit_contexts.save(ctx)
-        self.fsyncs += 1
-        self._saved_commit = ctx.committed_offset
+        """Durably replace the commit context (only the latest is kept).
+
+        May run in a thread (see the class doc). Saves are serialized, and a context
+        older than the one already saved (a save in a thread that lost the race with a
+        newer one, e.g. a snapshot install's) is not written: committed offsets only
+        grow, and the file must never go back below what the log was restarted at.
+        """
+        with self._commit_context_lock:
+            if ctx.committed_offset < self._saved_commit:
+                return
+            self._commit_contexts.save(ctx)
+            self.fsyncs += 1
+            self._saved_commit = ctx.committed_offset
 
     def load_commit_context(self) -> CommitContext | None:
         return self._commit_contexts.load()

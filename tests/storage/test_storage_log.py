@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pathlib
+import threading
 
 import pytest
 from storage_helpers import flip_byte, make_batches, segment_files
@@ -128,7 +129,47 @@ def test_vote_and_commit_context_roundtrip(log):
     assert log.load_commit_context() == ctx
 
 
+def test_an_older_commit_context_never_replaces_a_newer_one(log):
+    # The periodic save runs in a thread and can lose the race with a newer save on the
+    # loop (a snapshot install's): the file must not go back to the older context.
+    newer = CommitContext(committed_offset=90, term=3, snapshot=b"installed")
+    log.save_commit_context(newer)
+    log.save_commit_context(CommitContext(committed_offset=40, term=2, snapshot=b"stale"))
+    assert log.load_commit_context() == newer
+    assert log.commit_context_offset == 90
+    again = CommitContext(committed_offset=90, term=3, snapshot=b"same offset")
+    log.save_commit_context(again)
+    assert log.load_commit_context() == again
+
+
 # -- SegmentedLog only --------------------------------------------------------------------
+
+
+def test_commit_context_saves_from_a_thread_and_the_loop_never_mix(tmp_path):
+    """Saves in two threads at once (the periodic one in a thread, one on the loop) share
+    the .tmp name: each must land whole, and the newest must stay, every round."""
+    with open_log(tmp_path / "log") as log:
+        for round_ in range(60):
+            base = round_ * 100
+            contexts = [
+                CommitContext(base + i, 1, bytes([i]) * (200_000 if i % 2 else 10))
+                for i in range(1, 9)
+            ]
+            start = threading.Barrier(2)
+
+            def save(mine: list[CommitContext], start: threading.Barrier) -> None:
+                start.wait()
+                for ctx in mine:
+                    log.save_commit_context(ctx)
+
+            other = threading.Thread(target=save, args=(contexts[0::2], start))
+            other.start()
+            save(contexts[1::2], start)
+            other.join(timeout=30)
+            assert not other.is_alive()
+            assert log.load_commit_context() == contexts[-1], f"round {round_}"
+            assert log.commit_context_offset == base + 8
+            assert sorted(p.name for p in (tmp_path / "log").iterdir() if ".tmp" in p.name) == []
 
 
 def test_segments_roll_on_size_and_term_and_names_carry_base_and_term(tmp_path):
