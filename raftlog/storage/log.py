@@ -826,7 +826,14 @@ class SegmentedLog:
 
     @_stops_on_failed_fsync
     def save_commit_context(self, ctx: CommitContext) -> None:
-        """Durably replace the commit context (only the latest is kept)."""
+        """Durably replace the commit context (only the latest is kept).
+
+        A context older than the one already saved (one taken before a snapshot
+        install's, saved after it) is not written: committed offsets only grow, and
+        the file must never go back below what the log was restarted at.
+        """
+        if ctx.committed_offset < self._saved_commit:
+            return
         self._commit_contexts.save(ctx)
         self.fsyncs += 1
         self._saved_commit = ctx.committed_offset

@@ -218,7 +218,12 @@ class MemoryLog:
     # -- records --------------------------------------------------------------------------
 
     def save_commit_context(self, ctx: CommitContext) -> None:
-        self._commit_context = ctx
+        """As the on-disk log's: a context older than the saved one is not written."""
+        if (
+            self._commit_context is None
+            or ctx.committed_offset >= self._commit_context.committed_offset
+        ):
+            self._commit_context = ctx
 
     @property
     def commit_context_offset(self) -> int:

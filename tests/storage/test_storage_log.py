@@ -128,6 +128,19 @@ def test_vote_and_commit_context_roundtrip(log):
     assert log.load_commit_context() == ctx
 
 
+def test_an_older_commit_context_never_replaces_a_newer_one(log):
+    # A context taken before a snapshot install's but saved after it: the file must not
+    # go back to the older context.
+    newer = CommitContext(committed_offset=90, term=3, snapshot=b"installed")
+    log.save_commit_context(newer)
+    log.save_commit_context(CommitContext(committed_offset=40, term=2, snapshot=b"stale"))
+    assert log.load_commit_context() == newer
+    assert log.commit_context_offset == 90
+    again = CommitContext(committed_offset=90, term=3, snapshot=b"same offset")
+    log.save_commit_context(again)
+    assert log.load_commit_context() == again
+
+
 # -- SegmentedLog only --------------------------------------------------------------------
 
 
