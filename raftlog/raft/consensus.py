@@ -21,8 +21,14 @@ Writing (leader only)::
 it committed (outcome uncertain), and :class:`TermMismatchError` when
 ``expected_term`` is not the current term (nothing appended).
 
+Driving the core: every message reaches the pure core through ``step(message)``
+(``RaftCore.step``: a peer's request or reply, or a local message of
+:mod:`raftlog.raft.local_messages`), which carries out the core's ``Ready`` at
+once and returns it; a request's reply is in that ready (replies leave the core
+only there). ``status()``: the core's immutable snapshot (progress included).
+
 Incoming peer requests: ``await c.handle(message)`` for append entries, vote
-(and prevote) and timeout-now; heartbeat batches go to the node-level
+(and prevote), timeout-now and snapshot chunks; heartbeat batches go to the node-level
 :class:`HeartbeatManager` (``handle_heartbeats``), which routes to groups.
 :class:`~raftlog.raft.dispatch.PeerDispatcher` does that routing for a node.
 
