@@ -4,7 +4,7 @@ One configuration change is in flight at a time (the core's
 ``config_change_in_flight``); each is a configuration entry replicated at
 ``quorum_ack``, effective on every replica when appended. A learner is
 promoted to voter when the core asks (it caught up: see ``RaftCore._maybe_promote``).
-A transfer stops writes (``begin_transfer``); the core catches the target up,
+A transfer stops writes (a ``TransferLeadership`` step); the core catches the target up,
 sends it timeout-now once it matches the leader's log and gives up after
 ``transfer_timeout_ticks``; this stage waits for the outcome.
 """

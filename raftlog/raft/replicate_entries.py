@@ -5,7 +5,7 @@ For one drained batch of requests from the ``replicate_batcher``:
 1. requests whose expected term is not the current term fail with
    ``TermMismatchError`` without being appended; everything fails with
    ``NotLeaderError`` when this node does not accept writes;
-2. the core places the batches (:meth:`RaftCore.propose`: offset, term) and
+2. the core places the batches (a ``Propose`` step: offset, term) and
    decides, per follower, whether the append is streamed to it (``REPLICATE``
    with room in its in-flight window), waits (a full window: the follower is
    paused until a reply frees a slot) or the follower goes to ``recovery``;
