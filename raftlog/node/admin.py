@@ -436,14 +436,14 @@ class AdminApi(NodeParts):
         matched_at: list[int] = []
 
         async def behind() -> bool:
-            core = self.controller.core
-            p = core.progress.get(node)
+            status = self.controller.status()
+            p = status.peers.get(node)
             if p is None:
                 return False
             if not matched_at:
                 if p.match_offset < self.controller.commit_index:
                     return True
-                matched_at.append(core.ticks)
+                matched_at.append(status.ticks)
             return p.last_heard_tick < matched_at[0] + HEARD_AFTER_TICKS
 
         await AsyncRetrying(

@@ -328,11 +328,12 @@ class GroupHost:
         ``TRANSFER_LAG_RECORDS`` behind, so the pause in writes while the core catches it
         up is short (never stalls writes for a follower that is behind or unreachable).
         False when it did not try."""
-        p = c.core.progress.get(target)
+        status = c.status()
+        p = status.peers.get(target)
         if (
             p is None
             or p.state is not ProgressState.REPLICATE
-            or c.core.ticks - p.last_heard_tick > TRANSFER_HEARD_TICKS
+            or status.ticks - p.last_heard_tick > TRANSFER_HEARD_TICKS
             or c.log.dirty_offset - p.match_offset > TRANSFER_LAG_RECORDS
         ):
             return False
@@ -349,11 +350,11 @@ def last_heard_ms(c: Consensus) -> dict[int, int]:
     the leader balancer live). Empty on a follower, which tracks no one."""
     if not c.is_leader:
         return {}
-    core = c.core
+    status = c.status()
     tick_ms = c.options.tick_interval_s * 1000
     heard: dict[int, int] = {}
-    for node, p in sorted(core.progress.items()):
-        ms = int((core.ticks - p.last_heard_tick) * tick_ms)
+    for node, p in sorted(status.peers.items()):
+        ms = int((status.ticks - p.last_heard_tick) * tick_ms)
         ago = c.node_heard_ago_s(node)
         heard[node] = ms if ago is None else max(ms, int(ago * 1000))
     return heard
@@ -476,7 +477,7 @@ class PartitionReplica:
         """The leader is to leave the group: hand the leadership to the caught-up voter
         of ``target`` that comes first (the new leader finishes the move)."""
         c = self.consensus
-        progress = c.core.progress
+        progress = c.status().peers
         ready = [
             n
             for n in target
@@ -519,7 +520,7 @@ class PartitionReplica:
         if not c.is_leader:
             return {}
         end = c.dirty_offset
-        return {node: max(0, end - p.match_offset) for node, p in c.core.progress.items()}
+        return {node: max(0, end - p.match_offset) for node, p in c.status().peers.items()}
 
     def sample_lag(self, now_s: float) -> None:
         """Feed the follower lag tracker one sample of the leader's progress (forgets
@@ -531,7 +532,7 @@ class PartitionReplica:
             # An idle node then samples nothing per partition.
             self.lag.reset()
             return
-        matched = {node: p.match_offset for node, p in c.core.progress.items()}
+        matched = {node: p.match_offset for node, p in c.status().peers.items()}
         self.lag.observe(now_s, c.term, c.dirty_offset, matched)
 
     def lagging_followers(self, now_s: float, max_lag_ms: int) -> list[FollowerLag]:

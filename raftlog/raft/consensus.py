@@ -21,8 +21,14 @@ Writing (leader only)::
 it committed (outcome uncertain), and :class:`TermMismatchError` when
 ``expected_term`` is not the current term (nothing appended).
 
+Driving the core: every message reaches the pure core through ``step(message)``
+(``RaftCore.step``: a peer's request or reply, or a local message of
+:mod:`raftlog.raft.local_messages`), which carries out the core's ``Ready`` at
+once and returns it; a request's reply is in that ready (replies leave the core
+only there). ``status()``: the core's immutable snapshot (progress included).
+
 Incoming peer requests: ``await c.handle(message)`` for append entries, vote
-(and prevote) and timeout-now; heartbeat batches go to the node-level
+(and prevote), timeout-now and snapshot chunks; heartbeat batches go to the node-level
 :class:`HeartbeatManager` (``handle_heartbeats``), which routes to groups.
 :class:`~raftlog.raft.dispatch.PeerDispatcher` does that routing for a node.
 
@@ -76,7 +82,7 @@ from raftlog.faults.failpoints import (
 from raftlog.raft import group_snapshot, mutations
 from raftlog.raft.commit_waiters import CommitWaiters
 from raftlog.raft.configuration import Configuration
-from raftlog.raft.core import RaftCore, Ready, Role
+from raftlog.raft.core import Message, RaftCore, Ready, Role, Status, reply_in
 from raftlog.raft.errors import (
     NotLeaderError,
     RaftError,
@@ -86,9 +92,19 @@ from raftlog.raft.flush import FlushCoalescer
 from raftlog.raft.follower_append import FollowerAppend
 from raftlog.raft.follower_install import FollowerInstall
 from raftlog.raft.heartbeat_manager import HeartbeatManager, unavailable_reply
+from raftlog.raft.local_messages import (
+    ConfigurationChanged,
+    HeartbeatAnswered,
+    HeartbeatFrom,
+    HeartbeatRound,
+    LocalFlushed,
+    NodeAlive,
+    NodeDead,
+    StepDown,
+    Tick,
+)
 from raftlog.raft.membership import Membership
 from raftlog.raft.messages import (
-    APPEND_GROUP_UNAVAILABLE,
     AppendEntriesRequest,
     Heartbeat,
     HeartbeatReply,
@@ -378,8 +394,7 @@ class Consensus:
         if not self.running:
             return
         try:
-            self.core.step_down()
-            self.process_ready()
+            self.step(StepDown())
         except Exception as again:  # the vote save failed: retried on the next tick
             log_.error("%s on node %s: stepping down: %r", self.name, self.node_id, again)
 
@@ -431,18 +446,16 @@ class Consensus:
     def on_node_dead(self, node: int) -> None:
         """Node liveness declared ``node`` dead: the core decides whether to wake."""
         if self.running:
-            self.core.on_node_dead(node)
-            self.process_ready()
+            self.step(NodeDead(node))
 
     def on_node_alive(self, node: int) -> None:
         """Node liveness heard ``node`` again after declaring it dead."""
         if self.running:
-            self.core.on_node_alive(node)
-            self.process_ready()
+            self.step(NodeAlive(node))
 
     def _tick(self) -> None:
         if self._vote_gate is None or self.core.is_leader:
-            self.core.tick()
+            self.core.step(Tick())
         # else: a vote of this replica is still being saved, and its election timer waits
         # for it: no new term while the last one's requests have not left (under a slow
         # disk, thousands of groups would otherwise time out and start term after term,
@@ -496,6 +509,11 @@ class Consensus:
     def configuration(self) -> Configuration:
         return self.configs.latest
 
+    def status(self) -> Status:
+        """The core's immutable snapshot: term, role, commit index, and on a leader each
+        other member's progress (:meth:`RaftCore.status`)."""
+        return self.core.status()
+
     def not_leader_error(self) -> NotLeaderError:
         core = self.core
         known = core.transfer_target if core.transfer_target != -1 else core.leader_id
@@ -530,7 +548,7 @@ class Consensus:
         self.log.append(batches)
         self._applier.appended(batches)
         if self.configs.observe(batches):
-            self.core.on_configuration_changed()
+            self.core.step(ConfigurationChanged())
             self._watch_members()
         self._follower.appended()
 
@@ -549,7 +567,7 @@ class Consensus:
         self.log.save_commit_context(ctx)
         self.log.restart_at(offset + 1, term)
         self.configs.restart(*config)
-        self.core.on_configuration_changed()
+        self.core.step(ConfigurationChanged())
         self._watch_members()
         self._applier.install(ctx)
         if self.snapshot_store is not None:
@@ -575,11 +593,17 @@ class Consensus:
             self._heartbeats.watch(self.peer_nodes())
 
     def truncate_local(self, offset: int) -> None:
-        """Drop the log from ``offset`` on (a follower's conflicting suffix)."""
+        """Drop the log from ``offset`` on (a follower's conflicting suffix); only under
+        the flusher's truncation lock (no suffix is cut under an fsync)."""
+        if not self.flusher.truncation_lock.locked():
+            raise RaftError(
+                f"{self.name} on node {self.node_id}: a truncation at {offset} without the "
+                f"truncation lock (dirty offset {self.log.dirty_offset})"
+            )
         self.truncations += 1
         self.log.truncate(offset)
         if self.configs.truncate(offset):
-            self.core.on_configuration_changed()
+            self.core.step(ConfigurationChanged())
 
     def register_commit_waiter(
         self, result: ReplicateResult, future: asyncio.Future[ReplicateResult]
@@ -588,15 +612,22 @@ class Consensus:
 
     def _on_flushed(self, flushed: int) -> None:
         if self.running:
-            self.core.on_local_flush()
-            self.process_ready()
+            self.step(LocalFlushed())
 
     # -------------------------------------------------------------- ready
 
-    def process_ready(self) -> None:
+    def step(self, message: Message) -> Ready:
+        """Give ``message`` to the core and carry out its ready (:meth:`process_ready`);
+        that ready (its ``replies`` are the caller's to return to the peers)."""
+        self.core.step(message)
+        return self.process_ready()
+
+    def process_ready(self) -> Ready:
         """Carry out what the core asked for, in the order :class:`Ready` states: the
-        leader's local append, the vote persisted before anything is sent, then the
-        flush in parallel with the sends.
+        local log (the leader's placed batches, a follower's truncations and appends),
+        the vote persisted before anything is sent, then the flush in parallel with the
+        sends; the ready (replies and install chunks are its caller's: the stage that
+        stepped the message they answer).
 
         With a ``vote_saver`` the vote is saved off the loop: this ready's messages
         (and those of every later ready) are held until the save returned, and peers'
@@ -609,6 +640,11 @@ class Consensus:
         if ready.append:
             # Local, not a message: it goes even when the vote's save below fails.
             self.append_local(ready.append)
+        for plan in ready.persist:
+            if plan.truncate_at != -1:
+                self.truncate_local(plan.truncate_at)
+            if plan.batches:
+                self.append_local(plan.batches)
         vote = ready.vote if ready.vote is not None else self._unsaved_vote
         if vote is not None:
             # Until this save succeeds, what this ready asked to send is dropped (the
@@ -622,7 +658,7 @@ class Consensus:
                 self._save_vote_async(vote)
             self._unsaved_vote = None
         if not ready:
-            return
+            return ready
         if self._vote_gate is not None and not mutations.active("send_before_vote_saved"):
             self._held.append(ready)
         else:
@@ -645,6 +681,7 @@ class Consensus:
                 self.recovery.ensure(node)
             for node in ready.promote:
                 self.spawn(self._membership.promote(node))
+        return ready
 
     def _send(self, ready: Ready) -> None:
         for node, req in ready.appends:
@@ -704,11 +741,8 @@ class Consensus:
             return
         if not self.running:
             return
-        if isinstance(reply, VoteReply):
-            self.core.handle_vote_reply(reply)
-        elif isinstance(reply, TimeoutNowReply):
-            self.core.handle_timeout_now_reply(reply)
-        self.process_ready()
+        if isinstance(reply, (VoteReply, TimeoutNowReply)):
+            self.step(reply)
 
     def _on_became_leader(self) -> None:
         for listener in self.leader_listeners:
@@ -767,12 +801,8 @@ class Consensus:
             reply = await self._follower.handle(message)
         elif isinstance(message, InstallSnapshotRequest):
             reply = await self._installer.handle(message)
-        elif isinstance(message, VoteRequest):
-            reply = self.core.handle_vote(message)
-            self.process_ready()
-        elif isinstance(message, TimeoutNowRequest):
-            reply = self.core.handle_timeout_now(message)
-            self.process_ready()
+        elif isinstance(message, (VoteRequest, TimeoutNowRequest)):
+            reply = reply_in(self.step(message))
         else:
             raise TypeError(f"group {self.group}: unexpected message {type(message).__name__}")
         await self._vote_durable()
@@ -782,22 +812,20 @@ class Consensus:
         """The reply to one heartbeat of a batch (synchronous: the batch is answered at
         once); while this group's vote is being saved it answers "group unavailable",
         which the leader ignores, rather than wait (or leave with an unsaved term)."""
-        reply = self.core.handle_heartbeat(source, hb)
-        self.process_ready()
+        reply = reply_in(self.step(HeartbeatFrom(source, hb)))
+        if not isinstance(reply, HeartbeatReply):
+            raise TypeError(f"{self.name}: a heartbeat answered with {reply!r}")
         if self._vote_gate is not None and not mutations.active("send_before_vote_saved"):
             return unavailable_reply(hb)
         return reply
 
     def heartbeats(self) -> list[tuple[int, Heartbeat]]:
         """Leader: this round's heartbeats, by follower (for the node's HeartbeatManager;
-        the core leaves out idle followers on most rounds, see ``heartbeats_due``)."""
-        return self.core.heartbeats_due()
+        the core leaves out idle followers on most rounds, see ``HeartbeatRound``)."""
+        return self.step(HeartbeatRound()).heartbeats
 
     def on_heartbeat_reply(self, peer: int, hb: Heartbeat, reply: HeartbeatReply) -> None:
-        if reply.result == APPEND_GROUP_UNAVAILABLE:
-            return
-        self.core.handle_append_reply(peer, hb.term, hb.prev_log_offset, reply, is_heartbeat=True)
-        self.process_ready()
+        self.step(HeartbeatAnswered(peer, hb, reply))
 
     # ----------------------------------------------------------------- reads
 
@@ -843,8 +871,7 @@ class Consensus:
     # ------------------------------------------------------------ membership
 
     def step_down(self) -> None:
-        self.core.step_down()
-        self.process_ready()
+        self.step(StepDown())
 
     def require_leader(self) -> None:
         """Raise NotLeaderError unless this replica accepts writes now."""

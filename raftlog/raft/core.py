@@ -6,11 +6,16 @@ through the in-memory index every :class:`~raftlog.storage.api.LogStorage`
 keeps (``dirty_offset``, ``flushed_offset``, ``last_term``, ``term_at``);
 every mutation of the log is done by the async layer on the core's advice.
 
-Driving it (etcd's ``Ready`` style): call ``tick()`` and the ``handle_*``
-methods, then ``take_ready()`` and, in this order, persist ``ready.vote``
-before sending any message, send ``ready.messages``, and act on the rest.
-Replies that a handler returns must be sent only after the ready's vote is
-persisted.
+Driving it (etcd's ``RawNode``): every message goes in through one door,
+:meth:`RaftCore.step` (a peer's message, or a local one of
+:mod:`raftlog.raft.local_messages`: a tick, a proposal, a flush done, the
+outcome of I/O a ready asked for); everything decided comes out in
+:meth:`RaftCore.take_ready`'s :class:`Ready`, replies to peers included, and
+the caller carries it out in the order it states: persist the log and
+``ready.vote`` before anything is sent. Replies leave only in a ``Ready``; a
+reply that must wait for I/O (an append's, after its flush) is made only when
+the core is told that I/O is done (``AppendPersisted``). Code outside the core
+reads its progress through :meth:`RaftCore.status`, an immutable snapshot.
 
 Invariants:
 
@@ -46,14 +51,39 @@ import dataclasses
 import enum
 import random
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from types import MappingProxyType
 from typing import Protocol
 
 from raftlog.raft import mutations
 from raftlog.raft.configuration import ConfigurationHistory
 from raftlog.raft.election import ElectionTimer, PriorityTarget
+from raftlog.raft.local_messages import (
+    AbortTransfer,
+    AppendAnswered,
+    AppendPersisted,
+    Campaign,
+    ConfigurationChanged,
+    HeartbeatAnswered,
+    HeartbeatFrom,
+    HeartbeatRound,
+    InstallAnswered,
+    InstallChunkHeld,
+    InstallPersisted,
+    LocalFlushed,
+    LocalMessage,
+    NodeAlive,
+    NodeDead,
+    PromotionDone,
+    Propose,
+    RecoveryAnswered,
+    StepDown,
+    Tick,
+    TransferLeadership,
+)
 from raftlog.raft.messages import (
     APPEND_FAILURE,
+    APPEND_GROUP_UNAVAILABLE,
     APPEND_SUCCESS,
     AppendEntriesReply,
     AppendEntriesRequest,
@@ -152,10 +182,15 @@ class CoreOptions:
 
 @dataclasses.dataclass(slots=True)
 class AppendPlan:
-    """How to apply an accepted append: truncate at ``truncate_at`` (-1: no), then append."""
+    """Follower: how to persist the accepted append ``request``: truncate at
+    ``truncate_at`` (-1: no), then append ``batches``; ``flush``: flush before the
+    core is told it is done (:class:`~raftlog.raft.local_messages.AppendPersisted`),
+    otherwise the bytes are in ``Ready.flush_bytes`` for the coalesced flush."""
 
+    request: AppendEntriesRequest
     truncate_at: int
     batches: list[RecordBatch]
+    flush: bool
 
 
 @dataclasses.dataclass(slots=True)
@@ -171,14 +206,25 @@ class RecoveryChunk:
 class Ready:
     """What the async layer must do after a core call, in this order.
 
-    ``append`` (leader: batches placed by :meth:`RaftCore.propose`) goes to the
-    local log first, without a flush; then ``vote`` is persisted; then the
-    flush is asked for (``flush_now``: at once, a ``quorum_ack`` write waits on
-    it; otherwise ``flush_bytes`` are noted for the coalesced flush), in
-    parallel with ``appends`` (pipelined append entries, one per follower the
-    core chose to stream to) and ``messages``; ``recover`` names the followers
-    that ``recovery`` must catch up (probing), ``promote`` the learners to
-    promote; ``commit_advanced`` says the commit index moved.
+    ``append`` (leader: batches placed by a :class:`Propose`) goes to the local
+    log first, without a flush, and so does ``persist`` (follower: the
+    truncations and appends of accepted append entries, in order); then
+    ``vote`` is persisted; then the flush is asked for (``flush_now``: at once,
+    a ``quorum_ack`` write waits on it; otherwise ``flush_bytes`` are noted for
+    the coalesced flush), in parallel with ``appends`` (pipelined append
+    entries, one per follower the core chose to stream to), ``messages``
+    (requests to peers: vote, timeout-now) and ``replies`` (the answers to
+    peers' requests, by destination: an RPC layer returns each as the response
+    of the request it answers). A ``persist`` entry that asks for a flush is
+    answered only once the flush is done and the core was told so
+    (:class:`AppendPersisted`): its reply is in a later ready. ``install``
+    lists snapshot chunks to take (follower), ``install_next`` the byte each
+    follower's install goes on from (leader), ``heartbeats`` a heartbeat
+    round's messages; ``recover`` names the followers that ``recovery`` must
+    catch up (probing), ``promote`` the learners to promote;
+    ``commit_advanced`` says the commit index moved.
+
+    Replies leave only here: :meth:`RaftCore.step` returns nothing.
     """
 
     vote: VoteState | None = None
@@ -187,6 +233,11 @@ class Ready:
     flush_bytes: int = 0
     appends: list[tuple[int, AppendEntriesRequest]] = dataclasses.field(default_factory=list)
     messages: list[tuple[int, object]] = dataclasses.field(default_factory=list)
+    replies: list[tuple[int, object]] = dataclasses.field(default_factory=list)
+    persist: list[AppendPlan] = dataclasses.field(default_factory=list)
+    install: list[InstallSnapshotRequest] = dataclasses.field(default_factory=list)
+    install_next: dict[int, int] = dataclasses.field(default_factory=dict)
+    heartbeats: list[tuple[int, Heartbeat]] = dataclasses.field(default_factory=list)
     commit_advanced: bool = False
     became_leader: bool = False
     stepped_down: bool = False
@@ -197,6 +248,9 @@ class Ready:
         return bool(
             self.vote
             or self.append
+            or self.persist
+            or self.flush_now
+            or self.flush_bytes
             or self.appends
             or self.messages
             or self.commit_advanced
@@ -205,6 +259,56 @@ class Ready:
             or self.promote
             or self.recover
         )
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class PeerStatus:
+    """The leader's view of one other member, as of a :meth:`RaftCore.status` call."""
+
+    state: ProgressState
+    match_offset: int
+    next_offset: int
+    dirty_offset: int
+    flushed_offset: int
+    durable_offset: int
+    last_heard_tick: int
+    in_flight: int
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Status:
+    """An immutable snapshot of a core (etcd's ``Status``): what code outside the core
+    may read of its progress. ``peers`` is empty except on a leader."""
+
+    term: int
+    role: Role
+    leader_id: int
+    commit_index: int
+    ticks: int
+    transfer_target: int
+    peers: Mapping[int, PeerStatus]
+
+
+def reply_in(ready: Ready) -> object:
+    """The one reply ``ready`` holds: the answer to the one peer request stepped before
+    it was taken (an RPC layer returns it as that request's response)."""
+    if len(ready.replies) != 1:
+        raise SafetyViolation(f"one reply expected in the ready, found {ready.replies!r}")
+    return ready.replies[0][1]
+
+
+PeerMessage = (
+    VoteRequest
+    | VoteReply
+    | AppendEntriesRequest
+    | TimeoutNowRequest
+    | TimeoutNowReply
+    | InstallSnapshotRequest
+)
+"""The peer messages :meth:`RaftCore.step` takes as they come off the wire (replies that
+need their request's context come wrapped in a local message)."""
+
+Message = PeerMessage | LocalMessage
 
 
 class RaftCore:
@@ -326,7 +430,7 @@ class RaftCore:
         sends it no heartbeats; node liveness (one heartbeat per node pair) stands in
         for them. Anything that is not a quiesce heartbeat wakes it: a proposal, an
         append, a vote or timeout-now request, a configuration change, a transfer, a
-        step-down, a reply that shows a follower behind, or :meth:`on_node_dead` for
+        step-down, a reply that shows a follower behind, or :meth:`_on_node_dead` for
         the leader's node (a follower) or a member's node (the leader). A woken
         follower's election timer goes on from where it stopped, so a follower whose
         leader's node died campaigns one election timeout after the node was
@@ -338,9 +442,9 @@ class RaftCore:
         self._quiesced_peers.clear()
         self._quiescent = False
 
-    def on_node_dead(self, node: int) -> None:
+    def _on_node_dead(self, node: int) -> None:
         """Node liveness declared ``node`` dead: wake if it is this quiescent follower's
-        leader, or a member of this quiescent leader's group. Until :meth:`on_node_alive`,
+        leader, or a member of this quiescent leader's group. Until ``NodeAlive``,
         a leader quiesces without ``node``'s confirmation (see ``_can_quiesce``)."""
         self._dead_nodes.add(node)
         if not self._quiescent:
@@ -351,7 +455,7 @@ class RaftCore:
         elif node == self.leader_id and not mutations.active("quiesced_keeps_dead_leader"):
             self._wake()
 
-    def on_node_alive(self, node: int) -> None:
+    def _on_node_alive(self, node: int) -> None:
         """Node liveness heard ``node`` again after declaring it dead: a quiescent leader
         of a group it is a member of wakes, to bring it up to date (it quiesced without
         it)."""
@@ -411,8 +515,123 @@ class RaftCore:
         return self.configs.latest_offset > self.commit_index
 
     def take_ready(self) -> Ready:
+        """What the core decided since the last call (see :class:`Ready`)."""
         ready, self._ready = self._ready, Ready()
         return ready
+
+    def status(self) -> Status:
+        """An immutable snapshot of the term, role, commit index and, on a leader, each
+        other member's progress."""
+        peers = {
+            node: PeerStatus(
+                p.state,
+                p.match_offset,
+                p.next_offset,
+                p.dirty_offset,
+                p.flushed_offset,
+                p.durable_offset,
+                p.last_heard_tick,
+                p.in_flight,
+            )
+            for node, p in self.progress.items()
+        }
+        return Status(
+            self.term,
+            self.role,
+            self.leader_id,
+            self.commit_index,
+            self.ticks,
+            self.transfer_target,
+            MappingProxyType(peers),
+        )
+
+    def step(self, message: Message) -> None:
+        """The one door into the core: a peer's message or a local one.
+
+        Everything the core decides in answer (replies to peers included) is in
+        the next :meth:`take_ready`; nothing is returned. A peer's reply comes
+        wrapped with the request it answers (:mod:`raftlog.raft.local_messages`).
+        Raises TypeError for anything else, and :class:`SafetyViolation` when
+        asked to do what Raft forbids.
+        """
+        if isinstance(message, VoteRequest):
+            self._reply(message.source_node, self._handle_vote(message))
+        elif isinstance(message, VoteReply):
+            self._handle_vote_reply(message)
+        elif isinstance(message, AppendEntriesRequest):
+            self._check_append(message)
+        elif isinstance(message, AppendPersisted):
+            self._reply(message.request.source_node, self._finish_append(message.request))
+        elif isinstance(message, HeartbeatFrom):
+            self._reply(message.source, self._handle_heartbeat(message.source, message.heartbeat))
+        elif isinstance(message, HeartbeatAnswered):
+            hb = message.heartbeat
+            if message.reply.result != APPEND_GROUP_UNAVAILABLE:
+                self._handle_append_reply(
+                    message.peer, hb.term, hb.prev_log_offset, message.reply, is_heartbeat=True
+                )
+        elif isinstance(message, AppendAnswered):
+            answer = message.reply
+            if answer is not None and answer.result == APPEND_GROUP_UNAVAILABLE:
+                answer = None
+            self._handle_append_result(message.peer, message.request, answer)
+        elif isinstance(message, RecoveryAnswered):
+            self._handle_recovery_reply(message.peer, message.request, message.reply)
+        elif isinstance(message, TimeoutNowRequest):
+            self._reply(message.source_node, self._handle_timeout_now(message))
+        elif isinstance(message, TimeoutNowReply):
+            self._handle_timeout_now_reply(message)
+        elif isinstance(message, InstallSnapshotRequest):
+            verdict = self._check_install(message)
+            if isinstance(verdict, InstallSnapshotReply):
+                self._reply(message.source_node, verdict)
+            else:
+                self._ready.install.append(message)
+        elif isinstance(message, InstallChunkHeld):
+            held = self._install_reply(message.request, APPEND_SUCCESS, message.received)
+            self._reply(message.request.source_node, held)
+        elif isinstance(message, InstallPersisted):
+            self._reply(message.request.source_node, self._finish_install(message.request))
+        elif isinstance(message, InstallAnswered):
+            following = self._handle_install_reply(message.peer, message.request, message.reply)
+            if following is not None:
+                self._ready.install_next[message.peer] = following
+        else:
+            self._step_local(message)
+
+    def _step_local(self, message: Message) -> None:
+        if isinstance(message, Tick):
+            self._tick()
+        elif isinstance(message, HeartbeatRound):
+            if message.only is None:
+                self._ready.heartbeats.extend(self._heartbeats_due())
+            elif self.role is Role.LEADER and message.only in self.progress:
+                self._ready.heartbeats.append((message.only, self._heartbeat_for(message.only)))
+        elif isinstance(message, Propose):
+            self._propose(message.batches, message.flush)
+        elif isinstance(message, Campaign):
+            self._campaign(message.prevote, message.transfer)
+        elif isinstance(message, TransferLeadership):
+            self._begin_transfer(message.target)
+        elif isinstance(message, AbortTransfer):
+            self._abort_transfer()
+        elif isinstance(message, StepDown):
+            self._step_down()
+        elif isinstance(message, ConfigurationChanged):
+            self._on_configuration_changed()
+        elif isinstance(message, LocalFlushed):
+            self._on_local_flush()
+        elif isinstance(message, NodeDead):
+            self._on_node_dead(message.node)
+        elif isinstance(message, NodeAlive):
+            self._on_node_alive(message.node)
+        elif isinstance(message, PromotionDone):
+            self._promotion_done(message.node)
+        else:
+            raise TypeError(f"group {self.group}: not a message for the core: {message!r}")
+
+    def _reply(self, target: int, reply: object) -> None:
+        self._ready.replies.append((target, reply))
 
     def term_at(self, offset: int) -> int | None:
         if offset < 0:
@@ -430,7 +649,7 @@ class RaftCore:
 
     # ---------------------------------------------------------------- ticking
 
-    def tick(self) -> None:
+    def _tick(self) -> None:
         if self._quiescent:
             return  # the driver stops ticking a quiescent group; a stray tick is a no-op
         self.ticks += 1
@@ -447,7 +666,7 @@ class RaftCore:
         if self.transfer_target != -1:
             self._transfer_elapsed += 1
             if self._transfer_elapsed > self.options.transfer_timeout_ticks:
-                self.abort_transfer()
+                self._abort_transfer()
             else:
                 self._advance_transfer()
         if not self.options.check_quorum:
@@ -481,11 +700,11 @@ class RaftCore:
         self.leader_id = -1
         if not self.priority_target.may_campaign(config, self.node_id, silent_leader):
             return
-        self.campaign(prevote=True, transfer=False)
+        self._campaign(prevote=True, transfer=False)
 
     # -------------------------------------------------------------- elections
 
-    def campaign(self, prevote: bool, transfer: bool) -> None:
+    def _campaign(self, prevote: bool, transfer: bool) -> None:
         """Start a (pre)vote round; a single-voter group wins at once."""
         config = self.configs.latest
         if self.node_id not in config.voters:
@@ -538,7 +757,7 @@ class RaftCore:
         if granted < config.quorum():
             return False
         if self._prevoting:
-            self.campaign(prevote=False, transfer=False)
+            self._campaign(prevote=False, transfer=False)
         else:
             self._become_leader()
         return True
@@ -548,7 +767,7 @@ class RaftCore:
             return True
         return (last_term, last_offset) >= (self.log.last_term, self.log.dirty_offset)
 
-    def handle_vote(self, req: VoteRequest) -> VoteReply:
+    def _handle_vote(self, req: VoteRequest) -> VoteReply:
         # A candidate: some member's timer runs, so this one's must too (a quiescent
         # follower would otherwise hold its lease against it for good).
         self._wake()
@@ -590,7 +809,7 @@ class RaftCore:
             log_ok=log_ok,
         )
 
-    def handle_vote_reply(self, reply: VoteReply) -> None:
+    def _handle_vote_reply(self, reply: VoteReply) -> None:
         if reply.term > self.term and not reply.granted:
             self._become_follower(reply.term, -1)
             return
@@ -602,7 +821,7 @@ class RaftCore:
         self._votes[reply.source_node] = reply.granted
         self._tally()
 
-    def handle_timeout_now(self, req: TimeoutNowRequest) -> TimeoutNowReply:
+    def _handle_timeout_now(self, req: TimeoutNowRequest) -> TimeoutNowReply:
         self._wake()
         accepted = (
             req.term == self.term
@@ -612,7 +831,7 @@ class RaftCore:
         )
         reply = TimeoutNowReply(self.group, self.node_id, req.source_node, self.term, accepted)
         if accepted:
-            self.campaign(prevote=False, transfer=True)
+            self._campaign(prevote=False, transfer=True)
         return reply
 
     # -------------------------------------------------------- role transitions
@@ -674,12 +893,12 @@ class RaftCore:
                 p.reset(self.log.dirty_offset, self.ticks)
                 self.progress[node] = p
 
-    def step_down(self) -> None:
+    def _step_down(self) -> None:
         """Give up leadership (or candidacy) in the current term."""
         if self.role in (Role.LEADER, Role.CANDIDATE):
             self._become_follower(self.term, -1)
 
-    def on_configuration_changed(self) -> None:
+    def _on_configuration_changed(self) -> None:
         """Call after the configuration history changed (append or truncation)."""
         self._wake()
         self._refresh_role()
@@ -703,8 +922,18 @@ class RaftCore:
         self.priority_target.reset()
         return True
 
-    def check_append(self, req: AppendEntriesRequest) -> AppendPlan | AppendEntriesReply:
-        """Validate an append; a rejection reply or the plan to apply before ``finish_append``."""
+    def _check_append(self, req: AppendEntriesRequest) -> None:
+        """Validate an append: a rejection reply, or the plan to persist (``Ready.persist``)
+        whose :class:`AppendPersisted` makes the reply."""
+        plan = self._plan_append(req)
+        if isinstance(plan, AppendEntriesReply):
+            self._reply(req.source_node, plan)
+            return
+        self._ready.persist.append(plan)
+        if not plan.flush:
+            self._ready.flush_bytes += sum(b.size_bytes for b in plan.batches)
+
+    def _plan_append(self, req: AppendEntriesRequest) -> AppendPlan | AppendEntriesReply:
         self._wake()
         if not self._accept_leader(req.term, req.source_node):
             return self._append_reply(req, APPEND_FAILURE, -1)
@@ -734,9 +963,9 @@ class RaftCore:
                 f"group {self.group} node {self.node_id}: leader {req.source_node} term "
                 f"{req.term} asks to truncate at {truncate_at} <= commit index {self.commit_index}"
             )
-        return AppendPlan(truncate_at, to_append)
+        return AppendPlan(req, truncate_at, to_append, req.flush)
 
-    def finish_append(self, req: AppendEntriesRequest) -> AppendEntriesReply:
+    def _finish_append(self, req: AppendEntriesRequest) -> AppendEntriesReply:
         """After the plan was applied (and flushed if asked): the reply to send."""
         if req.term != self.term or self.leader_id != req.source_node:
             # A newer leader took over while this append was being applied.
@@ -769,7 +998,7 @@ class RaftCore:
             seq=self._reply_seq(req.source_node, req.term, req.seq),
         )
 
-    def handle_heartbeat(self, source: int, hb: Heartbeat) -> HeartbeatReply:
+    def _handle_heartbeat(self, source: int, hb: Heartbeat) -> HeartbeatReply:
         ok = self._accept_leader(hb.term, source)
         matched = -1
         if (
@@ -847,7 +1076,7 @@ class RaftCore:
         self._sent_seq[node] = seq
         return seq
 
-    def heartbeats_due(self) -> list[tuple[int, Heartbeat]]:
+    def _heartbeats_due(self) -> list[tuple[int, Heartbeat]]:
         """Leader: the heartbeats of this round (the node's heartbeat manager sends them),
         one per follower, except that an idle follower, and one that an append went to
         lately, get one only every ``idle_heartbeat_ticks`` ticks.
@@ -879,7 +1108,7 @@ class RaftCore:
                 and (self._heartbeat_idle(p) or self._appended_lately(p))
             ):
                 continue
-            due.append((node, self.heartbeat_for(node, quiesce)))
+            due.append((node, self._heartbeat_for(node, quiesce)))
         return due
 
     def _heartbeat_idle(self, p: FollowerProgress) -> bool:
@@ -900,7 +1129,7 @@ class RaftCore:
             and p.flushed_offset >= p.dirty_offset
         )
 
-    def heartbeat_for(self, node: int, quiesce: bool = False) -> Heartbeat:
+    def _heartbeat_for(self, node: int, quiesce: bool = False) -> Heartbeat:
         p = self.progress[node]
         p.heartbeat_tick = self.ticks
         p.heartbeat_commit = self.commit_index
@@ -916,7 +1145,7 @@ class RaftCore:
             quiesce=quiesce,
         )
 
-    def handle_append_reply(
+    def _handle_append_reply(
         self,
         peer: int,
         req_term: int,
@@ -1054,7 +1283,7 @@ class RaftCore:
         if p.node not in self._ready.recover:
             self._ready.recover.append(p.node)
 
-    def on_send_failed(self, peer: int, req_term: int) -> None:
+    def _on_send_failed(self, peer: int, req_term: int) -> None:
         """A pipelined append could not be delivered: recovery takes the follower over."""
         p = self.progress.get(peer)
         if self.role is not Role.LEADER or req_term != self.term or p is None:
@@ -1063,7 +1292,7 @@ class RaftCore:
 
     # ---------------------------------------------------------- flow control
 
-    def propose(self, batches: list[RecordBatch], flush: bool) -> list[RecordBatch]:
+    def _propose(self, batches: list[RecordBatch], flush: bool) -> list[RecordBatch]:
         """Leader: place ``batches`` after the log's end in this term; the placed copies.
 
         The ready then lists them to append (no flush), the flush to ask for
@@ -1072,7 +1301,7 @@ class RaftCore:
         whose in-flight window has room (:meth:`_stream`: what it was not sent
         yet, from its last sent offset on). A follower whose window is full is
         paused: the append that frees a slot sends it what it missed, from
-        memory (:meth:`handle_append_result`), as etcd's paused progress does.
+        memory (:meth:`_handle_append_result`), as etcd's paused progress does.
         Only when what the paused followers miss outgrows ``max_in_flight_bytes``
         (or ``MAX_UNSENT_BATCHES``) do they go to probe (``recovery`` catches
         them up from the log, chunk by chunk). The caller takes the ready before
@@ -1223,7 +1452,7 @@ class RaftCore:
         self._flushers = {p.node for p in ready[:need]}
         return self._flushers
 
-    def handle_append_result(
+    def _handle_append_result(
         self, peer: int, req: AppendEntriesRequest, reply: AppendEntriesReply | None
     ) -> None:
         """A pipelined append completed: frees its slot in ``peer``'s window, then applies
@@ -1234,9 +1463,9 @@ class RaftCore:
         if p is not None and req.term == self.term:
             p.inflights.release(req.seq)
         if reply is None:
-            self.on_send_failed(peer, req.term)
+            self._on_send_failed(peer, req.term)
         else:
-            self.handle_append_reply(peer, req.term, req.prev_log_offset, reply)
+            self._handle_append_reply(peer, req.term, req.prev_log_offset, reply)
         p = self.progress.get(peer)
         if self.role is Role.LEADER and p is not None and p.state is ProgressState.REPLICATE:
             # It asks for a flush when it carries what a quorum_ack append placed.
@@ -1284,7 +1513,7 @@ class RaftCore:
     ) -> AppendEntriesRequest | None:
         """The append carrying a chunk read for ``node``'s recovery (it asks for a flush),
         entered in the recovery window (the stage must send it, then hand its outcome to
-        :meth:`handle_recovery_reply` or :meth:`recovery_failed`); None when its
+        :meth:`_handle_recovery_reply` or :meth:`recovery_failed`); None when its
         predecessor is below the log start: the follower needs a snapshot
         (``SNAPSHOT``: it waits for one)."""
         p = self.progress.get(node)
@@ -1313,17 +1542,17 @@ class RaftCore:
             p.recovery_sent_offset = max(p.recovery_sent_offset, last)
         return req
 
-    def handle_recovery_reply(
-        self, node: int, term: int, req: AppendEntriesRequest, reply: AppendEntriesReply
+    def _handle_recovery_reply(
+        self, node: int, req: AppendEntriesRequest, reply: AppendEntriesReply
     ) -> None:
         """The reply to a recovery chunk: frees its place in ``node``'s recovery window,
-        then updates the progress as any append reply does (:meth:`handle_append_reply`:
+        then updates the progress as any append reply does (:meth:`_handle_append_reply`:
         a success moves ``next_offset`` on and confirms the match point, a mismatch
         restarts the probe one chunk at a time, a stale reply changes nothing)."""
         p = self.progress.get(node)
         if p is not None and self.role is Role.LEADER and req.term == self.term:
             p.recovery_window.release(req.seq)
-        self.handle_append_reply(node, term, req.prev_log_offset, reply)
+        self._handle_append_reply(node, req.term, req.prev_log_offset, reply)
 
     def recovery_failed(self, node: int, term: int, seq: int | None = None) -> bool:
         """A recovery request (or snapshot chunk) to ``node`` got no usable reply (a
@@ -1384,7 +1613,7 @@ class RaftCore:
             seq=self.next_seq(node),
         )
 
-    def handle_install_reply(
+    def _handle_install_reply(
         self, node: int, req: InstallSnapshotRequest, reply: InstallSnapshotReply
     ) -> int | None:
         """Apply a follower's reply to a snapshot chunk: the byte to send from next, or
@@ -1419,7 +1648,7 @@ class RaftCore:
         self.snapshots_installed += 1
         return None
 
-    def check_install(self, req: InstallSnapshotRequest) -> bool | InstallSnapshotReply:
+    def _check_install(self, req: InstallSnapshotRequest) -> bool | InstallSnapshotReply:
         """Follower: a reply refusing the chunk or saying the snapshot is not needed (the
         log already holds its offset with its term); True when the chunk is to be taken
         (the stage assembles and installs)."""
@@ -1435,7 +1664,7 @@ class RaftCore:
             return self._install_reply(req, APPEND_SUCCESS, req.total_bytes)
         return True
 
-    def finish_install(self, req: InstallSnapshotRequest) -> InstallSnapshotReply:
+    def _finish_install(self, req: InstallSnapshotRequest) -> InstallSnapshotReply:
         """Follower, after the stage installed the snapshot (the log restarted empty after
         its offset, the state machines restored): everything up to its offset is
         committed (the leader only snapshots committed state)."""
@@ -1446,10 +1675,6 @@ class RaftCore:
             self.commit_index = req.last_included_offset
             self._ready.commit_advanced = True
         return self._install_reply(req, APPEND_SUCCESS, req.total_bytes)
-
-    def install_reply(self, req: InstallSnapshotRequest, received: int) -> InstallSnapshotReply:
-        """Follower: the reply to a chunk taken, ``received`` bytes held so far."""
-        return self._install_reply(req, APPEND_SUCCESS, received)
 
     def _install_reply(
         self, req: InstallSnapshotRequest, result: int, received: int
@@ -1466,7 +1691,7 @@ class RaftCore:
             seq=self._reply_seq(req.source_node, req.term, req.seq),
         )
 
-    def catch_up(self, node: int) -> None:
+    def _catch_up(self, node: int) -> None:
         """Make sure ``node`` is being caught up (leadership transfer): probe it unless
         appends are in flight to it or it is probing already."""
         p = self.progress.get(node)
@@ -1476,7 +1701,7 @@ class RaftCore:
         if p.state is ProgressState.REPLICATE and p.in_flight == 0:
             self._probe(p, min(p.next_offset, p.match_offset + 1))
 
-    def on_local_flush(self) -> None:
+    def _on_local_flush(self) -> None:
         if self.role is Role.LEADER:
             self._maybe_advance_commit()
             for p in self.progress.values():
@@ -1524,12 +1749,12 @@ class RaftCore:
             self._promoting.add(p.node)
             self._ready.promote.append(p.node)
 
-    def promotion_done(self, node: int) -> None:
+    def _promotion_done(self, node: int) -> None:
         self._promoting.discard(node)
 
     # ---------------------------------------------------- leadership transfer
 
-    def begin_transfer(self, target: int) -> None:
+    def _begin_transfer(self, target: int) -> None:
         """Stop accepting writes until ``target`` leads or the transfer times out (after
         ``transfer_timeout_ticks``: writes resume). Meanwhile the core catches ``target``
         up and, once it matches the leader's log end, sends it timeout-now (a ready's
@@ -1540,7 +1765,7 @@ class RaftCore:
         self._timeout_now_sent_tick = -1
         self._advance_transfer()
 
-    def abort_transfer(self) -> None:
+    def _abort_transfer(self) -> None:
         self.transfer_target = -1
 
     def _advance_transfer(self) -> None:
@@ -1550,23 +1775,23 @@ class RaftCore:
             return
         p = self.progress.get(target)
         if p is None or target not in self.configs.latest.voters:
-            self.abort_transfer()  # removed meanwhile
+            self._abort_transfer()  # removed meanwhile
             return
         sent = self._timeout_now_sent_tick
         if sent >= 0 and self.ticks - sent < TIMEOUT_NOW_RESEND_TICKS:
             return  # the target may be campaigning already
         if p.match_offset >= self.log.dirty_offset:
             self._timeout_now_sent_tick = self.ticks
-            self._ready.messages.append((target, self.timeout_now_for(target)))
+            self._ready.messages.append((target, self._timeout_now_for(target)))
         else:
-            self.catch_up(target)
+            self._catch_up(target)
 
-    def handle_timeout_now_reply(self, reply: TimeoutNowReply) -> None:
+    def _handle_timeout_now_reply(self, reply: TimeoutNowReply) -> None:
         """A refusal (the target was not ready) makes the next tick send it again."""
         if reply.term > self.term:
             self._become_follower(reply.term, -1)
         elif not reply.accepted and reply.source_node == self.transfer_target:
             self._timeout_now_sent_tick = -1
 
-    def timeout_now_for(self, target: int) -> TimeoutNowRequest:
+    def _timeout_now_for(self, target: int) -> TimeoutNowRequest:
         return TimeoutNowRequest(self.group, self.node_id, target, self.term)

@@ -1,14 +1,16 @@
 """The follower's side of append entries: check with the core, apply, flush, reply.
 
-The core checks a request and plans it (``check_append``: truncate here,
-append these); this stage applies the plan with no await between check and
-mutation, so appends never interleave; flushes when the request asks
-(``quorum_ack``), otherwise notes the bytes for the coalesced flush; and asks
-the core for the reply (``finish_append``). An append runs while a flush's
-fsync does; a request that may truncate (one of its batches starts at or below
-the dirty offset) first takes the flusher's truncation lock, so no suffix is
-cut under an fsync. A request that overtook its predecessor on the network
-waits for it (at most a tick) instead of being refused.
+The stage steps a request into the core, which answers at once (a refusal, in
+the ready's ``replies``) or plans it (``Ready.persist``: truncate here, append
+these); ``Consensus.process_ready`` carries the plan out in the same call, so
+appends never interleave. The stage then flushes when the plan asks
+(``quorum_ack``; otherwise the core put the bytes in the ready for the
+coalesced flush) and steps :class:`AppendPersisted`, whose ready holds the
+reply. An append runs while a flush's fsync does; a request that may truncate
+(one of its batches starts at or below the dirty offset) first takes the
+flusher's truncation lock, so no suffix is cut under an fsync. A request that
+overtook its predecessor on the network waits for it (at most a tick) instead
+of being refused.
 """
 
 from __future__ import annotations
@@ -16,8 +18,9 @@ from __future__ import annotations
 import asyncio
 
 from raftlog.faults.failpoints import RAFT_FOLLOWER_BEFORE_REPLY, failpoint
-from raftlog.raft.core import AppendPlan
+from raftlog.raft.core import reply_in
 from raftlog.raft.errors import RaftError
+from raftlog.raft.local_messages import AppendPersisted
 from raftlog.raft.messages import APPEND_SUCCESS, AppendEntriesReply, AppendEntriesRequest
 from raftlog.raft.stage_context import GroupContext
 
@@ -66,57 +69,36 @@ class FollowerAppend:
                 return
 
     async def handle(self, req: AppendEntriesRequest) -> AppendEntriesReply:
-        """Check, apply (truncate, append), flush when asked, and the reply to send."""
+        """Step ``req`` into the core, carry out the plan it persists (truncate, append;
+        ``Consensus.process_ready``), flush when the plan asks, tell the core it is
+        persisted; the reply the core made (a refusal comes at once)."""
         c = self._c
         if req.prev_log_offset > c.log.dirty_offset:
             await self._await_predecessor(req)
         if req.batches:
             await c.seal_ahead(req.batches[0].term)
+        if not c.running:
+            raise RaftError(f"group {c.group} on node {c.node_id} stopped")
         if req.batches and req.batches[0].base_offset <= c.log.dirty_offset:
             # Overlaps the log: a conflicting suffix may be cut, never under an fsync.
             async with c.flusher.truncation_lock:
-                plan = self._apply(req, may_truncate=True)
+                ready = c.step(req)
         else:
-            plan = self._apply(req, may_truncate=False)
-        if isinstance(plan, AppendEntriesReply):
-            return plan
-        if req.flush and c.log.flushed_offset < c.log.dirty_offset:
+            ready = c.step(req)
+        if ready.replies:
+            return _append_reply(reply_in(ready))
+        (plan,) = ready.persist
+        if plan.flush and c.log.flushed_offset < c.log.dirty_offset:
             await c.flusher.flush_now()
-        elif plan.batches:
-            c.flusher.note_append(sum(b.size_bytes for b in plan.batches))
         if not c.running:
             raise RaftError(f"group {c.group} on node {c.node_id} stopped")
-        reply = c.core.finish_append(req)
-        c.process_ready()
+        reply = _append_reply(reply_in(c.step(AppendPersisted(req))))
         if reply.result == APPEND_SUCCESS:
             failpoint(RAFT_FOLLOWER_BEFORE_REPLY)
         return reply
 
-    def _apply(
-        self, req: AppendEntriesRequest, may_truncate: bool
-    ) -> AppendPlan | AppendEntriesReply:
-        """Check ``req`` and apply its plan (truncate, append), with no await in between.
 
-        ``may_truncate`` says whether the caller holds the truncation lock; without it
-        the plan cannot truncate (no batch of ``req`` starts at or below the dirty
-        offset, checked with no await before this call), which is asserted.
-        """
-        c = self._c
-        if not c.running:
-            raise RaftError(f"group {c.group} on node {c.node_id} stopped")
-        plan = c.core.check_append(req)
-        if isinstance(plan, AppendEntriesReply):
-            c.process_ready()
-            return plan
-        if plan.truncate_at != -1:
-            if not may_truncate:
-                raise RaftError(
-                    f"group {c.group} on node {c.node_id}: a truncation at {plan.truncate_at} "
-                    "was planned without the truncation lock (dirty offset "
-                    f"{c.log.dirty_offset}, first batch {req.batches[0].base_offset})"
-                )
-            c.truncate_local(plan.truncate_at)
-        if plan.batches:
-            c.append_local(plan.batches)
-        c.process_ready()
-        return plan
+def _append_reply(reply: object) -> AppendEntriesReply:
+    if not isinstance(reply, AppendEntriesReply):
+        raise TypeError(f"an append answered with {reply!r}")
+    return reply

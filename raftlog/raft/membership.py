@@ -4,7 +4,7 @@ One configuration change is in flight at a time (the core's
 ``config_change_in_flight``); each is a configuration entry replicated at
 ``quorum_ack``, effective on every replica when appended. A learner is
 promoted to voter when the core asks (it caught up: see ``RaftCore._maybe_promote``).
-A transfer stops writes (``begin_transfer``); the core catches the target up,
+A transfer stops writes (a ``TransferLeadership`` step); the core catches the target up,
 sends it timeout-now once it matches the leader's log and gives up after
 ``transfer_timeout_ticks``; this stage waits for the outcome.
 """
@@ -15,6 +15,7 @@ import asyncio
 
 from raftlog.raft.configuration import Configuration
 from raftlog.raft.errors import ConfigurationChangeError, RaftError
+from raftlog.raft.local_messages import AbortTransfer, PromotionDone, TransferLeadership
 from raftlog.raft.replicate_batcher import Consistency, ReplicateResult
 from raftlog.raft.stage_context import GroupContext
 
@@ -69,7 +70,7 @@ class Membership:
         except RaftError:
             pass
         finally:
-            c.core.promotion_done(node)
+            c.step(PromotionDone(node))
 
     async def transfer_leadership(self, target: int) -> None:
         """Hand leadership to ``target``: stop writes, catch it up, send timeout-now.
@@ -85,8 +86,7 @@ class Membership:
         if target not in c.configs.latest.voters:
             raise ConfigurationChangeError(f"group {c.group}: node {target} is not a voter")
         core = c.core
-        core.begin_transfer(target)
-        c.process_ready()
+        c.step(TransferLeadership(target))
         term = core.term
         # The core catches the target up and sends it timeout-now (on ticks and replies);
         # this only waits for the outcome: the target leads, or the core gives up.
@@ -97,5 +97,5 @@ class Membership:
                 break
             await asyncio.sleep(c.options.tick_interval_s)
         if c.running and core.is_leader and core.term == term:
-            core.abort_transfer()
+            c.step(AbortTransfer())
             raise RaftError(f"group {c.group}: leadership transfer to node {target} timed out")

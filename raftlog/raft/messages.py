@@ -177,7 +177,8 @@ class Heartbeat:
     leader_commit: int
     seq: int = -1
     # The leader asks the follower to quiesce (stop its election timer) when it holds
-    # exactly the leader's log, all of it committed and flushed (RaftCore.handle_heartbeat).
+    # exactly the leader's log, all of it committed and flushed (RaftCore's step of a
+    # ``HeartbeatFrom``).
     quiesce: bool = False
 
 

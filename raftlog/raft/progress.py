@@ -154,10 +154,10 @@ class FollowerProgress:
     # Ticks (leader's clock) of the last reply heard from this follower.
     last_heard_tick: int = 0
     # The tick of the last heartbeat made for it, and the commit index that one carried
-    # (RaftCore.heartbeats_due: an idle follower is heartbeated less often).
+    # (a heartbeat round, RaftCore._heartbeats_due: an idle follower is heartbeated less often).
     heartbeat_tick: int = -(2**62)
     heartbeat_commit: int = -2
-    # The tick of the last append made for it in REPLICATE (RaftCore.propose): an append
+    # The tick of the last append made for it in REPLICATE (a ``Propose`` step): an append
     # does what a heartbeat does, so a follower that got one lately is heartbeated as
     # seldom as an idle one.
     append_tick: int = -(2**62)

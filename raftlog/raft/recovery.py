@@ -8,7 +8,7 @@ the leader log, has the core build the append (:meth:`RaftCore.recovery_request`
 which asks the follower to flush and enters it in the follower's recovery
 window) and sends it without waiting for its reply; then it asks again, and
 only when the core has nothing to hand out does it wait for a reply. Each
-reply goes to the core as it arrives (:meth:`RaftCore.handle_recovery_reply`),
+reply goes to the core as it arrives (stepped in as a ``RecoveryAnswered``),
 which moves ``next_offset`` on (or back, on a mismatch) and frees the chunk's
 place in the window. The core decides everything: one chunk at a time until a
 success confirmed where the follower's log matches, then up to
@@ -42,7 +42,9 @@ import logging
 from collections.abc import Callable
 from typing import TypeVar
 
+from raftlog.raft.core import Message, Ready
 from raftlog.raft.errors import TransportError
+from raftlog.raft.local_messages import InstallAnswered, RecoveryAnswered
 from raftlog.raft.messages import (
     APPEND_GROUP_UNAVAILABLE,
     AppendEntriesReply,
@@ -58,7 +60,6 @@ MAX_ROUNDS = 100_000
 
 _Req = TypeVar("_Req", AppendEntriesRequest, InstallSnapshotRequest)
 _Reply = TypeVar("_Reply", AppendEntriesReply, InstallSnapshotReply)
-_T = TypeVar("_T")
 
 
 class _NoReply(enum.Enum):
@@ -126,15 +127,15 @@ class Recovery:
             task.add_done_callback(lambda t: self._chunk_done(node, chunks, t))
 
     async def _send_chunk(self, node: int, term: int, req: AppendEntriesRequest) -> _NoReply | None:
-        c = self._c
-        return await self._round_trip(
+        outcome = await self._round_trip(
             node,
             term,
             req,
             AppendEntriesReply,
-            lambda sent, reply: c.core.handle_recovery_reply(node, term, sent, reply),
+            lambda sent, reply: RecoveryAnswered(node, sent, reply),
             windowed=True,
         )
+        return outcome if isinstance(outcome, _NoReply) else None
 
     def _chunk_done(
         self,
@@ -188,18 +189,19 @@ class Recovery:
             req = c.core.install_request(node, term, offset, position, len(data), chunk)
             if req is None:  # not wanted any more, or the log start moved: read it again
                 return not c.core.snapshot_wanted(node, term) or c.log.start_offset - 1 != offset
-            following = await self._round_trip(
+            outcome = await self._round_trip(
                 node,
                 term,
                 req,
                 InstallSnapshotReply,
-                lambda sent, reply: c.core.handle_install_reply(node, sent, reply),
+                lambda sent, reply: InstallAnswered(node, sent, reply),
             )
-            if following is _NoReply.STOP:
+            if outcome is _NoReply.STOP:
                 return False
-            if following is _NoReply.RETRY:
+            if outcome is _NoReply.RETRY:
                 await asyncio.sleep(c.options.tick_interval_s)
                 continue
+            following = outcome.install_next.get(node)
             if following is None:
                 return not c.core.snapshot_wanted(node, term)
             position = following
@@ -211,11 +213,11 @@ class Recovery:
         term: int,
         req: _Req,
         reply_type: type[_Reply],
-        handle: Callable[[_Req, _Reply], _T],
+        answered: Callable[[_Req, _Reply], Message],
         windowed: bool = False,
-    ) -> _T | _NoReply:
-        """Send ``req`` to ``node`` and give its reply to the core: what ``handle`` returns
-        (the core's ready state is processed after it). Without a usable reply (none, not a
+    ) -> Ready | _NoReply:
+        """Send ``req`` to ``node`` and step its reply into the core (as the message
+        ``answered`` makes of it): the ready that made. Without a usable reply (none, not a
         ``reply_type``, or the group unavailable there) the core counts a failure (of a
         chunk of the recovery window when ``windowed``): RETRY (the caller sends again
         after a tick), or STOP once the core gives up; STOP too if the group stopped while
@@ -233,6 +235,4 @@ class Recovery:
             return _NoReply.RETRY
         if not c.running:
             return _NoReply.STOP
-        result = handle(req, reply)
-        c.process_ready()
-        return result
+        return c.step(answered(req, reply))

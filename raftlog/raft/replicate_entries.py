@@ -5,7 +5,7 @@ For one drained batch of requests from the ``replicate_batcher``:
 1. requests whose expected term is not the current term fail with
    ``TermMismatchError`` without being appended; everything fails with
    ``NotLeaderError`` when this node does not accept writes;
-2. the core places the batches (:meth:`RaftCore.propose`: offset, term) and
+2. the core places the batches (a ``Propose`` step: offset, term) and
    decides, per follower, whether the append is streamed to it (``REPLICATE``
    with room in its in-flight window), waits (a full window: the follower is
    paused until a reply frees a slot) or the follower goes to ``recovery``;
@@ -17,7 +17,7 @@ For one drained batch of requests from the ``replicate_batcher``:
    the transport; ``quorum_ack`` callers are answered when the commit index
    passes their last offset.
 
-Each send's outcome goes back to the core (:meth:`RaftCore.handle_append_result`),
+Each send's outcome goes back to the core (stepped in as an ``AppendAnswered``),
 which frees the request's slot in the follower's window, applies the reply and,
 for a paused follower, sends what it missed as one append.
 """
@@ -28,7 +28,8 @@ import asyncio
 from collections.abc import Awaitable
 
 from raftlog.raft.errors import TermMismatchError, TransportError
-from raftlog.raft.messages import APPEND_GROUP_UNAVAILABLE, AppendEntriesReply, AppendEntriesRequest
+from raftlog.raft.local_messages import AppendAnswered, Propose
+from raftlog.raft.messages import AppendEntriesReply, AppendEntriesRequest
 from raftlog.raft.replicate_batcher import Consistency, ReplicateRequest, ReplicateResult
 from raftlog.raft.stage_context import GroupContext
 
@@ -81,7 +82,11 @@ class ReplicateEntries:
         if not accepted:
             return False
         quorum = any(r.consistency is Consistency.QUORUM_ACK for r in accepted)
-        placed = core.propose([b for r in accepted for b in r.batches], flush=quorum)
+        # The placed copies are carried out (appended locally, sent) in this call; a
+        # commit can only come from a later ready (a flush or a reply), after the
+        # waiters below are registered.
+        ready = c.step(Propose([b for r in accepted for b in r.batches], flush=quorum))
+        placed = ready.append
         results = []
         i = 0
         for r in accepted:
@@ -91,7 +96,6 @@ class ReplicateEntries:
             results.append(result)
             if r.consistency is Consistency.QUORUM_ACK:
                 c.register_commit_waiter(result, r.stages.finished)
-        c.process_ready()  # the local append, the flush, the append entries
         self.appends += 1
         for r, result in zip(accepted, results, strict=True):
             if r.consistency is not Consistency.QUORUM_ACK and not r.stages.finished.done():
@@ -115,7 +119,4 @@ class ReplicateEntries:
             reply = None
         if not c.running:
             return
-        if not isinstance(reply, AppendEntriesReply) or reply.result == APPEND_GROUP_UNAVAILABLE:
-            reply = None
-        c.core.handle_append_result(node, req, reply)
-        c.process_ready()
+        c.step(AppendAnswered(node, req, reply if isinstance(reply, AppendEntriesReply) else None))

@@ -17,7 +17,7 @@ from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, Protocol
 
 from raftlog.raft.configuration import ConfigurationHistory
-from raftlog.raft.core import RaftCore
+from raftlog.raft.core import Message, RaftCore, Ready
 from raftlog.raft.errors import NotLeaderError
 from raftlog.raft.flush import FlushCoalescer
 from raftlog.raft.messages import Heartbeat, HeartbeatReply
@@ -61,15 +61,13 @@ class GroupContext(Protocol):
 
     def spawn(self, coro: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]: ...
 
-    def process_ready(self) -> None: ...
+    def step(self, message: Message) -> Ready:
+        """Step ``message`` into the core and carry out its ready; that ready."""
+        ...
 
     def not_leader_error(self) -> NotLeaderError: ...
 
-    def append_local(self, batches: list[RecordBatch]) -> None: ...
-
     async def seal_ahead(self, term: int) -> None: ...
-
-    def truncate_local(self, offset: int) -> None: ...
 
     def start_snapshot(self) -> tuple[int, bytes] | None: ...
 

@@ -473,7 +473,7 @@ class _Sim:
         one whose clock runs first; None when there is none."""
         if leader is None or not leader.alive or not leader.consensus.is_leader:
             return None
-        progress = leader.consensus.core.progress
+        progress = leader.consensus.status().peers
         followers = [
             n
             for n in self.cluster.live()

@@ -276,7 +276,7 @@ async def test_a_follower_behind_the_log_start_gets_the_snapshot_installed(
         await _write(leader.c, 4)
         lagger = next(n for n in replicas if n != leader.c.node_id)
         await _wait_for(
-            lambda: leader.c.core.progress[lagger].durable_offset >= 3, "the follower to catch up"
+            lambda: leader.c.status().peers[lagger].durable_offset >= 3, "the follower to catch up"
         )
         network.isolate(lagger)
         await asyncio.sleep(0.05)  # replies in flight land (or are lost) first

@@ -12,10 +12,12 @@ import random
 from raftlog.raft.configuration import Configuration, ConfigurationHistory
 from raftlog.raft.consensus import Consensus
 from raftlog.raft.core import CoreOptions, RaftCore, Role
+from raftlog.raft.local_messages import Campaign, LocalFlushed
 from raftlog.raft.messages import (
     APPEND_SUCCESS,
     AppendEntriesReply,
     AppendEntriesRequest,
+    VoteReply,
     VoteRequest,
 )
 from raftlog.sim.core_net import CoreNet, placed
@@ -51,13 +53,9 @@ def _append_to(net: CoreNet, leader: int, node: int, prev: int, *batches) -> App
         1, leader, node, lead.term, prev, prev_term, lead.commit_index, True, list(batches),
         seq=lead.next_seq(node),
     )  # fmt: skip
-    plan = net.cores[node].check_append(req)
-    assert not isinstance(plan, AppendEntriesReply), plan
-    net.logs[node].append(plan.batches)
-    net.logs[node].flush()
-    reply = net.cores[node].finish_append(req)
+    reply = net.deliver_append(node, req)
     assert reply.result == APPEND_SUCCESS
-    lead.handle_append_reply(node, req.term, prev, reply)
+    net.answer(leader, node, reply, term=req.term, prev=prev)
     return reply
 
 
@@ -69,12 +67,12 @@ def test_replica_behind_its_promise_refuses_votes_and_campaigns_not() -> None:
     _restarted_with_lost_data(net, 3, PROMISE)
     # Node 3's empty log makes node 2 look up to date; only the promise stops node 3
     # from electing node 2, which lacks the committed offsets 1..3.
-    net.cores[2].campaign(prevote=True, transfer=False)
+    net.cores[2].step(Campaign(prevote=True))
     assert net.deliver() == [
         "2->1 prevote term=1: rejected",
         "2->3 prevote term=1: rejected",
     ]
-    net.cores[2].campaign(prevote=False, transfer=False)
+    net.cores[2].step(Campaign(prevote=False))
     assert net.deliver() == [
         "2->1 vote term=1: rejected",
         "2->3 vote term=1: rejected",
@@ -82,7 +80,7 @@ def test_replica_behind_its_promise_refuses_votes_and_campaigns_not() -> None:
     assert net.cores[2].role is Role.CANDIDATE
     assert net.logs[3].load_vote().voted_for == -1
     # It does not campaign itself either: it may be missing committed entries.
-    net.cores[3].campaign(prevote=True, transfer=False)
+    net.cores[3].step(Campaign(prevote=True))
     assert net.deliver() == []
     assert net.cores[3].role is Role.FOLLOWER
 
@@ -90,13 +88,13 @@ def test_replica_behind_its_promise_refuses_votes_and_campaigns_not() -> None:
 def test_leader_does_not_count_a_replica_behind_its_promise_until_it_caught_up() -> None:
     net = CoreNet(3)
     follower = _restarted_with_lost_data(net, 3, PROMISE)
-    net.cores[1].campaign(prevote=True, transfer=False)
+    net.cores[1].step(Campaign(prevote=True))
     net.deliver()
     leader = net.cores[1]
     assert leader.is_leader and leader.term == 1  # elected by node 2 alone
     net.cut = {2}
     net.write(1, placed(0, 1, count=PROMISE), placed(PROMISE, 1))
-    leader.on_local_flush()
+    leader.step(LocalFlushed())
     # Node 3 gets and flushes 0..2 (still below its promise): its ack must not complete a
     # quorum with the leader, since it may have acknowledged other entries it lost.
     reply = _append_to(net, 1, 3, -1, placed(0, 1, count=PROMISE))
@@ -109,7 +107,8 @@ def test_leader_does_not_count_a_replica_behind_its_promise_until_it_caught_up()
     assert reply.last_flushed_offset == PROMISE
     assert leader.commit_index == PROMISE
     # And it votes again.
-    assert net.cores[3].handle_vote(VoteRequest(1, 1, 3, 2, False, PROMISE, 1, True)).granted
+    vote = net.request(3, VoteRequest(1, 1, 3, 2, False, PROMISE, 1, True))
+    assert isinstance(vote, VoteReply) and vote.granted
 
 
 def test_open_with_a_log_below_the_commit_context_starts_behind_and_keeps_it_durable() -> None:

@@ -5,14 +5,26 @@ Each scenario drives cores by hand and compares a readable trace or state.
 
 from __future__ import annotations
 
-from raftlog.raft.core import SafetyViolation
+from raftlog.raft.core import SafetyViolation, reply_in
+from raftlog.raft.local_messages import (
+    AppendAnswered,
+    AppendPersisted,
+    Campaign,
+    HeartbeatFrom,
+    LocalFlushed,
+    Propose,
+    Tick,
+    TransferLeadership,
+)
 from raftlog.raft.messages import (
     APPEND_FAILURE,
     APPEND_SUCCESS,
     AppendEntriesReply,
     AppendEntriesRequest,
     Heartbeat,
+    HeartbeatReply,
     TimeoutNowReply,
+    VoteReply,
     VoteRequest,
 )
 from raftlog.sim.core_net import CoreNet, placed
@@ -25,7 +37,7 @@ def _append(leader: int, target: int, term: int, prev: int, prev_term: int, batc
 
 def test_election_prevote_then_vote() -> None:
     net = CoreNet(3)
-    net.cores[1].campaign(prevote=True, transfer=False)
+    net.cores[1].step(Campaign(prevote=True, transfer=False))
     assert net.deliver() == [
         "1->2 prevote term=1: granted",
         "1->3 prevote term=1: granted",
@@ -45,7 +57,7 @@ def test_partitioned_node_prevotes_without_bumping_its_term() -> None:
     net = CoreNet(3)
     net.cut = {3}
     for _ in range(3):
-        net.cores[3].campaign(prevote=True, transfer=False)
+        net.cores[3].step(Campaign(prevote=True, transfer=False))
         net.deliver()
     assert net.state()[2] == "n3 candidate term=0 vote=-1 leader=-1 commit=-1"
     # Back in the network it did not disrupt anything: others still at term 0.
@@ -55,14 +67,16 @@ def test_partitioned_node_prevotes_without_bumping_its_term() -> None:
 def test_stale_term_is_rejected() -> None:
     net = CoreNet(3)
     core = net.cores[2]
-    core.handle_vote(VoteRequest(1, 1, 2, 5, False, -1, 0, False))
+    net.request(2, VoteRequest(1, 1, 2, 5, False, -1, 0, False))
     assert core.term == 5
-    reply = core.check_append(_append(3, 2, 4, -1, 0, [placed(0, 4)]))
+    reply = net.request(2, _append(3, 2, 4, -1, 0, [placed(0, 4)]))
     assert isinstance(reply, AppendEntriesReply)
     assert (reply.result, reply.term) == (APPEND_FAILURE, 5)
-    stale_vote = core.handle_vote(VoteRequest(1, 3, 2, 4, False, 10, 4, False))
+    stale_vote = net.request(2, VoteRequest(1, 3, 2, 4, False, 10, 4, False))
+    assert isinstance(stale_vote, VoteReply)
     assert (stale_vote.granted, stale_vote.term) == (False, 5)
-    hb = core.handle_heartbeat(3, Heartbeat(1, 4, -1, 0, 0))
+    hb = net.request(2, HeartbeatFrom(3, Heartbeat(1, 4, -1, 0, 0)))
+    assert isinstance(hb, HeartbeatReply)
     assert (hb.result, hb.term) == (APPEND_FAILURE, 5)
     assert core.leader_id == -1
 
@@ -71,7 +85,7 @@ def test_vote_denied_to_candidate_with_shorter_log() -> None:
     net = CoreNet(3)
     net.write(2, placed(0, 1), placed(1, 1))
     net.write(3, placed(0, 1), placed(1, 1))
-    net.cores[1].campaign(prevote=True, transfer=False)
+    net.cores[1].step(Campaign(prevote=True, transfer=False))
     assert net.deliver() == [
         "1->2 prevote term=1: rejected",
         "1->3 prevote term=1: rejected",
@@ -81,13 +95,15 @@ def test_vote_denied_to_candidate_with_shorter_log() -> None:
 
 def test_leader_lease_ignores_a_disruptive_candidate() -> None:
     net = CoreNet(3)
-    net.cores[1].campaign(prevote=True, transfer=False)
+    net.cores[1].step(Campaign(prevote=True, transfer=False))
     net.deliver()
-    net.cores[2].handle_heartbeat(1, Heartbeat(1, 1, -1, 0, -1))
-    reply = net.cores[2].handle_vote(VoteRequest(1, 3, 2, 2, False, 100, 1, False))
+    net.request(2, HeartbeatFrom(1, Heartbeat(1, 1, -1, 0, -1)))
+    reply = net.request(2, VoteRequest(1, 3, 2, 2, False, 100, 1, False))
+    assert isinstance(reply, VoteReply)
     assert (reply.granted, net.cores[2].term) == (False, 1)
     # ... unless it is a leadership transfer (timeout-now).
-    reply = net.cores[2].handle_vote(VoteRequest(1, 3, 2, 2, False, 100, 1, True))
+    reply = net.request(2, VoteRequest(1, 3, 2, 2, False, 100, 1, True))
+    assert isinstance(reply, VoteReply)
     assert (reply.granted, net.cores[2].term) == (True, 2)
 
 
@@ -119,34 +135,34 @@ def test_commit_needs_current_term_entry_flushed_on_majority() -> None:
     for n in (1, 2):
         net.write(n, placed(0, 1))
     # Node 1 becomes leader in term 2 with a term-1 entry replicated on 1 and 2.
-    net.cores[1].handle_vote(VoteRequest(1, 3, 1, 1, False, -1, 0, False))
-    net.cores[1].campaign(prevote=False, transfer=False)
+    net.request(1, VoteRequest(1, 3, 1, 1, False, -1, 0, False))
+    net.cores[1].step(Campaign(prevote=False, transfer=False))
     net.deliver()
     leader = net.cores[1]
     assert (leader.role.value, leader.term) == ("leader", 2)
     ok = AppendEntriesReply(1, 2, 1, 2, APPEND_SUCCESS, 0, 0, 0, seq=1)
-    leader.handle_append_reply(2, 2, -1, ok)
+    net.answer(1, 2, ok, term=2)
     assert leader.commit_index == -1  # term-1 entry on a majority: still not committed
     net.write(1, placed(1, 2), flush=False)  # the new leader's noop, not yet flushed
     ok = AppendEntriesReply(1, 2, 1, 2, APPEND_SUCCESS, 1, 1, 1, seq=2)
-    leader.handle_append_reply(2, 2, 0, ok)
+    net.answer(1, 2, ok, term=2, prev=0)
     assert leader.commit_index == -1  # flushed on node 2 only; the leader has not flushed
     net.logs[1].flush()
-    leader.on_local_flush()
+    leader.step(LocalFlushed())
     assert leader.commit_index == 1
 
 
 def test_dirty_offsets_do_not_commit() -> None:
     net = CoreNet(3)
-    net.cores[1].campaign(prevote=False, transfer=False)
+    net.cores[1].step(Campaign(prevote=False, transfer=False))
     net.deliver()
     leader = net.cores[1]
     net.write(1, placed(0, 1))
     for peer in (2, 3):  # appended but not flushed on the followers
-        leader.handle_append_reply(peer, 1, -1, AppendEntriesReply(1, peer, 1, 1, 0, 0, -1, 0, 1))
+        net.answer(1, peer, AppendEntriesReply(1, peer, 1, 1, 0, 0, -1, 0, 1), term=1)
     assert (leader.progress[2].dirty_offset, leader.progress[2].flushed_offset) == (0, -1)
     assert leader.commit_index == -1
-    leader.handle_append_reply(3, 1, -1, AppendEntriesReply(1, 3, 1, 1, 0, 0, 0, 0, 2))
+    net.answer(1, 3, AppendEntriesReply(1, 3, 1, 1, 0, 0, 0, 0, 2), term=1)
     assert leader.commit_index == 0
 
 
@@ -154,17 +170,14 @@ def test_log_repair_plan_truncates_the_divergent_suffix_only() -> None:
     net = CoreNet(3)
     # Follower 2 has 0..1@1 and a divergent 2..4@2; the term-3 leader has 2..3@3.
     net.write(2, placed(0, 1, 2), placed(2, 2, 3))
-    follower = net.cores[2]
-    plan = follower.check_append(_append(1, 2, 3, 1, 1, [placed(2, 3, 2)]))
-    assert not isinstance(plan, AppendEntriesReply)
+    (plan,) = net.decide(2, _append(1, 2, 3, 1, 1, [placed(2, 3, 2)])).persist
     assert (plan.truncate_at, [b.base_offset for b in plan.batches]) == (2, [2])
     # A mismatch at prev is refused, reporting the follower's dirty offset for backoff.
-    reply = follower.check_append(_append(1, 2, 3, 4, 3, [placed(5, 3)]))
+    reply = reply_in(net.decide(2, _append(1, 2, 3, 4, 3, [placed(5, 3)])))
     assert isinstance(reply, AppendEntriesReply)
     assert (reply.result, reply.last_dirty_offset) == (APPEND_FAILURE, 4)
     # Duplicates of entries it already has are skipped, not re-appended.
-    plan = follower.check_append(_append(1, 2, 3, -1, 0, [placed(0, 1, 2)]))
-    assert not isinstance(plan, AppendEntriesReply)
+    (plan,) = net.decide(2, _append(1, 2, 3, -1, 0, [placed(0, 1, 2)])).persist
     assert (plan.truncate_at, plan.batches) == (-1, [])
 
 
@@ -172,10 +185,10 @@ def test_truncating_below_the_commit_index_is_refused() -> None:
     net = CoreNet(3)
     net.write(2, placed(0, 1), placed(1, 1))
     follower = net.cores[2]
-    follower.handle_heartbeat(1, Heartbeat(1, 1, 1, 1, 1))
+    net.request(2, HeartbeatFrom(1, Heartbeat(1, 1, 1, 1, 1)))
     assert follower.commit_index == 1
     try:
-        follower.check_append(_append(3, 2, 2, 0, 1, [placed(1, 2)]))
+        follower.step(_append(3, 2, 2, 0, 1, [placed(1, 2)]))
     except SafetyViolation as exc:
         assert "truncate at 1 <= commit index 1" in str(exc)
     else:
@@ -184,12 +197,12 @@ def test_truncating_below_the_commit_index_is_refused() -> None:
 
 def test_leadership_transfer_timeout_now_starts_an_election() -> None:
     net = CoreNet(3)
-    net.cores[1].campaign(prevote=False, transfer=False)
+    net.cores[1].step(Campaign(prevote=False, transfer=False))
     net.deliver()
     for n in (2, 3):
-        net.cores[n].handle_heartbeat(1, Heartbeat(1, 1, -1, 0, -1))
+        net.request(n, HeartbeatFrom(1, Heartbeat(1, 1, -1, 0, -1)))
     leader = net.cores[1]
-    leader.begin_transfer(3)  # 3 matches the leader's (empty) log: timeout-now at once
+    leader.step(TransferLeadership(3))  # 3 matches the leader's (empty) log: timeout-now at once
     assert not leader.accepting_writes
     assert net.deliver() == [
         "1->3 timeout-now",
@@ -209,23 +222,23 @@ def test_leadership_transfer_waits_for_the_target_to_catch_up_then_resends() -> 
     next tick send it again; the transfer ends after ``transfer_timeout_ticks`` without
     a takeover."""
     net = CoreNet(3)
-    net.cores[1].campaign(prevote=False, transfer=False)
+    net.cores[1].step(Campaign(prevote=False, transfer=False))
     net.deliver()
     leader = net.cores[1]
-    leader.propose([RecordBatch.create(b"x")], flush=True)
+    leader.step(Propose([RecordBatch.create(b"x")], flush=True))
     net.process(1)
-    leader.begin_transfer(3)
+    leader.step(TransferLeadership(3))
     sent = [m for _t, m in leader.take_ready().messages]
     assert sent == []  # 3 has not matched offset 0 yet (the append to it is in flight)
     reply = AppendEntriesReply(1, 3, 1, leader.term, 0, 0, 0, 0, leader.next_seq(3))
-    leader.handle_append_reply(3, leader.term, -1, reply)
+    net.answer(1, 3, reply)
     messages = leader.take_ready().messages
     assert [(t, type(m).__name__) for t, m in messages] == [(3, "TimeoutNowRequest")]
-    leader.handle_timeout_now_reply(TimeoutNowReply(1, 3, 1, leader.term, False))
-    leader.tick()
+    leader.step(TimeoutNowReply(1, 3, 1, leader.term, False))
+    leader.step(Tick())
     assert [type(m).__name__ for _t, m in leader.take_ready().messages] == ["TimeoutNowRequest"]
     for _ in range(leader.options.transfer_timeout_ticks + 1):
-        leader.tick()
+        leader.step(Tick())
     assert leader.transfer_target == -1  # given up (writes resume while it leads)
 
 
@@ -238,34 +251,32 @@ def test_an_append_reaching_below_a_compacted_log_start_is_taken_not_truncated()
     follower, log = net.cores[2], net.logs[2]
     log.append([placed(i, 1) for i in range(10)])
     log.flush()
-    empty = _append(1, 2, 1, 9, 1, [], commit=9)
-    follower.check_append(empty)
-    follower.finish_append(empty)
+    net.deliver_append(2, _append(1, 2, 1, 9, 1, [], commit=9))
     assert follower.commit_index == 9
     log.prefix_truncate(6)
     assert (log.start_offset, log.term_at(5), log.term_at(3)) == (6, 1, None)
-    plan = follower.check_append(_append(1, 2, 1, 2, 1, [placed(i, 1) for i in range(3, 11)]))
-    assert not isinstance(plan, AppendEntriesReply), plan
+    req = _append(1, 2, 1, 2, 1, [placed(i, 1) for i in range(3, 11)])
+    (plan,) = net.decide(2, req).persist
     assert plan.truncate_at == -1
     assert [b.base_offset for b in plan.batches] == [10]
     log.append(plan.batches)
-    reply = follower.finish_append(_append(1, 2, 1, 2, 1, [placed(i, 1) for i in range(3, 11)]))
+    reply = reply_in(net.decide(2, AppendPersisted(req)))
+    assert isinstance(reply, AppendEntriesReply)
     assert (reply.result, reply.last_matched_offset) == (0, 10)
     # prev inside the log still has to match
-    bad = follower.check_append(_append(1, 2, 1, 7, 2, [placed(8, 2)]))
+    bad = net.request(2, _append(1, 2, 1, 7, 2, [placed(8, 2)]))
     assert isinstance(bad, AppendEntriesReply) and bad.result == 1
 
 
 def test_recovery_gives_up_after_three_failures_in_a_row_as_the_core_decides() -> None:
     net = CoreNet(3)
-    net.cores[1].campaign(prevote=False, transfer=False)
+    net.cores[1].step(Campaign(prevote=False, transfer=False))
     net.deliver()
     leader = net.cores[1]
     term = leader.term
     assert [leader.recovery_failed(2, term) for _ in range(3)] == [True, True, False]
     assert leader.recovery_failed(2, term)  # counted afresh after giving up
-    reply = AppendEntriesReply(1, 2, 1, term, 0, -1, -1, -1, leader.next_seq(2))
-    leader.handle_append_reply(2, term, -1, reply, is_heartbeat=True)
+    net.answer(1, 2, HeartbeatReply(1, term, 0, -1, -1, -1, leader.next_seq(2)))
     assert leader.progress[2].recovery_failures == 0  # a usable reply resets the count
     assert not leader.recovery_failed(2, term + 1)  # another term's recovery stops
     assert not leader.recovery_failed(9, term)  # not a follower
@@ -278,22 +289,23 @@ def test_a_stale_mismatch_below_the_log_start_still_asks_for_a_snapshot() -> Non
     else recovery resends the same chunk forever (a partition move onto a new node hung
     1 run in 3 this way)."""
     net = CoreNet(3)
-    net.cores[1].campaign(prevote=False, transfer=False)
+    net.cores[1].step(Campaign(prevote=False, transfer=False))
     net.deliver()
     leader, log = net.cores[1], net.logs[1]
     log.append([placed(i, 1) for i in range(6)])
     log.flush()
     log.prefix_truncate(4)
     term = leader.term
-    leader.on_send_failed(3, term)  # 3 to probe (recovery owns it)
+    # 3 to probe (recovery owns it): an append to it was not delivered
+    lost = AppendEntriesRequest(1, 1, 3, term, -1, 0, -1, False, [], seq=-1)
+    leader.step(AppendAnswered(3, lost, None))
     assert leader.progress[3].state.value == "probe"
     request_seq = leader.next_seq(3)
     heartbeat_seq = leader.next_seq(3)
-    hb = AppendEntriesReply(1, 3, 1, term, 0, -1, -1, -1, heartbeat_seq)
-    leader.handle_append_reply(3, term, 3, hb, is_heartbeat=True)
+    net.answer(1, 3, HeartbeatReply(1, term, 0, -1, -1, -1, heartbeat_seq), prev=3)
     stale = AppendEntriesReply(1, 3, 1, term, 1, -1, -1, -1, heartbeat_seq)  # raised seq
     assert stale.seq > request_seq
-    leader.handle_append_reply(3, term, 3, stale)
+    net.answer(1, 3, stale, prev=3)
     assert leader.stale_replies == 1
     assert leader.progress[3].state.value == "snapshot"
     assert 3 in leader.take_ready().recover
@@ -301,12 +313,12 @@ def test_a_stale_mismatch_below_the_log_start_still_asks_for_a_snapshot() -> Non
 
 def test_leader_without_a_quorum_steps_down() -> None:
     net = CoreNet(3)
-    net.cores[1].campaign(prevote=False, transfer=False)
+    net.cores[1].step(Campaign(prevote=False, transfer=False))
     net.deliver()
     leader = net.cores[1]
     leader.take_ready()
     for _ in range(10):
-        leader.tick()
+        leader.step(Tick())
     assert leader.role.value == "follower"
     assert leader.take_ready().stepped_down
 
@@ -317,15 +329,15 @@ def test_pre_candidates_do_not_hold_a_lease_against_each_other() -> None:
     refused the other's prevote as if a leader lease were in force, and no election
     succeeded for seconds. A pre-candidate forgets its leader, as etcd's does."""
     net = CoreNet(3)
-    net.cores[1].campaign(prevote=True, transfer=False)
+    net.cores[1].step(Campaign(prevote=True, transfer=False))
     net.deliver()
     for n in (2, 3):
-        net.cores[n].handle_heartbeat(1, Heartbeat(1, 1, -1, 0, -1))
+        net.request(n, HeartbeatFrom(1, Heartbeat(1, 1, -1, 0, -1)))
     net.cut = {1}
-    net.cores[3].campaign(prevote=True, transfer=False)  # its timer fired first
+    net.cores[3].step(Campaign(prevote=True, transfer=False))  # its timer fired first
     net.deliver()
     assert net.cores[3].leader_id == -1
-    net.cores[2].campaign(prevote=True, transfer=False)
+    net.cores[2].step(Campaign(prevote=True, transfer=False))
     trace = net.deliver()
     assert "3->2 prevote term=2: rejected" not in trace  # (already answered above)
     assert "2->3 prevote term=2: granted" in trace, trace
@@ -338,7 +350,7 @@ def test_a_leader_places_data_batches_in_timestamp_order() -> None:
     later time, so data timestamps never fall along the log; control batches keep
     theirs (a no-op batch at 0 stays 0). The followers are sent the same."""
     net = CoreNet(3)
-    net.cores[1].campaign(prevote=False, transfer=False)
+    net.cores[1].step(Campaign(prevote=False, transfer=False))
     net.deliver()
     leader = net.cores[1]
     stamps = [5_000, 3_000, 7_000, 6_000]
@@ -346,10 +358,10 @@ def test_a_leader_places_data_batches_in_timestamp_order() -> None:
     noop = RecordBatch.create(b"", kind=BatchKind.NOOP, timestamp_ms=0)
     placed = []
     for ms in stamps:
-        placed += leader.propose([RecordBatch.create(b"x", timestamp_ms=ms)], flush=True)
-        net.process(1)
-    placed += leader.propose([barrier, RecordBatch.create(b"y", timestamp_ms=7_500), noop], True)
-    net.process(1)
+        leader.step(Propose([RecordBatch.create(b"x", timestamp_ms=ms)], flush=True))
+        placed += net.carry_out(1).append
+    leader.step(Propose([barrier, RecordBatch.create(b"y", timestamp_ms=7_500), noop], True))
+    placed += net.carry_out(1).append
     assert [b.timestamp_ms for b in placed] == [5_000, 5_000, 7_000, 7_000, 8_000, 8_000, 0]
     sent = [b.timestamp_ms for o in net.outbox if o.target == 2 for b in o.request.batches]
     # what the followers are sent (and store) is what the leader placed

@@ -15,6 +15,7 @@ import pytest
 
 from raftlog.raft.configuration import Configuration, ConfigurationHistory
 from raftlog.raft.core import CoreOptions, RaftCore, Role
+from raftlog.raft.local_messages import Tick
 from raftlog.sim.core_net import CoreNet, placed
 from raftlog.storage.api import VoteState
 from raftlog.storage.memory import MemoryLog
@@ -41,7 +42,7 @@ def _net(first_election_ticks: int, seed: int = 0) -> CoreNet:
 def _tick_all(net: CoreNet, ticks: int) -> None:
     for _ in range(ticks):
         for core in net.cores.values():
-            core.tick()
+            core.step(Tick())
         net.deliver()
 
 

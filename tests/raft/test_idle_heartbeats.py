@@ -40,13 +40,13 @@ ROUNDS = WATCH_S / HEARTBEAT_INTERVAL_S
 def _count_heartbeats(core: RaftCore) -> Counter[int]:
     """Count, by follower, the heartbeats ``core`` makes from now on."""
     counts: Counter[int] = Counter()
-    made = core.heartbeat_for
+    made = core._heartbeat_for
 
     def counting(node: int, quiesce: bool = False) -> Heartbeat:
         counts[node] += 1
         return made(node, quiesce)
 
-    core.heartbeat_for = counting  # type: ignore[method-assign]
+    core._heartbeat_for = counting  # type: ignore[method-assign]
     return counts
 
 
@@ -129,12 +129,12 @@ def test_without_heartbeats_after_appends_the_followers_miss_the_commit(
         if self.role is not Role.LEADER:
             return []
         return [
-            (node, self.heartbeat_for(node))
+            (node, self._heartbeat_for(node))
             for node, p in sorted(self.progress.items())
             if p.append_tick < 0
         ]
 
-    monkeypatch.setattr(RaftCore, "heartbeats_due", never_after_an_append)
+    monkeypatch.setattr(RaftCore, "_heartbeats_due", never_after_an_append)
     with pytest.raises(TimeoutError, match="no leader"):
         # the leader's first append (its no-op) ends the heartbeats: no leader stays
         _watch(idle_heartbeat_ticks=3, writes=True)

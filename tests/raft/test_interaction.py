@@ -65,7 +65,7 @@ recovery_inflight=R`` sets the window, the recovery chunk size and recovery's wi
 
 Quiescence:
 
-- ``heartbeats LEADER``: one heartbeat round (what ``heartbeats_due`` makes, each
+- ``heartbeats LEADER``: one heartbeat round (what a ``HeartbeatRound`` step makes, each
   delivered and answered; prints whether it asked to quiesce and whether the
   follower did), then every node's quiescence and tick count;
 - ``quiescent``: every node's quiescence and tick count;
@@ -87,17 +87,36 @@ import raftlog.rpc.peer  # noqa: F401  (registers raft's messages)
 from raftlog.raft import group_snapshot, mutations
 from raftlog.raft import messages as raft_messages
 from raftlog.raft.configuration import Configuration
-from raftlog.raft.core import CoreOptions, RaftCore
+from raftlog.raft.core import CoreOptions, Message, RaftCore, reply_in
+from raftlog.raft.local_messages import (
+    AppendAnswered,
+    AppendPersisted,
+    Campaign,
+    HeartbeatAnswered,
+    HeartbeatFrom,
+    HeartbeatRound,
+    InstallAnswered,
+    InstallChunkHeld,
+    InstallPersisted,
+    LocalFlushed,
+    NodeAlive,
+    NodeDead,
+    Propose,
+    RecoveryAnswered,
+    Tick,
+    TransferLeadership,
+)
 from raftlog.raft.messages import (
     APPEND_FAILURE,
     APPEND_SUCCESS,
     AppendEntriesReply,
     AppendEntriesRequest,
+    Heartbeat,
     HeartbeatReply,
+    InstallSnapshotReply,
 )
 from raftlog.rpc import codec
 from raftlog.sim.core_net import CoreNet, Outgoing, placed
-from raftlog.storage.api import CommitContext
 from raftlog.storage.batch import RecordBatch
 
 TESTDATA = pathlib.Path(__file__).parent / "testdata"
@@ -177,7 +196,7 @@ class Interpreter:
 
     def cmd_campaign(self, args: list[str]) -> list[str]:
         core = self.net.cores[int(args[0])]
-        core.campaign(prevote=args[1] == "prevote", transfer="transfer" in args)
+        core.step(Campaign(prevote=args[1] == "prevote", transfer="transfer" in args))
         return [f"n{args[0]} {core.role.value} term={core.term}"]
 
     def cmd_deliver(self, args: list[str]) -> list[str]:
@@ -188,7 +207,7 @@ class Interpreter:
     def cmd_tick(self, args: list[str]) -> list[str]:
         core = self.net.cores[int(args[0])]
         for _ in range(int(args[1]) if len(args) > 1 else 1):
-            core.tick()
+            core.step(Tick())
         state = [line for line in self.net.state() if line.startswith(f"n{args[0]} ")]
         return [f"{state[0]} priority_target={core.priority_target.value}"]
 
@@ -212,17 +231,15 @@ class Interpreter:
     def cmd_flush(self, args: list[str]) -> list[str]:
         node = int(args[0])
         self.net.logs[node].flush()
-        self.net.cores[node].on_local_flush()
+        self.net.cores[node].step(LocalFlushed())
         log = self.net.logs[node]
         return [f"n{node} flushed={log.flushed_offset} commit={self.net.cores[node].commit_index}"]
 
     def cmd_heartbeat(self, args: list[str]) -> list[str]:
         leader, follower = int(args[0]), int(args[1])
-        hb = self.net.cores[leader].heartbeat_for(follower)
-        reply = self.net.cores[follower].handle_heartbeat(leader, hb)
-        self.net.cores[leader].handle_append_reply(
-            follower, hb.term, hb.prev_log_offset, reply, is_heartbeat=True
-        )
+        self.net.cores[leader].step(HeartbeatRound(only=follower))
+        ((_, hb),) = self.net.carry_out(leader).heartbeats
+        reply = self._heartbeat(leader, follower, hb)
         self.net.process(leader)
         return [
             f"hb seq={hb.seq} prev={hb.prev_log_offset}@{hb.prev_log_term} "
@@ -238,17 +255,13 @@ class Interpreter:
         """One heartbeat round of LEADER, as the node's heartbeat manager sends it: the
         heartbeats the core says are due, each delivered and its reply fed back."""
         leader = int(args[0])
-        core = self.net.cores[leader]
+        self.net.cores[leader].step(HeartbeatRound())
         out = []
-        for follower, hb in core.heartbeats_due():
+        for follower, hb in self.net.carry_out(leader).heartbeats:
             if not self.net.reachable(leader, follower):
                 out.append(f"hb {leader}->{follower} seq={hb.seq} quiesce={hb.quiesce}: lost")
                 continue
-            reply = self.net.cores[follower].handle_heartbeat(leader, hb)
-            self.net.process(follower)
-            core.handle_append_reply(
-                follower, hb.term, hb.prev_log_offset, reply, is_heartbeat=True
-            )
+            reply = self._heartbeat(leader, follower, hb)
             self.net.process(leader)
             out.append(
                 f"hb {leader}->{follower} seq={hb.seq} quiesce={hb.quiesce}: "
@@ -256,17 +269,24 @@ class Interpreter:
             )
         return (out or ["(no heartbeat due)"]) + self._quiescence()
 
+    def _heartbeat(self, leader: int, follower: int, hb: Heartbeat) -> HeartbeatReply:
+        """Deliver ``hb`` to the follower and step its reply into the leader."""
+        reply = self.net.request(follower, HeartbeatFrom(leader, hb))
+        assert isinstance(reply, HeartbeatReply)
+        self.net.cores[leader].step(HeartbeatAnswered(follower, hb, reply))
+        return reply
+
     def cmd_quiescent(self, args: list[str]) -> list[str]:
         return self._quiescence()
 
     def cmd_node_dead(self, args: list[str]) -> list[str]:
         """``node-dead ID NODE``: node liveness on ID declares NODE dead."""
-        self.net.cores[int(args[0])].on_node_dead(int(args[1]))
+        self.net.cores[int(args[0])].step(NodeDead(int(args[1])))
         return self._quiescence()
 
     def cmd_node_alive(self, args: list[str]) -> list[str]:
         """``node-alive ID NODE``: node liveness on ID hears NODE again."""
-        self.net.cores[int(args[0])].on_node_alive(int(args[1]))
+        self.net.cores[int(args[0])].step(NodeAlive(int(args[1])))
         return self._quiescence()
 
     def _quiescence(self) -> list[str]:
@@ -291,14 +311,21 @@ class Interpreter:
             int(kv.get("dirty", "-1")),
         )
         term = int(kv.get("term", str(core.term)))
+        # A reply to a request the script does not name: one of this term, from ``prev``,
+        # that holds no place in a window (seq -1).
         if "heartbeat" in flags:
             hb_reply = HeartbeatReply(1, term, result, *fields, seq=int(kv["seq"]))
-            core.handle_append_reply(follower, core.term, -1, hb_reply, is_heartbeat=True)
+            hb = Heartbeat(1, core.term, -1, 0, core.commit_index, seq=-1)
+            core.step(HeartbeatAnswered(follower, hb, hb_reply))
         else:
             reply = AppendEntriesReply(
                 1, follower, leader, term, result, *fields, seq=int(kv["seq"])
             )
-            core.handle_append_reply(follower, core.term, int(kv.get("prev", "-1")), reply)
+            req = AppendEntriesRequest(
+                1, leader, follower, core.term, int(kv.get("prev", "-1")), 0,
+                core.commit_index, False, [], seq=-1,
+            )  # fmt: skip
+            core.step(RecoveryAnswered(follower, req, reply))
         return [*self._progress(leader, follower), f"commit={core.commit_index}"]
 
     def cmd_append(self, args: list[str]) -> list[str]:
@@ -314,20 +341,19 @@ class Interpreter:
             1, leader, follower, lcore.term, prev, prev_term or 0, lcore.commit_index, True,
             batches, seq=int(kv.get("seq", str(lcore.next_seq(follower)))),
         )  # fmt: skip
-        plan = fcore.check_append(req)
-        if isinstance(plan, AppendEntriesReply):
-            return [f"refused: result={plan.result} dirty={plan.last_dirty_offset}"]
+        ready = self.net.step(follower, req)
+        if ready.replies:
+            refusal = reply_in(ready)
+            assert isinstance(refusal, AppendEntriesReply)
+            return [f"refused: result={refusal.result} dirty={refusal.last_dirty_offset}"]
+        (plan,) = ready.persist
         out = [
             f"plan truncate_at={plan.truncate_at} "
             f"append={[f'{b.base_offset}@{b.term}' for b in plan.batches]}"
         ]
-        log = self.net.logs[follower]
-        if plan.truncate_at != -1:
-            log.truncate(plan.truncate_at)
-        if plan.batches:
-            log.append(plan.batches)
-        log.flush()
-        reply = fcore.finish_append(req)
+        self.net.logs[follower].flush()
+        reply = reply_in(self.net.step(follower, AppendPersisted(req)))
+        assert isinstance(reply, AppendEntriesReply)
         out.append(
             f"reply seq={reply.seq} matched={reply.last_matched_offset} "
             f"flushed={reply.last_flushed_offset} commit={fcore.commit_index}"
@@ -349,8 +375,8 @@ class Interpreter:
             size = int(kv.get("size", "1"))
             batch = RecordBatch.create(b"x" * size, int(kv.get("count", "1")), timestamp_ms=0)
         queued = len(self.net.outbox)
-        placed_batches = core.propose([batch], flush="flush" in flags)
-        self.net.process(leader)
+        core.step(Propose([batch], flush="flush" in flags))
+        placed_batches = self.net.carry_out(leader).append
         out = [
             f"n{leader} placed {b.base_offset}..{b.last_offset}@{b.term} {b.size_bytes}B"
             for b in placed_batches
@@ -409,7 +435,7 @@ class Interpreter:
                 out.append(f"{self._describe(req)}: dropped")
                 self._lost(lcore, follower, o)
             else:
-                reply = self._apply_append(follower, req)
+                reply = self.net.deliver_append(follower, req)
                 out.append(
                     f"{self._describe(req)}: result={reply.result} "
                     f"matched={reply.last_matched_offset} flushed={reply.last_flushed_offset} "
@@ -421,10 +447,8 @@ class Interpreter:
                 elif "hold" in flags:
                     out.append("reply held")
                     self.held.append((o, reply))
-                elif o.recovery:
-                    lcore.handle_recovery_reply(follower, req.term, req, reply)
                 else:
-                    lcore.handle_append_result(follower, req, reply)
+                    lcore.step(_answered(follower, o, reply))
             out += self._process_reply(leader)
         return [*(out or ["(nothing queued)"]), *self._progress(leader, follower),
                 f"commit={lcore.commit_index}"]  # fmt: skip
@@ -442,10 +466,7 @@ class Interpreter:
         for o, reply in mine:
             out.append(f"reply to seq={o.request.seq}: result={reply.result} "
                        f"matched={reply.last_matched_offset} seq={reply.seq}")  # fmt: skip
-            if o.recovery:
-                lcore.handle_recovery_reply(follower, o.request.term, o.request, reply)
-            else:
-                lcore.handle_append_result(follower, o.request, reply)
+            lcore.step(_answered(follower, o, reply))
             out += self._process_reply(leader)
         return [*(out or ["(nothing held)"]), *self._progress(leader, follower),
                 f"commit={lcore.commit_index}"]  # fmt: skip
@@ -456,24 +477,7 @@ class Interpreter:
         if o.recovery:
             lcore.recovery_failed(follower, o.request.term, o.request.seq)
         else:
-            lcore.handle_append_result(follower, o.request, None)
-
-    def _apply_append(self, follower: int, req: AppendEntriesRequest) -> AppendEntriesReply:
-        """The follower's side (``Consensus._handle_append``): check, apply, flush, reply."""
-        fcore = self.net.cores[follower]
-        plan = fcore.check_append(req)
-        self.net.process(follower)
-        if isinstance(plan, AppendEntriesReply):
-            return plan
-        if plan.truncate_at != -1:
-            self.net.truncate_local(follower, plan.truncate_at)
-        if plan.batches:
-            self.net.append_local(follower, plan.batches)
-        if req.flush:
-            self.net.logs[follower].flush()
-        reply = fcore.finish_append(req)
-        self.net.process(follower)
-        return reply
+            lcore.step(AppendAnswered(follower, o.request, None))
 
     def cmd_recover(self, args: list[str]) -> list[str]:
         leader, follower = int(args[0]), int(args[1])
@@ -492,12 +496,12 @@ class Interpreter:
         out = [f"chunk from {chunk.start} max={chunk.max_bytes}B: {self._describe(req)}"]
         if not self.net.reachable(leader, follower):
             return [*out, "dropped", *self._progress(leader, follower)]
-        reply = self._apply_append(follower, req)
+        reply = self.net.deliver_append(follower, req)
         out.append(
             f"reply result={reply.result} matched={reply.last_matched_offset} "
             f"flushed={reply.last_flushed_offset} dirty={reply.last_dirty_offset}"
         )
-        lcore.handle_append_reply(follower, req.term, req.prev_log_offset, reply)
+        lcore.step(RecoveryAnswered(follower, req, reply))
         self.net.process(leader)
         return [*out, *self._after_ready(leader), *self._progress(leader, follower),
                 f"commit={lcore.commit_index}"]  # fmt: skip
@@ -530,7 +534,7 @@ class Interpreter:
         """The leader begins a transfer to the target (the core decides the rest)."""
         leader, target = int(args[0]), int(args[1])
         core = self.net.cores[leader]
-        core.begin_transfer(target)
+        core.step(TransferLeadership(target))
         return [f"n{leader} transfer_target={core.transfer_target} writes={core.accepting_writes}"]
 
     def cmd_install(self, args: list[str]) -> list[str]:
@@ -539,7 +543,7 @@ class Interpreter:
         ``chunk=B`` bytes; the follower restarts its log after it."""
         leader, follower = int(args[0]), int(args[1])
         kv, _ = _kv(args[2:])
-        lcore, fcore = self.net.cores[leader], self.net.cores[follower]
+        lcore = self.net.cores[leader]
         if not lcore.snapshot_wanted(follower, lcore.term):
             return ["no snapshot wanted", *self._progress(leader, follower)]
         offset = self.net.logs[leader].start_offset - 1
@@ -552,30 +556,25 @@ class Interpreter:
             if req is None:
                 out.append("stop")
                 break
-            verdict = fcore.check_install(req)
-            if isinstance(verdict, bool):
+            ready = self.net.step(follower, req)
+            if ready.install:
                 held = position + len(chunk)
                 if held < len(data):
-                    reply = fcore.install_reply(req, held)
+                    ready = self.net.step(follower, InstallChunkHeld(req, held))
                 else:
-                    flog = self.net.logs[follower]
-                    flog.save_commit_context(CommitContext(offset, req.last_included_term, data))
-                    flog.restart_at(offset + 1, req.last_included_term)
-                    saved = group_snapshot.saved_config(data)
-                    assert saved is not None
-                    fcore.configs.restart(*saved)
-                    reply = fcore.finish_install(req)
-            else:
-                reply = verdict
+                    self.net.install_local(follower, offset, req.last_included_term, data)
+                    ready = self.net.step(follower, InstallPersisted(req))
+            reply = reply_in(ready)
+            assert isinstance(reply, InstallSnapshotReply)
             out.append(
                 f"chunk {req.chunk_offset}+{len(req.data)}/{req.total_bytes} as of "
                 f"{req.last_included_offset}@{req.last_included_term}: held="
                 f"{reply.bytes_received} result={reply.result} dirty={reply.last_dirty_offset}"
             )
-            following = lcore.handle_install_reply(follower, req, reply)
-            if following is None:
+            following = self.net.step(leader, InstallAnswered(follower, req, reply)).install_next
+            if follower not in following:
                 break
-            position = following
+            position = following[follower]
         self.net.process(leader)
         return [*out, *self.cmd_log([str(follower)]), *self._progress(leader, follower)]
 
@@ -657,6 +656,14 @@ class Interpreter:
         except codec.CodecError as exc:
             return [f"refused: {exc}"]
         return [f"ok: {decoded == msg}"]
+
+
+def _answered(follower: int, o: Outgoing, reply: AppendEntriesReply) -> Message:
+    """The leader's message for ``reply`` to a queued append: a recovery chunk's, or a
+    pipelined append's."""
+    if o.recovery:
+        return RecoveryAnswered(follower, o.request, reply)
+    return AppendAnswered(follower, o.request, reply)
 
 
 def _value(tp: Any, raw: str | None) -> Any:

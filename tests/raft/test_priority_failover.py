@@ -8,14 +8,16 @@ first, which doubled the time from a leader kill to the first acknowledged write
 
 from __future__ import annotations
 
+from raftlog.raft.local_messages import Campaign, HeartbeatFrom, HeartbeatRound
 from raftlog.sim.core_net import CoreNet
 
 
 def _elect_node_1(net: CoreNet) -> None:
-    net.cores[1].campaign(prevote=True, transfer=False)
+    net.cores[1].step(Campaign(prevote=True))
     net.deliver()
-    for peer in (2, 3):  # the first heartbeat tells the followers who leads
-        net.cores[peer].handle_heartbeat(1, net.cores[1].heartbeat_for(peer))
+    net.cores[1].step(HeartbeatRound())
+    for peer, hb in net.carry_out(1).heartbeats:  # the first tells the followers who leads
+        net.request(peer, HeartbeatFrom(1, hb))
     assert [net.cores[n].leader_id for n in (1, 2, 3)] == [1, 1, 1]
 
 

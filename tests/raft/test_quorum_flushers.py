@@ -10,6 +10,7 @@ on a majority's flushed offsets.
 
 from __future__ import annotations
 
+from raftlog.raft.local_messages import Campaign, Propose
 from raftlog.raft.messages import AppendEntriesRequest
 from raftlog.raft.progress import ProgressState
 from raftlog.sim.core_net import CoreNet, placed
@@ -19,7 +20,7 @@ LEADER = 1
 
 def _leader(nodes: int) -> CoreNet:
     net = CoreNet(nodes)
-    net.cores[LEADER].campaign(prevote=False, transfer=False)
+    net.cores[LEADER].step(Campaign(prevote=False))
     assert net.deliver()
     core = net.cores[LEADER]
     assert core.is_leader
@@ -30,10 +31,8 @@ def _leader(nodes: int) -> CoreNet:
 def _propose(net: CoreNet, flush: bool) -> dict[int, AppendEntriesRequest]:
     core = net.cores[LEADER]
     offset = core.log.dirty_offset + 1
-    core.propose([placed(offset, core.term)], flush=flush)
-    ready = core.take_ready()
-    net.append_local(LEADER, ready.append)
-    return {node: req for node, req in ready.appends}
+    core.step(Propose([placed(offset, core.term)], flush=flush))
+    return {node: req for node, req in net.carry_out(LEADER).appends}
 
 
 def test_three_voters_ask_one_follower_and_keep_asking_it() -> None:

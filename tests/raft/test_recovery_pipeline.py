@@ -16,8 +16,20 @@ import asyncio
 import pytest
 
 from raftlog.raft import mutations
-from raftlog.raft.core import CoreOptions, RaftCore
-from raftlog.raft.messages import APPEND_SUCCESS, AppendEntriesReply, AppendEntriesRequest
+from raftlog.raft.core import CoreOptions, Message, RaftCore
+from raftlog.raft.local_messages import (
+    Campaign,
+    HeartbeatAnswered,
+    HeartbeatFrom,
+    HeartbeatRound,
+    RecoveryAnswered,
+)
+from raftlog.raft.messages import (
+    APPEND_SUCCESS,
+    AppendEntriesReply,
+    AppendEntriesRequest,
+    HeartbeatReply,
+)
 from raftlog.raft.options import ConsensusOptions
 from raftlog.raft.progress import ProgressState
 from raftlog.sim.cluster import SimCluster, sim_options
@@ -32,15 +44,17 @@ def _net(entries: int, window: int = 3) -> CoreNet:
     """n1 leads term 1 with ``entries`` one-record batches; n3 has nothing and is probing
     from 0. Chunks of 60 bytes hold one batch each."""
     net = CoreNet(3, options=CoreOptions(recovery_chunk_bytes=60, recovery_max_inflight=window))
-    net.cores[LEADER].campaign(prevote=False, transfer=False)
+    net.cores[LEADER].step(Campaign(prevote=False))
     assert net.deliver()
     for i in range(entries):
         net.write(LEADER, placed(i, 1))
     leader = net.cores[LEADER]
     assert leader.is_leader
-    hb = leader.heartbeat_for(FOLLOWER)
-    reply = net.cores[FOLLOWER].handle_heartbeat(LEADER, hb)
-    leader.handle_append_reply(FOLLOWER, hb.term, hb.prev_log_offset, reply, is_heartbeat=True)
+    leader.step(HeartbeatRound(only=FOLLOWER))
+    ((_, hb),) = net.carry_out(LEADER).heartbeats
+    reply = net.request(FOLLOWER, HeartbeatFrom(LEADER, hb))
+    assert isinstance(reply, HeartbeatReply)
+    leader.step(HeartbeatAnswered(FOLLOWER, hb, reply))
     net.process(LEADER)
     assert leader.progress[FOLLOWER].state is ProgressState.PROBE
     return net
@@ -58,17 +72,9 @@ def _hand_out(core: RaftCore, net: CoreNet) -> list[AppendEntriesRequest]:
 
 
 def _apply(net: CoreNet, req: AppendEntriesRequest) -> AppendEntriesReply:
-    """The follower's side: check, apply, flush, reply."""
-    follower = net.cores[FOLLOWER]
-    plan = follower.check_append(req)
-    if isinstance(plan, AppendEntriesReply):
-        return plan
-    if plan.truncate_at != -1:
-        net.truncate_local(FOLLOWER, plan.truncate_at)
-    if plan.batches:
-        net.append_local(FOLLOWER, plan.batches)
-    net.logs[FOLLOWER].flush()
-    return follower.finish_append(req)
+    """The follower's side (recovery chunks ask for a flush)."""
+    assert req.flush
+    return net.deliver_append(FOLLOWER, req)
 
 
 def _span(req: AppendEntriesRequest) -> tuple[int, int]:
@@ -82,7 +88,7 @@ def test_chunks_pipeline_after_the_first_success_and_restart_one_at_a_time() -> 
 
     first = _hand_out(core, net)
     assert [_span(r) for r in first] == [(0, 0)]  # match point unknown: one chunk
-    core.handle_recovery_reply(FOLLOWER, core.term, first[0], _apply(net, first[0]))
+    core.step(RecoveryAnswered(FOLLOWER, first[0], _apply(net, first[0])))
     assert (p.match_offset, p.next_offset, p.recovery_confirmed) == (0, 1, True)
 
     window = _hand_out(core, net)  # all sent before any reply
@@ -94,7 +100,7 @@ def test_chunks_pipeline_after_the_first_success_and_restart_one_at_a_time() -> 
     held = _apply(net, window[0])
     refused = _apply(net, window[2])
     assert refused.result != APPEND_SUCCESS and refused.seq > held.seq
-    core.handle_recovery_reply(FOLLOWER, core.term, window[2], refused)
+    core.step(RecoveryAnswered(FOLLOWER, window[2], refused))
     assert (p.state, p.next_offset, p.recovery_confirmed) == (ProgressState.PROBE, 2, False)
     assert len(p.recovery_window) == 0
 
@@ -103,13 +109,13 @@ def test_chunks_pipeline_after_the_first_success_and_restart_one_at_a_time() -> 
 
     # The held reply is stale: it moves neither match, next, commit, nor the window.
     before = (p.match_offset, p.next_offset, core.commit_index, p.recovery_window.sent())
-    core.handle_recovery_reply(FOLLOWER, core.term, window[0], held)
+    core.step(RecoveryAnswered(FOLLOWER, window[0], held))
     assert (p.match_offset, p.next_offset, core.commit_index, p.recovery_window.sent()) == before
     assert core.commit_index == 0 and _hand_out(core, net) == []
 
     # 2..2 from before the restart lands now: its reply is the follower's newest state.
     late = _apply(net, window[1])
-    core.handle_recovery_reply(FOLLOWER, core.term, window[1], late)
+    core.step(RecoveryAnswered(FOLLOWER, window[1], late))
     assert (p.match_offset, p.next_offset, core.commit_index) == (2, 3, 2)
     assert p.recovery_confirmed and len(p.recovery_window) == 0  # it acknowledged 2..2 too
     assert [_span(r) for r in _hand_out(core, net)] == [(3, 3), (4, 4), (5, 5)]
@@ -120,7 +126,7 @@ def test_a_lost_chunk_restarts_the_probe_and_older_losses_count_for_nothing() ->
     core = net.cores[LEADER]
     p = core.progress[FOLLOWER]
     (first,) = _hand_out(core, net)
-    core.handle_recovery_reply(FOLLOWER, core.term, first, _apply(net, first))
+    core.step(RecoveryAnswered(FOLLOWER, first, _apply(net, first)))
     window = _hand_out(core, net)
     assert len(window) == 3
 
@@ -138,14 +144,14 @@ def test_back_to_replicate_only_when_no_chunk_is_in_flight() -> None:
     core = net.cores[LEADER]
     p = core.progress[FOLLOWER]
     (first,) = _hand_out(core, net)
-    core.handle_recovery_reply(FOLLOWER, core.term, first, _apply(net, first))
+    core.step(RecoveryAnswered(FOLLOWER, first, _apply(net, first)))
     window = _hand_out(core, net)
     assert [_span(r) for r in window] == [(1, 1), (2, 2)]  # the log's end is in flight
-    core.handle_recovery_reply(FOLLOWER, core.term, window[0], _apply(net, window[0]))
+    core.step(RecoveryAnswered(FOLLOWER, window[0], _apply(net, window[0])))
     # Nothing left to hand out, but 2..2 is unanswered: still recovery's.
     assert _hand_out(core, net) == [] and p.state is ProgressState.PROBE
     assert p.recovery_window.sent() == [(window[1].seq, 2)]
-    core.handle_recovery_reply(FOLLOWER, core.term, window[1], _apply(net, window[1]))
+    core.step(RecoveryAnswered(FOLLOWER, window[1], _apply(net, window[1])))
     assert _hand_out(core, net) == []
     assert (p.state, p.last_sent_offset, p.match_offset) == (ProgressState.REPLICATE, 2, 2)
 
@@ -157,11 +163,11 @@ def test_a_stale_reply_to_the_last_chunk_resends_it() -> None:
     core = net.cores[LEADER]
     p = core.progress[FOLLOWER]
     (first,) = _hand_out(core, net)
-    core.handle_recovery_reply(FOLLOWER, core.term, first, _apply(net, first))
+    core.step(RecoveryAnswered(FOLLOWER, first, _apply(net, first)))
     (last,) = _hand_out(core, net)
     reply = _apply(net, last)
     p.last_reply_seq = reply.seq  # a newer reply (a heartbeat's) was applied first
-    core.handle_recovery_reply(FOLLOWER, core.term, last, reply)
+    core.step(RecoveryAnswered(FOLLOWER, last, reply))
     assert (p.next_offset, len(p.recovery_window)) == (1, 0)
     assert [_span(r) for r in _hand_out(core, net)] == [(1, 1)]
 
@@ -195,7 +201,7 @@ def _catch_up(window: int) -> tuple[int, int, float, int]:
         chunks: set[int] = set()
         widest = 0
         answered: list[float] = []
-        real, real_reply = core.recovery_request, core.handle_recovery_reply
+        real, real_step = core.recovery_request, core.step
 
         def recorded(node: int, term: int, batches: list[RecordBatch]) -> object:
             nonlocal widest
@@ -205,12 +211,13 @@ def _catch_up(window: int) -> tuple[int, int, float, int]:
                 widest = max(widest, len(core.progress[node].recovery_window))
             return req
 
-        def replied(node: int, term: int, req: AppendEntriesRequest, reply: object) -> None:
-            answered.append(asyncio.get_running_loop().time())
-            real_reply(node, term, req, reply)  # type: ignore[arg-type]
+        def stepped(message: Message) -> None:
+            if isinstance(message, RecoveryAnswered):
+                answered.append(asyncio.get_running_loop().time())
+            real_step(message)
 
         core.recovery_request = recorded  # type: ignore[method-assign]
-        core.handle_recovery_reply = replied  # type: ignore[method-assign]
+        core.step = stepped  # type: ignore[method-assign]
         transport = leader.consensus.transport
         send = transport.send
         out, most = 0, 0
