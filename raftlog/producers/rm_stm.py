@@ -25,9 +25,8 @@ the replicate batcher but not yet applied. Invariants:
   it, would fail and be resent, which cost idempotent producers more than
   half their throughput.
 - Every replicate is conditional on the term the stm has *synced* to
-  (``expected_term``). Syncing to a new term passes the group's read barrier
-  (``Consensus.read_barrier``: an entry of the term committed, and applied up
-  to the term's read index), so the table holds everything earlier leaders
+  (``expected_term``). Syncing to a new term replicates a barrier and waits
+  until it is applied, so the table holds everything earlier leaders
   committed; in-flight lists of older terms are dropped then.
 - When a request's outcome is unknown (``finished`` failed or timed out after
   ``enqueued``), the leader steps down. The next leader syncs, and a retry is
@@ -159,8 +158,6 @@ class ConsensusLike(Protocol):
     ) -> ReplicateStages: ...
 
     def step_down(self) -> Any: ...
-
-    async def read_barrier(self, timeout_s: float) -> int: ...
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -372,10 +369,9 @@ class RmStm:
             self._inflight.clear()  # requests of older terms resolve through their own stages
             for pid in list(self._reorder):
                 self._tail_changed(pid)
+            res = await self._barrier(term, "sync to")
             try:
-                # the group's one read barrier: an entry of this term committed (the
-                # leader's no-op) and applied up to the term's read index
-                await self._c.read_barrier(self.config.sync_timeout_s)
+                await self._wait_applied(res.last_offset, self.config.sync_timeout_s)
             except (TimeoutError, RaftError) as exc:
                 raise SyncError(f"rm_stm could not sync to term {term}: {exc!r}") from exc
             if self._c.term == term:
@@ -384,8 +380,7 @@ class RmStm:
 
     async def _confirm_term(self, term: int) -> None:
         """Prove with a quorum round (a barrier committed in ``term``) that no newer leader
-        has been elected, before an answer that one could contradict (stronger than the
-        read barrier's lease, which assumes ticks of bounded drift): a session or an
+        has been elected, before an answer that one could contradict: a session or an
         epoch unknown here may have been granted by a newer leader while this one, cut
         off, still leads in its own view (seed 131 of the producer simulation: its
         "epoch 2 was never granted here" was a stale leader's). Raises SyncError

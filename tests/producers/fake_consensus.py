@@ -12,14 +12,9 @@ from __future__ import annotations
 
 import asyncio
 
-from raftlog.raft.errors import (
-    LeadershipLostError,
-    NotLeaderError,
-    ReadBarrierTimeout,
-    TermMismatchError,
-)
+from raftlog.raft.errors import LeadershipLostError, NotLeaderError, TermMismatchError
 from raftlog.raft.replicate_batcher import Consistency, ReplicateResult, ReplicateStages
-from raftlog.storage.batch import BatchKind, RecordBatch
+from raftlog.storage.batch import RecordBatch
 
 
 class FakeConsensus:
@@ -35,7 +30,6 @@ class FakeConsensus:
         self.step_downs = 0
         self.fail_enqueue: Exception | None = None
         self._waiting: list[tuple[int, asyncio.Future[ReplicateResult], ReplicateResult]] = []
-        self._readers: list[asyncio.Future[None]] = []  # read_barrier callers waiting
 
     @property
     def high_watermark(self) -> int:
@@ -91,36 +85,6 @@ class FakeConsensus:
             else:
                 still.append((last, fut, result))
         self._waiting = still
-        if self._committed_in_term():
-            for reader in self._readers:
-                if not reader.done():
-                    reader.set_result(None)
-            self._readers = []
-
-    async def read_barrier(self, timeout_s: float) -> int:
-        """The real group's read barrier, as this one leader sees it: once an entry of
-        the term is committed (here the leader's no-op is appended when first asked,
-        committed with the rest) and so applied (commit applies at once);
-        NotLeaderError on a follower or when the term ends first, ReadBarrierTimeout
-        after ``timeout_s``."""
-        if not self.is_leader:
-            raise NotLeaderError(self.group, -1)
-        if not any(b.term == self.term for b in self.log):
-            noop = RecordBatch.create(b"", kind=BatchKind.NOOP, timestamp_ms=0)  # as the core's
-            self.replicate([noop], Consistency.QUORUM_ACK, -1)
-        if self._committed_in_term():
-            return self.commit_index
-        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._readers.append(fut)
-        try:
-            await asyncio.wait_for(fut, timeout_s)
-        except TimeoutError:
-            why = f"group {self.group}: nothing of term {self.term} committed"
-            raise ReadBarrierTimeout(why) from None
-        return self.commit_index
-
-    def _committed_in_term(self) -> bool:
-        return any(b.term == self.term and b.last_offset <= self.commit_index for b in self.log)
 
     def step_down(self) -> None:
         self.step_downs += 1
@@ -133,11 +97,6 @@ class FakeConsensus:
                 fut.set_exception(LeadershipLostError(self.group, -1))
                 fut.exception()
         self._waiting = []
-        for reader in self._readers:
-            if not reader.done():
-                reader.set_exception(NotLeaderError(self.group, -1))
-                reader.exception()
-        self._readers = []
         if not keep_uncommitted:
             self.log = [b for b in self.log if b.last_offset <= self.commit_index]
         self.term += 1
