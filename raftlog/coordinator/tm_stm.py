@@ -54,7 +54,6 @@ class TmStm:
         self._results: collections.OrderedDict[int, dict[str, Any]] = collections.OrderedDict()
         self._waiters: list[tuple[int, int, asyncio.Future[None]]] = []
         self._ids = itertools.count()
-        self._synced_term = -1
         consensus.add_state_machine(self)
 
     @property
@@ -134,19 +133,12 @@ class TmStm:
         return result
 
     async def barrier(self) -> None:
-        """Make the state reflect every entry of earlier terms (once per term): commit a
-        no-op in this term and wait until it is applied. Raises NotLeaderError on a
-        follower, TimeoutError or a RaftError when the no-op is not committed in time."""
-        term = self._c.term
-        if self._synced_term == term and self._c.is_leader:
-            return
-        if not self._c.is_leader:
-            raise NotLeaderError(getattr(self._c, "group", -1), getattr(self._c, "leader_id", -1))
-        noop = RecordBatch.create(b"", kind=BatchKind.NOOP)
-        stages = self._c.replicate([noop], Consistency.QUORUM_ACK, term)
-        res = await asyncio.wait_for(asyncio.shield(stages.finished), self._timeout_s)
-        await self._wait_applied(res.last_offset)
-        self._synced_term = term
+        """Make the state reflect every entry of earlier terms: the group's read barrier
+        (:meth:`Consensus.read_barrier`: an entry of this term committed and applied
+        up to the term's read index). Raises NotLeaderError on a follower, and a
+        TimeoutError (ReadBarrierTimeout) or a RaftError when that does not happen in
+        time."""
+        await self._c.read_barrier(self._timeout_s)
 
     async def _wait_applied(self, offset: int) -> None:
         if self.state.applied_offset >= offset:

@@ -36,6 +36,11 @@ from raftlog.rpc.server import RequestError
 log = logging.getLogger("raftlog.node")
 _T = TypeVar("_T")
 
+READ_BARRIER_WAIT_S = 1.0
+"""How long a read (fetch, list offsets, a time lookup, a coordinator read) waits for
+its partition's read barrier before LEADER_NOT_AVAILABLE: a new leader's no-op commits
+within a round trip, so its first reads wait for it rather than make the client retry."""
+
 
 class DataApi(NodeParts):
     """Partition calls: routed to the local replica that leads the partition."""
@@ -71,11 +76,17 @@ class DataApi(NodeParts):
                 self.metrics.storage_refusals.labels(route).inc()
             raise
 
-    def _leader_replica(
-        self, topic: str, partition: int, *, read: bool = False
-    ) -> PartitionReplica:
+    def _leader_replica(self, topic: str, partition: int) -> PartitionReplica:
         rep = self._replica(topic, partition)
-        rep.require_leader(self.config.peers, read=read)
+        rep.require_leader(self.config.peers)
+        return rep
+
+    async def _readable_replica(self, topic: str, partition: int) -> PartitionReplica:
+        """The replica of ``topic/partition`` once it passed the group's read barrier
+        (waiting up to ``READ_BARRIER_WAIT_S``: a new leader's first reads wait for its
+        no-op instead of bouncing); NOT_LEADER or LEADER_NOT_AVAILABLE otherwise."""
+        rep = self._replica(topic, partition)
+        await rep.read_barrier(self.config.peers, READ_BARRIER_WAIT_S)
         return rep
 
     async def produce(self, req: ProduceRequest) -> Any:
@@ -126,13 +137,13 @@ class DataApi(NodeParts):
                 ) from None
 
     async def fetch(self, req: FetchRequest) -> Any:
-        return await self._leader_replica(req.topic, req.partition, read=True).fetch(req)
+        return await (await self._readable_replica(req.topic, req.partition)).fetch(req)
 
     async def list_offsets(self, req: ListOffsetsRequest) -> Any:
-        return self._leader_replica(req.topic, req.partition, read=True).list_offsets()
+        return (await self._readable_replica(req.topic, req.partition)).list_offsets()
 
     async def offset_for_timestamp(self, req: OffsetForTimestampRequest) -> Any:
-        replica = self._leader_replica(req.topic, req.partition, read=True)
+        replica = await self._readable_replica(req.topic, req.partition)
         return replica.offset_for_timestamp(req.timestamp_ms)
 
     async def init_producer(self, req: InitProducerRequest) -> Any:
@@ -190,11 +201,11 @@ class DataApi(NodeParts):
         return await self._writing("txn_abort_run", rep.txn_abort_run(req))
 
     async def txn_cut(self, req: ConsistentCutRequest) -> Any:
-        rep = self._leader_replica(TRANSACTIONS_TOPIC, req.partition, read=True)
+        rep = await self._readable_replica(TRANSACTIONS_TOPIC, req.partition)
         return await rep.txn_cut(req)
 
     async def txn_describe_writer(self, req: DescribeWriterRequest) -> Any:
-        rep = self._leader_replica(TRANSACTIONS_TOPIC, req.partition, read=True)
+        rep = await self._readable_replica(TRANSACTIONS_TOPIC, req.partition)
         return await rep.txn_describe_writer(req)
 
 

@@ -42,6 +42,7 @@ from raftlog.raft.errors import (
     ConfigurationChangeError,
     NotLeaderError,
     RaftError,
+    ReadNotReadyError,
     TermMismatchError,
 )
 from raftlog.raft.heartbeat_manager import HeartbeatManager
@@ -398,9 +399,6 @@ class PartitionReplica:
         self.retention = retention
         # when each follower last caught up (on the leader; sampled by the node)
         self.lag = FollowerLagTracker()
-        # (term, commit index when an entry of that term was first seen committed): a
-        # leader serves reads once it applied that far (see _read_barrier_lag)
-        self._read_barrier: tuple[int, int] = (-1, -1)
 
     @property
     def log_start(self) -> int:
@@ -557,57 +555,55 @@ class PartitionReplica:
         c = self.consensus
         return c.node_id if c.is_leader else c.leader_id
 
-    def require_leader(self, peers: dict[int, str], *, read: bool = False) -> None:
-        """Raise NOT_LEADER (naming the leader) unless this replica leads. ``read``: also
-        LEADER_NOT_AVAILABLE until it has committed an entry of its own term (Raft's
-        read rule: a new leader's commit index, so its high watermark, may lag what the
-        previous leader committed and acknowledged; a reader would miss those records)
-        and applied what was committed then (see ``_read_barrier_lag``)."""
-        c = self.consensus
-        if c.is_leader and read:
-            lagging = self._read_barrier_lag()
-            if lagging:
-                raise RequestError(
-                    ErrorCode.LEADER_NOT_AVAILABLE,
-                    f"node {c.node_id} leads {self.topic}/{self.partition} since term "
-                    f"{c.core.term} but {lagging}; retry",
-                    c.node_id,
-                    peers.get(c.node_id, ""),
-                )
-        if not c.is_leader:
-            leader = c.leader_id
-            code = ErrorCode.NOT_LEADER if leader >= 0 else ErrorCode.LEADER_NOT_AVAILABLE
-            raise RequestError(
-                code,
-                f"node {c.node_id} is not the leader of {self.topic}/{self.partition} "
-                f"(leader: {leader if leader >= 0 else 'unknown, election in progress'})",
-                leader,
-                peers.get(leader, ""),
-            )
+    def require_leader(self, peers: dict[int, str]) -> None:
+        """Raise NOT_LEADER (naming the leader) unless this replica leads."""
+        if not self.consensus.is_leader:
+            raise self._not_leader(peers)
 
-    def _read_barrier_lag(self) -> str:
-        """Why this leader may not serve reads yet ('' once it may).
+    async def read_barrier(self, peers: dict[int, str], timeout_s: float) -> None:
+        """Wait (up to ``timeout_s``) until this leader may answer a read from its state:
+        the group's one read barrier (:meth:`Consensus.read_barrier`: an entry of its
+        term committed, a quorum heard lately, and rm_stm and the other state machines
+        applied the term's read index). Without it a new leader's high watermark, and
+        its last stable offset, may lag records its predecessor acknowledged: a time
+        lookup found nothing and answered offset 0. Raises NOT_LEADER (naming the
+        leader), or LEADER_NOT_AVAILABLE saying what the read still waits for."""
+        try:
+            await self.consensus.read_barrier(timeout_s)
+        except ReadNotReadyError as exc:
+            raise self._not_readable(peers, exc) from None
+        except RaftError:
+            raise self._not_leader(peers) from None
 
-        Two steps, both per term: an entry of the term is committed (Raft's read rule),
-        and rm_stm has applied the commit index as it stood when that was first seen.
-        Until the second, the last stable offset (capped by what rm_stm applied) can sit
-        below records an earlier leader acknowledged: a time lookup then found nothing
-        and answered that low LSO, and ``consume --from-timestamp`` started at offset 0.
-        """
+    def check_readable(self, peers: dict[int, str]) -> None:
+        """:meth:`read_barrier` for a handler that answers at once (no wait)."""
+        try:
+            self.consensus.check_readable()
+        except ReadNotReadyError as exc:
+            raise self._not_readable(peers, exc) from None
+        except RaftError:
+            raise self._not_leader(peers) from None
+
+    def _not_readable(self, peers: dict[int, str], exc: ReadNotReadyError) -> RequestError:
         c = self.consensus
-        term = c.core.term
-        if not c.core.committed_in_term:
-            return "has not committed an entry of it yet (its high watermark may lag)"
-        if self._read_barrier[0] != term:
-            self._read_barrier = (term, c.core.commit_index)
-        barrier = self._read_barrier[1]
-        if c.last_applied < barrier:
-            return (
-                f"has applied its log only to offset {c.last_applied}, below offset {barrier}, "
-                "its commit index when it first found an entry of its term committed (its "
-                "last stable offset may lag)"
-            )
-        return ""
+        return RequestError(
+            ErrorCode.LEADER_NOT_AVAILABLE,
+            f"{self.topic}/{self.partition}: {exc}; retry",
+            c.node_id,
+            peers.get(c.node_id, ""),
+        )
+
+    def _not_leader(self, peers: dict[int, str]) -> RequestError:
+        c = self.consensus
+        leader = c.leader_id if not c.is_leader else -1
+        code = ErrorCode.NOT_LEADER if leader >= 0 else ErrorCode.LEADER_NOT_AVAILABLE
+        return RequestError(
+            code,
+            f"node {c.node_id} is not the leader of {self.topic}/{self.partition} "
+            f"(leader: {leader if leader >= 0 else 'unknown, election in progress'})",
+            leader,
+            peers.get(leader, ""),
+        )
 
     # -- requests ------------------------------------------------------------
 

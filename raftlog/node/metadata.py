@@ -13,7 +13,7 @@ from raftlog.controller import (
     topic_config,
 )
 from raftlog.node.parts import NodeParts
-from raftlog.raft.errors import RaftError
+from raftlog.raft.errors import RaftError, ReadNotReadyError
 from raftlog.rpc.messages import (
     ConfigEntry,
     ErrorCode,
@@ -38,39 +38,34 @@ REMOTE_STATUS_S = 1.0
 
 CONTROLLER_READ_WAIT_S = 2.0
 """How long a new controller leader holds a metadata answer until it can answer from
-state that includes everything acknowledged (see :meth:`MetadataApi._controller_read_barrier`)."""
+state that includes everything acknowledged (see :meth:`MetadataApi._controller_read_barrier`);
+then it refuses with LEADER_NOT_AVAILABLE."""
 
 
 class MetadataApi(NodeParts):
     """Metadata calls (uses the node's controller state and partitions)."""
 
     async def _controller_read_barrier(self) -> None:
-        """Raft's read rule for the controller's leader, which clients read topics from.
-
-        A leader just elected may not know yet what its predecessor committed (its
-        commit index moves once an entry of its own term commits), and its state
-        machine applies committed entries after the fact: answered at once, a fresh
-        client after a leader change could be told that a topic it created does not
-        exist (the chaos benchmark's final read saw it once after a node restart).
-        So a leader waits, up to ``CONTROLLER_READ_WAIT_S``, until an entry of its term
-        is committed and its controller state has applied the commit index; then, or
-        on timeout (an answer late is better than none), it answers. Followers answer
-        from their copy as before: clients only ask them while no leader is known.
-        """
+        """The controller group's read barrier (:meth:`Consensus.read_barrier`) before a
+        leader answers topics: a leader just elected may not know yet what its
+        predecessor committed, and its controller state applies committed entries after
+        the fact; answered at once, a fresh client after a leader change could be told
+        that a topic it created does not exist (the chaos benchmark's final read saw it
+        once after a node restart). Waits up to ``CONTROLLER_READ_WAIT_S``, then refuses
+        with LEADER_NOT_AVAILABLE (retriable) saying what is missing: never answers from
+        state that may lack something acknowledged. Followers answer from their copy
+        (clients only ask them while no leader is known), and so does a leader that
+        loses its leadership meanwhile."""
         c = self.controller
         if c is None or not c.is_leader:
             return
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + CONTROLLER_READ_WAIT_S
-        while c.is_leader and not c.core.committed_in_term:
-            left = deadline - loop.time()
-            if left <= 0:
-                return
-            try:
-                await asyncio.wait_for(c.commit_changed(), left)
-            except (TimeoutError, RaftError):  # RaftError: the group stopped meanwhile
-                return
-        await self.controller_stm.wait_applied(c.commit_index, max(0.0, deadline - loop.time()))
+        try:
+            await c.read_barrier(CONTROLLER_READ_WAIT_S)
+        except ReadNotReadyError as exc:
+            why = f"controller: {exc}; retry"
+            raise RequestError(ErrorCode.LEADER_NOT_AVAILABLE, why) from None
+        except RaftError:  # no longer the leader, or the group stopped: a follower's answer
+            return
 
     def _assignment(
         self, topic: str, partition: int

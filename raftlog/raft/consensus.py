@@ -33,7 +33,10 @@ Incoming peer requests: ``await c.handle(message)`` for append entries, vote
 :class:`~raftlog.raft.dispatch.PeerDispatcher` does that routing for a node.
 
 Reading: ``read(start, max_bytes, end=None)`` returns committed batches only;
-``await wait_for_commit(offset, timeout)``. State: ``is_leader``,
+``await wait_for_commit(offset, timeout)``. A linearizable read of a state machine
+(or of the log up to the high watermark) first passes ``await read_barrier(timeout_s)``,
+or ``check_readable()`` in a handler that answers at once (see
+:mod:`raftlog.raft.read_index`): the one read barrier of every group. State: ``is_leader``,
 ``leader_id`` (-1 unknown), ``term``, ``commit_index``, ``high_watermark``
 (= commit_index + 1), ``flushed_offset``, ``dirty_offset``, ``configuration``.
 
@@ -69,6 +72,7 @@ the simulator drives time by running them on a virtual-time loop.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import random
 from collections.abc import Awaitable, Callable, Coroutine
@@ -86,6 +90,8 @@ from raftlog.raft.core import Message, RaftCore, Ready, Role, Status, reply_in
 from raftlog.raft.errors import (
     NotLeaderError,
     RaftError,
+    ReadBarrierTimeout,
+    ReadNotReadyError,
     TransportError,
 )
 from raftlog.raft.flush import FlushCoalescer
@@ -116,6 +122,7 @@ from raftlog.raft.messages import (
 )
 from raftlog.raft.node_clock import NodeClock
 from raftlog.raft.options import ConsensusOptions
+from raftlog.raft.read_index import unready_reason
 from raftlog.raft.recovery import Recovery
 from raftlog.raft.replicate_batcher import (
     Consistency,
@@ -253,6 +260,9 @@ class Consensus:
         # else is sent, so no message ever leaves carrying an unpersisted term or vote.
         self._unsaved_vote: VoteState | None = None
         self._commit_changed: asyncio.Event | None = None
+        # Set (and dropped) when a reader of read_barrier may proceed: a commit, an
+        # apply, a change of role. None while no reader waits (an apply costs nothing).
+        self._read_wake: asyncio.Event | None = None
         self.flusher: FlushCoalescer
         self.batcher: ReplicateBatcher
         self.recovery = Recovery(self)
@@ -263,6 +273,7 @@ class Consensus:
         # follower behind the log start (recovery), and where one installed here goes.
         self.snapshot_store: group_snapshot.SnapshotStore | None = None
         self._membership = Membership(self)
+        self._applier.applied_listeners.append(lambda _offset: self._wake_readers())
 
     # ------------------------------------------------------------- lifecycle
 
@@ -745,6 +756,7 @@ class Consensus:
             self.step(reply)
 
     def _on_became_leader(self) -> None:
+        self._wake_readers()
         for listener in self.leader_listeners:
             listener()
         self.recovery.cancel_all()
@@ -777,11 +789,13 @@ class Consensus:
                 await asyncio.to_thread(seal)
 
     def _on_stepped_down(self) -> None:
+        self._wake_readers()
         self.recovery.cancel_all()
         self.batcher.fail_queued(self.not_leader_error())
         self._waiters.leadership_lost(self.core.leader_id)
 
     def _on_commit(self) -> None:
+        self._wake_readers()
         for listener in self.commit_listeners:
             listener()
         self._waiters.on_commit(self.core.commit_index, self.core.term_at, self.core.leader_id)
@@ -850,6 +864,58 @@ class Consensus:
                     raise RaftError(f"group {self.group} on node {self.node_id} is not running")
                 await self._commit_changed.wait()
         return self.core.commit_index
+
+    def check_readable(self) -> int:
+        """The read index, when a linearizable read may be answered now from this
+        replica's state machines (every one applied at least that far).
+
+        The core decides (:meth:`RaftCore.read_index`, see :mod:`raftlog.raft.read_index`):
+        this node leads, is not transferring, committed an entry of its term (the term's
+        read index is its commit index then) and heard from a quorum lately; then the
+        state machines must have applied the read index. Raises :class:`NotLeaderError`
+        (naming the known leader) when this node does not lead, and
+        :class:`ReadNotReadyError` (retriable; its message says what is missing)
+        otherwise. For a handler that must answer at once; :meth:`read_barrier` waits."""
+        if not self.running:
+            raise RaftError(f"group {self.group} on node {self.node_id} is not running")
+        decision = self.core.read_index()
+        if not decision.leader:
+            raise self.not_leader_error()
+        why = unready_reason(decision, self.last_applied)
+        if not why:
+            return decision.index
+        raise ReadNotReadyError(
+            f"group {self.group}: node {self.node_id}, leader of term {self.core.term}, "
+            f"cannot serve a linearizable read yet: it {why}"
+        )
+
+    async def read_barrier(self, timeout_s: float) -> int:
+        """Wait until :meth:`check_readable` passes; return the read index. Returns at
+        once, without suspending, when it passes already. Raises NotLeaderError at once
+        when this node does not lead (or stops leading meanwhile), and
+        :class:`ReadBarrierTimeout` (a ReadNotReadyError and a TimeoutError, with the
+        same message) when the read is still not possible after ``timeout_s``."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        while True:
+            try:
+                return self.check_readable()
+            except ReadNotReadyError as exc:
+                left = deadline - loop.time()
+                if left <= 0:
+                    raise ReadBarrierTimeout(f"{exc} (waited {timeout_s:g}s)") from None
+            if self._read_wake is None:
+                self._read_wake = asyncio.Event()
+            # A tick at most: the lease and a transfer change on replies and ticks.
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(
+                    self._read_wake.wait(), min(left, self.options.tick_interval_s)
+                )
+
+    def _wake_readers(self) -> None:
+        if self._read_wake is not None:
+            self._read_wake.set()
+            self._read_wake = None
 
     # -------------------------------------------------------- state machines
 

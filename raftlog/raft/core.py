@@ -97,6 +97,7 @@ from raftlog.raft.messages import (
     VoteRequest,
 )
 from raftlog.raft.progress import FollowerProgress, Inflights, ProgressState
+from raftlog.raft.read_index import ReadIndex
 from raftlog.storage.api import VoteState
 from raftlog.storage.batch import BatchKind, RecordBatch
 
@@ -356,6 +357,9 @@ class RaftCore:
         self._transfer_elapsed = 0
         self._timeout_now_sent_tick = -1  # the tick timeout-now last went to the target
         self._quorum_check_elapsed = 0
+        # Leader: (term, commit index when an entry of that term first committed): the
+        # term's read index (see read_index).
+        self._read_index: tuple[int, int] = (-1, -1)
         # The followers the last quorum_ack append asked to flush at once, and the last
         # offset that append placed.
         self._flushers: set[int] = set()
@@ -509,6 +513,45 @@ class RaftCore:
         commit index may lag what an earlier leader committed (and acknowledged) until
         then, so it serves reads only once this holds."""
         return self.term_at(self.commit_index) == self.term
+
+    def read_index(self) -> ReadIndex:
+        """The read index decision (see :mod:`raftlog.raft.read_index`): the offset a
+        linearizable read must wait to be applied, or why none may be served now."""
+        if self.role is not Role.LEADER:
+            return ReadIndex(-1, False, "does not lead")
+        if self.transfer_target != -1:
+            return ReadIndex(-1, True, f"is handing its leadership to node {self.transfer_target}")
+        term, index = self._read_index
+        if term != self.term:
+            if not mutations.active("read_before_commit_in_term"):
+                return ReadIndex(
+                    -1,
+                    True,
+                    "has not committed an entry of its term yet (its commit index may lag "
+                    "what an earlier leader committed)",
+                )
+            index = self.commit_index
+        timeout = self.options.election_timeout_ticks
+        if self.options.check_quorum and not self._quorum_heard(timeout):
+            return ReadIndex(
+                -1,
+                True,
+                f"has not heard from a quorum of voters within {timeout} ticks (it may have "
+                "been deposed)",
+            )
+        return ReadIndex(index, True)
+
+    def _quorum_heard(self, ticks: int) -> bool:
+        """A majority of the voters (this node included) heard within the last ``ticks``."""
+        window_start = self.ticks - ticks
+        voters = self.configs.latest.voters
+        heard = sum(
+            1
+            for v in voters
+            if v == self.node_id
+            or (v in self.progress and self.progress[v].last_heard_tick > window_start)
+        )
+        return heard >= len(voters) // 2 + 1
 
     @property
     def config_change_in_flight(self) -> bool:
@@ -675,15 +718,7 @@ class RaftCore:
         if self._quorum_check_elapsed < self.options.election_timeout_ticks:
             return
         self._quorum_check_elapsed = 0
-        window_start = self.ticks - self.options.election_timeout_ticks
-        voters = self.configs.latest.voters
-        heard = sum(
-            1
-            for v in voters
-            if v == self.node_id
-            or (v in self.progress and self.progress[v].last_heard_tick > window_start)
-        )
-        if heard < len(voters) // 2 + 1:
+        if not self._quorum_heard(self.options.election_timeout_ticks):
             self._become_follower(self.term, -1)
 
     def _on_election_timeout(self) -> None:
@@ -1725,6 +1760,8 @@ class RaftCore:
             candidate = self.log.flushed_offset
         if candidate > self.commit_index and self.term_at(candidate) == self.term:
             self.commit_index = candidate
+            if self._read_index[0] != self.term:  # the first commit of its term
+                self._read_index = (self.term, candidate)
             self._ready.commit_advanced = True
             self._after_commit()
 

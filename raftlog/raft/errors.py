@@ -52,3 +52,14 @@ class ConfigurationChangeError(RaftError):
 
 class TransportError(RaftError):
     """A peer could not be reached or did not answer in time."""
+
+
+class ReadNotReadyError(RaftError):
+    """A linearizable read cannot be served here yet: the leader has not committed an
+    entry of its term, is transferring, has not heard from a quorum lately, or its state
+    machines have not applied the read index; the message says which. Retriable."""
+
+
+class ReadBarrierTimeout(ReadNotReadyError, TimeoutError):
+    """:meth:`Consensus.read_barrier` waited its whole bound for a read to become
+    possible (the message says what was still missing). Retriable."""

@@ -35,6 +35,9 @@ The names and what each one breaks:
   and the replies to peers leave before the vote they carry is durable (election
   safety: a crash before the save forgets a vote already given, and the node
   votes again in that term).
+- ``read_before_commit_in_term``: a new leader's read index is its commit index
+  before an entry of its term is committed (linearizable reads: a read misses
+  what the previous leader acknowledged).
 """
 
 from __future__ import annotations
@@ -54,6 +57,7 @@ MUTATIONS: tuple[str, ...] = (
     "quiesced_keeps_dead_leader",
     "vote_twice_in_term",
     "send_before_vote_saved",
+    "read_before_commit_in_term",
 )
 
 ACTIVE: set[str] = set()

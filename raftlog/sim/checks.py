@@ -39,6 +39,12 @@
   probing follower, and at most one until a success in that probe confirmed
   the follower's match point (etcd's probe), and none to a follower not in
   ``PROBE``;
+- linearizable reads: a leader whose read index says it may serve reads
+  (``RaftCore.read_index``) has that index at or past every entry committed before
+  its term: acknowledged at ``quorum_ack`` in an earlier term, or seen committed
+  while no node had reached its term (checked at every step and the moment it is
+  elected: a new leader's commit index may lag them until an entry of its term
+  commits);
 - no entry acknowledged at ``quorum_ack`` is ever lost: each one equals the
   committed history at its offset, and after the final heal every one of them
   is committed on the final leader.
@@ -88,6 +94,11 @@ class InvariantChecker:
         self.history: dict[int, _Entry] = {}  # committed batches by base offset
         self.history_end = -1
         self.acked: dict[int, _Entry] = {}  # quorum_ack results by base offset
+        # term -> the last offset of the highest quorum_ack entry acknowledged in it
+        self._acked_upto: dict[int, int] = {}
+        # term -> the highest last offset first seen committed while it was the highest
+        # term seen of any node (as _seen_in_term) or the batch's own
+        self._committed_upto: dict[int, int] = {}
         # (node, incarnation) -> highest commit index seen / last offset verified
         self._commit_seen: dict[tuple[int, int], int] = {}
         self._verified: dict[tuple[int, int], int] = {}
@@ -122,6 +133,9 @@ class InvariantChecker:
                 f"election safety: two leaders in term {c.term}: nodes {other} and "
                 f"{node.node_id} (node {other} may have stepped down or crashed since)"
             )
+        stale = self._stale_read(node)
+        if stale and self.pending is None:
+            self.pending = InvariantViolation(stale)
 
     def record_vote(self, node: SimNode, vote: VoteState) -> None:
         """One vote per term, at the moment ``node`` saved ``vote`` (the node's ``on_vote``
@@ -148,10 +162,32 @@ class InvariantChecker:
         """Terms that had two candidates or more (a leader or not): competing candidates."""
         return sum(1 for nodes in self.candidates.values() if len(nodes) > 1)
 
+    def _stale_read(self, node: SimNode) -> str:
+        """'' unless ``node`` leads and its read index would serve a read that misses an
+        entry committed before its term: one acknowledged at quorum_ack in an earlier
+        term, or seen committed while no node had reached its term (what leader
+        completeness checks too; see the module docstring)."""
+        core = node.consensus.core
+        decision = core.read_index()
+        if not decision.ready:
+            return ""
+        before = [o for t, o in self._acked_upto.items() if t < core.term]
+        before += [o for t, o in self._committed_upto.items() if t < core.term]
+        earlier = max(before, default=-1)
+        if decision.index >= earlier:
+            return ""
+        return (
+            f"linearizable reads: node {node.node_id}, leader of term {core.term}, may serve "
+            f"reads from read index {decision.index}, below offset {earlier}, committed "
+            "before its term"
+        )
+
     def record_ack(self, result: ReplicateResult, batch: RecordBatch) -> None:
         placed = batch.stamped(result.base_offset, result.term)
         entry = _entry(placed)
         self.acked[result.base_offset] = entry
+        upto = self._acked_upto.get(result.term, -1)
+        self._acked_upto[result.term] = max(upto, placed.last_offset)
         known = self.history.get(result.base_offset)
         if known is not None and known != entry:
             raise InvariantViolation(
@@ -196,6 +232,9 @@ class InvariantChecker:
         for node in nodes:
             if node.alive and node.consensus.is_leader:
                 self._check_leader_complete(node)
+                stale = self._stale_read(node)
+                if stale:
+                    raise InvariantViolation(stale)
         self._check_durable(nodes)
         self._check_progress(nodes)
 
@@ -411,6 +450,10 @@ class InvariantChecker:
         self.history_end = b.last_offset
         self._history_bases.append(b.base_offset)
         self._seen_in_term[b.base_offset] = self._max_term
+        # Keyed by a term its committer had reached (the batch's own, at least): any
+        # leader of a later term holds it below its own entries (leader completeness).
+        seen = max(self._max_term, b.term)
+        self._committed_upto[seen] = max(self._committed_upto.get(seen, -1), b.last_offset)
 
     def check_all_acked_committed(self) -> None:
         for base, entry in sorted(self.acked.items()):

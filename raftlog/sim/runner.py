@@ -421,13 +421,15 @@ class _Sim:
         return f", the clock of {node.node_id} paused for {seconds:.2f}s"
 
     async def _backlog_a_follower(self, leader: SimNode | None, spell_s: float) -> str:
-        """During the calm spell, four times: hold back the leader's appends to one
+        """During the calm spell, eight times: hold back the leader's appends to one
         follower it replicates to, for less than the RPC timeout, while writes arrive.
         The follower's in-flight window fills (it is paused) and the writes pile up
         behind it; on release its replies free the window and the leader sends it the
         backlog, several batches in one append (where the ``paused_backlog_gap`` mutation
         leaves out the first). Random faults pause a follower with a backlog only by
-        chance: a third of the seeds never did.
+        chance: a third of the seeds never did. Eight rounds, not four: with two rounds
+        of its own writes, 15 % of 300 seeds never sent a paused follower a backlog of
+        two batches, and the mutation went unseen.
 
         Every other round the clients pause and the spell writes exactly the window's
         appends and two more batches itself: with a small bound on what the leader keeps
@@ -439,7 +441,7 @@ class _Sim:
         do not move."""
         rng = random.Random(self.seed * 43 + 7)
         network = self.cluster.network
-        rounds = 4
+        rounds = 8
         round_s = spell_s / rounds
         held = []
         for r in range(rounds):
@@ -505,11 +507,22 @@ class _Sim:
         return None
 
     async def _isolate_leader(self, rng: random.Random) -> str:
-        """Cut the leader off while it still takes writes: its log grows a suffix that the
-        next leader overwrites (a truncation when it rejoins)."""
+        """Cut the leader off right after it acknowledged a write, while it still takes
+        writes: its log grows a suffix that the next leader overwrites (a truncation when
+        it rejoins)."""
         leader = await self._settled_leader()
         if leader is None:
             return "isolate leader: none"
+        # Cut off the moment a quorum_ack write is acknowledged: its followers have not
+        # heard that it committed (the partition drops what is in flight), so the next
+        # leader's commit index lags an acknowledged write until an entry of its own term
+        # commits (Raft, section 8: what the read index must wait for).
+        acked = RecordBatch.create(f"{self.seed}:acked-then-isolated".encode(), timestamp_ms=0)
+        try:
+            stages = leader.consensus.replicate([acked], Consistency.QUORUM_ACK)
+            self.checker.record_ack(await asyncio.wait_for(stages.finished, 0.5), acked)
+        except (RaftError, TimeoutError):
+            pass
         self.cluster.network.partition({leader.node_id}, self.cluster.ids)
         for i in range(rng.randint(1, 3)):  # a suffix only the isolated leader has
             batch = RecordBatch.create(f"{self.seed}:isolated:{i}".encode(), timestamp_ms=0)

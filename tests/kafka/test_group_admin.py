@@ -62,7 +62,7 @@ class _Replica:
         self.consensus = consensus
         self.group_stm = GroupStm(consensus, replicate_timeout_s=5.0)
 
-    def require_leader(self, peers: Any, read: bool = False) -> None:
+    def check_readable(self, peers: Any) -> None:
         if not self.consensus.is_leader:
             raise RequestError(ErrorCode.NOT_LEADER, "not the leader")
 

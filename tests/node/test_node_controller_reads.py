@@ -1,63 +1,63 @@
 """A new controller leader answers topic reads only from state that includes what its
-predecessor acknowledged: once an entry of its own term is committed and its
-controller state has applied the commit index (bounded wait); followers answer at once."""
+predecessor acknowledged: once it passed the controller group's read barrier (an entry
+of its own term committed, its controller state applied the term's read index), waiting
+up to CONTROLLER_READ_WAIT_S and then refusing with LEADER_NOT_AVAILABLE (it never
+answers from state that may lack something acknowledged); followers answer at once."""
 
 from __future__ import annotations
 
 import asyncio
-from types import SimpleNamespace
 
 import pytest
 
 from raftlog.node import metadata
 from raftlog.node.metadata import MetadataApi
-from raftlog.rpc.messages import ListTopicsRequest
+from raftlog.raft.errors import ReadBarrierTimeout, ReadNotReadyError
+from raftlog.raft.read_index import ReadIndex, unready_reason
+from raftlog.rpc.messages import ErrorCode, ListTopicsRequest
+from raftlog.rpc.server import RequestError
 
 
 class FakeController:
-    """The controller group as the read barrier sees it."""
+    """The controller group as the read barrier sees it: the core's decision is set by
+    the test; the rest is Consensus's contract (unready_reason, a bounded wait)."""
 
-    def __init__(self, leader: bool) -> None:
+    def __init__(self, leader: bool, stm: FakeControllerStm) -> None:
         self.is_leader = leader
-        self.core = SimpleNamespace(committed_in_term=False)
-        self.commit_index = 5
-        self._changed = asyncio.Event()
+        self.decision = ReadIndex(-1, True, "has not committed an entry of its term yet")
+        self.stm = stm
+        self.changed = asyncio.Event()
 
-    async def commit_changed(self) -> None:
-        await self._changed.wait()
-        self._changed.clear()
+    def commit_own_entry(self, read_index: int) -> None:
+        self.decision = ReadIndex(read_index, True)
+        self.changed.set()
 
-    def commit_own_entry(self) -> None:
-        self.core.committed_in_term = True
-        self._changed.set()
+    async def read_barrier(self, timeout_s: float) -> int:
+        try:
+            async with asyncio.timeout(timeout_s):
+                while why := unready_reason(self.decision, self.stm.last_applied):
+                    self.changed.clear()
+                    await self.changed.wait()
+        except TimeoutError:
+            raise ReadBarrierTimeout(f"controller group: it {why}") from None
+        return self.decision.index
 
 
 class FakeControllerStm:
     def __init__(self) -> None:
         self.topics: dict[str, object] = {}
         self.last_applied = 3
-        self._applied = asyncio.Event()
 
-    async def wait_applied(self, offset: int, timeout: float) -> bool:
-        try:
-            async with asyncio.timeout(timeout):
-                while self.last_applied < offset:
-                    await self._applied.wait()
-                    self._applied.clear()
-        except TimeoutError:
-            return False
-        return True
-
-    def apply_create(self, name: str, offset: int) -> None:
+    def apply_create(self, name: str, offset: int, controller: FakeController) -> None:
         self.topics[name] = object()
         self.last_applied = offset
-        self._applied.set()
+        controller.changed.set()
 
 
 class Node(MetadataApi):
     def __init__(self, leader: bool) -> None:
-        self.controller = FakeController(leader)
         self.controller_stm = FakeControllerStm()
+        self.controller = FakeController(leader, self.controller_stm)
 
 
 async def settle() -> None:
@@ -65,15 +65,15 @@ async def settle() -> None:
         await asyncio.sleep(0.01)
 
 
-async def test_a_new_leader_answers_once_it_committed_in_its_term_and_applied() -> None:
+async def test_a_new_leader_answers_once_it_passed_the_read_barrier() -> None:
     node = Node(leader=True)
     answer = asyncio.ensure_future(node.list_topics(ListTopicsRequest()))
     await settle()
     assert not answer.done()  # nothing of its own term committed yet
-    node.controller.commit_own_entry()
+    node.controller.commit_own_entry(5)
     await settle()
     assert not answer.done()  # committed, but its state has not applied offset 5
-    node.controller_stm.apply_create("orders", 5)
+    node.controller_stm.apply_create("orders", 5, node.controller)
     async with asyncio.timeout(5):
         assert (await answer).names == ["orders"]
 
@@ -84,11 +84,15 @@ async def test_a_follower_answers_from_its_copy_at_once() -> None:
         assert (await node.list_topics(ListTopicsRequest())).names == []
 
 
-async def test_the_wait_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_the_wait_is_bounded_and_then_refused(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(metadata, "CONTROLLER_READ_WAIT_S", 0.2)
     node = Node(leader=True)
     loop = asyncio.get_running_loop()
     start = loop.time()
     async with asyncio.timeout(5):
-        assert (await node.list_topics(ListTopicsRequest())).names == []
+        with pytest.raises(RequestError) as info:
+            await node.list_topics(ListTopicsRequest())
     assert 0.15 <= loop.time() - start < 2.0
+    assert info.value.code is ErrorCode.LEADER_NOT_AVAILABLE
+    assert "has not committed an entry of its term yet" in str(info.value)
+    assert issubclass(ReadBarrierTimeout, ReadNotReadyError)

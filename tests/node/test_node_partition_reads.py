@@ -17,6 +17,8 @@ import pytest
 
 from raftlog.node.data_api import DataApi
 from raftlog.node.groups import PartitionReplica
+from raftlog.raft.errors import NotLeaderError, ReadNotReadyError
+from raftlog.raft.read_index import ReadIndex, unready_reason
 from raftlog.rpc.messages import (
     ErrorCode,
     ListOffsetsRequest,
@@ -31,7 +33,8 @@ EARLY_MS, LATE_MS = 1_000, 2_000
 
 
 class FakeConsensus:
-    """A partition's consensus as the read barrier sees it; the log is a real one."""
+    """A partition's consensus as the read barrier sees it: the core's read index decision
+    is set by the test, the rest is Consensus's (unready_reason); the log is a real one."""
 
     def __init__(self, log: SegmentedLog, term: int) -> None:
         self.node_id = 1
@@ -39,11 +42,23 @@ class FakeConsensus:
         self.is_leader = True
         self.log = log
         self.last_applied = -1
-        self.core = SimpleNamespace(term=term, commit_index=-1, committed_in_term=False)
+        self.core = SimpleNamespace(term=term, commit_index=-1)
+        self.decision = ReadIndex(-1, True, "has not committed an entry of its term yet")
 
     @property
     def high_watermark(self) -> int:
         return self.core.commit_index + 1
+
+    def check_readable(self) -> int:
+        if not self.is_leader:
+            raise NotLeaderError(7, self.leader_id)
+        why = unready_reason(self.decision, self.last_applied)
+        if why:
+            raise ReadNotReadyError(f"node 1, leader of term {self.core.term}: it {why}")
+        return self.decision.index
+
+    async def read_barrier(self, timeout_s: float) -> int:
+        return self.check_readable()  # the wait is Consensus's (tests/raft)
 
 
 class FakeRm:
@@ -105,18 +120,19 @@ def test_a_new_leader_refuses_reads_until_it_committed_and_applied(
         assert info.value.code is ErrorCode.LEADER_NOT_AVAILABLE
         return str(info.value)
 
-    assert "has not committed an entry of it yet" in refused()
+    assert "has not committed an entry of its term yet" in refused()
     # its no-op commits: the commit index covers everything before its term
-    c.core.commit_index, c.core.committed_in_term = 8, True
+    c.core.commit_index, c.decision = 8, ReadIndex(8, True)
     c.last_applied = 4
-    assert "applied its log only to offset 4, below offset 8" in refused()
+    assert "applied the log only to offset 4, below its read index 8" in refused()
     c.last_applied = 8
     got = asyncio.run(_ask(node, req))
     if isinstance(req, OffsetForTimestampRequest):
         assert (got.offset, got.timestamp_ms, got.last_stable_offset) == (5, LATE_MS, 9)
     else:
         assert (got.start_offset, got.high_watermark, got.last_stable_offset) == (0, 9, 9)
-    # later in the term, commits the applier has not caught up with are no barrier
+    # later in the term, commits the applier has not caught up with are no barrier (the
+    # core keeps the term's read index)
     c.core.commit_index = 20
     assert asyncio.run(_ask(node, req)).last_stable_offset == 9
 

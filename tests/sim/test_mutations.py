@@ -14,41 +14,52 @@ from raftlog.raft import mutations
 from raftlog.sim.mutation import BASELINE, format_scores, run_mutations
 
 SEEDS = range(16)
-FLOOR = {  # measured 16, 16, 16, 16, 15 of 16; the 300-seed run: 100/99.7/97.7/100/90 %
+FLOOR = {  # measured on seeds 0-15 (since the isolate scenario cuts the leader off right
+    # after an acknowledged write, and the calm spell holds appends eight times): 16 of 16
+    # unless said; the floors leave a seed of room for small timing changes. The 300-seed
+    # run of the same code (2026-12-02, load 5-10): commit_on_leader_flush, dirty_as_flushed,
+    # ignore_inflight_bound, send_before_vote_saved, read_before_commit_in_term 100 %;
+    # accept_stale_replies 99.7, skip_truncation 99.0, vote_twice_in_term 99.0,
+    # recovery_pipelines_unmatched 93.0, quiesced_keeps_dead_leader 92.3,
+    # vote_ignores_log 91.0, paused_backlog_gap 83.0 % (below the 90 % target, see there).
     "commit_on_leader_flush": 15,
     "dirty_as_flushed": 15,
-    # 13 of 16 since votes are saved off the loop (elections' timing shifted; missed on
-    # seeds 6, 8, 11).
-    "vote_ignores_log": 12,
-    "skip_truncation": 14,
-    # 14 of 16 and 89 % of 64 since a follower whose window is full is paused rather than
-    # sent to probe (fewer of the probes whose resets leave replies stale); the seeds
-    # draw small windows (runner.py) so that pausing happens at all.
-    "accept_stale_replies": 13,
-    "ignore_inflight_bound": 14,
-    # Measured 16 of 16, 93.0 % of 300: only a catch-up of several chunks shows it, which
-    # the seeds that draw 512 KiB recovery chunks (7.5 %) rarely need.
-    "recovery_pipelines_unmatched": 13,
+    # 16 of 16 (13 of 16 before the isolate change; votes saved off the loop had
+    # shifted the elections' timing).
+    "vote_ignores_log": 15,
+    "skip_truncation": 15,
+    # The seeds draw small windows (runner.py) so that pausing happens at all.
+    "accept_stale_replies": 15,
+    "ignore_inflight_bound": 15,
+    # Only a catch-up of several chunks shows it, which the seeds that draw 512 KiB
+    # recovery chunks (7.5 %) rarely need.
+    "recovery_pipelines_unmatched": 14,
     # Only a follower paused with a backlog of two batches or more shows it: the calm
-    # spell's held appends (runner._backlog_a_follower) make one in most seeds.
-    # Measured 15 of 16, 85.0 % of 300 (before the held appends: 11 of 16, ~65 %). The
+    # spell's held appends (runner._backlog_a_follower, eight rounds) make one in most
+    # seeds. Measured 14 of 16, 83.0 % of 300: the seeds that miss it end their chaos
+    # (4 s) before the calm spell, the fifth directed scenario, starts (seeds 0, 6, 25,
+    # 38, 40, 45, 46 started it 4.0-5.9 s in), or the gapped append's predecessors were
+    # lost and the follower was repaired by a probe. With chaos_s 5 it was 87.7 % of 300,
+    # but the 500-seed test then ran past its 300 s timeout at load ~10. The
     # interaction script inflight_window_full catches it every time
     # (test_a_planted_fault_breaks_its_script).
     "paused_backlog_gap": 13,
     # Caught by the quiesce prologue (runner._quiesce_then_crash_leader): no leader within
-    # QUIESCED_FAILOVER_S of the quiescent leader's crash. Measured 15 of 16 (seed 0's
-    # group, under heavy loss, does not quiesce in the prologue, so cannot catch it).
-    "quiesced_keeps_dead_leader": 13,
+    # QUIESCED_FAILOVER_S of the quiescent leader's crash. Measured 15 of 16 (seed 11).
+    "quiesced_keeps_dead_leader": 14,
     # Every seed's split-vote scenario has candidates asking for votes in one term; a
-    # voter that grants two of them trips one vote per term or election safety.
-    # Measured 16 of 16, 99.3 % of 300 (before the split-vote scenario and the checks of
-    # every election and vote: 18 of 60). The interaction script split_vote catches it
-    # every time.
-    "vote_twice_in_term": 14,
+    # voter that grants two of them trips one vote per term or election safety. The
+    # interaction script split_vote catches it every time.
+    "vote_twice_in_term": 15,
     # Every seed elects: the sim's check of every message against the sender's durable
     # vote (SimNode.check_durable_vote) sees the first vote request or grant that left
-    # before its save. Measured 16 of 16.
+    # before its save.
     "send_before_vote_saved": 15,
+    # The isolate scenario's new leader has not heard that the acknowledged write
+    # committed: with the fault its read index is its lagging commit index, which the
+    # check of linearizable reads (checks.py) sees at its election.
+    # tests/raft/test_read_index.py catches it too.
+    "read_before_commit_in_term": 15,
 }
 
 

@@ -6,6 +6,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from raftlog.raft.read_index import ReadIndex
 from raftlog.raft.replicate_batcher import ReplicateResult
 from raftlog.sim import SimConfig, run_seed, run_seeds
 from raftlog.sim.checks import InvariantChecker, InvariantViolation
@@ -72,8 +73,25 @@ def test_both_group_sizes_are_simulated() -> None:
 
 
 def _node(node_id: int, term: int, leader: bool = True) -> SimpleNamespace:
-    """What the checker's election hooks read of a node."""
-    return SimpleNamespace(node_id=node_id, consensus=SimpleNamespace(term=term, is_leader=leader))
+    """What the checker's election hooks read of a node (a leader that has not committed
+    an entry of its term yet: it serves no reads)."""
+    waiting = ReadIndex(-1, leader, "has not committed an entry of its term yet")
+    core = SimpleNamespace(term=term, read_index=lambda: waiting)
+    return SimpleNamespace(
+        node_id=node_id, consensus=SimpleNamespace(term=term, is_leader=leader, core=core)
+    )
+
+
+def test_checker_rejects_a_new_leader_whose_read_index_misses_an_earlier_commit() -> None:
+    checker = InvariantChecker()
+    checker.record_ack(ReplicateResult(0, 4, 1), _placed(0, 1, b"acked", 5))
+    node = _node(2, 2)
+    checker.record_leader(node)  # type: ignore[arg-type]
+    assert checker.pending is None  # it serves no read yet
+    node.consensus.core.read_index = lambda: ReadIndex(3, True)  # below offset 4
+    checker.record_leader(node)  # type: ignore[arg-type]
+    assert checker.pending is not None
+    assert "read index 3, below offset 4, committed before its term" in str(checker.pending)
 
 
 def test_checker_rejects_two_leaders_in_a_term_even_one_already_gone() -> None:

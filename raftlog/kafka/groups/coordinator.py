@@ -201,7 +201,7 @@ class GroupCoordinator:
         if rep is None or not rep.consensus.is_leader:
             raise GroupError(KafkaError.not_coordinator)
         try:
-            rep.require_leader(self.node.config.peers, read=True)
+            rep.check_readable(self.node.config.peers)
         except RequestError as exc:
             raise GroupError(KafkaError.coordinator_load_in_progress, str(exc)) from exc
         term = rep.consensus.term
