@@ -524,17 +524,14 @@ class PartitionReplica:
         """Feed the follower lag tracker one sample of the leader's progress (forgets
         every follower on a follower)."""
         c = self.consensus
-        if not c.is_leader:
+        if not c.is_leader or (c.quiescent and not c.quiescent_without_dead):
+            # Quiescent with every member: each holds the whole log, so none lags; the
+            # tracker starts afresh, all caught up, when the group wakes. An idle node
+            # then samples nothing per partition. A leader that quiesced without the
+            # members on nodes declared dead is sampled on: those may be behind.
             self.lag.reset()
             return
         matched = {node: p.match_offset for node, p in c.status().peers.items()}
-        if c.quiescent and all(m >= c.dirty_offset for m in matched.values()):
-            # Every follower holds the whole log, so none lags; the tracker starts
-            # afresh, all caught up, when the group wakes. A leader may also quiesce
-            # without the members on nodes declared dead (the core's _can_quiesce):
-            # those are behind, and go on being sampled until they catch up.
-            self.lag.reset()
-            return
         self.lag.observe(now_s, c.term, c.dirty_offset, matched)
 
     def lagging_followers(self, now_s: float, max_lag_ms: int) -> list[FollowerLag]:

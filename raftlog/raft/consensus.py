@@ -426,6 +426,11 @@ class Consensus:
         """Not ticked nor heartbeated now (see :attr:`RaftCore.quiescent`)."""
         return self.core.quiescent
 
+    @property
+    def quiescent_without_dead(self) -> bool:
+        """See :attr:`RaftCore.quiescent_without_dead`."""
+        return self.core.quiescent_without_dead
+
     def _set_ticking(self, on: bool) -> None:
         if on != self._ticking:
             self._ticking = on

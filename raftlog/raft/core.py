@@ -427,7 +427,9 @@ class RaftCore:
         A leader quiesces once its whole log is committed in its term and flushed on
         every member, nothing is in flight, pending or changing (a transfer, a
         configuration, a promotion), and every member confirmed quiescing in reply
-        to a heartbeat that asked it to (``Heartbeat.quiesce``). A follower quiesces
+        to a heartbeat that asked it to (``Heartbeat.quiesce``); members on nodes
+        declared dead are left out of both while the live ones are a majority with
+        it (``_can_quiesce``, :attr:`quiescent_without_dead`). A follower quiesces
         on such a heartbeat when it holds exactly the leader's log, all committed and
         flushed. The driver
         stops ticking a quiescent group (the node clock drops it) and the leader
@@ -441,6 +443,16 @@ class RaftCore:
         declared dead, as today. Only liveness depends on quiescence: no vote, no
         append and no commit rule reads it."""
         return self._quiescent
+
+    @property
+    def quiescent_without_dead(self) -> bool:
+        """A quiescent leader that quiesced without members on nodes declared dead:
+        those may not hold its log (every other quiescent leader's members do)."""
+        return (
+            self._quiescent
+            and self.role is Role.LEADER
+            and not self._dead_nodes.isdisjoint(self.progress)
+        )
 
     def _wake(self) -> None:
         self._quiesced_peers.clear()
