@@ -14,6 +14,7 @@ import pathlib
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
@@ -121,3 +122,12 @@ def node_health(address: str) -> dict[str, Any]:
     """A node's ``/health`` document (plain HTTP on loopback, no token), in 5 s."""
     with urllib.request.urlopen(f"http://{address}/health", timeout=5) as resp:
         return json.loads(resp.read())
+
+
+def node_health_once_up(address: str) -> dict[str, Any]:
+    """``node_health``, or ``{}`` while the node does not listen yet: a restarted node
+    moves or opens its data before it serves, so a wait after a restart polls this."""
+    try:
+        return node_health(address)
+    except (urllib.error.URLError, ConnectionError, TimeoutError):
+        return {}

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from ops_helpers import node_health, read_partition, wait_until
+from ops_helpers import node_health, node_health_once_up, read_partition, wait_until
 
 from benchmarks.workloads.cluster_handle import ClusterHandle, running_cluster
 from raftlog.client import BlockingRaftlogClient, frame_records
@@ -76,7 +76,9 @@ def test_a_node_on_the_old_layout_moves_its_partitions_and_keeps_their_logs(clus
         assert _segments(new) == before  # the same files: moved, not refetched
         assert identity.moved_aside(home) == []
         wait_until(
-            lambda: node_health(cluster.address(node))["groups"] >= 2, 60, "node 3 reopening"
+            lambda: node_health_once_up(cluster.address(node)).get("groups", 0) >= 2,
+            60,
+            "node 3 reopening",
         )
         assert node_health(cluster.address(node))["open_failures"] == []
         client.call(lambda c: c.transfer_leadership("kept", 0, node))

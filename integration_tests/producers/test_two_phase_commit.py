@@ -183,7 +183,18 @@ async def test_abort_then_replay_commits_and_abort_after_commit_completes(env) -
     await decide(coord, second, q.participants, commit=True)
     # Spark's abort() after a commit() that raised: the recorded commit stands
     assert (await decide(coord, second, [], commit=False))["status"] == "committed"
-    assert sorted(await read_all(client, topic)) == list(range(10))
+    seen = sorted(await read_all(client, topic))
+    if seen != list(range(10)):  # what the partitions hold, to tell a lost commit from a read
+        offsets = [await client.list_offsets(topic, p) for p in (0, 1)]
+        raw = [
+            (b.base_offset, b.producer_id, b.is_control, b.record_count)
+            for p in (0, 1)
+            for b in (await client.fetch(topic, p, 0, isolation="read_uncommitted")).batches
+        ]
+        raise AssertionError(
+            f"read {seen}; prepared {q}; offsets (start, hwm, lso) {offsets}; "
+            f"batches read uncommitted (base, producer, control, records) {raw}"
+        )
 
 
 async def test_a_reader_never_sees_part_of_a_committed_batch(env) -> None:
