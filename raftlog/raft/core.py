@@ -77,6 +77,10 @@ from raftlog.raft.local_messages import (
     PromotionDone,
     Propose,
     RecoveryAnswered,
+    RecoveryChunkRead,
+    RecoveryLost,
+    RecoveryPoll,
+    SnapshotChunkRead,
     StepDown,
     Tick,
     TransferLeadership,
@@ -225,6 +229,17 @@ class Ready:
     catch up (probing), ``promote`` the learners to promote;
     ``commit_advanced`` says the commit index moved.
 
+    What a running ``recovery`` does next is here too, for the stage that
+    stepped the recovery message: ``recovery_read`` the log chunk to read per
+    follower (after :class:`RecoveryPoll`), ``install_wanted`` the followers
+    that need the snapshot as of the log start, ``recovery_send`` the requests
+    to send (after :class:`RecoveryChunkRead` or :class:`SnapshotChunkRead`;
+    their outcomes come back as :class:`RecoveryAnswered`,
+    :class:`InstallAnswered` or :class:`RecoveryLost`), ``recovery_retry`` the
+    followers whose lost request is to be sent again after a tick. Like
+    ``replies`` and ``install_next`` they are the stepping stage's, not sent by
+    the driver.
+
     Replies leave only here: :meth:`RaftCore.step` returns nothing.
     """
 
@@ -244,6 +259,12 @@ class Ready:
     stepped_down: bool = False
     promote: list[int] = dataclasses.field(default_factory=list)
     recover: list[int] = dataclasses.field(default_factory=list)
+    recovery_read: dict[int, RecoveryChunk] = dataclasses.field(default_factory=dict)
+    install_wanted: list[int] = dataclasses.field(default_factory=list)
+    recovery_send: list[tuple[int, AppendEntriesRequest | InstallSnapshotRequest]] = (
+        dataclasses.field(default_factory=list)
+    )
+    recovery_retry: list[int] = dataclasses.field(default_factory=list)
 
     def __bool__(self) -> bool:
         return bool(
@@ -264,7 +285,15 @@ class Ready:
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class PeerStatus:
-    """The leader's view of one other member, as of a :meth:`RaftCore.status` call."""
+    """The leader's view of one other member, as of a :meth:`RaftCore.status` call.
+
+    ``in_flight`` counts the pipelined appends unanswered (``in_flight_bytes`` their
+    bytes, ``newest_in_flight_bytes`` the newest one's), ``recovery_in_flight`` the
+    recovery chunks unanswered; ``recovery_confirmed``: a success in this probe
+    confirmed where the follower's log matches. ``epoch`` names the progress entry:
+    a new one whenever the leader starts the member's progress afresh (it was
+    elected, or the member rejoined the configuration), so that a view that went
+    back is told from a new one."""
 
     state: ProgressState
     match_offset: int
@@ -274,6 +303,11 @@ class PeerStatus:
     durable_offset: int
     last_heard_tick: int
     in_flight: int
+    in_flight_bytes: int = 0
+    newest_in_flight_bytes: int = 0
+    recovery_in_flight: int = 0
+    recovery_confirmed: bool = False
+    epoch: int = 0
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -288,6 +322,24 @@ class Status:
     ticks: int
     transfer_target: int
     peers: Mapping[int, PeerStatus]
+
+
+def _peer_status(p: FollowerProgress) -> PeerStatus:
+    return PeerStatus(
+        p.state,
+        p.match_offset,
+        p.next_offset,
+        p.dirty_offset,
+        p.flushed_offset,
+        p.durable_offset,
+        p.last_heard_tick,
+        p.in_flight,
+        p.inflights.bytes,
+        p.inflights.newest_bytes,
+        len(p.recovery_window),
+        p.recovery_confirmed,
+        p.epoch,
+    )
 
 
 def reply_in(ready: Ready) -> object:
@@ -381,9 +433,10 @@ class RaftCore:
         self._placed_ms = 0
         self.stale_replies = 0
         self.snapshots_installed = 0  # leader: installs that followers confirmed
-        # Called with (follower, progress) after a reply updated a follower's progress
+        # Called with (follower, its status) after a reply updated a follower's progress
         # (the simulator checks that the view never goes back); None in production.
-        self.progress_listener: Callable[[int, FollowerProgress], None] | None = None
+        self.progress_listener: Callable[[int, PeerStatus], None] | None = None
+        self._progress_epochs = 0  # progress entries made (PeerStatus.epoch)
         # Quiescence (see the ``quiescent`` property's docstring). Leader: the followers
         # that confirmed quiescing in reply to a ``quiesce`` heartbeat since the last wake.
         self._quiescent = False
@@ -577,19 +630,7 @@ class RaftCore:
     def status(self) -> Status:
         """An immutable snapshot of the term, role, commit index and, on a leader, each
         other member's progress."""
-        peers = {
-            node: PeerStatus(
-                p.state,
-                p.match_offset,
-                p.next_offset,
-                p.dirty_offset,
-                p.flushed_offset,
-                p.durable_offset,
-                p.last_heard_tick,
-                p.in_flight,
-            )
-            for node, p in self.progress.items()
-        }
+        peers = {node: _peer_status(p) for node, p in self.progress.items()}
         return Status(
             self.term,
             self.role,
@@ -651,6 +692,12 @@ class RaftCore:
             following = self._handle_install_reply(message.peer, message.request, message.reply)
             if following is not None:
                 self._ready.install_next[message.peer] = following
+            elif self._snapshot_wanted(message.peer, message.request.term):
+                self._ready.install_wanted.append(message.peer)
+        elif isinstance(
+            message, (RecoveryPoll, RecoveryChunkRead, SnapshotChunkRead, RecoveryLost)
+        ):
+            self._step_recovery(message)
         else:
             self._step_local(message)
 
@@ -684,6 +731,36 @@ class RaftCore:
             self._promotion_done(message.node)
         else:
             raise TypeError(f"group {self.group}: not a message for the core: {message!r}")
+
+    def _step_recovery(
+        self, message: RecoveryPoll | RecoveryChunkRead | SnapshotChunkRead | RecoveryLost
+    ) -> None:
+        """What a running ``recovery`` does next, into the ready (see :class:`Ready`)."""
+        node, term = message.peer, message.term
+        if isinstance(message, RecoveryPoll):
+            if self._snapshot_wanted(node, term):
+                self._ready.install_wanted.append(node)
+            elif (chunk := self._recovery_chunk(node, term)) is not None:
+                self._ready.recovery_read[node] = chunk
+        elif isinstance(message, RecoveryChunkRead):
+            req = self._recovery_request(node, term, message.batches)
+            if req is not None:
+                self._ready.recovery_send.append((node, req))
+        elif isinstance(message, SnapshotChunkRead):
+            install = self._install_request(
+                node,
+                term,
+                message.snapshot_offset,
+                message.chunk_offset,
+                message.total,
+                message.data,
+            )
+            if install is not None:
+                self._ready.recovery_send.append((node, install))
+            elif self._snapshot_wanted(node, term):
+                self._ready.install_wanted.append(node)
+        elif self._recovery_failed(node, term, message.seq):
+            self._ready.recovery_retry.append(node)
 
     def _reply(self, target: int, reply: object) -> None:
         self._ready.replies.append((target, reply))
@@ -938,6 +1015,8 @@ class RaftCore:
                     Inflights(o.recovery_max_inflight, sys.maxsize),
                 )
                 p.reset(self.log.dirty_offset, self.ticks)
+                self._progress_epochs += 1
+                p.epoch = self._progress_epochs
                 self.progress[node] = p
 
     def _step_down(self) -> None:
@@ -1253,7 +1332,7 @@ class RaftCore:
         if mutations.active("dirty_as_flushed"):
             p.flushed_offset = reply.last_dirty_offset
         if self.progress_listener is not None:
-            self.progress_listener(peer, p)
+            self.progress_listener(peer, _peer_status(p))
         if p.match_offset > reply.last_dirty_offset:
             # The follower lost unflushed entries (it crashed): it no longer has them.
             p.match_offset = reply.last_dirty_offset
@@ -1519,7 +1598,7 @@ class RaftCore:
             self._stream(p, p.node in self._flushers and self._quorum_upto > p.last_sent_offset)
             self._trim_unsent()
 
-    def recovery_chunk(self, node: int, term: int) -> RecoveryChunk | None:
+    def _recovery_chunk(self, node: int, term: int) -> RecoveryChunk | None:
         """What ``recovery`` of ``node`` (started in ``term``) reads next; None: nothing
         to send now (the stage waits for a chunk in flight to be answered, and stops
         when none is).
@@ -1555,12 +1634,12 @@ class RaftCore:
             return None
         return RecoveryChunk(start, self.options.recovery_chunk_bytes)
 
-    def recovery_request(
+    def _recovery_request(
         self, node: int, term: int, batches: list[RecordBatch]
     ) -> AppendEntriesRequest | None:
         """The append carrying a chunk read for ``node``'s recovery (it asks for a flush),
         entered in the recovery window (the stage must send it, then hand its outcome to
-        :meth:`_handle_recovery_reply` or :meth:`recovery_failed`); None when its
+        :meth:`_handle_recovery_reply` or :meth:`_recovery_failed`); None when its
         predecessor is below the log start: the follower needs a snapshot
         (``SNAPSHOT``: it waits for one)."""
         p = self.progress.get(node)
@@ -1601,7 +1680,7 @@ class RaftCore:
             p.recovery_window.release(req.seq)
         self._handle_append_reply(node, req.term, req.prev_log_offset, reply)
 
-    def recovery_failed(self, node: int, term: int, seq: int | None = None) -> bool:
+    def _recovery_failed(self, node: int, term: int, seq: int | None = None) -> bool:
         """A recovery request (or snapshot chunk) to ``node`` got no usable reply (a
         transport error, the group not hosted there): True to send again after a tick,
         False to stop, after ``RECOVERY_MAX_FAILURES`` in a row or once this core no
@@ -1626,7 +1705,7 @@ class RaftCore:
         p.recovery_failures = 0
         return False
 
-    def snapshot_wanted(self, node: int, term: int) -> bool:
+    def _snapshot_wanted(self, node: int, term: int) -> bool:
         """Whether ``recovery`` of ``node`` (started in ``term``) must install a snapshot."""
         p = self.progress.get(node)
         return (
@@ -1636,14 +1715,14 @@ class RaftCore:
             and p.state is ProgressState.SNAPSHOT
         )
 
-    def install_request(
+    def _install_request(
         self, node: int, term: int, snapshot_offset: int, chunk_offset: int, total: int, data: bytes
     ) -> InstallSnapshotRequest | None:
         """The request carrying one chunk of the snapshot as of ``snapshot_offset`` (the
         log start minus one) for ``node``; None when no install is wanted any more, or
         the snapshot is not at the log's start (retention moved it: read it again)."""
         snapshot_term = self.term_at(snapshot_offset)
-        if not self.snapshot_wanted(node, term) or snapshot_term is None:
+        if not self._snapshot_wanted(node, term) or snapshot_term is None:
             return None
         if snapshot_offset != self.log.start_offset - 1:
             return None
@@ -1670,7 +1749,7 @@ class RaftCore:
             self._become_follower(reply.term, -1)
             return None
         p = self.progress.get(node)
-        if not self.snapshot_wanted(node, req.term) or p is None:
+        if not self._snapshot_wanted(node, req.term) or p is None:
             return None
         if reply.seq <= p.last_reply_seq and not mutations.active("accept_stale_replies"):
             # Overtaken by a newer reply (a heartbeat's): it says nothing reliable, but the
