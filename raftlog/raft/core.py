@@ -12,9 +12,12 @@ Driving it (etcd's ``RawNode``): every message goes in through one door,
 outcome of I/O a ready asked for); everything decided comes out in
 :meth:`RaftCore.take_ready`'s :class:`Ready`, replies to peers included, and
 the caller carries it out in the order it states: persist the log and
-``ready.vote`` before anything is sent. Replies leave only in a ``Ready``; a
-reply that must wait for I/O (an append's, after its flush) is made only when
-the core is told that I/O is done (``AppendPersisted``). Code outside the core
+``ready.vote`` before anything is sent, and :meth:`RaftCore.advance` once the
+leader's placed batches are in the local log (until then they are the core's
+unstable tail, so proposals may follow each other before a ready is taken).
+Replies leave only in a ``Ready``; a reply that must wait for I/O (an append's,
+after its flush) is made only when the core is told that I/O is done
+(``AppendPersisted``). Code outside the core
 reads its progress through :meth:`RaftCore.status`, an immutable snapshot.
 
 Invariants:
@@ -212,7 +215,9 @@ class Ready:
     """What the async layer must do after a core call, in this order.
 
     ``append`` (leader: batches placed by a :class:`Propose`) goes to the local
-    log first, without a flush, and so does ``persist`` (follower: the
+    log first, without a flush, after which the driver calls
+    :meth:`RaftCore.advance` with the ready (the core's unstable tail drops
+    them), and so does ``persist`` (follower: the
     truncations and appends of accepted append entries, in order); then
     ``vote`` is persisted; then the flush is asked for (``flush_now``: at once,
     a ``quorum_ack`` write waits on it; otherwise ``flush_bytes`` are noted for
@@ -421,6 +426,12 @@ class RaftCore:
         # the last placed offset (see _stream). Empty when no follower is paused.
         self._unsent: collections.deque[RecordBatch] = collections.deque()
         self._unsent_bytes = 0
+        # Leader: the unstable tail (etcd's ``raftLog.unstable``): batches placed by a
+        # Propose that the driver has not yet reported appended to the local log
+        # (:meth:`advance`), oldest first, contiguous after the log's end. The leader's
+        # own log end and terms read through it (:meth:`_last_offset`, :meth:`term_at`),
+        # so a second Propose places after the first before any ready is carried out.
+        self._unstable: list[RecordBatch] = []
         self._votes: dict[int, bool] = {}
         self._prevoting = False
         self._promoting: set[int] = set()
@@ -548,7 +559,7 @@ class RaftCore:
             and not self._promoting
         ):
             return False
-        end = self.log.dirty_offset
+        end = self._last_offset()
         if (
             self.commit_index != end
             or self.log.flushed_offset < end
@@ -626,6 +637,23 @@ class RaftCore:
         """What the core decided since the last call (see :class:`Ready`)."""
         ready, self._ready = self._ready, Ready()
         return ready
+
+    def advance(self, ready: Ready) -> None:
+        """The driver appended ``ready.append`` to the local log (etcd's ``Advance``), or
+        gave up (the append raised): the unstable tail drops those batches and the
+        log answers for those offsets from now on. A batch the tail no longer holds
+        (it stepped down and dropped the tail, or it was advanced already) is
+        skipped."""
+        for b in ready.append:
+            if not self._unstable:
+                return
+            head = self._unstable[0]
+            if head.base_offset == b.base_offset and head.term == b.term:
+                self._unstable.pop(0)
+
+    def _last_offset(self) -> int:
+        """Leader: the last offset placed, appended to the local log or not."""
+        return self._unstable[-1].last_offset if self._unstable else self.log.dirty_offset
 
     def status(self) -> Status:
         """An immutable snapshot of the term, role, commit index and, on a leader, each
@@ -766,8 +794,15 @@ class RaftCore:
         self._ready.replies.append((target, reply))
 
     def term_at(self, offset: int) -> int | None:
+        """The term of the entry at ``offset`` (0 before the log), the unstable tail's
+        included; None when neither holds it."""
         if offset < 0:
             return 0
+        if self._unstable and offset >= self._unstable[0].base_offset:
+            for b in self._unstable:
+                if b.base_offset <= offset <= b.last_offset:
+                    return b.term
+            return None
         return self.log.term_at(offset)
 
     def _first_of_new_group(self, vote: VoteState) -> bool:
@@ -1014,7 +1049,7 @@ class RaftCore:
                     # recovery_chunk_bytes (or one larger batch).
                     Inflights(o.recovery_max_inflight, sys.maxsize),
                 )
-                p.reset(self.log.dirty_offset, self.ticks)
+                p.reset(self._last_offset(), self.ticks)
                 self._progress_epochs += 1
                 p.epoch = self._progress_epochs
                 self.progress[node] = p
@@ -1238,7 +1273,7 @@ class RaftCore:
         return due
 
     def _heartbeat_idle(self, p: FollowerProgress) -> bool:
-        end = self.log.dirty_offset
+        end = self._last_offset()
         return (
             p.in_flight == 0
             and p.match_offset == end
@@ -1301,7 +1336,7 @@ class RaftCore:
                 and not is_heartbeat
                 and p.state is ProgressState.REPLICATE
                 and p.in_flight == 0
-                and p.match_offset < self.log.dirty_offset
+                and p.match_offset < self._last_offset()
             ):
                 self._probe(p, min(p.next_offset, p.match_offset + 1))
             elif reply.result == APPEND_FAILURE and not is_heartbeat and p.recovering:
@@ -1358,7 +1393,7 @@ class RaftCore:
             is_heartbeat
             and p.state is ProgressState.REPLICATE
             and p.in_flight == 0
-            and p.match_offset < self.log.dirty_offset
+            and p.match_offset < self._last_offset()
         ):
             # Nothing in flight yet the follower lags: an append or its reply was lost.
             self._probe(p, min(p.next_offset, p.match_offset + 1))
@@ -1430,17 +1465,15 @@ class RaftCore:
         memory (:meth:`_handle_append_result`), as etcd's paused progress does.
         Only when what the paused followers miss outgrows ``max_in_flight_bytes``
         (or ``MAX_UNSENT_BATCHES``) do they go to probe (``recovery`` catches
-        them up from the log, chunk by chunk). The caller takes the ready before
-        anything else proposes (no await in between).
+        them up from the log, chunk by chunk). The placed batches join the
+        unstable tail until the driver reports them appended (:meth:`advance`), so
+        proposals stepped one after another before a ready is taken place
+        contiguously.
         """
         self._wake()
         if self.role is not Role.LEADER:
             raise SafetyViolation(f"group {self.group}: propose on a {self.role.value}")
-        if self._ready.append:
-            raise SafetyViolation(f"group {self.group}: propose before the last one was appended")
-        prev = self.log.dirty_offset
-        prev_term = self.term_at(prev)
-        offset = prev + 1
+        offset = self._last_offset() + 1
         placed: list[RecordBatch] = []
         for b in batches:
             stamp = b.timestamp_ms
@@ -1453,7 +1486,8 @@ class RaftCore:
         if not placed:
             return placed
         nbytes = sum(b.size_bytes for b in placed)
-        self._ready.append = placed
+        self._unstable.extend(placed)
+        self._ready.append.extend(placed)
         self._ready.flush_now = self._ready.flush_now or flush
         self._ready.flush_bytes += nbytes
         self._unsent.extend(placed)
@@ -1466,25 +1500,23 @@ class RaftCore:
                 if p.state is ProgressState.PROBE and p.node not in self._ready.recover:
                     self._ready.recover.append(p.node)  # a recovery that gave up restarts
                 continue
-            self._stream(p, p.node in flushers, (prev, prev_term))
+            self._stream(p, p.node in flushers)
         self._trim_unsent()
         return placed
 
-    def _stream(
-        self, p: FollowerProgress, flush: bool, known: tuple[int, int | None] | None = None
-    ) -> None:
+    def _stream(self, p: FollowerProgress, flush: bool) -> None:
         """Send ``p`` (in ``REPLICATE``) one pipelined append of the batches placed after
         its last sent offset, from ``_unsent``, at most ``max_in_flight_bytes`` of them
         (at least one batch); nothing while its window is full (paused).
 
         Every append starts right after the previous one to the same follower, so
         appends are never sent with a gap. When ``_unsent`` no longer holds what
-        the follower misses, it goes to probe. ``known``: an offset and its term
-        that the log may not answer yet (the log's end before a propose, whose
-        placed batches are not appended until the ready is carried out).
+        the follower misses, it goes to probe. The predecessor's term may be the
+        unstable tail's (placed by an earlier Propose whose ready was not carried
+        out yet): :meth:`term_at` reads it there.
         """
         if not self._unsent or p.last_sent_offset >= self._unsent[-1].last_offset:
-            if p.last_sent_offset < self.log.dirty_offset:
+            if p.last_sent_offset < self._last_offset():
                 self._probe(p, min(p.next_offset, p.last_sent_offset + 1))
             return
         if p.inflights.full() and not mutations.active("ignore_inflight_bound"):
@@ -1504,7 +1536,7 @@ class RaftCore:
             return
         if mutations.active("paused_backlog_gap") and len(batches) > 1:
             batches = batches[1:]
-        prev_term = known[1] if known is not None and prev == known[0] else self.term_at(prev)
+        prev_term = self.term_at(prev)
         last = batches[-1].last_offset
         req = AppendEntriesRequest(
             group=self.group,
@@ -1543,6 +1575,9 @@ class RaftCore:
     def _drop_unsent(self) -> None:
         self._unsent.clear()
         self._unsent_bytes = 0
+        # Placed in a term this node no longer leads: the ready that lists them still
+        # has them appended, and the log answers for them after that.
+        self._unstable.clear()
 
     def _quorum_flushers(self) -> set[int]:
         """The followers a ``quorum_ack`` append asks to flush at once: as many voters as
@@ -1908,7 +1943,7 @@ class RaftCore:
         sent = self._timeout_now_sent_tick
         if sent >= 0 and self.ticks - sent < TIMEOUT_NOW_RESEND_TICKS:
             return  # the target may be campaigning already
-        if p.match_offset >= self.log.dirty_offset:
+        if p.match_offset >= self._last_offset():
             self._timeout_now_sent_tick = self.ticks
             self._ready.messages.append((target, self._timeout_now_for(target)))
         else:
