@@ -655,7 +655,12 @@ class Consensus:
             self._set_ticking(not self.core.quiescent)
         if ready.append:
             # Local, not a message: it goes even when the vote's save below fails.
-            self.append_local(ready.append)
+            try:
+                self.append_local(ready.append)
+            finally:
+                # Done with them even when the append failed: the core's log end is
+                # then the log's again, as it was before the tail was the core's.
+                self.core.advance(ready)
         for plan in ready.persist:
             if plan.truncate_at != -1:
                 self.truncate_local(plan.truncate_at)

@@ -12,9 +12,12 @@ Driving it (etcd's ``RawNode``): every message goes in through one door,
 outcome of I/O a ready asked for); everything decided comes out in
 :meth:`RaftCore.take_ready`'s :class:`Ready`, replies to peers included, and
 the caller carries it out in the order it states: persist the log and
-``ready.vote`` before anything is sent. Replies leave only in a ``Ready``; a
-reply that must wait for I/O (an append's, after its flush) is made only when
-the core is told that I/O is done (``AppendPersisted``). Code outside the core
+``ready.vote`` before anything is sent, and :meth:`RaftCore.advance` once the
+leader's placed batches are in the local log (until then they are the core's
+unstable tail, so proposals may follow each other before a ready is taken).
+Replies leave only in a ``Ready``; a reply that must wait for I/O (an append's,
+after its flush) is made only when the core is told that I/O is done
+(``AppendPersisted``). Code outside the core
 reads its progress through :meth:`RaftCore.status`, an immutable snapshot.
 
 Invariants:
@@ -77,6 +80,10 @@ from raftlog.raft.local_messages import (
     PromotionDone,
     Propose,
     RecoveryAnswered,
+    RecoveryChunkRead,
+    RecoveryLost,
+    RecoveryPoll,
+    SnapshotChunkRead,
     StepDown,
     Tick,
     TransferLeadership,
@@ -208,7 +215,9 @@ class Ready:
     """What the async layer must do after a core call, in this order.
 
     ``append`` (leader: batches placed by a :class:`Propose`) goes to the local
-    log first, without a flush, and so does ``persist`` (follower: the
+    log first, without a flush, after which the driver calls
+    :meth:`RaftCore.advance` with the ready (the core's unstable tail drops
+    them), and so does ``persist`` (follower: the
     truncations and appends of accepted append entries, in order); then
     ``vote`` is persisted; then the flush is asked for (``flush_now``: at once,
     a ``quorum_ack`` write waits on it; otherwise ``flush_bytes`` are noted for
@@ -224,6 +233,17 @@ class Ready:
     round's messages; ``recover`` names the followers that ``recovery`` must
     catch up (probing), ``promote`` the learners to promote;
     ``commit_advanced`` says the commit index moved.
+
+    What a running ``recovery`` does next is here too, for the stage that
+    stepped the recovery message: ``recovery_read`` the log chunk to read per
+    follower (after :class:`RecoveryPoll`), ``install_wanted`` the followers
+    that need the snapshot as of the log start, ``recovery_send`` the requests
+    to send (after :class:`RecoveryChunkRead` or :class:`SnapshotChunkRead`;
+    their outcomes come back as :class:`RecoveryAnswered`,
+    :class:`InstallAnswered` or :class:`RecoveryLost`), ``recovery_retry`` the
+    followers whose lost request is to be sent again after a tick. Like
+    ``replies`` and ``install_next`` they are the stepping stage's, not sent by
+    the driver.
 
     Replies leave only here: :meth:`RaftCore.step` returns nothing.
     """
@@ -244,6 +264,12 @@ class Ready:
     stepped_down: bool = False
     promote: list[int] = dataclasses.field(default_factory=list)
     recover: list[int] = dataclasses.field(default_factory=list)
+    recovery_read: dict[int, RecoveryChunk] = dataclasses.field(default_factory=dict)
+    install_wanted: list[int] = dataclasses.field(default_factory=list)
+    recovery_send: list[tuple[int, AppendEntriesRequest | InstallSnapshotRequest]] = (
+        dataclasses.field(default_factory=list)
+    )
+    recovery_retry: list[int] = dataclasses.field(default_factory=list)
 
     def __bool__(self) -> bool:
         return bool(
@@ -264,7 +290,15 @@ class Ready:
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class PeerStatus:
-    """The leader's view of one other member, as of a :meth:`RaftCore.status` call."""
+    """The leader's view of one other member, as of a :meth:`RaftCore.status` call.
+
+    ``in_flight`` counts the pipelined appends unanswered (``in_flight_bytes`` their
+    bytes, ``newest_in_flight_bytes`` the newest one's), ``recovery_in_flight`` the
+    recovery chunks unanswered; ``recovery_confirmed``: a success in this probe
+    confirmed where the follower's log matches. ``epoch`` names the progress entry:
+    a new one whenever the leader starts the member's progress afresh (it was
+    elected, or the member rejoined the configuration), so that a view that went
+    back is told from a new one."""
 
     state: ProgressState
     match_offset: int
@@ -274,6 +308,11 @@ class PeerStatus:
     durable_offset: int
     last_heard_tick: int
     in_flight: int
+    in_flight_bytes: int = 0
+    newest_in_flight_bytes: int = 0
+    recovery_in_flight: int = 0
+    recovery_confirmed: bool = False
+    epoch: int = 0
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -288,6 +327,24 @@ class Status:
     ticks: int
     transfer_target: int
     peers: Mapping[int, PeerStatus]
+
+
+def _peer_status(p: FollowerProgress) -> PeerStatus:
+    return PeerStatus(
+        p.state,
+        p.match_offset,
+        p.next_offset,
+        p.dirty_offset,
+        p.flushed_offset,
+        p.durable_offset,
+        p.last_heard_tick,
+        p.in_flight,
+        p.inflights.bytes,
+        p.inflights.newest_bytes,
+        len(p.recovery_window),
+        p.recovery_confirmed,
+        p.epoch,
+    )
 
 
 def reply_in(ready: Ready) -> object:
@@ -369,6 +426,12 @@ class RaftCore:
         # the last placed offset (see _stream). Empty when no follower is paused.
         self._unsent: collections.deque[RecordBatch] = collections.deque()
         self._unsent_bytes = 0
+        # Leader: the unstable tail (etcd's ``raftLog.unstable``): batches placed by a
+        # Propose that the driver has not yet reported appended to the local log
+        # (:meth:`advance`), oldest first, contiguous after the log's end. The leader's
+        # own log end and terms read through it (:meth:`_last_offset`, :meth:`term_at`),
+        # so a second Propose places after the first before any ready is carried out.
+        self._unstable: list[RecordBatch] = []
         self._votes: dict[int, bool] = {}
         self._prevoting = False
         self._promoting: set[int] = set()
@@ -381,9 +444,10 @@ class RaftCore:
         self._placed_ms = 0
         self.stale_replies = 0
         self.snapshots_installed = 0  # leader: installs that followers confirmed
-        # Called with (follower, progress) after a reply updated a follower's progress
+        # Called with (follower, its status) after a reply updated a follower's progress
         # (the simulator checks that the view never goes back); None in production.
-        self.progress_listener: Callable[[int, FollowerProgress], None] | None = None
+        self.progress_listener: Callable[[int, PeerStatus], None] | None = None
+        self._progress_epochs = 0  # progress entries made (PeerStatus.epoch)
         # Quiescence (see the ``quiescent`` property's docstring). Leader: the followers
         # that confirmed quiescing in reply to a ``quiesce`` heartbeat since the last wake.
         self._quiescent = False
@@ -495,7 +559,7 @@ class RaftCore:
             and not self._promoting
         ):
             return False
-        end = self.log.dirty_offset
+        end = self._last_offset()
         if (
             self.commit_index != end
             or self.log.flushed_offset < end
@@ -574,22 +638,27 @@ class RaftCore:
         ready, self._ready = self._ready, Ready()
         return ready
 
+    def advance(self, ready: Ready) -> None:
+        """The driver appended ``ready.append`` to the local log (etcd's ``Advance``), or
+        gave up (the append raised): the unstable tail drops those batches and the
+        log answers for those offsets from now on. A batch the tail no longer holds
+        (it stepped down and dropped the tail, or it was advanced already) is
+        skipped."""
+        for b in ready.append:
+            if not self._unstable:
+                return
+            head = self._unstable[0]
+            if head.base_offset == b.base_offset and head.term == b.term:
+                self._unstable.pop(0)
+
+    def _last_offset(self) -> int:
+        """Leader: the last offset placed, appended to the local log or not."""
+        return self._unstable[-1].last_offset if self._unstable else self.log.dirty_offset
+
     def status(self) -> Status:
         """An immutable snapshot of the term, role, commit index and, on a leader, each
         other member's progress."""
-        peers = {
-            node: PeerStatus(
-                p.state,
-                p.match_offset,
-                p.next_offset,
-                p.dirty_offset,
-                p.flushed_offset,
-                p.durable_offset,
-                p.last_heard_tick,
-                p.in_flight,
-            )
-            for node, p in self.progress.items()
-        }
+        peers = {node: _peer_status(p) for node, p in self.progress.items()}
         return Status(
             self.term,
             self.role,
@@ -651,6 +720,12 @@ class RaftCore:
             following = self._handle_install_reply(message.peer, message.request, message.reply)
             if following is not None:
                 self._ready.install_next[message.peer] = following
+            elif self._snapshot_wanted(message.peer, message.request.term):
+                self._ready.install_wanted.append(message.peer)
+        elif isinstance(
+            message, (RecoveryPoll, RecoveryChunkRead, SnapshotChunkRead, RecoveryLost)
+        ):
+            self._step_recovery(message)
         else:
             self._step_local(message)
 
@@ -685,12 +760,49 @@ class RaftCore:
         else:
             raise TypeError(f"group {self.group}: not a message for the core: {message!r}")
 
+    def _step_recovery(
+        self, message: RecoveryPoll | RecoveryChunkRead | SnapshotChunkRead | RecoveryLost
+    ) -> None:
+        """What a running ``recovery`` does next, into the ready (see :class:`Ready`)."""
+        node, term = message.peer, message.term
+        if isinstance(message, RecoveryPoll):
+            if self._snapshot_wanted(node, term):
+                self._ready.install_wanted.append(node)
+            elif (chunk := self._recovery_chunk(node, term)) is not None:
+                self._ready.recovery_read[node] = chunk
+        elif isinstance(message, RecoveryChunkRead):
+            req = self._recovery_request(node, term, message.batches)
+            if req is not None:
+                self._ready.recovery_send.append((node, req))
+        elif isinstance(message, SnapshotChunkRead):
+            install = self._install_request(
+                node,
+                term,
+                message.snapshot_offset,
+                message.chunk_offset,
+                message.total,
+                message.data,
+            )
+            if install is not None:
+                self._ready.recovery_send.append((node, install))
+            elif self._snapshot_wanted(node, term):
+                self._ready.install_wanted.append(node)
+        elif self._recovery_failed(node, term, message.seq):
+            self._ready.recovery_retry.append(node)
+
     def _reply(self, target: int, reply: object) -> None:
         self._ready.replies.append((target, reply))
 
     def term_at(self, offset: int) -> int | None:
+        """The term of the entry at ``offset`` (0 before the log), the unstable tail's
+        included; None when neither holds it."""
         if offset < 0:
             return 0
+        if self._unstable and offset >= self._unstable[0].base_offset:
+            for b in self._unstable:
+                if b.base_offset <= offset <= b.last_offset:
+                    return b.term
+            return None
         return self.log.term_at(offset)
 
     def _first_of_new_group(self, vote: VoteState) -> bool:
@@ -937,7 +1049,9 @@ class RaftCore:
                     # recovery_chunk_bytes (or one larger batch).
                     Inflights(o.recovery_max_inflight, sys.maxsize),
                 )
-                p.reset(self.log.dirty_offset, self.ticks)
+                p.reset(self._last_offset(), self.ticks)
+                self._progress_epochs += 1
+                p.epoch = self._progress_epochs
                 self.progress[node] = p
 
     def _step_down(self) -> None:
@@ -1159,7 +1273,7 @@ class RaftCore:
         return due
 
     def _heartbeat_idle(self, p: FollowerProgress) -> bool:
-        end = self.log.dirty_offset
+        end = self._last_offset()
         return (
             p.in_flight == 0
             and p.match_offset == end
@@ -1222,7 +1336,7 @@ class RaftCore:
                 and not is_heartbeat
                 and p.state is ProgressState.REPLICATE
                 and p.in_flight == 0
-                and p.match_offset < self.log.dirty_offset
+                and p.match_offset < self._last_offset()
             ):
                 self._probe(p, min(p.next_offset, p.match_offset + 1))
             elif reply.result == APPEND_FAILURE and not is_heartbeat and p.recovering:
@@ -1253,7 +1367,7 @@ class RaftCore:
         if mutations.active("dirty_as_flushed"):
             p.flushed_offset = reply.last_dirty_offset
         if self.progress_listener is not None:
-            self.progress_listener(peer, p)
+            self.progress_listener(peer, _peer_status(p))
         if p.match_offset > reply.last_dirty_offset:
             # The follower lost unflushed entries (it crashed): it no longer has them.
             p.match_offset = reply.last_dirty_offset
@@ -1279,7 +1393,7 @@ class RaftCore:
             is_heartbeat
             and p.state is ProgressState.REPLICATE
             and p.in_flight == 0
-            and p.match_offset < self.log.dirty_offset
+            and p.match_offset < self._last_offset()
         ):
             # Nothing in flight yet the follower lags: an append or its reply was lost.
             self._probe(p, min(p.next_offset, p.match_offset + 1))
@@ -1351,17 +1465,15 @@ class RaftCore:
         memory (:meth:`_handle_append_result`), as etcd's paused progress does.
         Only when what the paused followers miss outgrows ``max_in_flight_bytes``
         (or ``MAX_UNSENT_BATCHES``) do they go to probe (``recovery`` catches
-        them up from the log, chunk by chunk). The caller takes the ready before
-        anything else proposes (no await in between).
+        them up from the log, chunk by chunk). The placed batches join the
+        unstable tail until the driver reports them appended (:meth:`advance`), so
+        proposals stepped one after another before a ready is taken place
+        contiguously.
         """
         self._wake()
         if self.role is not Role.LEADER:
             raise SafetyViolation(f"group {self.group}: propose on a {self.role.value}")
-        if self._ready.append:
-            raise SafetyViolation(f"group {self.group}: propose before the last one was appended")
-        prev = self.log.dirty_offset
-        prev_term = self.term_at(prev)
-        offset = prev + 1
+        offset = self._last_offset() + 1
         placed: list[RecordBatch] = []
         for b in batches:
             stamp = b.timestamp_ms
@@ -1374,7 +1486,8 @@ class RaftCore:
         if not placed:
             return placed
         nbytes = sum(b.size_bytes for b in placed)
-        self._ready.append = placed
+        self._unstable.extend(placed)
+        self._ready.append.extend(placed)
         self._ready.flush_now = self._ready.flush_now or flush
         self._ready.flush_bytes += nbytes
         self._unsent.extend(placed)
@@ -1387,25 +1500,23 @@ class RaftCore:
                 if p.state is ProgressState.PROBE and p.node not in self._ready.recover:
                     self._ready.recover.append(p.node)  # a recovery that gave up restarts
                 continue
-            self._stream(p, p.node in flushers, (prev, prev_term))
+            self._stream(p, p.node in flushers)
         self._trim_unsent()
         return placed
 
-    def _stream(
-        self, p: FollowerProgress, flush: bool, known: tuple[int, int | None] | None = None
-    ) -> None:
+    def _stream(self, p: FollowerProgress, flush: bool) -> None:
         """Send ``p`` (in ``REPLICATE``) one pipelined append of the batches placed after
         its last sent offset, from ``_unsent``, at most ``max_in_flight_bytes`` of them
         (at least one batch); nothing while its window is full (paused).
 
         Every append starts right after the previous one to the same follower, so
         appends are never sent with a gap. When ``_unsent`` no longer holds what
-        the follower misses, it goes to probe. ``known``: an offset and its term
-        that the log may not answer yet (the log's end before a propose, whose
-        placed batches are not appended until the ready is carried out).
+        the follower misses, it goes to probe. The predecessor's term may be the
+        unstable tail's (placed by an earlier Propose whose ready was not carried
+        out yet): :meth:`term_at` reads it there.
         """
         if not self._unsent or p.last_sent_offset >= self._unsent[-1].last_offset:
-            if p.last_sent_offset < self.log.dirty_offset:
+            if p.last_sent_offset < self._last_offset():
                 self._probe(p, min(p.next_offset, p.last_sent_offset + 1))
             return
         if p.inflights.full() and not mutations.active("ignore_inflight_bound"):
@@ -1425,7 +1536,7 @@ class RaftCore:
             return
         if mutations.active("paused_backlog_gap") and len(batches) > 1:
             batches = batches[1:]
-        prev_term = known[1] if known is not None and prev == known[0] else self.term_at(prev)
+        prev_term = self.term_at(prev)
         last = batches[-1].last_offset
         req = AppendEntriesRequest(
             group=self.group,
@@ -1464,6 +1575,9 @@ class RaftCore:
     def _drop_unsent(self) -> None:
         self._unsent.clear()
         self._unsent_bytes = 0
+        # Placed in a term this node no longer leads: the ready that lists them still
+        # has them appended, and the log answers for them after that.
+        self._unstable.clear()
 
     def _quorum_flushers(self) -> set[int]:
         """The followers a ``quorum_ack`` append asks to flush at once: as many voters as
@@ -1519,7 +1633,7 @@ class RaftCore:
             self._stream(p, p.node in self._flushers and self._quorum_upto > p.last_sent_offset)
             self._trim_unsent()
 
-    def recovery_chunk(self, node: int, term: int) -> RecoveryChunk | None:
+    def _recovery_chunk(self, node: int, term: int) -> RecoveryChunk | None:
         """What ``recovery`` of ``node`` (started in ``term``) reads next; None: nothing
         to send now (the stage waits for a chunk in flight to be answered, and stops
         when none is).
@@ -1555,12 +1669,12 @@ class RaftCore:
             return None
         return RecoveryChunk(start, self.options.recovery_chunk_bytes)
 
-    def recovery_request(
+    def _recovery_request(
         self, node: int, term: int, batches: list[RecordBatch]
     ) -> AppendEntriesRequest | None:
         """The append carrying a chunk read for ``node``'s recovery (it asks for a flush),
         entered in the recovery window (the stage must send it, then hand its outcome to
-        :meth:`_handle_recovery_reply` or :meth:`recovery_failed`); None when its
+        :meth:`_handle_recovery_reply` or :meth:`_recovery_failed`); None when its
         predecessor is below the log start: the follower needs a snapshot
         (``SNAPSHOT``: it waits for one)."""
         p = self.progress.get(node)
@@ -1601,7 +1715,7 @@ class RaftCore:
             p.recovery_window.release(req.seq)
         self._handle_append_reply(node, req.term, req.prev_log_offset, reply)
 
-    def recovery_failed(self, node: int, term: int, seq: int | None = None) -> bool:
+    def _recovery_failed(self, node: int, term: int, seq: int | None = None) -> bool:
         """A recovery request (or snapshot chunk) to ``node`` got no usable reply (a
         transport error, the group not hosted there): True to send again after a tick,
         False to stop, after ``RECOVERY_MAX_FAILURES`` in a row or once this core no
@@ -1626,7 +1740,7 @@ class RaftCore:
         p.recovery_failures = 0
         return False
 
-    def snapshot_wanted(self, node: int, term: int) -> bool:
+    def _snapshot_wanted(self, node: int, term: int) -> bool:
         """Whether ``recovery`` of ``node`` (started in ``term``) must install a snapshot."""
         p = self.progress.get(node)
         return (
@@ -1636,14 +1750,14 @@ class RaftCore:
             and p.state is ProgressState.SNAPSHOT
         )
 
-    def install_request(
+    def _install_request(
         self, node: int, term: int, snapshot_offset: int, chunk_offset: int, total: int, data: bytes
     ) -> InstallSnapshotRequest | None:
         """The request carrying one chunk of the snapshot as of ``snapshot_offset`` (the
         log start minus one) for ``node``; None when no install is wanted any more, or
         the snapshot is not at the log's start (retention moved it: read it again)."""
         snapshot_term = self.term_at(snapshot_offset)
-        if not self.snapshot_wanted(node, term) or snapshot_term is None:
+        if not self._snapshot_wanted(node, term) or snapshot_term is None:
             return None
         if snapshot_offset != self.log.start_offset - 1:
             return None
@@ -1670,7 +1784,7 @@ class RaftCore:
             self._become_follower(reply.term, -1)
             return None
         p = self.progress.get(node)
-        if not self.snapshot_wanted(node, req.term) or p is None:
+        if not self._snapshot_wanted(node, req.term) or p is None:
             return None
         if reply.seq <= p.last_reply_seq and not mutations.active("accept_stale_replies"):
             # Overtaken by a newer reply (a heartbeat's): it says nothing reliable, but the
@@ -1829,7 +1943,7 @@ class RaftCore:
         sent = self._timeout_now_sent_tick
         if sent >= 0 and self.ticks - sent < TIMEOUT_NOW_RESEND_TICKS:
             return  # the target may be campaigning already
-        if p.match_offset >= self.log.dirty_offset:
+        if p.match_offset >= self._last_offset():
             self._timeout_now_sent_tick = self.ticks
             self._ready.messages.append((target, self._timeout_now_for(target)))
         else:

@@ -3,7 +3,8 @@
 :meth:`~raftlog.raft.core.RaftCore.step` takes a peer's message (the wire types
 of :mod:`raftlog.raft.messages`) or one of these: local events (a tick, a
 proposal, a campaign, a flush done, a node declared dead), the outcomes of the
-I/O a ``Ready`` asked for (an append persisted, a snapshot installed), and a
+I/O a ``Ready`` asked for (an append persisted, a snapshot installed, a recovery
+chunk read or lost), and a
 peer's reply wrapped with the request it answers (the wire reply alone does not
 name the request's term, predecessor or window slot). None of them crosses the
 network.
@@ -147,6 +148,55 @@ class RecoveryAnswered:
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
+class RecoveryPoll:
+    """Leader: ``recovery`` of follower ``peer`` (started in ``term``) asks what to do
+    next: ``Ready.install_wanted`` names the follower when it needs the snapshot,
+    ``Ready.recovery_read`` gives the chunk of the log to read (then
+    :class:`RecoveryChunkRead`); neither: nothing to send now."""
+
+    peer: int
+    term: int
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class RecoveryChunkRead:
+    """Leader: ``recovery`` read ``batches`` (the chunk ``Ready.recovery_read`` named) for
+    ``peer``: ``Ready.recovery_send`` then holds the append to send (none: the follower
+    needs a snapshot first, or the recovery is no longer this term's)."""
+
+    peer: int
+    term: int
+    batches: list[RecordBatch]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class SnapshotChunkRead:
+    """Leader: ``recovery`` read bytes ``chunk_offset`` onwards (``data``) of the
+    ``total``-byte snapshot as of ``snapshot_offset`` for ``peer``: ``Ready.recovery_send``
+    then holds the request to send; none: the install is not wanted any more, or the
+    snapshot is no longer at the log's start (``Ready.install_wanted`` names the
+    follower while it still needs one: read it again)."""
+
+    peer: int
+    term: int
+    snapshot_offset: int
+    chunk_offset: int
+    total: int
+    data: bytes
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class RecoveryLost:
+    """Leader: a recovery request to ``peer`` (a log chunk of the recovery window when
+    ``seq`` is set, else a snapshot chunk) got no usable reply; ``Ready.recovery_retry``
+    names the follower when it is to be sent again after a tick (else recovery stops)."""
+
+    peer: int
+    term: int
+    seq: int | None = None
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
 class InstallChunkHeld:
     """Follower: of the snapshot ``request`` belongs to, ``received`` bytes are held (the
     chunk was taken, or was out of order); the core answers with that count."""
@@ -166,7 +216,8 @@ class InstallPersisted:
 @dataclasses.dataclass(frozen=True, slots=True)
 class InstallAnswered:
     """Leader: follower ``peer`` answered a snapshot chunk (``Ready.install_next`` then
-    says from which byte to send, when the install goes on)."""
+    says from which byte to send, when the install goes on; when it does not,
+    ``Ready.install_wanted`` names the follower if it still needs the snapshot)."""
 
     peer: int
     request: InstallSnapshotRequest
@@ -191,6 +242,10 @@ LocalMessage = (
     | AppendPersisted
     | AppendAnswered
     | RecoveryAnswered
+    | RecoveryPoll
+    | RecoveryChunkRead
+    | SnapshotChunkRead
+    | RecoveryLost
     | InstallChunkHeld
     | InstallPersisted
     | InstallAnswered

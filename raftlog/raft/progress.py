@@ -43,7 +43,7 @@ by the core:
 - ``SNAPSHOT``: the follower needs entries below the leader's log start
   (retention or compaction dropped them), which only a snapshot install gives
   it: ``recovery`` sends the snapshot as of the log start in chunks
-  (``RaftCore.install_request``; the follower's side is
+  (each chunk made by a ``SnapshotChunkRead`` stepped into the core; the follower's side is
   :mod:`raftlog.raft.follower_install`). No appends go meanwhile; once the
   follower confirms the install it probes from the log start, and a heartbeat
   reply showing it reached the log start some other way moves it back to
@@ -163,7 +163,7 @@ class FollowerProgress:
     append_tick: int = -(2**62)
     # The seq of the newest reply applied (replies at or below it are stale).
     last_reply_seq: int = -1
-    # Recovery requests in a row that got no usable reply (see RaftCore.recovery_failed).
+    # Recovery requests in a row that got no usable reply (see the ``RecoveryLost`` message).
     recovery_failures: int = 0
     # The last offset of the chunks handed out since this probe (re)started: the next
     # chunk starts after it, so the chunks in flight never overlap.
@@ -171,6 +171,8 @@ class FollowerProgress:
     # A successful reply arrived in this probe: the follower's match point is known, so
     # recovery may pipeline; False again at every reset (a mismatch, a lost chunk).
     recovery_confirmed: bool = False
+    # Which progress entry this is (set by the core when it makes one; PeerStatus.epoch).
+    epoch: int = 0
 
     @property
     def durable_offset(self) -> int:

@@ -2,10 +2,11 @@
 
 A follower is recovered while the core has it in ``PROBE`` (see
 :mod:`raftlog.raft.progress`): the pipeline in ``replicate_entries`` leaves it
-alone, and this stage asks the core for the next chunk
-(:meth:`RaftCore.recovery_chunk`: from where, how many bytes), reads it from
-the leader log, has the core build the append (:meth:`RaftCore.recovery_request`,
-which asks the follower to flush and enters it in the follower's recovery
+alone, and this stage asks the core for the next chunk (it steps a
+``RecoveryPoll``; the ready's ``recovery_read`` says from where, how many
+bytes), reads it from the leader log, has the core build the append (it steps
+the ``RecoveryChunkRead``; the ready's ``recovery_send`` holds the append,
+which asks the follower to flush and is entered in the follower's recovery
 window) and sends it without waiting for its reply; then it asks again, and
 only when the core has nothing to hand out does it wait for a reply. Each
 reply goes to the core as it arrives (stepped in as a ``RecoveryAnswered``),
@@ -23,9 +24,12 @@ When the core finds the follower caught up (no chunk in flight, ``next_offset``
 past the log's end) it puts it back in ``REPLICATE`` and hands out nothing: the
 stage stops once nothing of its own is in flight. It also stops when leadership
 or the term changes, and gives up after a few requests in a row without a
-usable reply, as the core decides (``recovery_failed``; the next heartbeat reply
-restarts it). Chunks still in flight when a run stops finish on their own and
-report to the core; a later run for the same follower waits on them.
+usable reply, as the core decides (a ``RecoveryLost`` stepped in; the ready's
+``recovery_retry`` says whether to send again; the next heartbeat reply
+restarts it). The stage decides nothing itself: every verdict comes out of a
+ready, as etcd's leader's ``MsgApp`` and ``MsgSnap`` do. Chunks still in flight
+when a run stops finish on their own and report to the core; a later run for
+the same follower waits on them.
 
 A follower behind the leader's log start (``SNAPSHOT``: retention deleted
 what it lacks) is first sent the snapshot as of the log start (Redpanda's
@@ -44,7 +48,14 @@ from typing import TypeVar
 
 from raftlog.raft.core import Message, Ready
 from raftlog.raft.errors import TransportError
-from raftlog.raft.local_messages import InstallAnswered, RecoveryAnswered
+from raftlog.raft.local_messages import (
+    InstallAnswered,
+    RecoveryAnswered,
+    RecoveryChunkRead,
+    RecoveryLost,
+    RecoveryPoll,
+    SnapshotChunkRead,
+)
 from raftlog.raft.messages import (
     APPEND_GROUP_UNAVAILABLE,
     AppendEntriesReply,
@@ -103,7 +114,8 @@ class Recovery:
         for _ in range(MAX_ROUNDS):
             if not c.running:
                 return
-            if c.core.snapshot_wanted(node, term):
+            ready = c.step(RecoveryPoll(node, term))
+            if node in ready.install_wanted:
                 if chunks:  # their replies first: one of them may change the verdict
                     if not await self._settle(node, chunks):
                         return
@@ -111,7 +123,7 @@ class Recovery:
                 if not await self._install(node, term):
                     return
                 continue
-            chunk = c.core.recovery_chunk(node, term)
+            chunk = ready.recovery_read.get(node)
             if chunk is None:
                 if not chunks:
                     return  # caught up (the core switched it to REPLICATE), or not ours
@@ -119,7 +131,7 @@ class Recovery:
                     return
                 continue
             batches = c.log.read(chunk.start, chunk.max_bytes)
-            req = c.core.recovery_request(node, term, batches)
+            req = _sent(c.step(RecoveryChunkRead(node, term, batches)), node, AppendEntriesRequest)
             if req is None:
                 return
             task = c.spawn(self._send_chunk(node, term, req))
@@ -186,9 +198,10 @@ class Recovery:
             if not c.running:
                 return False
             chunk = data[position : position + c.options.recovery_chunk_bytes]
-            req = c.core.install_request(node, term, offset, position, len(data), chunk)
+            ready = c.step(SnapshotChunkRead(node, term, offset, position, len(data), chunk))
+            req = _sent(ready, node, InstallSnapshotRequest)
             if req is None:  # not wanted any more, or the log start moved: read it again
-                return not c.core.snapshot_wanted(node, term) or c.log.start_offset - 1 != offset
+                return node not in ready.install_wanted or c.log.start_offset - 1 != offset
             outcome = await self._round_trip(
                 node,
                 term,
@@ -203,7 +216,7 @@ class Recovery:
                 continue
             following = outcome.install_next.get(node)
             if following is None:
-                return not c.core.snapshot_wanted(node, term)
+                return node not in outcome.install_wanted
             position = following
         return False
 
@@ -228,11 +241,19 @@ class Recovery:
             reply = await c.transport.send(node, req)
         except TransportError:
             reply = None
+        if not c.running:
+            return _NoReply.STOP  # the group stopped while the request was out
         if not isinstance(reply, reply_type) or reply.result == APPEND_GROUP_UNAVAILABLE:
             seq = req.seq if windowed else None
-            if not c.core.recovery_failed(node, term, seq):
+            if node not in c.step(RecoveryLost(node, term, seq)).recovery_retry:
                 return _NoReply.STOP
             return _NoReply.RETRY
-        if not c.running:
-            return _NoReply.STOP
         return c.step(answered(req, reply))
+
+
+def _sent(ready: Ready, node: int, kind: type[_Req]) -> _Req | None:
+    """The request of type ``kind`` the core put in ``ready`` for ``node`` to send."""
+    for target, req in ready.recovery_send:
+        if target == node and isinstance(req, kind):
+            return req
+    return None

@@ -85,8 +85,11 @@ class ReplicateEntries:
         # The placed copies are carried out (appended locally, sent) in this call; a
         # commit can only come from a later ready (a flush or a reply), after the
         # waiters below are registered.
-        ready = c.step(Propose([b for r in accepted for b in r.batches], flush=quorum))
-        placed = ready.append
+        batches = [b for r in accepted for b in r.batches]
+        ready = c.step(Propose(batches, flush=quorum))
+        # This proposal's copies are the last ones placed: a ready may also list what an
+        # earlier Propose placed if its ready was not taken (the core's unstable tail).
+        placed = ready.append[len(ready.append) - len(batches) :]
         results = []
         i = 0
         for r in accepted:

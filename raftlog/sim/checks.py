@@ -59,7 +59,8 @@ import asyncio
 import dataclasses
 from collections.abc import Sequence
 
-from raftlog.raft.progress import FollowerProgress, ProgressState
+from raftlog.raft.core import CoreOptions, PeerStatus
+from raftlog.raft.progress import ProgressState
 from raftlog.raft.replicate_batcher import ReplicateResult
 from raftlog.sim.node import SimNode
 from raftlog.storage.api import VoteState
@@ -116,8 +117,8 @@ class InvariantChecker:
         self._complete_upto: dict[tuple[int, int], int] = {}
         # A violation found between steps (at a commit), raised by the next check().
         self.pending: InvariantViolation | None = None
-        # (leader, incarnation, term, follower) -> (progress object, flushed offset seen)
-        self._views: dict[tuple[int, int, int, int], tuple[object, tuple[int, int]]] = {}
+        # (leader, incarnation, term, follower) -> (progress epoch, (flushed, dirty) seen)
+        self._views: dict[tuple[int, int, int, int], tuple[int, tuple[int, int]]] = {}
         # follower -> ((incarnation, truncations), virtual time that changed last)
         self._truncated: dict[int, tuple[tuple[int, int], float]] = {}
 
@@ -242,37 +243,43 @@ class InvariantChecker:
         for leader in nodes:
             if not (leader.alive and leader.consensus.is_leader):
                 continue
-            for f, p in leader.consensus.core.progress.items():
+            core = leader.consensus.core
+            for f, p in core.status().peers.items():
                 self.observe_progress(leader, f, p, nodes)
-                self._check_window(leader, f, p)
+                self._check_window(leader, f, p, core.options)
         if self.pending is not None:
             raise self.pending
 
-    def _check_window(self, leader: SimNode, follower: int, p: FollowerProgress) -> None:
-        w = p.inflights
-        over_count = len(w) > w.max_count
+    def _check_window(
+        self, leader: SimNode, follower: int, p: PeerStatus, options: CoreOptions
+    ) -> None:
+        count, max_count = p.in_flight, options.max_in_flight_appends
+        max_bytes = options.max_in_flight_bytes
+        over_count = count > max_count
         # Bytes: soft bound, so only the window minus its newest entry must be under it.
-        over_bytes = len(w) > 1 and w.bytes - w.newest_bytes >= w.max_bytes
-        if over_count or over_bytes or (p.recovering and len(w) > 0):
+        over_bytes = count > 1 and p.in_flight_bytes - p.newest_in_flight_bytes >= max_bytes
+        recovering = p.state is not ProgressState.REPLICATE
+        if over_count or over_bytes or (recovering and count > 0):
             raise InvariantViolation(
                 f"flow control: leader {leader.node_id} (term {leader.consensus.term}) has "
-                f"{len(w)} appends ({w.bytes} bytes) in flight to node {follower} in state "
-                f"{p.state.value}; the window allows {w.max_count} ({w.max_bytes} bytes)"
+                f"{count} appends ({p.in_flight_bytes} bytes) in flight to node {follower} in "
+                f"state {p.state.value}; the window allows {max_count} ({max_bytes} bytes)"
             )
-        r = p.recovery_window
         allowed = (
-            (r.max_count if p.recovery_confirmed else 1) if p.state is ProgressState.PROBE else 0
+            (options.recovery_max_inflight if p.recovery_confirmed else 1)
+            if p.state is ProgressState.PROBE
+            else 0
         )
-        if len(r) > allowed:
+        if p.recovery_in_flight > allowed:
             raise InvariantViolation(
                 f"flow control: leader {leader.node_id} (term {leader.consensus.term}) has "
-                f"{len(r)} recovery chunks in flight to node {follower} in state "
+                f"{p.recovery_in_flight} recovery chunks in flight to node {follower} in state "
                 f"{p.state.value} (match point confirmed: {p.recovery_confirmed}); "
                 f"{allowed} allowed"
             )
 
     def observe_progress(
-        self, leader: SimNode, follower: int, p: FollowerProgress, nodes: Sequence[SimNode]
+        self, leader: SimNode, follower: int, p: PeerStatus, nodes: Sequence[SimNode]
     ) -> None:
         """Monotonic follower progress, at a step or right after the leader applied a reply
         (the leader's hook): a regression is kept in :attr:`pending`, raised by ``check``."""
@@ -287,8 +294,8 @@ class InvariantChecker:
         view = (p.flushed_offset, p.dirty_offset)
         key = (leader.node_id, leader.incarnation, c.term, follower)
         old = self._views.get(key)
-        self._views[key] = (p, view)
-        if old is None or old[0] is not p or (view[0] >= old[1][0] and view[1] >= old[1][1]):
+        self._views[key] = (p.epoch, view)
+        if old is None or old[0] != p.epoch or (view[0] >= old[1][0] and view[1] >= old[1][1]):
             return
         truncated = self._truncated.get(follower)
         if truncated is not None and now - truncated[1] <= REGRESSION_WINDOW_S:

@@ -45,7 +45,8 @@ def placed(base: int, term: int, count: int = 1, payload: bytes = b"x") -> Recor
 @dataclasses.dataclass(slots=True)
 class Outgoing:
     """An append the leader's core decided to send, not yet delivered: pipelined, or a
-    recovery chunk (``recovery``: its outcome goes to the core's recovery calls)."""
+    recovery chunk (``recovery``: its outcome is stepped back as ``RecoveryAnswered``,
+    or ``RecoveryLost`` when it is dropped)."""
 
     source: int
     target: int
@@ -144,6 +145,7 @@ class CoreNet:
         ready = self.cores[node].take_ready()
         if ready.append:
             self.append_local(node, ready.append)
+            self.cores[node].advance(ready)
         for plan in ready.persist:
             if plan.truncate_at != -1:
                 self.truncate_local(node, plan.truncate_at)

@@ -13,6 +13,7 @@ from raftlog.raft.local_messages import (
     HeartbeatFrom,
     LocalFlushed,
     Propose,
+    RecoveryLost,
     Tick,
     TransferLeadership,
 )
@@ -274,12 +275,17 @@ def test_recovery_gives_up_after_three_failures_in_a_row_as_the_core_decides() -
     net.deliver()
     leader = net.cores[1]
     term = leader.term
-    assert [leader.recovery_failed(2, term) for _ in range(3)] == [True, True, False]
-    assert leader.recovery_failed(2, term)  # counted afresh after giving up
+
+    def lost(node: int, term: int) -> bool:
+        """Step a lost recovery request in: whether the core asks to send it again."""
+        return node in net.step(1, RecoveryLost(node, term)).recovery_retry
+
+    assert [lost(2, term) for _ in range(3)] == [True, True, False]
+    assert lost(2, term)  # counted afresh after giving up
     net.answer(1, 2, HeartbeatReply(1, term, 0, -1, -1, -1, leader.next_seq(2)))
     assert leader.progress[2].recovery_failures == 0  # a usable reply resets the count
-    assert not leader.recovery_failed(2, term + 1)  # another term's recovery stops
-    assert not leader.recovery_failed(9, term)  # not a follower
+    assert not lost(2, term + 1)  # another term's recovery stops
+    assert not lost(9, term)  # not a follower
 
 
 def test_a_stale_mismatch_below_the_log_start_still_asks_for_a_snapshot() -> None:

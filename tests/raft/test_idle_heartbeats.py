@@ -1,8 +1,7 @@
 """An idle follower is heartbeated every ``idle_heartbeat_ticks``, and so is a busy one.
 
 A simulated 3-node group with the production timing (50 ms ticks and heartbeat
-rounds, election timeout 10 ticks, idle heartbeats every 3 ticks). Heartbeats are
-counted where the leader's core makes them. Idle, each follower gets about a
+rounds, election timeout 10 ticks, idle heartbeats every 3 ticks). Idle, each follower gets about a
 third of the rounds' heartbeats, and the group keeps its leader and term: three
 heartbeats per election timeout keep the followers' timers and the leader's quorum
 check satisfied. Under writes (one append a tick), the follower that flushes each
@@ -10,7 +9,8 @@ append gets no more: the appends do a heartbeat's work (Redpanda's heartbeat man
 skips followers an append went to lately); the one that flushes by delay still gets
 one every round, since its heartbeat replies carry its flushes. The group keeps its
 leader, and once the writes stop the followers learn the last commit index within a
-few ticks. With the
+few ticks. Heartbeats are counted as they leave the core, in the readies of the
+leader's steps; terms and commit indexes are read through ``RaftCore.status()``. With the
 idle interval planted above the election timeout, the same idle check fails: the
 followers time out and elect another leader, so the check can fail.
 
@@ -26,8 +26,8 @@ from collections import Counter
 
 import pytest
 
-from raftlog.raft.core import RaftCore, Role
-from raftlog.raft.messages import Heartbeat
+from raftlog.raft.consensus import Consensus
+from raftlog.raft.core import Message, Ready
 from raftlog.raft.options import ConsensusOptions
 from raftlog.sim.cluster import SimCluster, sim_options
 from raftlog.sim.loop import run_virtual
@@ -37,16 +37,18 @@ WATCH_S = 10.0
 ROUNDS = WATCH_S / HEARTBEAT_INTERVAL_S
 
 
-def _count_heartbeats(core: RaftCore) -> Counter[int]:
-    """Count, by follower, the heartbeats ``core`` makes from now on."""
+def _count_heartbeats(consensus: Consensus) -> Counter[int]:
+    """Count, by follower, the heartbeats that leave ``consensus``'s core from now on:
+    those in the readies of the messages stepped into it (a heartbeat round's)."""
     counts: Counter[int] = Counter()
-    made = core._heartbeat_for
+    step = consensus.step
 
-    def counting(node: int, quiesce: bool = False) -> Heartbeat:
-        counts[node] += 1
-        return made(node, quiesce)
+    def counting(message: Message) -> Ready:
+        ready = step(message)
+        counts.update(node for node, _hb in ready.heartbeats)
+        return ready
 
-    core._heartbeat_for = counting  # type: ignore[method-assign]
+    consensus.step = counting  # type: ignore[method-assign]
     return counts
 
 
@@ -71,8 +73,8 @@ def _watch(
         await cluster.write(b"first")
         leader = await cluster.wait_for_leader()
         await asyncio.sleep(1.0)  # the commit index reaches the followers: idle from here
-        terms = [n.consensus.core.term for n in cluster.nodes.values()]
-        counts = _count_heartbeats(leader.consensus.core)
+        terms = [n.consensus.core.status().term for n in cluster.nodes.values()]
+        counts = _count_heartbeats(leader.consensus)
         loop = asyncio.get_running_loop()
         end = loop.time() + WATCH_S
         n = 0
@@ -82,10 +84,12 @@ def _watch(
                 n += 1
             await asyncio.sleep(HEARTBEAT_INTERVAL_S)
         kept = cluster.leader() is leader
-        terms += [n.consensus.core.term for n in cluster.nodes.values()]
+        terms += [n.consensus.core.status().term for n in cluster.nodes.values()]
         await asyncio.sleep(SETTLE_S)
-        commits = [leader.consensus.core.commit_index] + [
-            n.consensus.core.commit_index for n in cluster.nodes.values() if n is not leader
+        commits = [leader.consensus.core.status().commit_index] + [
+            n.consensus.core.status().commit_index
+            for n in cluster.nodes.values()
+            if n is not leader
         ]
         await cluster.stop()
         return counts, kept, terms, commits
@@ -121,20 +125,22 @@ def test_a_flushed_follower_taking_appends_gets_no_more_heartbeats_all_learn_the
 def test_without_heartbeats_after_appends_the_followers_miss_the_commit(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """The planted fault: a follower an append went to is never heartbeated again. The
-    leader's first append (its no-op) ends the heartbeats, the followers time out, and
-    no leader settles: the check above fails before it gets to the commit index."""
+    """The planted fault: a follower an append went to is never heartbeated again (every
+    node's readies lose the heartbeats to a follower that one of its earlier readies
+    sent an append). The leader's first append (its no-op) ends the heartbeats, the
+    followers time out, and no leader settles: the check above fails before it gets to
+    the commit index."""
+    step = Consensus.step
+    appended: dict[int, set[int]] = {}  # by the Consensus's id: followers sent an append
 
-    def never_after_an_append(self: RaftCore) -> list[tuple[int, Heartbeat]]:
-        if self.role is not Role.LEADER:
-            return []
-        return [
-            (node, self._heartbeat_for(node))
-            for node, p in sorted(self.progress.items())
-            if p.append_tick < 0
-        ]
+    def never_after_an_append(self: Consensus, message: Message) -> Ready:
+        ready = step(self, message)
+        sent = appended.setdefault(id(self), set())
+        sent.update(node for node, _req in ready.appends)
+        ready.heartbeats[:] = [(node, hb) for node, hb in ready.heartbeats if node not in sent]
+        return ready
 
-    monkeypatch.setattr(RaftCore, "_heartbeats_due", never_after_an_append)
+    monkeypatch.setattr(Consensus, "step", never_after_an_append)
     with pytest.raises(TimeoutError, match="no leader"):
         # the leader's first append (its no-op) ends the heartbeats: no leader stays
         _watch(idle_heartbeat_ticks=3, writes=True)

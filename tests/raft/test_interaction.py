@@ -103,6 +103,10 @@ from raftlog.raft.local_messages import (
     NodeDead,
     Propose,
     RecoveryAnswered,
+    RecoveryChunkRead,
+    RecoveryLost,
+    RecoveryPoll,
+    SnapshotChunkRead,
     Tick,
     TransferLeadership,
 )
@@ -114,7 +118,9 @@ from raftlog.raft.messages import (
     Heartbeat,
     HeartbeatReply,
     InstallSnapshotReply,
+    InstallSnapshotRequest,
 )
+from raftlog.raft.progress import ProgressState
 from raftlog.rpc import codec
 from raftlog.sim.core_net import CoreNet, Outgoing, placed
 from raftlog.storage.batch import RecordBatch
@@ -475,22 +481,23 @@ class Interpreter:
     def _lost(lcore: RaftCore, follower: int, o: Outgoing) -> None:
         """No reply (a transport error), as the pipeline or ``recovery`` reports it."""
         if o.recovery:
-            lcore.recovery_failed(follower, o.request.term, o.request.seq)
+            lcore.step(RecoveryLost(follower, o.request.term, o.request.seq))
         else:
             lcore.step(AppendAnswered(follower, o.request, None))
 
     def cmd_recover(self, args: list[str]) -> list[str]:
         leader, follower = int(args[0]), int(args[1])
         lcore = self.net.cores[leader]
-        chunk = lcore.recovery_chunk(follower, lcore.term)
+        chunk = self.net.step(leader, RecoveryPoll(follower, lcore.term)).recovery_read.get(
+            follower
+        )
         if chunk is None:
             p = lcore.progress.get(follower)
             return [
                 f"stop: {p.state.value if p else 'no progress'}",
                 *self._progress(leader, follower),
             ]
-        batches = self.net.logs[leader].read(chunk.start, chunk.max_bytes)
-        req = lcore.recovery_request(follower, lcore.term, batches)
+        req = self._chunk_request(leader, follower, chunk.start, chunk.max_bytes)
         if req is None:
             return [f"chunk from {chunk.start}: stop", *self._progress(leader, follower)]
         out = [f"chunk from {chunk.start} max={chunk.max_bytes}B: {self._describe(req)}"]
@@ -513,11 +520,11 @@ class Interpreter:
         lcore = self.net.cores[leader]
         out = []
         for _ in range(100):
-            chunk = lcore.recovery_chunk(follower, lcore.term)
+            poll = self.net.step(leader, RecoveryPoll(follower, lcore.term))
+            chunk = poll.recovery_read.get(follower)
             if chunk is None:
                 break
-            batches = self.net.logs[leader].read(chunk.start, chunk.max_bytes)
-            req = lcore.recovery_request(follower, lcore.term, batches)
+            req = self._chunk_request(leader, follower, chunk.start, chunk.max_bytes)
             if req is None:
                 out.append(f"chunk from {chunk.start}: stop")
                 break
@@ -529,6 +536,16 @@ class Interpreter:
             "then wait for a reply" if p and len(p.recovery_window) else f"then stop: {state}"
         )
         return [*out, *self._progress(leader, follower)]
+
+    def _chunk_request(
+        self, leader: int, follower: int, start: int, max_bytes: int
+    ) -> AppendEntriesRequest | None:
+        """Read the chunk the leader's core named and step it in: the append it makes."""
+        batches = self.net.logs[leader].read(start, max_bytes)
+        term = self.net.cores[leader].term
+        ready = self.net.step(leader, RecoveryChunkRead(follower, term, batches))
+        sent = next((r for t, r in ready.recovery_send if t == follower), None)
+        return sent if isinstance(sent, AppendEntriesRequest) else None
 
     def cmd_transfer(self, args: list[str]) -> list[str]:
         """The leader begins a transfer to the target (the core decides the rest)."""
@@ -544,7 +561,8 @@ class Interpreter:
         leader, follower = int(args[0]), int(args[1])
         kv, _ = _kv(args[2:])
         lcore = self.net.cores[leader]
-        if not lcore.snapshot_wanted(follower, lcore.term):
+        peer = lcore.status().peers.get(follower)
+        if peer is None or peer.state is not ProgressState.SNAPSHOT:
             return ["no snapshot wanted", *self._progress(leader, follower)]
         offset = self.net.logs[leader].start_offset - 1
         cfg_offset, cfg = lcore.configs.at(offset)
@@ -552,8 +570,10 @@ class Interpreter:
         step, position, out = int(kv.get("chunk", len(data))), 0, []
         for _ in range(1000):
             chunk = data[position : position + step]
-            req = lcore.install_request(follower, lcore.term, offset, position, len(data), chunk)
-            if req is None:
+            read = SnapshotChunkRead(follower, lcore.term, offset, position, len(data), chunk)
+            sent = self.net.step(leader, read).recovery_send
+            req = next((r for t, r in sent if t == follower), None)
+            if not isinstance(req, InstallSnapshotRequest):
                 out.append("stop")
                 break
             ready = self.net.step(follower, req)

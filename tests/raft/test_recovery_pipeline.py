@@ -16,13 +16,16 @@ import asyncio
 import pytest
 
 from raftlog.raft import mutations
-from raftlog.raft.core import CoreOptions, Message, RaftCore
+from raftlog.raft.core import CoreOptions, Message, RaftCore, Ready
 from raftlog.raft.local_messages import (
     Campaign,
     HeartbeatAnswered,
     HeartbeatFrom,
     HeartbeatRound,
     RecoveryAnswered,
+    RecoveryChunkRead,
+    RecoveryLost,
+    RecoveryPoll,
 )
 from raftlog.raft.messages import (
     APPEND_SUCCESS,
@@ -63,12 +66,23 @@ def _net(entries: int, window: int = 3) -> CoreNet:
 def _hand_out(core: RaftCore, net: CoreNet) -> list[AppendEntriesRequest]:
     """What the stage sends before it waits: every chunk the core hands out now."""
     sent = []
-    while (chunk := core.recovery_chunk(FOLLOWER, core.term)) is not None:
+    for _ in range(100):
+        chunk = net.step(LEADER, RecoveryPoll(FOLLOWER, core.term)).recovery_read.get(FOLLOWER)
+        if chunk is None:
+            return sent
         batches = net.logs[LEADER].read(chunk.start, chunk.max_bytes)
-        req = core.recovery_request(FOLLOWER, core.term, batches)
-        assert req is not None
+        ((target, req),) = net.step(
+            LEADER, RecoveryChunkRead(FOLLOWER, core.term, batches)
+        ).recovery_send
+        assert target == FOLLOWER and isinstance(req, AppendEntriesRequest)
         sent.append(req)
-    return sent
+    raise AssertionError("the core never stopped handing out chunks")
+
+
+def _lost(net: CoreNet, req: AppendEntriesRequest) -> bool:
+    """A recovery chunk got no reply: whether the core asks to send again."""
+    ready = net.step(LEADER, RecoveryLost(FOLLOWER, req.term, req.seq))
+    return FOLLOWER in ready.recovery_retry
 
 
 def _apply(net: CoreNet, req: AppendEntriesRequest) -> AppendEntriesReply:
@@ -130,11 +144,11 @@ def test_a_lost_chunk_restarts_the_probe_and_older_losses_count_for_nothing() ->
     window = _hand_out(core, net)
     assert len(window) == 3
 
-    assert core.recovery_failed(FOLLOWER, core.term, window[1].seq)  # send again
+    assert _lost(net, window[1])  # send again
     assert (p.next_offset, p.recovery_confirmed, len(p.recovery_window)) == (1, False, 0)
     assert p.recovery_failures == 1
     # The other chunks of that window are no longer in it: their loss is not counted.
-    assert core.recovery_failed(FOLLOWER, core.term, window[2].seq)
+    assert _lost(net, window[2])
     assert p.recovery_failures == 1
     assert [_span(r) for r in _hand_out(core, net)] == [(1, 1)]
 
@@ -201,23 +215,22 @@ def _catch_up(window: int) -> tuple[int, int, float, int]:
         chunks: set[int] = set()
         widest = 0
         answered: list[float] = []
-        real, real_step = core.recovery_request, core.step
+        real_step = leader.consensus.step
 
-        def recorded(node: int, term: int, batches: list[RecordBatch]) -> object:
+        def stepped(message: Message) -> Ready:
+            # Watches the door recovery goes through: the chunks the core hands out (in
+            # the ready) and the replies stepped back in.
             nonlocal widest
-            req = real(node, term, batches)
-            if req is not None and node == lagging.node_id:
-                chunks.add(req.seq)
-                widest = max(widest, len(core.progress[node].recovery_window))
-            return req
-
-        def stepped(message: Message) -> None:
             if isinstance(message, RecoveryAnswered):
                 answered.append(asyncio.get_running_loop().time())
-            real_step(message)
+            ready = real_step(message)
+            if isinstance(message, RecoveryChunkRead) and message.peer == lagging.node_id:
+                chunks.update(req.seq for _t, req in ready.recovery_send)
+                peer = core.status().peers[message.peer]
+                widest = max(widest, peer.recovery_in_flight)
+            return ready
 
-        core.recovery_request = recorded  # type: ignore[method-assign]
-        core.step = stepped  # type: ignore[method-assign]
+        leader.consensus.step = stepped  # type: ignore[method-assign]
         transport = leader.consensus.transport
         send = transport.send
         out, most = 0, 0
@@ -239,10 +252,14 @@ def _catch_up(window: int) -> tuple[int, int, float, int]:
         start = loop.time()
         cluster.network.heal()
         end = leader.consensus.log.dirty_offset
-        progress = core.progress[lagging.node_id]
-        while progress.match_offset < end or progress.state is not ProgressState.REPLICATE:
+        for _ in range(100_000):
+            peer = core.status().peers[lagging.node_id]
+            if peer.match_offset >= end and peer.state is ProgressState.REPLICATE:
+                break
             await asyncio.sleep(0.001)
             assert loop.time() - start < 10, "the follower was not caught up"
+        else:
+            raise AssertionError("the follower was not caught up")
         took = loop.time() - answered[0]
         assert lagging.consensus.log.flushed_offset >= end
         await cluster.stop()
