@@ -5,7 +5,7 @@ and are the same types the server raises; they are re-exported here beside the t
 that only the client raises: :class:`ClusterUnavailableError` (no node answered) and
 :class:`CorruptBatchError` (a fetched batch that does not decode). The server's
 internal errors (``raftlog.raft.errors``) never cross the wire: the node answers each
-with one ErrorCode (``raftlog.node.groups``).
+with one ErrorCode (``raftlog.node.request_errors``).
 """
 
 from __future__ import annotations

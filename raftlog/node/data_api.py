@@ -11,8 +11,8 @@ from typing import Any, TypeVar
 
 from raftlog.coordinator.tm_stm import TRANSACTIONS_TOPIC
 from raftlog.faults.failpoints import PRODUCE_SKIP_BATCH_CHECK, FailpointError, failpoint
-from raftlog.node.groups import PartitionReplica
 from raftlog.node.internal_topics import refuse_internal
+from raftlog.node.partition_replica import PartitionReplica
 from raftlog.node.parts import NodeParts
 from raftlog.records.payload_check import PayloadError, check_payload
 from raftlog.rpc.messages import (

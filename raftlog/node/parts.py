@@ -19,7 +19,8 @@ if TYPE_CHECKING:
     from raftlog.metrics import NodeMetrics
     from raftlog.node.config import NodeConfig
     from raftlog.node.disk_space import DiskSpace
-    from raftlog.node.groups import GroupHost, PartitionReplica
+    from raftlog.node.group_host import GroupHost
+    from raftlog.node.partition_replica import PartitionReplica
     from raftlog.node.shards import ShardSet
     from raftlog.node.txn_markers import PeerMarkers
     from raftlog.rpc.edge_limits import EdgeGuard

@@ -71,8 +71,9 @@ from raftlog.node.config import (
 from raftlog.node.data_api import DataApi
 from raftlog.node.disk_space import DiskSpace
 from raftlog.node.file_modes import tighten_data_dir, warn_if_readable_by_others
-from raftlog.node.groups import GroupHost, PartitionReplica, last_heard_ms
+from raftlog.node.group_host import GroupHost, last_heard_ms
 from raftlog.node.metadata import MetadataApi
+from raftlog.node.partition_replica import PartitionReplica
 from raftlog.node.shards import (
     FrontWatch,
     ShardError,

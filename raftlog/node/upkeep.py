@@ -29,7 +29,8 @@ from raftlog.node.config import (
     LEADER_BALANCE_LIVE_MS,
     REPLICA_LAG_SAMPLE_S,
 )
-from raftlog.node.groups import PartitionReplica, last_heard_ms
+from raftlog.node.group_host import last_heard_ms
+from raftlog.node.partition_replica import PartitionReplica
 from raftlog.node.parts import NodeParts
 from raftlog.storage import identity
 from raftlog.storage.api import StorageCorruption

@@ -71,7 +71,7 @@ class RmStmNode(FakeNodeServer):
         return web.Response(body=codec.encode(resp))
 
     async def _serve(self, req: object) -> object:
-        # as raftlog.node.groups.PartitionReplica serves them
+        # as raftlog.node.partition_replica.PartitionReplica serves them
         if isinstance(req, InitProducerRequest):
             r = await self.stm.init_producer(req.producer_id, req.transaction_timeout_ms)
             return InitProducerResponse(

@@ -16,7 +16,7 @@ from types import SimpleNamespace
 import pytest
 
 from raftlog.node.data_api import DataApi
-from raftlog.node.groups import PartitionReplica
+from raftlog.node.partition_replica import PartitionReplica
 from raftlog.raft.errors import NotLeaderError, ReadNotReadyError
 from raftlog.raft.read_index import ReadIndex, unready_reason
 from raftlog.rpc.messages import (

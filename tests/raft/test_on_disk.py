@@ -69,7 +69,7 @@ async def test_three_nodes_on_disk_replicate_and_survive_a_restart(tmp_path: pat
 async def test_commit_contexts_are_saved_off_the_loop_through_the_nodes_writer(
     tmp_path: pathlib.Path,
 ) -> None:
-    """With a ``commit_context_saver`` (the node's RecordWriter, as raftlog.node.groups
+    """With a ``commit_context_saver`` (the node's RecordWriter, as raftlog.node.group_host
     wires it) a running group never saves its commit context on the event loop: the
     contexts reach the disk through the writer (the log's commit_context_offset, which
     bounds retention, moves only once one is durable), and only the last one, at stop,

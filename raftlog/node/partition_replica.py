@@ -1,54 +1,37 @@
-"""The Raft groups one node hosts, and a partition replica's request handling.
-
-:class:`GroupHost` owns what the groups of a node share: the peer transport,
-the node-level heartbeat manager and the peer dispatcher. Each group's log is
-a :class:`~raftlog.storage.log.SegmentedLog`.
+"""One partition's replica on a node, and its request handling.
 
 :class:`PartitionReplica` is one partition's group with rm_stm in front:
 produce goes replica -> rm_stm -> consensus.replicate, fetch reads committed
 batches below the last stable offset and lets rm_stm drop control batches and
-aborted data.
+aborted data. It also runs the group's membership moves, its metrics and lag
+samples, and (on ``__transactions``) the transaction coordinator's calls; the
+errors its handlers raise are mapped to wire codes by
+:mod:`raftlog.node.request_errors`. :mod:`raftlog.node.group_host` opens it.
 """
 
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import logging
-import os
 import pathlib
-from collections.abc import Awaitable, Callable
-from typing import Any
 
 from raftlog.controller.topic_config import TopicConfig
 from raftlog.coordinator.group_stm import CONSUMER_OFFSETS_TOPIC, GroupStm
 from raftlog.coordinator.tm_stm import TRANSACTIONS_TOPIC, TmStm
 from raftlog.coordinator.txn_coordinator import TxnCoordinator
-from raftlog.errors import RaftlogError
-from raftlog.faults import failpoints
-from raftlog.faults.crash import cut_to_flushed
 from raftlog.node.config import (
     DEFAULT_TRANSACTION_STATE_LOG_SEGMENT_BYTES,
-    FLUSH_SCOPE_GROUP,
-    FLUSH_SCOPE_NODE,
 )
 from raftlog.node.replica_lag import FollowerLag, FollowerLagTracker
+from raftlog.node.request_errors import REQUEST_TIMEOUT_S, RequestErrors
 from raftlog.node.retention import Retention, RetentionPolicy
-from raftlog.producers.rm_stm import RmStm, RmStmConfig, check_transactional_acks
-from raftlog.raft.configuration import Configuration
-from raftlog.raft.consensus import Consensus, ConsensusOptions
-from raftlog.raft.dispatch import PeerDispatcher
+from raftlog.producers.rm_stm import RmStm, check_transactional_acks
+from raftlog.raft.consensus import Consensus
 from raftlog.raft.errors import (
     ConfigurationChangeError,
-    NotLeaderError,
     RaftError,
     ReadNotReadyError,
-    TermMismatchError,
 )
-from raftlog.raft.heartbeat_manager import HeartbeatManager
-from raftlog.raft.node_clock import NodeClock
-from raftlog.raft.node_flush import NodeFlush
-from raftlog.raft.progress import ProgressState
 from raftlog.raft.replicate_batcher import Consistency
 from raftlog.rpc.messages import (
     AbortRunRequest,
@@ -75,22 +58,10 @@ from raftlog.rpc.messages import (
     RegisterParticipantResponse,
 )
 from raftlog.rpc.server import RequestError
-from raftlog.rpc.transport import StreamTransport
-from raftlog.storage.api import CommitContext, VoteState
 from raftlog.storage.batch import RecordBatch
-from raftlog.storage.fs import REAL_FS, DiskFull
 from raftlog.storage.log import SegmentedLog
-from raftlog.storage.open_files import OpenFiles, current_fd_limit, default_budget
-from raftlog.storage.record_writer import RecordWriter
 
 log = logging.getLogger(__name__)
-
-TRANSFER_HEARD_TICKS = 10
-"""A preferred replica not heard from in this many ticks is not handed the leadership."""
-TRANSFER_LAG_RECORDS = 1000
-"""Nor one more records behind than this (the core catches it up while writes wait)."""
-FIRST_ELECTION_TICKS = 2
-"""Ticks after which a new group's preferred replica campaigns (see CoreOptions)."""
 
 TRANSACTIONS_RETENTION = RetentionPolicy(retention_bytes=0)
 """Every closed segment below the leader's limit goes (see ``PartitionReplica.configure``)."""
@@ -100,270 +71,6 @@ _SNAPSHOTTED_TOPICS = (TRANSACTIONS_TOPIC, CONSUMER_OFFSETS_TOPIC)
 segments below the leader's limit all go (``PartitionReplica.configure``)."""
 
 CONSISTENCY = {-1: Consistency.QUORUM_ACK, 1: Consistency.LEADER_ACK, 0: Consistency.NO_ACK}
-REQUEST_TIMEOUT_S = 30.0
-
-
-def priorities(replicas: list[int]) -> dict[int, int]:
-    """Voting priorities from a replica list: the first (preferred leader) highest."""
-    n = len(replicas)
-    return {node: n - i for i, node in enumerate(replicas)}
-
-
-class GroupHost:
-    """Opens and closes the groups of one node; routes peer requests to them."""
-
-    def __init__(
-        self,
-        node_id: int,
-        transport: StreamTransport,
-        heartbeat_interval_s: float,
-        rm_config: RmStmConfig | None = None,
-        data_dir: pathlib.Path | None = None,
-        flush_scope: str = FLUSH_SCOPE_GROUP,
-        transactions_segment_bytes: int = DEFAULT_TRANSACTION_STATE_LOG_SEGMENT_BYTES,
-        quiesce: bool = True,
-        max_open_segment_files: int | None = None,
-    ) -> None:
-        """``flush_scope``: ``node`` makes one syncfs of ``data_dir``'s filesystem serve
-        every group whose log is on it (:mod:`raftlog.raft.node_flush`), where the
-        system's syncfs reports write-back errors; ``group``: each log fsyncs its files.
-        ``transactions_segment_bytes``: ``__transactions``' largest segment (see
-        :meth:`PartitionReplica.configure`). ``max_open_segment_files``: the bound on
-        the groups' open segment descriptors (:mod:`raftlog.storage.open_files`; None:
-        the default share of the process's open-file limit)."""
-        self.node_id = node_id
-        self.open_files = OpenFiles(max_open_segment_files or default_budget(current_fd_limit()))
-        self.data_dir = data_dir
-        self.flush_scope = flush_scope
-        # The node's syncfs, and the device it serves (st_dev of data_dir); None: none.
-        self.node_flush: NodeFlush | None = None
-        self._flush_device: int | None = None
-        # The groups' vote records, saved in batches off the loop (see _vote_saver).
-        self.record_writer = RecordWriter()
-        self.rm_config = rm_config or RmStmConfig()
-        self.transactions_segment_bytes = transactions_segment_bytes
-        self.transport = transport
-        # A new topic's partitions elect their preferred replica two ticks after creation
-        # (100 ms), not after a randomized election timeout (0.5-1 s): see
-        # CoreOptions.first_election_ticks.
-        self.options = ConsensusOptions(quiesce=quiesce, first_election_ticks=FIRST_ELECTION_TICKS)
-        # A peer silent for two election timeouts is declared dead: the quiescent groups
-        # it leads wake, and campaign one election timeout later (as without quiescence).
-        dead_after_s = max(
-            2 * self.options.election_timeout_ticks * self.options.tick_interval_s,
-            4 * heartbeat_interval_s,
-        )
-        self.heartbeats = HeartbeatManager(node_id, transport, heartbeat_interval_s, dead_after_s)
-        # One clock ticks every active group of the node and paces the heartbeat rounds.
-        self.clock = NodeClock(self.options.tick_interval_s, self.heartbeats)
-        self.dispatcher = PeerDispatcher(node_id, self.heartbeats)
-        self.groups: dict[int, Consensus] = {}
-        self._crash_hooks: dict[int, Any] = {}
-
-    async def start(self) -> None:
-        await self.heartbeats.start()
-        self.clock.start()
-        if self.flush_scope == FLUSH_SCOPE_NODE and self.data_dir is not None:
-            # Opened before any group writes: syncfs reports errors from its opening on.
-            barrier = REAL_FS.open_barrier(self.data_dir)
-            if barrier is None:
-                log.warning(
-                    "node %s: --flush-scope node needs a syncfs that reports write-back "
-                    "errors (Linux >= 5.8); this system has none: each group fsyncs its "
-                    "own files", self.node_id,
-                )  # fmt: skip
-            else:
-                self._flush_device = os.stat(self.data_dir).st_dev
-                self.node_flush = NodeFlush(barrier)
-                self.node_flush.start()
-
-    async def stop(self) -> None:
-        for gid in list(self.groups):
-            await self.close_group(gid)
-        await self.clock.stop()
-        await self.heartbeats.stop()
-        if self.node_flush is not None:
-            await self.node_flush.stop()
-
-    def open_files_stats(self) -> dict[str, float]:
-        """The bound on open segment files and its figures (the raftlog_storage_* metrics)."""
-        files = self.open_files
-        return {
-            "open_segment_files": float(files.open),
-            "open_segment_files_limit": float(files.limit),
-            "segment_files_closed": float(files.closed_total),
-            "open_segment_files_over_limit": float(files.over_limit),
-        }
-
-    def clock_stats(self) -> dict[str, float]:
-        """The node clock's and heartbeats' figures (the raftlog_raft_* metrics)."""
-        hosted = sum(1 for c in self.groups.values() if c.running)
-        return {
-            "active_groups": float(self.clock.active_groups),
-            "quiescent_groups": float(sum(1 for c in self.groups.values() if c.quiescent)),
-            "hosted_groups": float(hosted),
-            "group_heartbeats": float(self.heartbeats.group_heartbeats_sent),
-            "heartbeat_batches": float(self.heartbeats.batches_sent),
-            "nodes_declared_dead": float(self.heartbeats.nodes_declared_dead),
-        }
-
-    def _flush_barrier(self, directory: pathlib.Path) -> Callable[[], Awaitable[None]] | None:
-        """The node's syncfs for a log in ``directory``: only on the filesystem it
-        syncs (a directory mounted elsewhere fsyncs its own files)."""
-        if self.node_flush is None or os.stat(directory).st_dev != self._flush_device:
-            return None
-        return self.node_flush.sync
-
-    def _vote_saver(self, log: SegmentedLog) -> Callable[[VoteState], Awaitable[None]]:
-        """How ``log``'s votes are saved: batched with the other groups', off the loop."""
-        # Not behind the node's syncfs: on a disk shared with other writers a syncfs
-        # writes their dirty pages back too (0.6 s a round measured at 3,000 partitions
-        # on the shared machine), and a vote waits for two; small files' fsyncs, run in
-        # parallel threads, are committed together by the journal.
-        writer = self.record_writer
-
-        async def save(vote: VoteState) -> None:
-            await writer.save(*log.vote_record(vote))
-
-        return save
-
-    def _commit_context_saver(
-        self, log: SegmentedLog
-    ) -> Callable[[CommitContext], Awaitable[None]]:
-        """How ``log``'s commit contexts are saved: batched with the other groups'
-        records, off the loop (see Applier.save_commit_context)."""
-        writer = self.record_writer
-
-        async def save(ctx: CommitContext) -> None:
-            await writer.save(*log.commit_context_record(ctx))
-            log.commit_context_saved(ctx)
-
-        return save
-
-    async def _new_consensus(
-        self, group: int, directory: pathlib.Path, replicas: list[int]
-    ) -> Consensus:
-        log = await asyncio.to_thread(SegmentedLog.open, directory)
-        log.attach_files(self.open_files)
-        self._register_crash_hook(group, log)
-        return Consensus(
-            group,
-            self.node_id,
-            Configuration.of(replicas, priorities=priorities(replicas)),
-            log,
-            self.transport,
-            dataclasses.replace(self.options),
-            seed=self.node_id * 1_000_003 + group,
-            heartbeats=self.heartbeats,
-            clock=self.clock,
-            flush_barrier=self._flush_barrier(directory),
-            vote_saver=self._vote_saver(log),
-            commit_context_saver=self._commit_context_saver(log),
-        )
-
-    async def open_group(
-        self, group: int, directory: pathlib.Path, replicas: list[int], state_machines: list[Any]
-    ) -> Consensus:
-        """Open (creating or recovering) ``group``'s log in ``directory`` and start it."""
-        c = await self._new_consensus(group, directory, replicas)
-        for stm in state_machines:
-            c.add_state_machine(stm)
-        await c.start()
-        self.groups[group] = c
-        return c
-
-    async def open_partition(
-        self, topic: str, partition: int, group: int, directory: pathlib.Path, replicas: list[int]
-    ) -> PartitionReplica:
-        """Open a partition's group with rm_stm as its state machine, and start it."""
-        c = await self._new_consensus(group, directory, replicas)
-        rm = RmStm(c, self.rm_config)  # registers itself with c.add_state_machine, before start()
-        # the transaction coordinator runs on the internal topic's partitions, after rm_stm
-        tm = TmStm(c) if topic == TRANSACTIONS_TOPIC else None
-        # the consumer groups' state on __consumer_offsets (raftlog.kafka.groups)
-        group_stm = GroupStm(c) if topic == CONSUMER_OFFSETS_TOPIC else None
-        log = c.log
-        assert isinstance(log, SegmentedLog)
-        # the log start's state machine comes last, after those of older snapshots
-        retention = Retention(c, rm, log, f"{topic}/{partition}")
-        await c.start()
-        self.groups[group] = c
-        return PartitionReplica(
-            topic,
-            partition,
-            group,
-            directory,
-            list(replicas),
-            c,
-            rm,
-            tm,
-            retention,
-            transactions_segment_bytes=self.transactions_segment_bytes,
-            group_stm=group_stm,
-        )
-
-    def _register_crash_hook(self, group: int, log: SegmentedLog) -> None:
-        """With failpoints enabled, a ``crash`` failpoint cuts this log to its flushed
-        offset before the process dies: everything after the last fsync is lost."""
-        if not failpoints.enabled():
-            return
-        remove = self._crash_hooks.pop(group, None)
-        if remove is not None:
-            remove()
-        self._crash_hooks[group] = failpoints.add_crash_hook(lambda: _cut_log(log))
-
-    async def close_group(self, group: int) -> None:
-        remove = self._crash_hooks.pop(group, None)
-        if remove is not None:
-            remove()
-        c = self.groups.pop(group, None)
-        if c is None:
-            return
-        await c.stop()
-        async with c.flusher.truncation_lock:  # never close the files under an fsync
-            c.log.close()
-
-    async def transfer(self, c: Consensus, target: int) -> bool:
-        """Move leadership to ``target`` when it keeps up: streamed to (replicate), heard
-        from within the last ``TRANSFER_HEARD_TICKS`` and at most
-        ``TRANSFER_LAG_RECORDS`` behind, so the pause in writes while the core catches it
-        up is short (never stalls writes for a follower that is behind or unreachable).
-        False when it did not try."""
-        status = c.status()
-        p = status.peers.get(target)
-        if (
-            p is None
-            or p.state is not ProgressState.REPLICATE
-            or status.ticks - p.last_heard_tick > TRANSFER_HEARD_TICKS
-            or c.log.dirty_offset - p.match_offset > TRANSFER_LAG_RECORDS
-        ):
-            return False
-        await c.transfer_leadership(target)
-        return True
-
-
-def last_heard_ms(c: Consensus) -> dict[int, int]:
-    """On a leader: per other member, milliseconds since its last reply or heartbeat
-    reply (by the leader's ticks; counted from the start of the leadership for a
-    member not heard since), or since its node was last heard from at all, whichever
-    is longer: a quiescent group's ticks stop, so by ticks alone a dead node's age
-    would freeze at the moment the group quiesced (health would call it fresh, and
-    the leader balancer live). Empty on a follower, which tracks no one."""
-    if not c.is_leader:
-        return {}
-    status = c.status()
-    tick_ms = c.options.tick_interval_s * 1000
-    heard: dict[int, int] = {}
-    for node, p in sorted(status.peers.items()):
-        ms = int((status.ticks - p.last_heard_tick) * tick_ms)
-        ago = c.node_heard_ago_s(node)
-        heard[node] = ms if ago is None else max(ms, int(ago * 1000))
-    return heard
-
-
-def _cut_log(log: SegmentedLog) -> None:
-    # flushed_offset covers sealed segments too (a roll fsyncs and advances it).
-    cut_to_flushed(log.directory, log.flushed_offset)
 
 
 class PartitionReplica:
@@ -399,6 +106,9 @@ class PartitionReplica:
         self.retention = retention
         # when each follower last caught up (on the leader; sampled by the node)
         self.lag = FollowerLagTracker()
+
+    def _errors(self) -> RequestErrors:
+        return RequestErrors(f"{self.topic}/{self.partition}", self.consensus.node_id)
 
     @property
     def log_start(self) -> int:
@@ -638,7 +348,7 @@ class PartitionReplica:
             ]
         except ValueError as exc:
             raise RequestError(ErrorCode.INVALID_REQUEST, str(exc)) from exc
-        async with _errors(self):
+        async with self._errors():
             if req.producer_id < 0 and not req.transactional:
                 # Plain writes: one replicate call keeps the request's batches contiguous.
                 term = await self.rm.sync()
@@ -723,7 +433,7 @@ class PartitionReplica:
         return OffsetForTimestampResponse(max(found[0], self.log_start), found[1], lso)
 
     async def init_producer(self, req: InitProducerRequest) -> InitProducerResponse:
-        async with _errors(self):
+        async with self._errors():
             r = await self.rm.init_producer(req.producer_id, req.transaction_timeout_ms)
             return InitProducerResponse(
                 r.producer_id, r.epoch, r.last_committed_version, r.transaction_timeout_ms
@@ -735,7 +445,7 @@ class PartitionReplica:
             check_transactional_acks(req.acks, "transaction markers")
         except ValueError as exc:
             raise RequestError(ErrorCode.INVALID_REQUEST, str(exc)) from None
-        async with _errors(self):
+        async with self._errors():
             r = await self.rm.end_transaction(
                 req.producer_id,
                 req.producer_epoch,
@@ -760,13 +470,13 @@ class PartitionReplica:
 
     async def txn_register(self, req: RegisterParticipantRequest) -> RegisterParticipantResponse:
         coordinator = self._coordinator()
-        async with _errors(self):
+        async with self._errors():
             return await coordinator.register(req.writer, req.version, req.participant)
         raise AssertionError("unreachable")
 
     async def txn_end(self, req: CoordinatorEndTxnRequest) -> CoordinatorEndTxnResponse:
         coordinator = self._coordinator()
-        async with _errors(self):
+        async with self._errors():
             status, decision = await coordinator.end_txn(
                 req.writer, req.version, req.run, req.commit, list(req.participants)
             )
@@ -775,55 +485,18 @@ class PartitionReplica:
 
     async def txn_abort_run(self, req: AbortRunRequest) -> AbortRunResponse:
         coordinator = self._coordinator()
-        async with _errors(self):
+        async with self._errors():
             return AbortRunResponse(await coordinator.abort_run(req.run, req.version))
         raise AssertionError("unreachable")
 
     async def txn_cut(self, req: ConsistentCutRequest) -> ConsistentCutResponse:
         coordinator = self._coordinator()
-        async with _errors(self):
+        async with self._errors():
             return ConsistentCutResponse(await coordinator.cut(req.topic, req.topic_id))
         raise AssertionError("unreachable")
 
     async def txn_describe_writer(self, req: DescribeWriterRequest) -> DescribeWriterResponse:
         coordinator = self._coordinator()
-        async with _errors(self):
+        async with self._errors():
             return await coordinator.describe(req.writer)
         raise AssertionError("unreachable")
-
-
-class _errors:
-    """Map raft, rm_stm and coordinator errors to RequestErrors with the right code."""
-
-    def __init__(self, rep: PartitionReplica) -> None:
-        self.rep = rep
-
-    async def __aenter__(self) -> None:
-        return None
-
-    async def __aexit__(self, et: Any, exc: BaseException | None, tb: Any) -> bool:
-        if exc is None or isinstance(exc, RequestError):
-            return False
-        where = f"{self.rep.topic}/{self.rep.partition}"
-        if isinstance(exc, NotLeaderError):
-            code = ErrorCode.NOT_LEADER if exc.leader_id >= 0 else ErrorCode.LEADER_NOT_AVAILABLE
-            raise RequestError(code, f"{where}: {exc}", exc.leader_id) from exc
-        if isinstance(exc, TermMismatchError):
-            raise RequestError(ErrorCode.NOT_LEADER, f"{where}: {exc}") from exc
-        if isinstance(exc, DiskFull):
-            raise RequestError(
-                ErrorCode.KAFKA_STORAGE_ERROR,
-                f"KAFKA_STORAGE_ERROR: {where}: node {self.rep.consensus.node_id}: {exc}",
-            ) from exc
-        if isinstance(exc, TimeoutError):
-            why = f": {exc}" if str(exc) else ""
-            raise RequestError(
-                ErrorCode.TIMEOUT, f"{where}: not acknowledged within {REQUEST_TIMEOUT_S}s{why}"
-            ) from exc
-        if isinstance(exc, RaftlogError):  # rm_stm's and the coordinator's: the code is theirs
-            raise RequestError(exc.code, f"{where}: {exc}", exc.leader_id) from exc
-        if isinstance(exc, ValueError):
-            raise RequestError(ErrorCode.INVALID_REQUEST, f"{where}: {exc}") from exc
-        if isinstance(exc, RaftError):
-            raise RequestError(ErrorCode.LEADER_NOT_AVAILABLE, f"{where}: {exc}") from exc
-        return False
