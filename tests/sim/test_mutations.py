@@ -25,8 +25,10 @@ FLOOR = {  # measured on seeds 0-15 (since the isolate scenario cuts the leader 
     "commit_on_leader_flush": 15,
     "dirty_as_flushed": 15,
     # 16 of 16 (13 of 16 before the isolate change; votes saved off the loop had
-    # shifted the elections' timing).
-    "vote_ignores_log": 15,
+    # shifted the elections' timing). 14 of 16 since node liveness waits for a failed
+    # link before a verdict (seeds 9 and 14 miss it: the verdicts' timing moved); its
+    # rate is unchanged: 59 of seeds 16-79 (92 %), 91.0 % of 300 before.
+    "vote_ignores_log": 14,
     "skip_truncation": 15,
     # The seeds draw small windows (runner.py) so that pausing happens at all.
     "accept_stale_replies": 15,
