@@ -276,7 +276,16 @@ class Upkeep(NodeParts):
     async def _balance_loop(self) -> None:
         """Move each partition's leadership to its preferred replica when possible,
         ``TRANSFER_BATCH`` partitions at a time (a node back after a failover is
-        preferred by a third of the partitions: one by one, that took minutes)."""
+        preferred by a third of the partitions: one by one, that took minutes).
+
+        Not to a preferred replica on a node that node liveness declared dead: after a
+        failover the live nodes lead every partition the dead node preferred (a third
+        of them), and every second each was asked again, through a status snapshot of
+        its group, whether that replica keeps up (``GroupHost.transfer``: it is not
+        heard, so no transfer is tried), for as long as the node stays dead: about
+        1,000 snapshots a second on the live nodes of a 3,000-partition cluster while
+        they elect. The node back is heard again, and the transfers go."""
+        beats = self.host.heartbeats
         while True:
             await asyncio.sleep(1.0)
             now = time.monotonic()
@@ -284,6 +293,8 @@ class Upkeep(NodeParts):
             for gid, rep in list(self.partitions.items()):
                 preferred = rep.replicas[0]
                 if preferred == self.node_id or not rep.consensus.is_leader:
+                    continue
+                if not beats.is_alive(preferred):
                     continue
                 if now - self._transfer_attempts.get(gid, 0.0) < 10.0:
                     continue  # a transfer was tried lately (and failed: it still leads)

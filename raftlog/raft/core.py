@@ -457,6 +457,8 @@ class RaftCore:
         # lagging followers are on non-live nodes), so that the groups a dead node was
         # a member of go quiet again instead of ticking and heartbeating it forever.
         self._dead_nodes: set[int] = set()
+        # Leader: the members it quiesced without (declared dead then), until it wakes.
+        self._quiesced_without: set[int] = set()
         self._ready = Ready()
         self._refresh_role()
 
@@ -501,7 +503,8 @@ class RaftCore:
         for them. Anything that is not a quiesce heartbeat wakes it: a proposal, an
         append, a vote or timeout-now request, a configuration change, a transfer, a
         step-down, a reply that shows a follower behind, or :meth:`_on_node_dead` for
-        the leader's node (a follower) or a member's node (the leader). A woken
+        the leader's node (a follower) or for a member's node when the leader's live
+        members are no longer a majority. A woken
         follower's election timer goes on from where it stopped, so a follower whose
         leader's node died campaigns one election timeout after the node was
         declared dead, as today. Only liveness depends on quiescence: no vote, no
@@ -510,35 +513,43 @@ class RaftCore:
 
     @property
     def quiescent_without_dead(self) -> bool:
-        """A quiescent leader that quiesced without members on nodes declared dead:
-        those may not hold its log (every other quiescent leader's members do)."""
-        return (
-            self._quiescent
-            and self.role is Role.LEADER
-            and not self._dead_nodes.isdisjoint(self.progress)
-        )
+        """A quiescent leader that quiesced without members on nodes declared dead (and
+        was not woken since): those may not hold its log (every other quiescent
+        leader's members confirmed they do, also one declared dead afterwards)."""
+        return self._quiescent and self.role is Role.LEADER and bool(self._quiesced_without)
 
     def _wake(self) -> None:
         self._quiesced_peers.clear()
+        self._quiesced_without.clear()
         self._quiescent = False
 
     def _on_node_dead(self, node: int) -> None:
         """Node liveness declared ``node`` dead: wake if it is this quiescent follower's
-        leader, or a member of this quiescent leader's group. Until ``NodeAlive``,
-        a leader quiesces without ``node``'s confirmation (see ``_can_quiesce``)."""
+        leader (it must campaign), or a member of this quiescent leader's group whose
+        live members are no longer a majority (its quorum check must run, and step it
+        down). Until ``NodeAlive``, a leader quiesces without ``node``'s confirmation
+        (see ``_can_quiesce``).
+
+        A quiescent leader that keeps a majority does not wake: every member confirmed
+        its whole log (or was left out as dead already), so there is nothing to send,
+        and its followers on live nodes keep it. Waking it would cost a tick and a
+        heartbeat round per group for nothing: a node declared dead is a member of
+        every group its peers lead (a third of a 3-node cluster's groups each), so
+        every verdict woke them all, on top of the groups the dead node led."""
         self._dead_nodes.add(node)
         if not self._quiescent:
             return
         if self.role is Role.LEADER:
-            if node in self.progress:
+            if node in self.progress and not self._live_followers():
                 self._wake()
         elif node == self.leader_id and not mutations.active("quiesced_keeps_dead_leader"):
             self._wake()
 
     def _on_node_alive(self, node: int) -> None:
         """Node liveness heard ``node`` again after declaring it dead: a quiescent leader
-        of a group it is a member of wakes, to bring it up to date (it quiesced without
-        it)."""
+        of a group it is a member of wakes, to bring it up to date (when it quiesced
+        without it) or to heartbeat it (a restarted member's timers run: unheard, it
+        would campaign)."""
         self._dead_nodes.discard(node)
         if self._quiescent and self.role is Role.LEADER and node in self.progress:
             self._wake()
@@ -1427,6 +1438,7 @@ class RaftCore:
         live = self._live_followers() if self._dead_nodes else self.progress.keys()
         if live and self._quiesced_peers >= live:
             self._quiescent = True
+            self._quiesced_without = set(self.progress.keys() - live)
 
     def _probe(self, p: FollowerProgress, next_offset: int) -> None:
         """Move ``p`` to probe from ``next_offset`` (never below the log start) and ask

@@ -69,7 +69,9 @@ Quiescence:
   delivered and answered; prints whether it asked to quiesce and whether the
   follower did), then every node's quiescence and tick count;
 - ``quiescent``: every node's quiescence and tick count;
-- ``node-dead ID NODE``: node liveness on ID declares NODE dead.
+- ``node-dead ID NODE``: node liveness on ID declares NODE dead; ``node-alive ID
+  NODE``: it hears NODE again. A leader that quiesced without members declared dead
+  prints ``quiescent-without-dead``.
 """
 
 from __future__ import annotations
@@ -126,6 +128,14 @@ from raftlog.sim.core_net import CoreNet, Outgoing, placed
 from raftlog.storage.batch import RecordBatch
 
 TESTDATA = pathlib.Path(__file__).parent / "testdata"
+
+
+def _quiescence_word(core: RaftCore) -> str:
+    if core.quiescent_without_dead:
+        return "quiescent-without-dead"
+    return "quiescent" if core.quiescent else "awake"
+
+
 REWRITE = os.environ.get("RAFTLOG_REWRITE_TESTDATA") == "1"
 
 
@@ -298,8 +308,7 @@ class Interpreter:
     def _quiescence(self) -> list[str]:
         return [
             " ".join(
-                f"n{i}={'quiescent' if c.quiescent else 'awake'}@{c.ticks}"
-                for i, c in sorted(self.net.cores.items())
+                f"n{i}={_quiescence_word(c)}@{c.ticks}" for i, c in sorted(self.net.cores.items())
             )
         ]
 

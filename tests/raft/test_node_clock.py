@@ -182,6 +182,58 @@ def test_a_node_whose_own_loop_stalls_does_not_declare_its_peers_dead() -> None:
     assert all(g.dead == [3] for g in groups)
 
 
+class SlowPeerTransport(SilentTransport):
+    """Peer 3 answers every batch ``delay_s`` late (its loop is busy: a fifth of a core,
+    a thousand elections), while its link stays up; once in ``down`` it fails at once
+    (a killed process: its stream closes, a reconnect is refused)."""
+
+    def __init__(self, delay_s: float) -> None:
+        super().__init__()
+        self.delay_s = delay_s
+
+    async def send(self, node: int, request: Any) -> Any:
+        if node == 3 and node not in self.down:
+            await asyncio.sleep(self.delay_s)
+        return await super().send(node, request)
+
+
+def test_a_busy_peer_is_not_declared_dead_until_its_link_fails() -> None:
+    """A peer whose replies come 2 s late (six times ``dead_after_s``) but come, its
+    link up, is never declared dead: silence alone is no verdict while its batch is on
+    its way. Judged by silence alone (the planted mutation: drop the link condition in
+    ``HeartbeatManager._check_liveness``), it was declared dead and alive again round
+    after round, each verdict waking the groups it leads. Once its link fails (down),
+    it is declared dead ``dead_after_s`` of rounds after it was last heard."""
+
+    async def scenario() -> tuple[list[StubGroup], HeartbeatManager, float]:
+        transport = SlowPeerTransport(delay_s=2.0)
+        hb = HeartbeatManager(1, transport, interval_s=0.05, dead_after_s=0.3)
+        clock = NodeClock(0.05, hb)
+        groups = [StubGroup(g, leader=True) for g in range(10)]
+        for g in groups:
+            hb.register(g)
+        clock.set_active(groups[0], True)
+        clock.start()
+        await asyncio.sleep(10.0)
+        assert hb.nodes_declared_dead == 0 and hb.is_alive(3), hb.nodes_declared_dead
+        assert all(g.dead == [] for g in groups)
+        loop = asyncio.get_running_loop()
+        transport.down.add(3)
+        down_at = loop.time()
+        while hb.is_alive(3) and loop.time() < down_at + 10.0:
+            await asyncio.sleep(0.01)
+        took = loop.time() - down_at
+        await clock.stop()
+        return groups, hb, took
+
+    groups, hb, took = run_virtual(scenario())
+    assert hb.nodes_declared_dead == 1 and not hb.is_alive(3) and hb.is_alive(2)
+    assert all(g.dead == [3] for g in groups)
+    # The batch in flight when it went down fails at most 2 s later (its delay); the
+    # verdict follows within dead_after_s of rounds of its last reply.
+    assert took <= 2.0 + 0.3 + 0.1, took
+
+
 def test_a_quiescent_group_whose_leader_node_dies_elects_another_leader() -> None:
     """Real cores and stages on the simulator: the group quiesces everywhere (the
     clock ticks nobody), the leader crashes, and another node leads within two
