@@ -12,26 +12,19 @@ errors its handlers raise are mapped to wire codes by
 from __future__ import annotations
 
 import asyncio
-import logging
 import pathlib
 
 from raftlog.controller.topic_config import TopicConfig
 from raftlog.coordinator.group_stm import CONSUMER_OFFSETS_TOPIC, GroupStm
 from raftlog.coordinator.tm_stm import TRANSACTIONS_TOPIC, TmStm
 from raftlog.coordinator.txn_coordinator import TxnCoordinator
-from raftlog.node.config import (
-    DEFAULT_TRANSACTION_STATE_LOG_SEGMENT_BYTES,
-)
+from raftlog.node.config import DEFAULT_TRANSACTION_STATE_LOG_SEGMENT_BYTES
 from raftlog.node.replica_lag import FollowerLag, FollowerLagTracker
 from raftlog.node.request_errors import REQUEST_TIMEOUT_S, RequestErrors
 from raftlog.node.retention import Retention, RetentionPolicy
 from raftlog.producers.rm_stm import RmStm, check_transactional_acks
 from raftlog.raft.consensus import Consensus
-from raftlog.raft.errors import (
-    ConfigurationChangeError,
-    RaftError,
-    ReadNotReadyError,
-)
+from raftlog.raft.errors import ConfigurationChangeError, RaftError, ReadNotReadyError
 from raftlog.raft.replicate_batcher import Consistency
 from raftlog.rpc.messages import (
     AbortRunRequest,
@@ -60,8 +53,6 @@ from raftlog.rpc.messages import (
 from raftlog.rpc.server import RequestError
 from raftlog.storage.batch import RecordBatch
 from raftlog.storage.log import SegmentedLog
-
-log = logging.getLogger(__name__)
 
 TRANSACTIONS_RETENTION = RetentionPolicy(retention_bytes=0)
 """Every closed segment below the leader's limit goes (see ``PartitionReplica.configure``)."""

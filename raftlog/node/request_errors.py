@@ -8,14 +8,8 @@ from __future__ import annotations
 from typing import Any
 
 from raftlog.errors import RaftlogError
-from raftlog.raft.errors import (
-    NotLeaderError,
-    RaftError,
-    TermMismatchError,
-)
-from raftlog.rpc.messages import (
-    ErrorCode,
-)
+from raftlog.raft.errors import NotLeaderError, RaftError, TermMismatchError
+from raftlog.rpc.messages import ErrorCode
 from raftlog.rpc.server import RequestError
 from raftlog.storage.fs import DiskFull
 
