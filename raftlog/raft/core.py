@@ -298,7 +298,9 @@ class PeerStatus:
     confirmed where the follower's log matches. ``epoch`` names the progress entry:
     a new one whenever the leader starts the member's progress afresh (it was
     elected, or the member rejoined the configuration), so that a view that went
-    back is told from a new one."""
+    back is told from a new one. ``recovery_sent`` lists the unanswered recovery
+    chunks as (sequence, last offset) pairs, oldest first; ``last_reply_seq`` is the
+    sequence of the newest reply taken."""
 
     state: ProgressState
     match_offset: int
@@ -313,6 +315,8 @@ class PeerStatus:
     recovery_in_flight: int = 0
     recovery_confirmed: bool = False
     epoch: int = 0
+    recovery_sent: tuple[tuple[int, int], ...] = ()
+    last_reply_seq: int = -1
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -344,6 +348,8 @@ def _peer_status(p: FollowerProgress) -> PeerStatus:
         len(p.recovery_window),
         p.recovery_confirmed,
         p.epoch,
+        tuple(p.recovery_window.sent()),
+        p.last_reply_seq,
     )
 
 

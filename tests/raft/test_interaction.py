@@ -410,11 +410,11 @@ class Interpreter:
         return out + self._after_ready(leader)
 
     def _after_ready(self, leader: int) -> list[str]:
-        core = self.net.cores[leader]
+        peers = self.net.cores[leader].status().peers
         out = [
-            f"recovery of n{n} from {core.progress[n].next_offset}"
+            f"recovery of n{n} from {peers[n].next_offset}"
             for n in self.net.recover.get(leader, [])
-            if n in core.progress
+            if n in peers
         ]
         out += [f"promote n{n}" for n in self.net.promote.get(leader, [])]
         return out
@@ -501,7 +501,7 @@ class Interpreter:
             follower
         )
         if chunk is None:
-            p = lcore.progress.get(follower)
+            p = lcore.status().peers.get(follower)
             return [
                 f"stop: {p.state.value if p else 'no progress'}",
                 *self._progress(leader, follower),
@@ -539,11 +539,9 @@ class Interpreter:
                 break
             self.net.outbox.append(Outgoing(leader, follower, req, recovery=True))
             out.append(f"chunk from {chunk.start}: {self._describe(req)}")
-        p = lcore.progress.get(follower)
+        p = lcore.status().peers.get(follower)
         state = p.state.value if p else "no progress"
-        out.append(
-            "then wait for a reply" if p and len(p.recovery_window) else f"then stop: {state}"
-        )
+        out.append("then wait for a reply" if p and p.recovery_in_flight else f"then stop: {state}")
         return [*out, *self._progress(leader, follower)]
 
     def _chunk_request(
@@ -642,18 +640,17 @@ class Interpreter:
         leader = int(args[0])
         return [
             line
-            for f in sorted(self.net.cores[leader].progress)
+            for f in sorted(self.net.cores[leader].status().peers)
             for line in self._progress(leader, f)
         ]
 
     def _progress(self, leader: int, follower: int) -> list[str]:
-        p = self.net.cores[leader].progress.get(follower)
+        p = self.net.cores[leader].status().peers.get(follower)
         if p is None:
             return [f"n{follower}: no progress on n{leader}"]
-        window = p.recovery_window
         recovering = (
-            " recovery_window=[" + ",".join(f"{seq}:{last}" for seq, last in window.sent()) + "]"
-            if len(window)
+            " recovery_window=[" + ",".join(f"{seq}:{last}" for seq, last in p.recovery_sent) + "]"
+            if p.recovery_sent
             else ""
         )
         return [
