@@ -10,14 +10,20 @@ partition has a leader, the groups settle (and, where the nodes quiesce idle
 groups, until they report them quiescent: ``s to quiesce``), and then the nodes' CPU (user +
 system of every process of every node, from ``/proc``) is measured over a window
 in which no client calls. Per node it reports the cores, the resident memory and
-the open file descriptors (the largest of the three nodes for the last two). Local
-cluster only: it reads the nodes' CPU, memory and descriptors by PID.
+the open file descriptors (the largest of the three nodes for the last two). Then,
+as a user runs them, the wall time of ``raftlog cluster health`` and of ``raftlog
+topic describe`` of one of the topics (the CLI's start-up included; the goal at
+10,000 partitions is 2 s each). Local cluster only: it reads the nodes' CPU, memory
+and descriptors by PID.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import os
+import subprocess
+import sys
 import time
 import urllib.request
 
@@ -48,6 +54,8 @@ checks a second apart (the leader balancer's moves after a creation wake groups
 for a while), or this long."""
 QUIESCE_SLACK = 5
 QUIESCE_QUIET = 5
+CLI_TIMEOUT_S = 120.0
+"""A CLI command not done by then fails the scenario (the goal is 2 s)."""
 
 
 def add_arguments(group: argparse._ArgumentGroup) -> None:
@@ -105,6 +113,29 @@ async def _quiesced(servers: list[str]) -> float:
     return time.monotonic() - start
 
 
+def _cli_seconds(cluster: object, *args: str, ok: tuple[int, ...] = (0,)) -> tuple[float, int]:
+    """Wall seconds and exit status of ``raftlog ARGS`` against ``cluster``, run as a
+    user runs it (a fresh interpreter, start-up included). A status outside ``ok``
+    raises with the command's stderr (``cluster health`` exits 1 when the cluster is
+    not healthy: a figure, not a failure)."""
+    env = dict(os.environ)
+    token = getattr(cluster, "auth_token", None)
+    if token:
+        env["RAFTLOG_CLIENT_TOKEN"] = token
+    servers = ",".join(cluster.servers)  # type: ignore[attr-defined]
+    command = [sys.executable, "-m", "raftlog", *args, "--servers", servers]
+    start = time.monotonic()
+    done = subprocess.run(
+        command, capture_output=True, text=True, timeout=CLI_TIMEOUT_S, env=env, check=False
+    )
+    elapsed = time.monotonic() - start
+    if done.returncode not in ok:
+        raise RuntimeError(
+            f"raftlog {' '.join(args)} exited {done.returncode}: {done.stderr.strip()[-800:]}"
+        )
+    return elapsed, done.returncode
+
+
 async def _cores(pids: list[int], window_s: float) -> float:
     """Cores the processes ``pids`` (and their children) used over ``window_s``."""
     start_cpu, start = tree_cpu_seconds(pids), time.monotonic()
@@ -133,6 +164,14 @@ async def measure(
             settled_s = await _quiesced(servers)
             cores = await _cores(pids, window_s)
             used = [node_resources(pid) for pid in pids]
+            health_s, unhealthy = await asyncio.to_thread(
+                _cli_seconds, cluster, "cluster", "health", ok=(0, 1)
+            )
+            describe_s = None
+            if have:
+                describe_s, _ = await asyncio.to_thread(
+                    _cli_seconds, cluster, "topic", "describe", f"{PREFIX}-0"
+                )
             row: Row = {
                 "partitions": f"{have}",
                 "cores (3 nodes)": cores,
@@ -141,7 +180,12 @@ async def measure(
                 "open files per node": float(max(fds for _, fds in used)),
                 "s to create and lead": created_s,
                 "s to quiesce": settled_s,
+                "s for cluster health": health_s,
             }
+            if unhealthy:
+                ctx.note(f"at {have} partitions raftlog cluster health said: not healthy")
+            if describe_s is not None:
+                row["s for topic describe"] = describe_s
             if have and rows:
                 base = float(rows[0]["cores (3 nodes)"])
                 row["cores per 100 partitions"] = (cores - base) * 100 / have

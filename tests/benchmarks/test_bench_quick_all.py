@@ -111,6 +111,21 @@ def test_chaos_runs_every_nemesis_once_and_the_checker_finds_no_anomaly(
     assert not (quick_run["out"] / "chaos-histories").exists()
 
 
+def test_idle_times_cluster_health_and_topic_describe_as_a_user_runs_them(
+    quick_run: dict[str, Any],
+) -> None:
+    idle = _scenarios(quick_run)["idle"]
+    assert idle["status"] == "ok", idle
+    rows = {row["partitions"]: row for row in idle["rows"]}
+    assert list(rows) == ["0", "30"], rows
+    assert not any("not healthy" in note for note in idle.get("notes", [])), idle
+    for row in rows.values():
+        # a fresh interpreter each: start-up alone is a good fraction of a second
+        assert 0.1 < row["s for cluster health"] < 120, row
+    assert "s for topic describe" not in rows["0"]  # no topic to describe yet
+    assert 0.1 < rows["30"]["s for topic describe"] < 120, rows["30"]
+
+
 def test_spark_compares_every_sink_and_both_reads(quick_run: dict[str, Any]) -> None:
     spark = _scenarios(quick_run)["spark"]
     if spark["status"] == "skipped":  # no Java here: the reason says how to get it
