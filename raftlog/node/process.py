@@ -594,8 +594,13 @@ class Node:
         """The controller group's leader as this node knows it; -1 when unknown."""
         return self.ctx.controller_leader()
 
+    def handler_for(self, message_type: type) -> Callable[[Any], Awaitable[Any]] | None:
+        """The part's method that answers a client call of ``message_type`` (one per
+        type of :data:`raftlog.rpc.messages.CLIENT_ROUTES`); None for any other type."""
+        return self._client_handlers.get(message_type)
+
     async def handle_client(self, msg: Any) -> Any:
-        handler = self._client_handlers.get(type(msg))
+        handler = self.handler_for(type(msg))
         if handler is None:
             raise RequestError(ErrorCode.INVALID_REQUEST, f"unsupported {type(msg).__name__}")
         return await handler(msg)
