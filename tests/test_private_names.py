@@ -13,7 +13,7 @@ A name is *defined* by a module when the module defines a function or class of t
 name, assigns it (a module or class variable, ``self._name = ...``) or lists it in
 ``__slots__``. Private names of other projects (``os._exit``, aiohttp's ``ws._writer``)
 are not the project's contracts and are out of scope. Access through ``self`` inside
-a mixin (``raftlog/node``'s ``Node`` parts) is not caught here.
+a mixin (``RaftlogClient``'s parts in ``raftlog/client``) is not caught here.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""A node's answers to the admin calls that go through the controller, mixed into
+"""A node's answers to the admin calls that go through the controller, a part of
 :class:`raftlog.node.process.Node`: topics, configs, partitions, leadership transfer,
 node registration, partition moves and decommissioning."""
 
@@ -50,8 +50,10 @@ from raftlog.node.config import (
     MOVE_STEP_INTERVAL_S,
     host_port,
 )
+from raftlog.node.context import NodeContext
 from raftlog.node.internal_topics import refuse_internal, refuse_internal_create
-from raftlog.node.parts import NodeParts
+from raftlog.node.membership import Membership
+from raftlog.node.metadata import MetadataApi
 from raftlog.raft.errors import TransportError
 from raftlog.rpc.messages import (
     AlterConfigRequest,
@@ -71,7 +73,6 @@ from raftlog.rpc.messages import (
     ErrorCode,
     MovePartitionRequest,
     MovePartitionResponse,
-    NodeInfo,
     RegisterNodeRequest,
     RegisterNodeResponse,
     TransferLeadershipRequest,
@@ -82,40 +83,49 @@ from raftlog.rpc.server import RequestError
 log = logging.getLogger("raftlog.node")
 
 
-class AdminApi(NodeParts):
+class AdminApi:
     """Controller calls: each replicates one controller command (on the controller's
-    leader) and waits until it is applied."""
+    leader) and waits until it is applied. Topics and partitions are looked up and
+    described through ``metadata``; the cluster's nodes are ``membership``'s."""
+
+    def __init__(self, ctx: NodeContext, metadata: MetadataApi, membership: Membership) -> None:
+        self._ctx = ctx
+        self._metadata = metadata
+        self._membership = membership
 
     # ------------------------------------------------------------ controller calls
 
     def _require_controller_leader(self) -> None:
-        if not self.controller.is_leader:
-            leader = self.controller.leader_id
+        if not self._ctx.controller.is_leader:
+            leader = self._ctx.controller.leader_id
             raise RequestError(
                 ErrorCode.NOT_LEADER,
-                f"node {self.node_id} is not the controller leader (leader: {leader})",
+                f"node {self._ctx.node_id} is not the controller leader (leader: {leader})",
                 leader,
-                self.config.peers.get(leader, ""),
+                self._ctx.config.peers.get(leader, ""),
             )
 
     def _controller_moved(self, exc: Any) -> RequestError:
         """NOT_LEADER naming the controller's leader (a NotLeaderError's) for the client."""
         return RequestError(
-            ErrorCode.NOT_LEADER, str(exc), exc.leader_id, self.config.peers.get(exc.leader_id, "")
+            ErrorCode.NOT_LEADER,
+            str(exc),
+            exc.leader_id,
+            self._ctx.config.peers.get(exc.leader_id, ""),
         )
 
-    async def _replicate_controller(self, cmd: Command) -> None:
+    async def replicate_controller(self, cmd: Command) -> None:
         from raftlog.raft.errors import NotLeaderError
         from raftlog.raft.replicate_batcher import Consistency
 
         try:
-            stages = self.controller.replicate([command_batch(cmd)], Consistency.QUORUM_ACK)
+            stages = self._ctx.controller.replicate([command_batch(cmd)], Consistency.QUORUM_ACK)
             res = await asyncio.wait_for(stages.finished, 10.0)
         except NotLeaderError as exc:
             raise self._controller_moved(exc) from exc
         except TimeoutError as exc:
             raise RequestError(ErrorCode.TIMEOUT, "the controller did not commit in 10s") from exc
-        if not await self.controller_stm.wait_applied(res.last_offset, 10.0):
+        if not await self._ctx.controller_stm.wait_applied(res.last_offset, 10.0):
             raise RequestError(ErrorCode.TIMEOUT, "the controller did not apply the command in 10s")
 
     async def create_topic(self, req: CreateTopicRequest) -> CreateTopicResponse:
@@ -127,7 +137,7 @@ class AdminApi(NodeParts):
                 validate_topic_name(req.name)
         except ValueError as exc:
             raise RequestError(ErrorCode.INVALID_REQUEST, str(exc)) from exc
-        partitions = self.config.default_partitions if req.partitions == -1 else req.partitions
+        partitions = self._ctx.config.default_partitions if req.partitions == -1 else req.partitions
         if not 1 <= partitions <= MAX_PARTITIONS:
             raise RequestError(
                 ErrorCode.INVALID_REQUEST,
@@ -142,9 +152,9 @@ class AdminApi(NodeParts):
             )
         overrides = _config_changes(req.configs)
         self._require_controller_leader()
-        existing = self.controller_stm.topics.get(req.name)
+        existing = self._ctx.controller_stm.topics.get(req.name)
         if existing is None:
-            other = colliding_topic(req.name, self.controller_stm.topics)
+            other = colliding_topic(req.name, self._ctx.controller_stm.topics)
             if other is not None:
                 raise RequestError(
                     ErrorCode.INVALID_REQUEST,
@@ -152,9 +162,9 @@ class AdminApi(NodeParts):
                     f"{other!r} (names differing only in '.' vs '_' are refused, as Kafka "
                     "refuses them)",
                 )
-            placeable = self._placeable_nodes()
+            placeable = self._membership.placeable_nodes()
             rf = self._replication_factor(req.replication_factor, len(placeable))
-            await self._replicate_controller(
+            await self.replicate_controller(
                 CreateTopicCmd(
                     req.name,
                     partitions,
@@ -166,10 +176,10 @@ class AdminApi(NodeParts):
             )
         elif not req.exist_ok:
             raise RequestError(ErrorCode.TOPIC_EXISTS, f"topic {req.name!r} already exists")
-        topic = self.controller_stm.topics.get(req.name)
+        topic = self._ctx.controller_stm.topics.get(req.name)
         if topic is None:
             raise RequestError(ErrorCode.INTERNAL, f"topic {req.name!r} was not created")
-        return CreateTopicResponse(await self._topic_info_now(topic))
+        return CreateTopicResponse(await self._metadata.topic_info_now(topic))
 
     @staticmethod
     def _replication_factor(asked: int, nodes: int) -> int:
@@ -189,9 +199,9 @@ class AdminApi(NodeParts):
     async def delete_topic(self, req: DeleteTopicRequest) -> DeleteTopicResponse:
         refuse_internal(req.name, "deleted")
         self._require_controller_leader()
-        if req.name not in self.controller_stm.topics:
+        if req.name not in self._ctx.controller_stm.topics:
             raise RequestError(ErrorCode.UNKNOWN_TOPIC, f"unknown topic {req.name!r}")
-        await self._replicate_controller(DeleteTopicCmd(req.name))
+        await self.replicate_controller(DeleteTopicCmd(req.name))
         return DeleteTopicResponse(req.name)
 
     async def alter_config(self, req: AlterConfigRequest) -> AlterConfigResponse:
@@ -204,31 +214,31 @@ class AdminApi(NodeParts):
         changes = _config_changes(req.set)
         try:
             topic_config.apply_changes(
-                self.controller_stm.topic_overrides(req.name), changes, req.delete
+                self._ctx.controller_stm.topic_overrides(req.name), changes, req.delete
             )
         except ValueError as exc:
             raise RequestError(ErrorCode.INVALID_REQUEST, str(exc)) from exc
         self._require_controller_leader()
-        if req.name not in self.controller_stm.topics:
+        if req.name not in self._ctx.controller_stm.topics:
             raise RequestError(ErrorCode.UNKNOWN_TOPIC, f"unknown topic {req.name!r}")
-        await self._replicate_controller(
+        await self.replicate_controller(
             AlterTopicConfigCmd(req.name, config_values(changes), sorted(set(req.delete)))
         )
-        return AlterConfigResponse(self._topic_configs(req.name))
+        return AlterConfigResponse(self._metadata.topic_configs(req.name))
 
     async def describe_configs(self, req: DescribeConfigsRequest) -> DescribeConfigsResponse:
-        names = req.names or sorted(self.controller_stm.topics)
-        unknown = [n for n in names if n not in self.controller_stm.topics]
+        names = req.names or sorted(self._ctx.controller_stm.topics)
+        unknown = [n for n in names if n not in self._ctx.controller_stm.topics]
         if unknown:
             raise RequestError(ErrorCode.UNKNOWN_TOPIC, f"unknown topic {unknown[0]!r}")
-        return DescribeConfigsResponse([self._topic_configs(n) for n in names])
+        return DescribeConfigsResponse([self._metadata.topic_configs(n) for n in names])
 
     async def transfer_leadership(
         self, req: TransferLeadershipRequest
     ) -> TransferLeadershipResponse:
         """Make ``target_node`` the partition's preferred replica through the controller,
         then wait (bounded) until it leads: the node leading the partition hands the
-        leadership over (see ``_balance_loop``), and the balancer keeps it there.
+        leadership over (``Upkeep``'s balance loop), and the balancer keeps it there.
 
         The choice pins the partition: the leader balancer leaves it alone for
         ``--leader-balance-pin-ms`` (see ``ControllerStm.pinned``). Asked again for the
@@ -236,7 +246,7 @@ class AdminApi(NodeParts):
         expired or was never made (the balancer's or the placement's choice), so the
         user's choice is pinned from now on."""
         self._require_controller_leader()
-        topic, part = self._assignment(req.topic, req.partition)
+        topic, part = self._metadata.assignment(req.topic, req.partition)
         where = f"{req.topic}/{req.partition}"
         if req.target_node not in part.replicas:
             raise RequestError(
@@ -244,21 +254,23 @@ class AdminApi(NodeParts):
                 f"target_node: node {req.target_node} is not a replica of {where} "
                 f"(replicas: {','.join(map(str, part.replicas))})",
             )
-        pinned_at = self.controller_stm.pinned.get(part.group_id)
+        pinned_at = self._ctx.controller_stm.pinned.get(part.group_id)
         pin_fresh = (
             pinned_at is not None
-            and time.time() * 1000 - pinned_at < self.config.leader_balance_pin_ms
+            and time.time() * 1000 - pinned_at < self._ctx.config.leader_balance_pin_ms
         )
         if part.replicas[0] != req.target_node or not pin_fresh:
-            await self._replicate_controller(
+            await self.replicate_controller(
                 PreferReplicaCmd(req.topic, req.partition, req.target_node)
             )
         deadline = time.monotonic() + LEADERSHIP_TRANSFER_WAIT_S
         leader = -1
         while time.monotonic() < deadline:
-            topic, part = self._assignment(req.topic, req.partition)
+            topic, part = self._metadata.assignment(req.topic, req.partition)
             one = dataclasses.replace(topic, partitions=[part])
-            leader = (await self._topic_info_now(one, ask_leaders=True)).partitions[0].leader
+            leader = (
+                (await self._metadata.topic_info_now(one, ask_leaders=True)).partitions[0].leader
+            )
             if leader == req.target_node:
                 return TransferLeadershipResponse(leader)
             await asyncio.sleep(0.1)
@@ -275,7 +287,7 @@ class AdminApi(NodeParts):
         rule: partitions are never removed); the current count changes nothing."""
         refuse_internal(req.name, "given partitions")
         self._require_controller_leader()
-        topic = self.controller_stm.topics.get(req.name)
+        topic = self._ctx.controller_stm.topics.get(req.name)
         if topic is None:
             raise RequestError(ErrorCode.UNKNOWN_TOPIC, f"unknown topic {req.name!r}")
         have = len(topic.partitions)
@@ -291,13 +303,13 @@ class AdminApi(NodeParts):
                 f"partitions: expected {have}..{MAX_PARTITIONS}, got {req.partitions}",
             )
         if req.partitions > have:
-            await self._replicate_controller(
-                CreatePartitionsCmd(req.name, req.partitions, self._placeable_nodes())
+            await self.replicate_controller(
+                CreatePartitionsCmd(req.name, req.partitions, self._membership.placeable_nodes())
             )
-        topic = self.controller_stm.topics.get(req.name)
+        topic = self._ctx.controller_stm.topics.get(req.name)
         if topic is None:
             raise RequestError(ErrorCode.UNKNOWN_TOPIC, f"topic {req.name!r} was deleted")
-        return CreatePartitionsResponse(await self._topic_info_now(topic))
+        return CreatePartitionsResponse(await self._metadata.topic_info_now(topic))
 
     async def register_node(self, req: RegisterNodeRequest) -> RegisterNodeResponse:
         """A new node joins: its address goes into the controller state (every node
@@ -309,8 +321,8 @@ class AdminApi(NodeParts):
         except ValueError as exc:
             raise RequestError(ErrorCode.INVALID_REQUEST, str(exc)) from exc
         self._require_controller_leader()
-        members = self.controller.configuration.members
-        known = self.config.peers.get(req.node_id)
+        members = self._ctx.controller.configuration.members
+        known = self._ctx.config.peers.get(req.node_id)
         if known is not None and known != req.address and req.node_id in members:
             raise RequestError(
                 ErrorCode.INVALID_REQUEST,
@@ -318,19 +330,19 @@ class AdminApi(NodeParts):
                 f"not {req.address}",
             )
         if known != req.address:
-            await self._replicate_controller(RegisterNodeCmd(req.node_id, req.address))
-            self._learn_nodes()  # the listener does it too: the learner needs it now
-        if req.node_id not in self.controller.configuration.members:
+            await self.replicate_controller(RegisterNodeCmd(req.node_id, req.address))
+            self._membership.learn_nodes()  # the listener does it too: the learner needs it now
+        if req.node_id not in self._ctx.controller.configuration.members:
             await self._change_controller_members(req.node_id, add=True)
-        return RegisterNodeResponse(self._node_infos())
+        return RegisterNodeResponse(self._membership.node_infos())
 
     async def move_partition(self, req: MovePartitionRequest) -> MovePartitionResponse:
         """Start a move of a partition's replicas through the controller (see
-        ``_move_loop``), or answer whether the same move is done. Refused by name: an
+        ``move_loop``), or answer whether the same move is done. Refused by name: an
         empty, repeated or unknown target, another move of the partition in progress.
         A new replica of a partition whose log no longer starts at 0 gets the snapshot
         as of the log start installed first (``recovery``)."""
-        topic, part = self._assignment(req.topic, req.partition)
+        topic, part = self._metadata.assignment(req.topic, req.partition)
         where = f"{req.topic}/{req.partition}"
         target = list(req.replicas)
         if not target:
@@ -341,7 +353,7 @@ class AdminApi(NodeParts):
                 ErrorCode.INVALID_REQUEST,
                 f"replicas: node(s) {','.join(map(str, repeated))} listed twice",
             )
-        placeable = self._placeable_nodes()
+        placeable = self._membership.placeable_nodes()
         unknown = [n for n in target if n not in placeable]
         if unknown:
             raise RequestError(
@@ -350,7 +362,7 @@ class AdminApi(NodeParts):
                 f"(nodes: {','.join(map(str, placeable))})",
             )
         self._require_controller_leader()
-        pending = self.controller_stm.moves.get(part.group_id)
+        pending = self._ctx.controller_stm.moves.get(part.group_id)
         if pending is None and part.replicas == target:
             return MovePartitionResponse(target, True)
         if pending is not None and pending != target:
@@ -361,71 +373,61 @@ class AdminApi(NodeParts):
             )
         if pending is None:
             one = dataclasses.replace(topic, partitions=[part])
-            start = (await self._topic_info_now(one, ask_leaders=True)).partitions[0]
+            start = (await self._metadata.topic_info_now(one, ask_leaders=True)).partitions[0]
             if start.start_offset < 0:
                 raise RequestError(
                     ErrorCode.LEADER_NOT_AVAILABLE, f"{where} has no leader to carry out a move"
                 )
-            await self._replicate_controller(MovePartitionCmd(req.topic, req.partition, target))
+            await self.replicate_controller(MovePartitionCmd(req.topic, req.partition, target))
         return MovePartitionResponse(target, False)
 
     async def complete_move(self, req: CompleteMoveRequest) -> MovePartitionResponse:
         """A partition's leader reports its group runs with a move's target: end it."""
         self._require_controller_leader()
-        _topic, part = self._assignment(req.topic, req.partition)
+        _topic, part = self._metadata.assignment(req.topic, req.partition)
         target = list(req.replicas)
-        if self.controller_stm.moves.get(part.group_id) == target:
-            await self._replicate_controller(CompleteMoveCmd(req.topic, req.partition, target))
-        _topic, part = self._assignment(req.topic, req.partition)
-        done = part.group_id not in self.controller_stm.moves and part.replicas == target
+        if self._ctx.controller_stm.moves.get(part.group_id) == target:
+            await self.replicate_controller(CompleteMoveCmd(req.topic, req.partition, target))
+        _topic, part = self._metadata.assignment(req.topic, req.partition)
+        done = part.group_id not in self._ctx.controller_stm.moves and part.replicas == target
         return MovePartitionResponse(target, done)
-
-    def _node_infos(self) -> list[NodeInfo]:
-        """The nodes of the cluster as clients are told them (removed ones left out)."""
-        gone = self.controller_stm.removed
-        return [NodeInfo(i, a) for i, a in sorted(self.config.peers.items()) if i not in gone]
-
-    def _placeable_nodes(self) -> list[int]:
-        """The nodes new replicas may go to: neither removed nor being drained."""
-        out = set(self.config.peers) - self.controller_stm.removed
-        return sorted(out - self.controller_stm.decommissioning)
 
     async def decommission_node(self, req: DecommissionNodeRequest) -> DecommissionNodeResponse:
         """Drain a node through the controller, then remove it; repeated, it answers how
-        far that has got (the CLI polls it). Its partitions are moved (``_move_loop``)
+        far that has got (the CLI polls it). Its partitions are moved (``move_loop``)
         to the node with the fewest replicas that does not hold them, which takes the
         leaving node's place in the replica list (its preference included). When none
         is left, the node leaves the controller group and is recorded as removed."""
         node = req.node_id
-        if node not in self.config.peers:
+        if node not in self._ctx.config.peers:
             raise RequestError(
                 ErrorCode.INVALID_REQUEST,
                 f"node_id: node {node} is not in the cluster "
-                f"(nodes: {','.join(str(n.node_id) for n in self._node_infos())})",
+                f"(nodes: {','.join(str(n.node_id) for n in self._membership.node_infos())})",
             )
         # only the controller's leader answers, also for a removed node: it alone knows
         # whether the node has left the controller group yet
         self._require_controller_leader()
-        if node == self.node_id:
+        if node == self._ctx.node_id:
             # the controller's leader leaves last: hand the leadership over, and let the
             # client ask the new leader (NOT_LEADER is retried)
-            others = [v for v in self.controller.configuration.voters if v != node]
+            others = [v for v in self._ctx.controller.configuration.voters if v != node]
             if others:
                 with contextlib.suppress(Exception):
-                    await asyncio.wait_for(self.controller.transfer_leadership(others[0]), 5.0)
-            raise self._controller_moved(self.controller.not_leader_error())
-        if node not in self.controller_stm.removed:
-            if node not in self.controller_stm.decommissioning:
-                await self._replicate_controller(DecommissionNodeCmd(node))
+                    await asyncio.wait_for(self._ctx.controller.transfer_leadership(others[0]), 5.0)
+            raise self._controller_moved(self._ctx.controller.not_leader_error())
+        if node not in self._ctx.controller_stm.removed:
+            if node not in self._ctx.controller_stm.decommissioning:
+                await self.replicate_controller(DecommissionNodeCmd(node))
             remaining = await self._drain(node)
             if remaining:
                 return DecommissionNodeResponse(remaining, False)
             # Recorded first, while the node still gets the controller's log: it learns
             # it was removed (its own metadata leaves it out, so a client that still asks
             # it is not told of it); then it leaves the controller group.
-            await self._replicate_controller(RemoveNodeCmd(node))
+            await self.replicate_controller(RemoveNodeCmd(node))
             await self._until_caught_up(node, DECOMMISSION_CATCH_UP_S)
-        if node in self.controller.configuration.members:
+        if node in self._ctx.controller.configuration.members:
             await self._change_controller_members(node, add=False)
         return DecommissionNodeResponse(0, True)
 
@@ -436,12 +438,12 @@ class AdminApi(NodeParts):
         matched_at: list[int] = []
 
         async def behind() -> bool:
-            status = self.controller.status()
+            status = self._ctx.controller.status()
             p = status.peers.get(node)
             if p is None:
                 return False
             if not matched_at:
-                if p.match_offset < self.controller.commit_index:
+                if p.match_offset < self._ctx.controller.commit_index:
                     return True
                 matched_at.append(status.ticks)
             return p.last_heard_tick < matched_at[0] + HEARD_AFTER_TICKS
@@ -456,9 +458,9 @@ class AdminApi(NodeParts):
     async def _drain(self, node: int) -> int:
         """Start a move away from ``node`` of each partition on it that is not moving
         yet; the number of partitions with a replica on it."""
-        load: dict[int, int] = dict.fromkeys(self._placeable_nodes(), 0)
+        load: dict[int, int] = dict.fromkeys(self._membership.placeable_nodes(), 0)
         on_node: list[tuple[TopicAssignment, PartitionAssignment]] = []
-        for t in self.controller_stm.topics.values():
+        for t in self._ctx.controller_stm.topics.values():
             for p in t.partitions:
                 for r in p.replicas:
                     if r in load:
@@ -466,7 +468,7 @@ class AdminApi(NodeParts):
                 if node in p.replicas:
                     on_node.append((t, p))
         for t, p in on_node:
-            if p.group_id in self.controller_stm.moves:
+            if p.group_id in self._ctx.controller_stm.moves:
                 continue  # moving already (this drain's, or an operator's)
             spare = sorted((n for n in load if n not in p.replicas), key=lambda n: (load[n], n))
             if not spare:
@@ -480,7 +482,7 @@ class AdminApi(NodeParts):
             await self.move_partition(MovePartitionRequest(t.name, p.partition, target))
         return len(on_node)
 
-    async def _move_loop(self) -> None:
+    async def move_loop(self) -> None:
         """Carry out the moves of the partitions this node leads, a step each round
         (``PartitionReplica.move_step``: learners first, promoted once caught up, then
         the old members removed, the leader last). A new leader picks a move up where
@@ -488,8 +490,8 @@ class AdminApi(NodeParts):
         controller ends the move and the dropped nodes close their replicas."""
         while True:
             await asyncio.sleep(MOVE_STEP_INTERVAL_S)
-            for gid, target in list(self.controller_stm.moves.items()):
-                rep = self.partitions.get(gid)
+            for gid, target in list(self._ctx.controller_stm.moves.items()):
+                rep = self._ctx.partitions.get(gid)
                 if rep is None or not rep.consensus.is_leader:
                     continue
                 try:
@@ -506,15 +508,15 @@ class AdminApi(NodeParts):
         """Tell the controller's leader a move is done, node to node on the peer stream
         (this node itself when it leads; every node in turn when the leader is unknown
         here, as on a shard K > 0: the others refuse it)."""
-        leader = self.controller_leader()
-        if leader == self.node_id:
+        leader = self._ctx.controller_leader()
+        if leader == self._ctx.node_id:
             await self.complete_move(req)
             return
-        targets = [leader] if leader >= 0 else sorted(self.config.peers)
+        targets = [leader] if leader >= 0 else sorted(self._ctx.config.peers)
         errors = []
         for node in targets:
             try:
-                await self.transport.send(node, req)
+                await self._ctx.transport.send(node, req)
                 return
             except TransportError as exc:
                 errors.append(str(exc))
@@ -534,12 +536,12 @@ class AdminApi(NodeParts):
                 reraise=True,
             ):
                 with attempt:
-                    if (node in self.controller.configuration.members) == add:
+                    if (node in self._ctx.controller.configuration.members) == add:
                         return
                     change = (
-                        self.controller.add_member(node)
+                        self._ctx.controller.add_member(node)
                         if add
-                        else self.controller.remove_member(node)
+                        else self._ctx.controller.remove_member(node)
                     )
                     await asyncio.wait_for(change, 10.0)
         except NotLeaderError as exc:

@@ -1,4 +1,4 @@
-"""A node's data calls, mixed into :class:`raftlog.node.process.Node`: produce, fetch,
+"""A node's data calls, a part of :class:`raftlog.node.process.Node`: produce, fetch,
 offsets, producer sessions, transaction markers and the coordinator, each at the
 partition's leader replica."""
 
@@ -11,9 +11,10 @@ from typing import Any, TypeVar
 
 from raftlog.coordinator.tm_stm import TRANSACTIONS_TOPIC
 from raftlog.faults.failpoints import PRODUCE_SKIP_BATCH_CHECK, FailpointError, failpoint
+from raftlog.node.context import NodeContext
 from raftlog.node.internal_topics import refuse_internal
+from raftlog.node.metadata import MetadataApi
 from raftlog.node.partition_replica import PartitionReplica
-from raftlog.node.parts import NodeParts
 from raftlog.records.payload_check import PayloadError, check_payload
 from raftlog.rpc.messages import (
     AbortRunRequest,
@@ -42,18 +43,23 @@ its partition's read barrier before LEADER_NOT_AVAILABLE: a new leader's no-op c
 within a round trip, so its first reads wait for it rather than make the client retry."""
 
 
-class DataApi(NodeParts):
-    """Partition calls: routed to the local replica that leads the partition."""
+class DataApi:
+    """Partition calls: routed to the local replica that leads the partition, found
+    through ``metadata``'s assignments."""
+
+    def __init__(self, ctx: NodeContext, metadata: MetadataApi) -> None:
+        self._ctx = ctx
+        self._metadata = metadata
 
     # ------------------------------------------------------------ partition calls
 
     def _replica(self, topic: str, partition: int) -> PartitionReplica:
-        _t, p = self._assignment(topic, partition)
-        rep = self.partitions.get(p.group_id)
+        _t, p = self._metadata.assignment(topic, partition)
+        rep = self._ctx.partitions.get(p.group_id)
         if rep is None:
             raise RequestError(
                 ErrorCode.NOT_LEADER,
-                f"node {self.node_id} hosts no replica of {topic}/{partition}",
+                f"node {self._ctx.node_id} hosts no replica of {topic}/{partition}",
                 -1,
             )
         return rep
@@ -61,9 +67,9 @@ class DataApi(NodeParts):
     def _refuse_when_disk_full(self, route: str) -> None:
         """Refuse a client write at once while this node is degraded (its disk is full:
         raftlog.node.disk_space); nothing is written, reads go on."""
-        if self.disk.degraded:
-            self.metrics.storage_refusals.labels(route).inc()
-            raise RequestError(ErrorCode.KAFKA_STORAGE_ERROR, self.disk.reason())
+        if self._ctx.disk.degraded:
+            self._ctx.metrics.storage_refusals.labels(route).inc()
+            raise RequestError(ErrorCode.KAFKA_STORAGE_ERROR, self._ctx.disk.reason())
 
     async def _writing(self, route: str, call: Awaitable[_T]) -> _T:
         """``call``, a client write; a write that found the disk full (refused with
@@ -72,13 +78,13 @@ class DataApi(NodeParts):
             return await call
         except RequestError as exc:
             if exc.code is ErrorCode.KAFKA_STORAGE_ERROR:
-                self.disk.note_disk_full()
-                self.metrics.storage_refusals.labels(route).inc()
+                self._ctx.disk.note_disk_full()
+                self._ctx.metrics.storage_refusals.labels(route).inc()
             raise
 
     def _leader_replica(self, topic: str, partition: int) -> PartitionReplica:
         rep = self._replica(topic, partition)
-        rep.require_leader(self.config.peers)
+        rep.require_leader(self._ctx.config.peers)
         return rep
 
     async def _readable_replica(self, topic: str, partition: int) -> PartitionReplica:
@@ -86,15 +92,15 @@ class DataApi(NodeParts):
         (waiting up to ``READ_BARRIER_WAIT_S``: a new leader's first reads wait for its
         no-op instead of bouncing); NOT_LEADER or LEADER_NOT_AVAILABLE otherwise."""
         rep = self._replica(topic, partition)
-        await rep.read_barrier(self.config.peers, READ_BARRIER_WAIT_S)
+        await rep.read_barrier(self._ctx.config.peers, READ_BARRIER_WAIT_S)
         return rep
 
     async def produce(self, req: ProduceRequest) -> Any:
         # internal topics' records are the node's own (__transactions: the coordinator's
         # commands, written by tm_stm only)
         refuse_internal(req.topic, "produced to")
-        if len(req.batches) > self.config.edge.max_batches_per_produce:
-            why = self.edge.refusal(
+        if len(req.batches) > self._ctx.config.edge.max_batches_per_produce:
+            why = self._ctx.edge.refusal(
                 "max_batches_per_produce",
                 "batches",
                 len(req.batches),
@@ -105,17 +111,19 @@ class DataApi(NodeParts):
         rep = self._leader_replica(req.topic, req.partition)
         self._refuse_when_disk_full("produce")
         for i, b in enumerate(req.batches):
-            if len(b.payload) > self.config.max_batch_bytes:
+            if len(b.payload) > self._ctx.config.max_batch_bytes:
                 raise RequestError(
                     ErrorCode.RECORD_TOO_LARGE,
                     f"batches[{i}]: payload of {len(b.payload)} bytes exceeds the limit of "
-                    f"{self.config.max_batch_bytes} bytes (--max-batch-bytes)",
+                    f"{self._ctx.config.max_batch_bytes} bytes (--max-batch-bytes)",
                 )
         if _checks_batches():
             self._check_batches(req)
         started = time.perf_counter()
         resp = await self._writing("produce", rep.produce(req))
-        self.metrics.append_latency.labels(str(req.acks)).observe(time.perf_counter() - started)
+        self._ctx.metrics.append_latency.labels(str(req.acks)).observe(
+            time.perf_counter() - started
+        )
         return resp
 
     def _check_batches(self, req: ProduceRequest) -> None:
@@ -128,7 +136,7 @@ class DataApi(NodeParts):
             try:
                 check_payload(b.payload, b.record_count, b.compression)
             except PayloadError as exc:
-                self.metrics.corrupt_batches.labels(req.topic).inc()
+                self._ctx.metrics.corrupt_batches.labels(req.topic).inc()
                 raise RequestError(
                     ErrorCode.INVALID_REQUEST,
                     f"CORRUPT_MESSAGE: topic {req.topic!r} partition {req.partition} "
@@ -170,14 +178,44 @@ class DataApi(NodeParts):
             last_sequence=req.last_sequence,
         )
         try:
-            gid = self._assignment(req.topic, req.partition)[1].group_id
-            if self.shards is not None and not self.owns(gid):
-                resp = await self.shards.call(self.shards.owner(gid), end, EndTxnResponse)
+            gid = self._metadata.assignment(req.topic, req.partition)[1].group_id
+            if self._ctx.shards is not None and not self._ctx.owns(gid):
+                resp = await self._ctx.shards.call(self._ctx.shards.owner(gid), end, EndTxnResponse)
             else:
                 resp = await self.end_txn(end)
         except RequestError as exc:
             return WriteTxnMarkerReply(-1, exc.code, exc.leader_id, str(exc))
         return WriteTxnMarkerReply(resp.offset)
+
+    async def marker_here(self, req: WriteTxnMarkerRequest) -> WriteTxnMarkerReply:
+        """A marker whose partition this node leads (or may), for the node's
+        :class:`~raftlog.node.txn_markers.PeerMarkers`: this process writes it when it
+        owns the partition's group or is shard 0 (which forwards to the owner); a shard
+        K > 0 hands it to its node's shard 0, on the peer stream."""
+        ctx = self._ctx
+        try:
+            gid = self._metadata.assignment(req.topic, req.partition)[1].group_id
+        except RequestError as exc:
+            return WriteTxnMarkerReply(-1, exc.code, exc.leader_id, str(exc))
+        if ctx.shards is not None or ctx.owns(gid):
+            return await self.write_txn_marker(req)
+        reply: WriteTxnMarkerReply = await ctx.transport.send(ctx.node_id, req)
+        return reply
+
+    def marker_targets(self, topic: str, partition: int) -> list[int]:
+        """The replicas of ``topic/partition``, the leader this node knows first (a
+        LookupError for a partition the controller does not know), for the node's
+        :class:`~raftlog.node.txn_markers.PeerMarkers`."""
+        try:
+            _t, part = self._metadata.assignment(topic, partition)
+        except RequestError as exc:
+            raise LookupError(str(exc)) from exc
+        rep = self._ctx.partitions.get(part.group_id)
+        leader = -1
+        if rep is not None:
+            leader = self._ctx.node_id if rep.consensus.is_leader else rep.consensus.leader_id
+        rest = [r for r in part.replicas if r != leader]
+        return [leader, *rest] if leader >= 0 else rest
 
     # -- the transaction coordinator, at the leader of its __transactions partition --
 

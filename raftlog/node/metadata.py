@@ -1,6 +1,6 @@
-"""A node's metadata answers, mixed into :class:`raftlog.node.process.Node`: topics,
+"""A node's metadata answers, a part of :class:`raftlog.node.process.Node`: topics,
 partitions with their leaders and offsets (the leaders' own, asked over the cluster),
-and per-partition status."""
+and per-partition status; and the lookups the node's other parts make of them."""
 
 from __future__ import annotations
 
@@ -12,7 +12,8 @@ from raftlog.controller import (
     TopicAssignment,
     topic_config,
 )
-from raftlog.node.parts import NodeParts
+from raftlog.node.context import NodeContext
+from raftlog.node.membership import Membership
 from raftlog.raft.errors import RaftError, ReadNotReadyError
 from raftlog.rpc.messages import (
     ConfigEntry,
@@ -42,8 +43,13 @@ state that includes everything acknowledged (see :meth:`MetadataApi._controller_
 then it refuses with LEADER_NOT_AVAILABLE."""
 
 
-class MetadataApi(NodeParts):
-    """Metadata calls (uses the node's controller state and partitions)."""
+class MetadataApi:
+    """Metadata calls, over the node's controller state and partitions; the nodes it
+    names are ``membership``'s."""
+
+    def __init__(self, ctx: NodeContext, membership: Membership) -> None:
+        self._ctx = ctx
+        self._membership = membership
 
     async def _controller_read_barrier(self) -> None:
         """The controller group's read barrier (:meth:`Consensus.read_barrier`) before a
@@ -56,7 +62,7 @@ class MetadataApi(NodeParts):
         state that may lack something acknowledged. Followers answer from their copy
         (clients only ask them while no leader is known), and so does a leader that
         loses its leadership meanwhile."""
-        c = self.controller
+        c = self._ctx.controller
         if c is None or not c.is_leader:
             return
         try:
@@ -67,11 +73,9 @@ class MetadataApi(NodeParts):
         except RaftError:  # no longer the leader, or the group stopped: a follower's answer
             return
 
-    def _assignment(
-        self, topic: str, partition: int
-    ) -> tuple[TopicAssignment, PartitionAssignment]:
+    def assignment(self, topic: str, partition: int) -> tuple[TopicAssignment, PartitionAssignment]:
         """The controller's assignment of ``topic/partition``; UNKNOWN_* errors name it."""
-        t = self.controller_stm.topics.get(topic)
+        t = self._ctx.controller_stm.topics.get(topic)
         if t is None:
             raise RequestError(ErrorCode.UNKNOWN_TOPIC, f"unknown topic {topic!r}")
         if not 0 <= partition < len(t.partitions):
@@ -82,21 +86,21 @@ class MetadataApi(NodeParts):
             )
         return t, t.partitions[partition]
 
-    def _topic_configs(self, name: str) -> TopicConfigs:
-        overrides = self.controller_stm.topic_overrides(name)
+    def topic_configs(self, name: str) -> TopicConfigs:
+        overrides = self._ctx.controller_stm.topic_overrides(name)
         described = topic_config.described(overrides)
         return TopicConfigs(name, [ConfigEntry(k, v, default) for k, v, default in described])
 
     async def list_topics(self, req: ListTopicsRequest) -> ListTopicsResponse:
         await self._controller_read_barrier()
-        return ListTopicsResponse(sorted(self.controller_stm.topics))
+        return ListTopicsResponse(sorted(self._ctx.controller_stm.topics))
 
     async def metadata(self, req: MetadataRequest) -> MetadataResponse:
         await self._controller_read_barrier()
         # duplicates dropped before the cap: a name asked for twice is answered once
-        names = list(dict.fromkeys(req.topics)) or sorted(self.controller_stm.topics)
-        if req.topics and len(names) > self.config.edge.max_topics_per_metadata:
-            why = self.edge.refusal(
+        names = list(dict.fromkeys(req.topics)) or sorted(self._ctx.controller_stm.topics)
+        if req.topics and len(names) > self._ctx.config.edge.max_topics_per_metadata:
+            why = self._ctx.edge.refusal(
                 "max_topics_per_metadata",
                 "topics (distinct names)",
                 len(names),
@@ -104,19 +108,23 @@ class MetadataApi(NodeParts):
                 "ask in several requests, or name none for all",
             )
             raise RequestError(ErrorCode.INVALID_REQUEST, why)
-        topics = [self.controller_stm.topics[n] for n in names if n in self.controller_stm.topics]
-        here = await self._statuses_here([p.group_id for t in topics for p in t.partitions])
+        topics = [
+            self._ctx.controller_stm.topics[n]
+            for n in names
+            if n in self._ctx.controller_stm.topics
+        ]
+        here = await self.statuses_here([p.group_id for t in topics for p in t.partitions])
         remote: dict[int, PartitionStatus] = {}
         if req.with_offsets:
-            remote = await self._remote_statuses(topics, here)
+            remote = await self.remote_statuses(topics, here)
         return MetadataResponse(
-            self.node_id,
-            self.controller_leader(),
-            self._node_infos(),
-            [self._topic_info(t, here, remote) for t in topics],
+            self._ctx.node_id,
+            self._ctx.controller_leader(),
+            self._membership.node_infos(),
+            [self.topic_info(t, here, remote) for t in topics],
         )
 
-    def _topic_info(
+    def topic_info(
         self,
         t: TopicAssignment,
         here: dict[int, PartitionStatus],
@@ -127,7 +135,7 @@ class MetadataApi(NodeParts):
         for p in t.partitions:
             local = here.get(p.group_id)
             # Offsets are the leader's: a follower's high watermark lags.
-            if local is not None and local.leader == self.node_id:
+            if local is not None and local.leader == self._ctx.node_id:
                 st: PartitionStatus | None = local
             else:
                 st = (remote or {}).get(p.group_id) or local
@@ -148,24 +156,24 @@ class MetadataApi(NodeParts):
         topic_id = t.partitions[0].group_id if t.partitions else -1
         return TopicInfo(t.name, t.replication_factor, parts, t.schema, topic_id)
 
-    async def _topic_info_now(self, t: TopicAssignment, *, ask_leaders: bool = False) -> TopicInfo:
+    async def topic_info_now(self, t: TopicAssignment, *, ask_leaders: bool = False) -> TopicInfo:
         """``t``'s partitions as this node's replicas report them, or with
         ``ask_leaders`` as their leaders do."""
-        here = await self._statuses_here([p.group_id for p in t.partitions])
-        remote = await self._remote_statuses([t], here) if ask_leaders else {}
-        return self._topic_info(t, here, remote)
+        here = await self.statuses_here([p.group_id for p in t.partitions])
+        remote = await self.remote_statuses([t], here) if ask_leaders else {}
+        return self.topic_info(t, here, remote)
 
-    async def _statuses_here(self, gids: list[int]) -> dict[int, PartitionStatus]:
+    async def statuses_here(self, gids: list[int]) -> dict[int, PartitionStatus]:
         """The statuses of this node's replicas among ``gids``: this process's, and on
         shard 0 of several, those of the other shards (one that does not answer in
         time has none)."""
-        out = {g: self.partitions[g].status() for g in gids if g in self.partitions}
-        shards = self.shards
+        out = {g: self._ctx.partitions[g].status() for g in gids if g in self._ctx.partitions}
+        shards = self._ctx.shards
         if shards is None:
             return out
         theirs: dict[int, list[int]] = {}
         for g in gids:
-            if not self.owns(g):
+            if not self._ctx.owns(g):
                 theirs.setdefault(shards.owner(g), []).append(g)
 
         async def ask(shard: int, wanted: list[int]) -> list[PartitionStatus]:
@@ -182,7 +190,7 @@ class MetadataApi(NodeParts):
             out.update((st.group_id, st) for st in statuses)
         return out
 
-    async def _remote_statuses(
+    async def remote_statuses(
         self, topics: list[TopicAssignment], here: dict[int, PartitionStatus]
     ) -> dict[int, PartitionStatus]:
         """Ask one replica of each partition this node does not lead (bounded, best
@@ -196,7 +204,7 @@ class MetadataApi(NodeParts):
                     target = p.replicas[0]
                 else:
                     target = local.leader
-                    if target == self.node_id or target < 0:
+                    if target == self._ctx.node_id or target < 0:
                         continue
                 wanted.setdefault(target, []).append(p.group_id)
         if not wanted:
@@ -204,11 +212,11 @@ class MetadataApi(NodeParts):
         out: dict[int, PartitionStatus] = {}
 
         async def ask(node: int, gids: list[int]) -> None:
-            if node not in self.config.peers:
+            if node not in self._ctx.config.peers:
                 return
             try:
                 resp = await asyncio.wait_for(
-                    self.transport.send(node, PartitionStatusRequest(gids)), REMOTE_STATUS_S
+                    self._ctx.transport.send(node, PartitionStatusRequest(gids)), REMOTE_STATUS_S
                 )
             except Exception:  # best effort: a node that does not answer has no status
                 return
@@ -219,5 +227,5 @@ class MetadataApi(NodeParts):
         return out
 
     async def partition_status(self, req: PartitionStatusRequest) -> PartitionStatusResponse:
-        here = await self._statuses_here(list(req.group_ids))
+        here = await self.statuses_here(list(req.group_ids))
         return PartitionStatusResponse([here[g] for g in req.group_ids if g in here])

@@ -50,6 +50,7 @@ import os
 import signal
 import sys
 import time
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from aiohttp import web
@@ -68,10 +69,12 @@ from raftlog.node.config import (
     is_loopback,
     plaintext_warning,
 )
+from raftlog.node.context import NodeContext
 from raftlog.node.data_api import DataApi
 from raftlog.node.disk_space import DiskSpace
 from raftlog.node.file_modes import tighten_data_dir, warn_if_readable_by_others
 from raftlog.node.group_host import GroupHost, last_heard_ms
+from raftlog.node.membership import Membership
 from raftlog.node.metadata import MetadataApi
 from raftlog.node.partition_replica import PartitionReplica
 from raftlog.node.shards import (
@@ -80,11 +83,10 @@ from raftlog.node.shards import (
     ShardSet,
     die_with_parent,
     report_serving,
-    shard_of,
 )
 from raftlog.node.transactions_view import coordinator_view
 from raftlog.node.txn_markers import PeerMarkers
-from raftlog.node.upkeep import OpenFailure, Upkeep
+from raftlog.node.upkeep import Upkeep
 from raftlog.producers.rm_stm import (
     RmStmConfig,
 )
@@ -121,7 +123,6 @@ from raftlog.rpc.messages import (
 from raftlog.rpc.peer import (
     ShardStateReply,
     ShardStateRequest,
-    WriteTxnMarkerReply,
     WriteTxnMarkerRequest,
 )
 from raftlog.rpc.server import AuthPolicy, RequestError, make_app
@@ -145,21 +146,25 @@ _PARTITION_CALLS = (
 )
 
 
-class Node(Upkeep, AdminApi, MetadataApi, DataApi):
-    """One node: hosts groups, serves RPC; ``start()``/``stop()`` are idempotent."""
+class Node:
+    """One node: hosts groups, serves RPC; ``start()``/``stop()`` are idempotent.
+
+    Made of parts over one :class:`~raftlog.node.context.NodeContext`, each given the
+    parts it calls in ``__init__``: ``membership`` (the cluster's nodes), ``metadata``
+    (topics, statuses), ``data`` (partition calls), ``admin`` (controller calls),
+    ``txn_markers`` (the coordinators' markers) and ``upkeep`` (the background loops,
+    which open and close the partition replicas). The node itself routes requests to
+    them and runs the server."""
 
     def __init__(self, config: NodeConfig, shards: ShardSet | None = None) -> None:
         """``shards``: on shard 0 of a node of several processes, the others
         (:mod:`raftlog.node.shards`); None on a node of one process and on shards K > 0."""
-        self.config = config
-        self.shards = shards
         self._mirrored_version = 0  # shards K > 0: the controller state they mirror
         # shards K > 0: whether shard 0 still runs; while it is silent, no raft traffic
         self._front = FrontWatch() if config.shard_index > 0 else None
-        self.node_id = config.node_id
         # The CA that verifies peers also verifies the nodes this one calls as a client.
         peer_ssl = client_context(config.tls.ca_file) if config.tls else None
-        self.transport = StreamTransport(
+        transport = StreamTransport(
             config.node_id,
             config.peers,
             routes=config.peer_routes,
@@ -168,9 +173,9 @@ class Node(Upkeep, AdminApi, MetadataApi, DataApi):
             timeout_s=5.0,
             gate=self._front.refusal if self._front is not None else None,
         )
-        self.host = GroupHost(
+        host = GroupHost(
             config.node_id,
-            self.transport,
+            transport,
             config.heartbeat_interval_s,
             RmStmConfig(
                 transaction_timeout_ms=config.transaction_timeout_ms,
@@ -182,33 +187,85 @@ class Node(Upkeep, AdminApi, MetadataApi, DataApi):
             quiesce=config.quiesce,
             max_open_segment_files=config.max_open_segment_files or None,
         )
-        self.controller_stm = ControllerStm()
-        self.controller: Any = None
-        self.partitions: dict[int, PartitionReplica] = {}
         # Free space and degraded mode (client writes refused while the disk is full).
-        self.disk = DiskSpace(config.node_id, config.data_dir, config.min_free_bytes)
-        self.edge = EdgeGuard(config.edge)
+        disk = DiskSpace(config.node_id, config.data_dir, config.min_free_bytes)
+        edge = EdgeGuard(config.edge)
+        # the node's shared state under the names other modules and tests use (set
+        # before the metrics: their collector reads the partitions and the host at once)
+        self.config = config
+        self.node_id = config.node_id
+        self.shards = shards
+        self.transport = transport
+        self.host = host
+        self.controller_stm = ControllerStm()
+        self.partitions: dict[int, PartitionReplica] = {}
+        self.disk = disk
+        self.edge = edge
         self.metrics = NodeMetrics(
             config.node_id,
             self._group_views,
             self._syncfs_calls,
-            disk=self.disk.status,
-            edge=self.edge,
-            raft_clock=self.host.clock_stats,
-            open_files=self.host.open_files_stats,
+            disk=disk.status,
+            edge=edge,
+            raft_clock=host.clock_stats,
+            open_files=host.open_files_stats,
         )
-        self._reconcile_needed = asyncio.Event()
+        self.ctx = NodeContext(
+            config,
+            shards,
+            transport,
+            host,
+            self.controller_stm,
+            self.partitions,
+            disk,
+            edge,
+            self.metrics,
+        )
+        # the parts, each given what it calls
+        self.membership = Membership(self.ctx)
+        self.metadata = MetadataApi(self.ctx, self.membership)
+        self.data = DataApi(self.ctx, self.metadata)
+        self.admin = AdminApi(self.ctx, self.metadata, self.membership)
+        # the transaction coordinator's markers go node to node, on the peer stream
+        self.txn_markers = PeerMarkers(
+            config.node_id, self.data.marker_targets, self.data.marker_here, transport.send
+        )
+        self.upkeep = Upkeep(self.ctx, self.metadata, self.membership, self.admin, self.txn_markers)
+        self._client_handlers: dict[type, Callable[[Any], Awaitable[Any]]] = {
+            CreateTopicRequest: self.admin.create_topic,
+            DeleteTopicRequest: self.admin.delete_topic,
+            ListTopicsRequest: self.metadata.list_topics,
+            MetadataRequest: self.metadata.metadata,
+            PartitionStatusRequest: self.metadata.partition_status,
+            ProduceRequest: self.data.produce,
+            FetchRequest: self.data.fetch,
+            ListOffsetsRequest: self.data.list_offsets,
+            OffsetForTimestampRequest: self.data.offset_for_timestamp,
+            InitProducerRequest: self.data.init_producer,
+            EndTxnRequest: self.data.end_txn,
+            RegisterParticipantRequest: self.data.txn_register,
+            CoordinatorEndTxnRequest: self.data.txn_end,
+            AbortRunRequest: self.data.txn_abort_run,
+            ConsistentCutRequest: self.data.txn_cut,
+            DescribeWriterRequest: self.data.txn_describe_writer,
+            AlterConfigRequest: self.admin.alter_config,
+            DescribeConfigsRequest: self.admin.describe_configs,
+            TransferLeadershipRequest: self.admin.transfer_leadership,
+            CreatePartitionsRequest: self.admin.create_partitions,
+            RegisterNodeRequest: self.admin.register_node,
+            MovePartitionRequest: self.admin.move_partition,
+            CompleteMoveRequest: self.admin.complete_move,
+            DecommissionNodeRequest: self.admin.decommission_node,
+        }
         self._tasks: list[asyncio.Task[None]] = []
         self._runner: web.AppRunner | None = None
         self._stopping = False
-        self._transfer_attempts: dict[int, float] = {}
-        # partition replicas that failed to open, retried with backoff (see Upkeep)
-        self._open_failures: dict[int, OpenFailure] = {}
         self._kafka: Any = None  # the Kafka listener (raftlog.kafka.listener), if any
-        # the transaction coordinator's markers go node to node, on the peer stream
-        self.txn_markers = PeerMarkers(
-            config.node_id, self._marker_targets, self._marker_here, self.transport.send
-        )
+
+    @property
+    def controller(self) -> Any:
+        """The controller group's Consensus (None on shards K > 0, and before start)."""
+        return self.ctx.controller
 
     # ------------------------------------------------------------ lifecycle
 
@@ -229,10 +286,10 @@ class Node(Upkeep, AdminApi, MetadataApi, DataApi):
         if self.config.shard_index == 0:  # the other shards open groups only after it
             await asyncio.to_thread(identity.migrate_layout, self.config.data_dir)
         await self.host.start()
-        self.controller_stm.add_listener(self._reconcile_needed.set)
+        self.controller_stm.add_listener(self.upkeep.reconcile_needed.set)
         internal = self.config.shard_index > 0
         if not internal:
-            self.controller = await self.host.open_group(
+            self.ctx.controller = await self.host.open_group(
                 CONTROLLER_GROUP,
                 self.config.data_dir / identity.CONTROLLER_DIR,
                 sorted(self.config.peers),
@@ -286,21 +343,15 @@ class Node(Upkeep, AdminApi, MetadataApi, DataApi):
             await self._start_kafka(auth)
         loop = asyncio.get_running_loop()
         loops = [
-            self._reconcile_loop(),
-            self._balance_loop(),
-            self._replica_lag_loop(),
-            self._transaction_timeout_loop(),
-            self._coordinator_resume_loop(),
-            self._retention_loop(),
-            self._move_loop(),
-            self._idle_files_loop(),
+            *self.upkeep.loops(
+                # one process per node deletes its deleted topics' replicas
+                delete_files=not internal,
+                balance_leaders=self.controller is not None,
+            ),
+            self.admin.move_loop(),
         ]
-        if not internal:  # one process per node deletes its deleted topics' replicas
-            loops.append(self._file_delete_loop())
-        if self.controller is not None:
-            loops.append(self._leader_balancer_loop())
         self._tasks = [loop.create_task(c) for c in loops]
-        self._reconcile_needed.set()
+        self.upkeep.reconcile_needed.set()
         log.info(
             "node %d%s serving %s on %s, advertised as %s",
             self.node_id,
@@ -340,7 +391,7 @@ class Node(Upkeep, AdminApi, MetadataApi, DataApi):
 
     def owns(self, group_id: int) -> bool:
         """Whether this process hosts ``group_id`` (the node's only one, or its shard)."""
-        return shard_of(group_id, self.config.shards) == self.config.shard_index
+        return self.ctx.owns(group_id)
 
     def _max_request_bytes(self) -> int:
         # room for the request's own fields around the largest batch accepted
@@ -358,37 +409,9 @@ class Node(Upkeep, AdminApi, MetadataApi, DataApi):
             await self._kafka.stop()
         if self._runner is not None:
             await self._runner.cleanup()
-        for gid in list(self.partitions):
-            await self._close_partition(gid, delete=False)
+        await self.upkeep.close_all()
         await self.host.stop()
         await self.transport.close()
-
-    async def _marker_here(self, req: WriteTxnMarkerRequest) -> WriteTxnMarkerReply:
-        """A marker whose partition this node leads (or may): this process writes it when
-        it owns the partition's group or is shard 0 (which forwards to the owner); a
-        shard K > 0 hands it to its node's shard 0, on the peer stream."""
-        try:
-            gid = self._assignment(req.topic, req.partition)[1].group_id
-        except RequestError as exc:
-            return WriteTxnMarkerReply(-1, exc.code, exc.leader_id, str(exc))
-        if self.shards is not None or self.owns(gid):
-            return await self.write_txn_marker(req)
-        reply: WriteTxnMarkerReply = await self.transport.send(self.node_id, req)
-        return reply
-
-    def _marker_targets(self, topic: str, partition: int) -> list[int]:
-        """The replicas of ``topic/partition``, the leader this node knows first (a
-        LookupError for a partition the controller does not know)."""
-        try:
-            _t, part = self._assignment(topic, partition)
-        except RequestError as exc:
-            raise LookupError(str(exc)) from exc
-        rep = self.partitions.get(part.group_id)
-        leader = -1
-        if rep is not None:
-            leader = self.node_id if rep.consensus.is_leader else rep.consensus.leader_id
-        rest = [r for r in part.replicas if r != leader]
-        return [leader, *rest] if leader >= 0 else rest
 
     # ------------------------------------------------------------ server hooks
 
@@ -396,11 +419,11 @@ class Node(Upkeep, AdminApi, MetadataApi, DataApi):
         if isinstance(message, ShardStateRequest):
             return self._mirror_controller(message)
         if isinstance(message, WriteTxnMarkerRequest):
-            return await self.write_txn_marker(message)
+            return await self.data.write_txn_marker(message)
         if isinstance(message, PartitionStatusRequest):
-            return await self.partition_status(message)
+            return await self.metadata.partition_status(message)
         if isinstance(message, CompleteMoveRequest):
-            return await self.complete_move(message)
+            return await self.admin.complete_move(message)
         try:
             if self.shards is not None:
                 return await self.shards.route_peer(message, self.host.dispatcher.handle)
@@ -453,7 +476,7 @@ class Node(Upkeep, AdminApi, MetadataApi, DataApi):
         else:
             return None
         try:
-            return self._assignment(topic, partition)[1].group_id
+            return self.metadata.assignment(topic, partition)[1].group_id
         except RequestError:
             return None
 
@@ -521,7 +544,7 @@ class Node(Upkeep, AdminApi, MetadataApi, DataApi):
             # free space and degraded mode (cluster health names a degraded node)
             "disk": self.disk.status(),
             # partition replicas that failed to open (retried with backoff)
-            "open_failures": [f.to_json() for _, f in sorted(self._open_failures.items())],
+            "open_failures": [f.to_json() for _, f in sorted(self.upkeep.open_failures.items())],
         }
 
     def _lagging_replicas(self) -> list[dict[str, Any]]:
@@ -569,44 +592,18 @@ class Node(Upkeep, AdminApi, MetadataApi, DataApi):
 
     def controller_leader(self) -> int:
         """The controller group's leader as this node knows it; -1 when unknown."""
-        c = self.controller
-        if c is None:
-            return -1
-        return self.node_id if c.is_leader else c.leader_id
+        return self.ctx.controller_leader()
+
+    def handler_for(self, message_type: type) -> Callable[[Any], Awaitable[Any]] | None:
+        """The part's method that answers a client call of ``message_type`` (one per
+        type of :data:`raftlog.rpc.messages.CLIENT_ROUTES`); None for any other type."""
+        return self._client_handlers.get(message_type)
 
     async def handle_client(self, msg: Any) -> Any:
-        handler = _CLIENT_HANDLERS.get(type(msg))
+        handler = self.handler_for(type(msg))
         if handler is None:
             raise RequestError(ErrorCode.INVALID_REQUEST, f"unsupported {type(msg).__name__}")
-        return await handler(self, msg)
-
-
-_CLIENT_HANDLERS: dict[type, Any] = {
-    CreateTopicRequest: Node.create_topic,
-    DeleteTopicRequest: Node.delete_topic,
-    ListTopicsRequest: Node.list_topics,
-    MetadataRequest: Node.metadata,
-    PartitionStatusRequest: Node.partition_status,
-    ProduceRequest: Node.produce,
-    FetchRequest: Node.fetch,
-    ListOffsetsRequest: Node.list_offsets,
-    OffsetForTimestampRequest: Node.offset_for_timestamp,
-    InitProducerRequest: Node.init_producer,
-    EndTxnRequest: Node.end_txn,
-    RegisterParticipantRequest: Node.txn_register,
-    CoordinatorEndTxnRequest: Node.txn_end,
-    AbortRunRequest: Node.txn_abort_run,
-    ConsistentCutRequest: Node.txn_cut,
-    DescribeWriterRequest: Node.txn_describe_writer,
-    AlterConfigRequest: Node.alter_config,
-    DescribeConfigsRequest: Node.describe_configs,
-    TransferLeadershipRequest: Node.transfer_leadership,
-    CreatePartitionsRequest: Node.create_partitions,
-    RegisterNodeRequest: Node.register_node,
-    MovePartitionRequest: Node.move_partition,
-    CompleteMoveRequest: Node.complete_move,
-    DecommissionNodeRequest: Node.decommission_node,
-}
+        return await handler(msg)
 
 
 async def serve(config: NodeConfig, argv: list[str] | None = None) -> int:

@@ -1,4 +1,4 @@
-"""A node's background upkeep, mixed into :class:`raftlog.node.process.Node`: opening and
+"""A node's background upkeep, a part of :class:`raftlog.node.process.Node`: opening and
 closing its partition replicas as the controller state changes, leadership balancing
 towards preferred replicas, the leader balancer (on the controller leader: evening out
 the partitions led per node by changing preferred replicas), the coordinator's
@@ -12,16 +12,20 @@ import dataclasses
 import logging
 import pathlib
 import time
+from collections.abc import Coroutine
+from typing import Any
 
 from tenacity import RetryCallState, wait_exponential
 
 from raftlog.controller import (
     BalanceLeaderCmd,
+    ControllerStm,
     PartitionAssignment,
     TopicAssignment,
 )
 from raftlog.controller.leader_balancer import LeaderMove, plan_leader_moves
 from raftlog.coordinator.txn_coordinator import TxnCoordinator
+from raftlog.node.admin import AdminApi
 from raftlog.node.config import (
     COORDINATOR_ELECTION_CHECK_S,
     COORDINATOR_RESUME_TIMEOUT_S,
@@ -29,9 +33,12 @@ from raftlog.node.config import (
     LEADER_BALANCE_LIVE_MS,
     REPLICA_LAG_SAMPLE_S,
 )
+from raftlog.node.context import NodeContext
 from raftlog.node.group_host import last_heard_ms
+from raftlog.node.membership import Membership
+from raftlog.node.metadata import MetadataApi
 from raftlog.node.partition_replica import PartitionReplica
-from raftlog.node.parts import NodeParts
+from raftlog.node.txn_markers import PeerMarkers
 from raftlog.storage import identity
 from raftlog.storage.api import StorageCorruption
 from raftlog.storage.fs import REAL_FS
@@ -82,7 +89,7 @@ def _make_durable_dirs(directories: list[pathlib.Path]) -> None:
             log.warning("cannot make %s (its replicas will report it): %s", directory, exc)
 
 
-def _open_retry_delay(attempts: int) -> float:
+def open_retry_delay(attempts: int) -> float:
     """The wait before attempt ``attempts + 1`` (tenacity's exponential backoff)."""
     # a wait strategy reads only attempt_number: no Retrying object is needed
     state = RetryCallState(None, None, (), {})  # type: ignore[arg-type]
@@ -90,57 +97,118 @@ def _open_retry_delay(attempts: int) -> float:
     return float(OPEN_RETRY_WAIT(state))
 
 
-class Upkeep(NodeParts):
-    """The node's background loops (uses the node's config, host, controller, partitions)."""
+def claim_partition_dir(
+    directory: pathlib.Path, group_id: int, controller_stm: ControllerStm
+) -> None:
+    """Make ``directory`` group ``group_id``'s (durable marker); never delete a log.
 
-    #: partition replicas that failed to open, retried with backoff (made by Node)
-    _open_failures: dict[int, OpenFailure]
+    A log of a group the controller no longer has (a deleted topic of the same
+    name, dropped while this node was down), or an unmarked one, is moved aside
+    under a name that says so; the log of a group that still exists is refused.
+    """
+    try:
+        identity.claim_directory(directory, identity.GROUP_MARKER, str(group_id), "group")
+    except identity.ForeignDataDirectory as exc:
+        old = exc.found
+        dropped = old == "unmarked" or (
+            old.isdigit() and int(old) < group_id and controller_stm.find_group(int(old)) is None
+        )
+        if not dropped:
+            raise
+        identity.move_aside(directory, f"dropped-group-{old}")
+        identity.claim_directory(directory, identity.GROUP_MARKER, str(group_id), "group")
+
+
+class Upkeep:
+    """The node's background loops, and the one owner of ``ctx.partitions``: it opens
+    and closes the replicas. Uses ``metadata`` (partition statuses), ``membership``
+    (the cluster's nodes), ``admin`` (controller commands of the leader balancer) and
+    ``markers`` (the transaction coordinators' marker writer)."""
+
+    def __init__(
+        self,
+        ctx: NodeContext,
+        metadata: MetadataApi,
+        membership: Membership,
+        admin: AdminApi,
+        markers: PeerMarkers,
+    ) -> None:
+        self._ctx = ctx
+        self._metadata = metadata
+        self._membership = membership
+        self._admin = admin
+        self._markers = markers
+        #: set when the local groups must be reconciled with the controller state
+        #: (a controller state listener, and the open-failure timers, set it)
+        self.reconcile_needed = asyncio.Event()
+        #: partition replicas that failed to open, retried with backoff (``/health``)
+        self.open_failures: dict[int, OpenFailure] = {}
+        # group -> when a leadership transfer to its preferred replica was last tried
+        self._transfer_attempts: dict[int, float] = {}
+
+    def loops(
+        self, *, delete_files: bool, balance_leaders: bool
+    ) -> list[Coroutine[Any, Any, None]]:
+        """The loops to run until the node stops: ``delete_files`` on one process of a
+        node, ``balance_leaders`` where the controller group is hosted."""
+        loops = [
+            self._reconcile_loop(),
+            self._balance_loop(),
+            self._replica_lag_loop(),
+            self._transaction_timeout_loop(),
+            self._coordinator_resume_loop(),
+            self._retention_loop(),
+            self._idle_files_loop(),
+        ]
+        if delete_files:
+            loops.append(self._file_delete_loop())
+        if balance_leaders:
+            loops.append(self._leader_balancer_loop())
+        return loops
+
+    async def close_all(self) -> None:
+        """Close every partition replica of this process, keeping their logs (at stop)."""
+        for gid in list(self._ctx.partitions):
+            await self._close_partition(gid, delete=False)
 
     # ------------------------------------------------------------ reconcile
 
     async def _reconcile_loop(self) -> None:
         while True:
-            await self._reconcile_needed.wait()
-            self._reconcile_needed.clear()
+            await self.reconcile_needed.wait()
+            self.reconcile_needed.clear()
             try:
-                await self._reconcile()
+                await self.reconcile()
             except Exception:
                 log.exception("reconciling local groups failed; retrying")
                 await asyncio.sleep(0.5)
-                self._reconcile_needed.set()
+                self.reconcile_needed.set()
 
-    def _learn_nodes(self) -> None:
-        """Add the nodes registered through the controller to this node's peers (also
-        when it was started with an older ``--peers``): raft traffic and clients
-        (metadata) reach them from now on."""
-        for node, address in sorted(self.controller_stm.nodes.items()):
-            if node != self.node_id and self.config.peers.get(node) != address:
-                log.info("node %d joined the cluster at %s", node, address)
-                self.config.peers[node] = address
-                self.transport.add_peer(node, address)
-
-    async def _reconcile(self) -> None:
-        self._learn_nodes()
+    async def reconcile(self) -> None:
+        """Bring this process's partition replicas to the controller state once: open
+        the ones placed here (a failure is recorded and retried), close the others,
+        configure them all."""
+        self._membership.learn_nodes()
         # of a node in several processes, this one hosts its shard's groups only
         desired = {
             gid: placed
-            for gid, placed in self.controller_stm.assignments_for(self.node_id).items()
-            if self.owns(gid)
+            for gid, placed in self._ctx.controller_stm.assignments_for(self._ctx.node_id).items()
+            if self._ctx.owns(gid)
         }
-        for gid in [g for g in self.partitions if g not in desired]:
+        for gid in [g for g in self._ctx.partitions if g not in desired]:
             await self._close_partition(gid, delete=True)
-        for gid in [g for g in self._open_failures if g not in desired]:
-            del self._open_failures[gid]
+        for gid in [g for g in self.open_failures if g not in desired]:
+            del self.open_failures[gid]
         now = time.monotonic()
         to_open = []
         for gid, (topic, part) in sorted(desired.items()):
-            if gid not in self.partitions:
-                failed = self._open_failures.get(gid)
+            if gid not in self._ctx.partitions:
+                failed = self.open_failures.get(gid)
                 if failed is None or failed.retry_at <= now:
                     to_open.append((topic, part, failed))
                 else:  # woken early (another change, a timer's rounding): wake again then
                     loop = asyncio.get_running_loop()
-                    loop.call_later(failed.retry_at - now, self._reconcile_needed.set)
+                    loop.call_later(failed.retry_at - now, self.reconcile_needed.set)
         # A topic of thousands of partitions opens OPEN_BATCH replicas at a time: their
         # directory and marker fsyncs (in threads) overlap instead of queueing one by one.
         # Their topics' directories first, durably, one thread: a replica must not
@@ -152,16 +220,16 @@ class Upkeep(NodeParts):
             batch = to_open[i : i + OPEN_BATCH]
             await asyncio.gather(*(self._try_open_partition(*o) for o in batch))
         for gid, (topic, part) in sorted(desired.items()):
-            rep = self.partitions.get(gid)
+            rep = self._ctx.partitions.get(gid)
             if rep is not None:  # configs changed, or a partition just opened
-                rep.configure(self.controller_stm.topic_config(topic.name))
+                rep.configure(self._ctx.controller_stm.topic_config(topic.name))
                 if rep.replicas != part.replicas:
                     # a new preferred replica: the balancer moves the leadership at once
                     rep.replicas = list(part.replicas)
                     self._transfer_attempts.pop(gid, None)
 
     def _partition_dir(self, topic: str, partition: int) -> pathlib.Path:
-        return identity.partition_dir(self.config.data_dir, topic, partition)
+        return identity.partition_dir(self._ctx.config.data_dir, topic, partition)
 
     async def _try_open_partition(
         self, topic: TopicAssignment, part: PartitionAssignment, failed: OpenFailure | None
@@ -173,7 +241,7 @@ class Upkeep(NodeParts):
             await self._open_partition(topic, part)
         except Exception as exc:
             attempts = 1 if failed is None else failed.attempts + 1
-            delay = _open_retry_delay(attempts)
+            delay = open_retry_delay(attempts)
             error = f"{type(exc).__name__}: {exc}"
             log.error(
                 "%s/%d (group %d) failed to open (attempt %d): %s; retrying in %.1f s",
@@ -184,7 +252,7 @@ class Upkeep(NodeParts):
                 error,
                 delay,
             )
-            self._open_failures[part.group_id] = OpenFailure(
+            self.open_failures[part.group_id] = OpenFailure(
                 topic.name,
                 part.partition,
                 part.group_id,
@@ -192,18 +260,20 @@ class Upkeep(NodeParts):
                 attempts,
                 time.monotonic() + delay,
             )
-            asyncio.get_running_loop().call_later(delay, self._reconcile_needed.set)
+            asyncio.get_running_loop().call_later(delay, self.reconcile_needed.set)
             return
-        if self._open_failures.pop(part.group_id, None) is not None:
+        if self.open_failures.pop(part.group_id, None) is not None:
             log.info(
                 "%s/%d (group %d) opened after failing", topic.name, part.partition, part.group_id
             )
 
     async def _open_partition(self, topic: TopicAssignment, part: PartitionAssignment) -> None:
         directory = self._partition_dir(topic.name, part.partition)
-        await asyncio.to_thread(self._claim_partition_dir, directory, part.group_id)
+        await asyncio.to_thread(
+            claim_partition_dir, directory, part.group_id, self._ctx.controller_stm
+        )
         try:
-            replica = await self.host.open_partition(
+            replica = await self._ctx.host.open_partition(
                 topic.name, part.partition, part.group_id, directory, part.replicas
             )
         except StorageCorruption as exc:
@@ -211,46 +281,25 @@ class Upkeep(NodeParts):
             # is set aside (kept, vote carried over) and the group fetched again.
             log.error("group %d: %s; setting the log aside to refetch it", part.group_id, exc)
             await asyncio.to_thread(identity.set_aside_damaged_log, directory, part.group_id)
-            replica = await self.host.open_partition(
+            replica = await self._ctx.host.open_partition(
                 topic.name, part.partition, part.group_id, directory, part.replicas
             )
         if replica.tm is not None:
-            replica.txn = TxnCoordinator(replica.tm, self.txn_markers)
-        self.partitions[part.group_id] = replica
-
-    def _claim_partition_dir(self, directory: pathlib.Path, group_id: int) -> None:
-        """Make ``directory`` group ``group_id``'s (durable marker); never delete a log.
-
-        A log of a group the controller no longer has (a deleted topic of the same
-        name, dropped while this node was down), or an unmarked one, is moved aside
-        under a name that says so; the log of a group that still exists is refused.
-        """
-        try:
-            identity.claim_directory(directory, identity.GROUP_MARKER, str(group_id), "group")
-        except identity.ForeignDataDirectory as exc:
-            old = exc.found
-            dropped = old == "unmarked" or (
-                old.isdigit()
-                and int(old) < group_id
-                and self.controller_stm.find_group(int(old)) is None
-            )
-            if not dropped:
-                raise
-            identity.move_aside(directory, f"dropped-group-{old}")
-            identity.claim_directory(directory, identity.GROUP_MARKER, str(group_id), "group")
+            replica.txn = TxnCoordinator(replica.tm, self._markers)
+        self._ctx.partitions[part.group_id] = replica
 
     async def _close_partition(self, gid: int, *, delete: bool) -> None:
-        replica = self.partitions.pop(gid, None)
+        replica = self._ctx.partitions.pop(gid, None)
         if replica is None:
             return
         if replica.txn is not None:
             replica.txn.close()
-        await self.host.close_group(gid)
+        await self._ctx.host.close_group(gid)
         if delete:
             # Moved aside, not deleted at once. A deleted topic's replica goes after
             # --file-delete-delay-ms (_file_delete_loop); any other (a replica moved to
             # other nodes) stays until an explicit purge.
-            deleted = self.controller_stm.find_group(gid) is None
+            deleted = self._ctx.controller_stm.find_group(gid) is None
             reason = f"{identity.DELETED_GROUP if deleted else 'dropped-group-'}{gid}"
             await asyncio.to_thread(identity.move_aside, replica.directory, reason)
 
@@ -259,13 +308,13 @@ class Upkeep(NodeParts):
         the replicas of deleted topics (Kafka's ``file.delete.delay.ms``); checked every
         quarter of the delay (at most every 10 s). A failure is logged; the next round
         retries."""
-        delay_ms = self.config.file_delete_delay_ms
+        delay_ms = self._ctx.config.file_delete_delay_ms
         interval = min(10.0, max(0.05, delay_ms / 4000))
         while True:
             await asyncio.sleep(interval)
             try:
                 gone = await asyncio.to_thread(
-                    identity.delete_expired, self.config.data_dir, delay_ms, time.time()
+                    identity.delete_expired, self._ctx.config.data_dir, delay_ms, time.time()
                 )
             except OSError as exc:
                 log.warning("deleting deleted topics' replicas failed: %r", exc)
@@ -285,14 +334,14 @@ class Upkeep(NodeParts):
         heard, so no transfer is tried), for as long as the node stays dead: about
         1,000 snapshots a second on the live nodes of a 3,000-partition cluster while
         they elect. The node back is heard again, and the transfers go."""
-        beats = self.host.heartbeats
+        beats = self._ctx.host.heartbeats
         while True:
             await asyncio.sleep(1.0)
             now = time.monotonic()
             due = []
-            for gid, rep in list(self.partitions.items()):
+            for gid, rep in list(self._ctx.partitions.items()):
                 preferred = rep.replicas[0]
-                if preferred == self.node_id or not rep.consensus.is_leader:
+                if preferred == self._ctx.node_id or not rep.consensus.is_leader:
                     continue
                 if not beats.is_alive(preferred):
                     continue
@@ -307,7 +356,7 @@ class Upkeep(NodeParts):
         self, gid: int, rep: PartitionReplica, preferred: int, now: float
     ) -> None:
         try:
-            tried = await asyncio.wait_for(self.host.transfer(rep.consensus, preferred), 3.0)
+            tried = await asyncio.wait_for(self._ctx.host.transfer(rep.consensus, preferred), 3.0)
         except Exception:  # timed out or refused
             tried = True
         if tried:  # else checked again next second, until the replica keeps up
@@ -321,16 +370,16 @@ class Upkeep(NodeParts):
         No round in the first ``LEADER_BALANCE_LIVE_MS`` of a controller leadership: a
         new leader counts every member as heard from the start of its term, so only
         after that long does "heard recently" tell the nodes that are down."""
-        interval = self.config.leader_balance_interval_ms / 1000
+        interval = self._ctx.config.leader_balance_interval_ms / 1000
         if interval <= 0:
             return
         leading: tuple[int, float] | None = None  # (term, since when) of this leadership
         while True:
             await asyncio.sleep(interval)
-            if not self.controller.is_leader:
+            if not self._ctx.controller.is_leader:
                 leading = None
                 continue
-            term = self.controller.term
+            term = self._ctx.controller.term
             if leading is None or leading[0] != term:
                 leading = (term, time.monotonic())
             if time.monotonic() - leading[1] < LEADER_BALANCE_LIVE_MS / 1000:
@@ -344,9 +393,9 @@ class Upkeep(NodeParts):
         """The nodes the balancer may lead on: this one and the others the controller
         leader heard from in the last ``LEADER_BALANCE_LIVE_MS``, neither removed nor
         being drained."""
-        heard = last_heard_ms(self.controller)
-        live = {self.node_id} | {n for n, ms in heard.items() if ms <= LEADER_BALANCE_LIVE_MS}
-        return live & set(self._placeable_nodes())
+        heard = last_heard_ms(self._ctx.controller)
+        live = {self._ctx.node_id} | {n for n, ms in heard.items() if ms <= LEADER_BALANCE_LIVE_MS}
+        return live & set(self._membership.placeable_nodes())
 
     async def _balance_leaders(self) -> list[LeaderMove]:
         """One round: the leaders as the partitions' leaders report them, and each move
@@ -359,19 +408,21 @@ class Upkeep(NodeParts):
         a user pinned with ``transfer-leadership`` in the last ``--leader-balance-pin-ms``
         (by the pin's timestamp against this node's clock) and partitions being moved.
         """
-        stm = self.controller_stm
+        stm = self._ctx.controller_stm
         topics = list(stm.topics.values())
-        here = await self._statuses_here([p.group_id for t in topics for p in t.partitions])
-        statuses = await self._remote_statuses(topics, here)
+        here = await self._metadata.statuses_here(
+            [p.group_id for t in topics for p in t.partitions]
+        )
+        statuses = await self._metadata.remote_statuses(topics, here)
         live = self._live_nodes()
         now_ms = int(time.time() * 1000)
-        pin_ms = self.config.leader_balance_pin_ms
+        pin_ms = self._ctx.config.leader_balance_pin_ms
         leaders: dict[int, int] = {}
         replicas: dict[int, list[int]] = {}
         frozen: set[int] = set()
         where: dict[int, tuple[str, int]] = {}
         for t in topics:
-            info = self._topic_info(t, here, statuses)
+            info = self._metadata.topic_info(t, here, statuses)
             for part, meta in zip(t.partitions, info.partitions, strict=True):
                 gid = part.group_id
                 replicas[gid] = list(part.replicas)
@@ -394,7 +445,7 @@ class Upkeep(NodeParts):
                 m.to_node,
                 m.from_node,
             )
-            await self._replicate_controller(BalanceLeaderCmd(topic, partition, m.to_node))
+            await self._admin.replicate_controller(BalanceLeaderCmd(topic, partition, m.to_node))
         return moves
 
     async def _replica_lag_loop(self) -> None:
@@ -403,7 +454,7 @@ class Upkeep(NodeParts):
         while True:
             await asyncio.sleep(REPLICA_LAG_SAMPLE_S)
             now = time.monotonic()
-            for rep in list(self.partitions.values()):
+            for rep in list(self._ctx.partitions.values()):
                 rep.sample_lag(now)
 
     async def _coordinator_resume_loop(self) -> None:
@@ -417,7 +468,7 @@ class Upkeep(NodeParts):
         while True:
             await asyncio.sleep(COORDINATOR_ELECTION_CHECK_S)
             now = time.monotonic()
-            for gid, rep in list(self.partitions.items()):
+            for gid, rep in list(self._ctx.partitions.items()):
                 if rep.txn is None or not rep.consensus.is_leader:
                     last.pop(gid, None)
                     continue
@@ -444,7 +495,7 @@ class Upkeep(NodeParts):
         descriptor; its next read or write reopens one."""
         while True:
             await asyncio.sleep(IDLE_FILES_CHECK_S)
-            closed = self.host.open_files.close_idle()
+            closed = self._ctx.host.open_files.close_idle()
             if closed:
                 log.debug("closed %d idle segment files", closed)
 
@@ -454,11 +505,11 @@ class Upkeep(NodeParts):
         Partitions run concurrently, each bounded in time; a failure (leadership
         lost, a timeout) is logged and retried on the next round.
         """
-        interval = self.config.retention_check_interval_ms / 1000
+        interval = self._ctx.config.retention_check_interval_ms / 1000
         while True:
             await asyncio.sleep(interval)
             now_ms = int(time.time() * 1000)
-            reps = [r for r in self.partitions.values() if r.retention is not None]
+            reps = [r for r in self._ctx.partitions.values() if r.retention is not None]
 
             async def run(rep: PartitionReplica, now_ms: int) -> None:
                 assert rep.retention is not None
@@ -476,18 +527,22 @@ class Upkeep(NodeParts):
         within about a quarter of the timeout after it expires; the shortest
         timeout is the server's or that of any open transaction's session.
         """
-        interval = min(1.0, self.config.transaction_timeout_ms / 4000)
+        interval = min(1.0, self._ctx.config.transaction_timeout_ms / 4000)
         while True:
             await asyncio.sleep(interval)
             now_ms = int(time.time() * 1000)
             # Only partitions with a transaction open can have one to abort: an idle
             # node's thousands of partitions cost no read barrier each round.
-            timeouts = [(rep, rep.rm.min_open_timeout_ms()) for rep in self.partitions.values()]
+            timeouts = [
+                (rep, rep.rm.min_open_timeout_ms()) for rep in self._ctx.partitions.values()
+            ]
             pending = [rep for rep, t in timeouts if t is not None]
             shortest = min(
-                (t for _, t in timeouts if t), default=self.config.transaction_timeout_ms
+                (t for _, t in timeouts if t), default=self._ctx.config.transaction_timeout_ms
             )
-            interval = max(0.01, min(1.0, min(self.config.transaction_timeout_ms, shortest) / 4000))
+            interval = max(
+                0.01, min(1.0, min(self._ctx.config.transaction_timeout_ms, shortest) / 4000)
+            )
             for rep in pending:
                 if not rep.consensus.is_leader:
                     continue

@@ -7,6 +7,7 @@ answers from state that may lack something acknowledged); followers answer at on
 from __future__ import annotations
 
 import asyncio
+from types import SimpleNamespace
 
 import pytest
 
@@ -54,10 +55,15 @@ class FakeControllerStm:
         controller.changed.set()
 
 
-class Node(MetadataApi):
+class Node:
+    """A node as its metadata part sees it: a context holding the fake controller."""
+
     def __init__(self, leader: bool) -> None:
         self.controller_stm = FakeControllerStm()
         self.controller = FakeController(leader, self.controller_stm)
+        ctx = SimpleNamespace(controller_stm=self.controller_stm, controller=self.controller)
+        # list_topics names no node: the part's membership is never asked
+        self.metadata = MetadataApi(ctx, membership=None)  # type: ignore[arg-type]
 
 
 async def settle() -> None:
@@ -67,7 +73,7 @@ async def settle() -> None:
 
 async def test_a_new_leader_answers_once_it_passed_the_read_barrier() -> None:
     node = Node(leader=True)
-    answer = asyncio.ensure_future(node.list_topics(ListTopicsRequest()))
+    answer = asyncio.ensure_future(node.metadata.list_topics(ListTopicsRequest()))
     await settle()
     assert not answer.done()  # nothing of its own term committed yet
     node.controller.commit_own_entry(5)
@@ -81,7 +87,7 @@ async def test_a_new_leader_answers_once_it_passed_the_read_barrier() -> None:
 async def test_a_follower_answers_from_its_copy_at_once() -> None:
     node = Node(leader=False)
     async with asyncio.timeout(1):
-        assert (await node.list_topics(ListTopicsRequest())).names == []
+        assert (await node.metadata.list_topics(ListTopicsRequest())).names == []
 
 
 async def test_the_wait_is_bounded_and_then_refused(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -91,7 +97,7 @@ async def test_the_wait_is_bounded_and_then_refused(monkeypatch: pytest.MonkeyPa
     start = loop.time()
     async with asyncio.timeout(5):
         with pytest.raises(RequestError) as info:
-            await node.list_topics(ListTopicsRequest())
+            await node.metadata.list_topics(ListTopicsRequest())
     assert 0.15 <= loop.time() - start < 2.0
     assert info.value.code is ErrorCode.LEADER_NOT_AVAILABLE
     assert "has not committed an entry of its term yet" in str(info.value)

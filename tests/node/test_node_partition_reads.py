@@ -72,17 +72,19 @@ class FakeRm:
         return min(self._c.last_applied + 1, self._c.high_watermark)
 
 
-class Node(DataApi):
-    def __init__(self, replica: PartitionReplica) -> None:
-        self.node_id = 1
-        self.config = SimpleNamespace(peers={1: "http://127.0.0.1:1"})
-        self.partitions = {7: replica}
+def _data_part(replica: PartitionReplica) -> DataApi:
+    """The node's data part over a context of one replica (group 7), with a metadata
+    part that places every partition in that group."""
+    ctx = SimpleNamespace(
+        node_id=1, config=SimpleNamespace(peers={1: "http://127.0.0.1:1"}), partitions={7: replica}
+    )
+    metadata = SimpleNamespace(
+        assignment=lambda topic, partition: (object(), SimpleNamespace(group_id=7))
+    )
+    return DataApi(ctx, metadata)  # type: ignore[arg-type]
 
-    def _assignment(self, topic: str, partition: int) -> tuple[object, object]:
-        return object(), SimpleNamespace(group_id=7)
 
-
-def _new_leader(tmp_path: pathlib.Path) -> tuple[Node, FakeConsensus]:
+def _new_leader(tmp_path: pathlib.Path) -> tuple[DataApi, FakeConsensus]:
     """A replica elected in term 2 over offsets 0-4 (early, term 1) and 5-7 (late, term 1,
     acknowledged by the old leader) plus its own no-op at 8, none of which it knows to
     be committed yet."""
@@ -94,10 +96,10 @@ def _new_leader(tmp_path: pathlib.Path) -> tuple[Node, FakeConsensus]:
     log.append([noop.stamped(8, 2)])
     c = FakeConsensus(log, term=2)
     rep = PartitionReplica(TOPIC, 0, 7, tmp_path, [1, 2, 3], c, FakeRm(c))  # type: ignore[arg-type]
-    return Node(rep), c
+    return _data_part(rep), c
 
 
-async def _ask(node: Node, req: object) -> object:
+async def _ask(node: DataApi, req: object) -> object:
     if isinstance(req, OffsetForTimestampRequest):
         return await node.offset_for_timestamp(req)
     return await node.list_offsets(req)  # type: ignore[arg-type]

@@ -11,6 +11,7 @@ import pytest
 
 from raftlog.controller import ControllerStm
 from raftlog.node.process import Node
+from raftlog.node.upkeep import claim_partition_dir
 from raftlog.storage import identity
 from raftlog.storage.fs import ModelFileSystem
 
@@ -77,10 +78,10 @@ def test_a_node_refuses_another_nodes_data_dir(tmp_path):
     assert identity.read_marker(tmp_path, identity.NODE_MARKER) == "2"
 
 
-def _node_with_groups(*live: int) -> types.SimpleNamespace:
+def _controller_with_groups(*live: int) -> ControllerStm:
     stm = ControllerStm()
     stm.find_group = lambda gid: ("topic", "part") if gid in live else None  # type: ignore[method-assign]
-    return types.SimpleNamespace(controller_stm=stm)
+    return stm
 
 
 def test_a_dropped_groups_log_is_moved_aside_and_a_live_groups_is_refused(tmp_path):
@@ -89,8 +90,8 @@ def test_a_dropped_groups_log_is_moved_aside_and_a_live_groups_is_refused(tmp_pa
     identity.claim_directory(d, identity.GROUP_MARKER, "3", "group")
     (d / "data.log").write_bytes(b"old group")
     with pytest.raises(identity.ForeignDataDirectory, match="group 3, not to group 5"):
-        Node._claim_partition_dir(_node_with_groups(3), d, 5)
-    Node._claim_partition_dir(_node_with_groups(), d, 5)  # group 3 no longer exists
+        claim_partition_dir(d, 5, _controller_with_groups(3))
+    claim_partition_dir(d, 5, _controller_with_groups())  # group 3 no longer exists
     assert identity.read_marker(d, identity.GROUP_MARKER) == "5"
     assert sorted(p.name for p in d.iterdir()) == ["group_id"]
     (aside,) = identity.moved_aside(tmp_path)
