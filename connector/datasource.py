@@ -108,7 +108,8 @@ class DefaultSource(DataSource):
 
     @staticmethod
     def _prepare_topic(opts, schema: StructType) -> tuple:
-        """(opts, servers, topic Arrow schema, partition count, layout) for a writer.
+        """(opts, servers, topic Arrow schema, partition count, layout, topic id) for a
+        writer.
 
         With option ``topic`` the topic is created (or checked) here, on the
         driver; rows that name their topic in a ``topic`` column have theirs
@@ -136,5 +137,5 @@ class DefaultSource(DataSource):
         # Spark asks for a streaming writer twice per micro-batch, in long-lived workers:
         # their shared client keeps its connections and learned leaders between the calls.
         client = worker_loop.shared_blocking_client(servers, opts.request_timeout_s)
-        partitions, topic_schema = ensure_topic(client, opts, data, raw=layout.raw)
-        return opts, servers, topic_schema, partitions, layout
+        plan = ensure_topic(client, opts, data, raw=layout.raw)
+        return opts, servers, plan.schema, plan.partitions, layout, plan.topic_id

@@ -79,6 +79,7 @@ from pyspark_raftlog.txn_writer import PartitionWrite, write_plain
 
 if TYPE_CHECKING:
     from pyspark_raftlog.raw_records import RecordChunker
+    from pyspark_raftlog.topics import TopicPlan
 
     from raftlog.client.transactions import Participant
 
@@ -118,6 +119,9 @@ class _WriterBase:
     schema: pa.Schema  # the topic's Arrow schema (typed), or the raw-records marker
     num_partitions: int  # of option `topic` (0 when rows name their topics)
     layout: WriteLayout | None = None  # None: typed, every column, option topic
+    # option `topic`'s id as the driver found it (-1: unknown, or rows name their topics):
+    # the tasks start their producer sessions on that topic only, without a lookup
+    topic_id: int = -1
     run_id: str = dataclasses.field(default_factory=lambda: uuid.uuid4().hex)
 
     def _encode(
@@ -164,7 +168,8 @@ class _WriterBase:
             queues: dict[tuple[str, int], asyncio.Queue] = {}
             chunkers: dict[tuple[str, int], RowChunker | RecordChunker] = {}
             writers: dict[tuple[str, int], asyncio.Task] = {}
-            codecs: dict[str, asyncio.Future[str]] = {}  # one lookup per topic, shared
+            # one lookup per topic, shared; run beside the participants' registration
+            codecs: dict[str, asyncio.Future[str]] = {}
 
             def start(topic: str, partition: int) -> asyncio.Queue:
                 queue: asyncio.Queue = asyncio.Queue(_QUEUE_CHUNKS)
@@ -174,7 +179,14 @@ class _WriterBase:
                     codecs[topic] = asyncio.ensure_future(_codec(client, opts, topic))
                 writers[(topic, partition)] = asyncio.ensure_future(
                     self._write_partition(
-                        client, key, attempt, topic, partition, _drain(queue), codecs[topic]
+                        client,
+                        key,
+                        attempt,
+                        topic,
+                        partition,
+                        _drain(queue),
+                        codecs[topic],
+                        router.topic_ids.get(topic, -1),
                     )
                 )
                 return queue
@@ -231,6 +243,11 @@ class _WriterBase:
                     task.cancel()
                 await asyncio.gather(*writers.values(), *codecs.values(), return_exceptions=True)
                 raise
+            finally:
+                # a replayed version never awaits its codec: the lookup is not needed
+                for codec in codecs.values():
+                    codec.cancel()
+                await asyncio.gather(*codecs.values(), return_exceptions=True)
             writes = tuple(w for w, _ in done) or (
                 PartitionWrite(
                     spark_partition % max(1, self.num_partitions), topic=opts.topic or ""
@@ -252,12 +269,15 @@ class _WriterBase:
         partition: int,
         chunks: Any,
         codec: Awaitable[str],
+        topic_id: int,
     ) -> tuple[PartitionWrite, tuple[Participant, ...]]:
         """One (topic, partition)'s rows: prepared as one participant, or written plainly,
-        each payload compressed with ``codec`` (awaited: the topic's, when not an option)."""
+        each payload compressed with ``codec`` (awaited: the topic's, when not an option).
+        ``topic_id`` (-1: unknown) is the topic's id as planned: the participant's
+        producer session starts on that topic only."""
         opts = self.opts
-        compression = await codec
         if key is None:
+            compression = await codec
             written = await write_plain(
                 client,
                 topic=topic,
@@ -281,7 +301,8 @@ class _WriterBase:
             chunks,
             max_in_flight=opts.max_in_flight,
             transaction_timeout_ms=opts.transaction_timeout_ms,
-            compression=compression,
+            compression=codec,  # awaited once registered: the lookup overlaps the calls
+            topic_id=topic_id,
         )
         parts = prepared.participants
         written = PartitionWrite(
@@ -373,8 +394,10 @@ class _Router:
         self.spark_partition = spark_partition
         opts = writer.opts
         self.counts: dict[str, int] = {}
+        self.topic_ids: dict[str, int] = {}  # as found when planned (-1: not known)
         if opts.topic is not None and writer.num_partitions:
             self.counts[opts.topic] = writer.num_partitions
+            self.topic_ids[opts.topic] = writer.topic_id
 
     async def _count(self, topic: str) -> int:
         """The partition count of ``topic``, creating it as the driver would (topic column)."""
@@ -384,8 +407,9 @@ class _Router:
             check_topic_name(topic, "topic")
             layout = self.writer.layout
             raw = layout is not None and layout.raw
-            count, _ = await asyncio.to_thread(_ensure_blocking, self.writer, topic, raw)
-            self.counts[topic] = count
+            plan = await asyncio.to_thread(_ensure_blocking, self.writer, topic, raw)
+            self.counts[topic] = plan.partitions
+            self.topic_ids[topic] = plan.topic_id
         return self.counts[topic]
 
     async def split(self, batch: pa.RecordBatch) -> list[tuple[tuple[str, int], pa.RecordBatch]]:
@@ -438,7 +462,7 @@ class _Router:
         return out
 
 
-def _ensure_blocking(writer: _WriterBase, topic: str, raw: bool) -> tuple[int, pa.Schema]:
+def _ensure_blocking(writer: _WriterBase, topic: str, raw: bool) -> TopicPlan:
     """ensure_topic through the worker process's blocking client (run in a thread from the
     task's event loop; the client outlives the task, as the source's does)."""
     from pyspark_raftlog.topics import ensure_topic

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 import pyarrow as pa
 from pyspark_raftlog.arrow_payload import (
@@ -16,7 +16,16 @@ from pyspark_raftlog.logsetup import get_logger
 from pyspark_raftlog.options import SinkOptions
 from pyspark_raftlog.raw_records import is_records_schema, records_marker_schema
 
-__all__ = ["ensure_topic", "topic_schema"]
+__all__ = ["TopicPlan", "ensure_topic", "topic_schema"]
+
+
+class TopicPlan(NamedTuple):
+    """What a write is planned against: the topic's partition count, its Arrow schema
+    (or the raw-records marker) and its id (``TopicMetadata.topic_id``, -1: unknown)."""
+
+    partitions: int
+    schema: pa.Schema
+    topic_id: int
 
 
 def ensure_topic(
@@ -26,8 +35,8 @@ def ensure_topic(
     topic: str | None = None,
     *,
     raw: bool = False,
-) -> tuple[int, pa.Schema]:
-    """(partition count, Arrow schema) of ``topic`` (default: option ``topic``), creating it.
+) -> TopicPlan:
+    """(partition count, Arrow schema, id) of ``topic`` (default: option ``topic``), creating it.
 
     ``raw``: the write is of raw records (Kafka's columns); a new topic is
     then marked as holding raw records, and a topic of typed Arrow data is
@@ -47,7 +56,9 @@ def ensure_topic(
     assert name is not None, "a topic comes from the option or the row's topic column"
     stored_as = records_marker_schema() if raw else schema
     try:
-        meta = client.describe_topic(name)
+        # Partitions, schema and id only: no replica is asked for its offsets (the
+        # streaming writer plans this twice per micro-batch).
+        meta = client.describe_topic(name, offsets=False)
     except UnknownTopicError:
         meta = client.create_topic(
             name,
@@ -68,7 +79,7 @@ def ensure_topic(
             "topic, partition, timestamp) to a raw-records topic, anything else to a typed one"
         )
     if raw:
-        return len(meta.partitions), stored_as
+        return TopicPlan(len(meta.partitions), stored_as, meta.topic_id)
     if meta.schema is None:
         # Created outside Spark (e.g. `raftlog topic create`): payloads are self-describing
         # Arrow streams, so writing is safe; readers learn the schema from the first record.
@@ -76,10 +87,10 @@ def ensure_topic(
             "raftlog sink: topic %r has no stored Arrow schema; writing with the DataFrame's",
             name,
         )
-        return len(meta.partitions), schema
+        return TopicPlan(len(meta.partitions), schema, meta.topic_id)
     stored = schema_from_bytes(meta.schema)
     check_schema(name, stored, schema)
-    return len(meta.partitions), stored
+    return TopicPlan(len(meta.partitions), stored, meta.topic_id)
 
 
 def topic_schema(client: Any, topic: str) -> pa.Schema | None:

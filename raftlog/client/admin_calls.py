@@ -84,9 +84,13 @@ class AdminCalls(CallRouting):
         self._topics[name] = resp.topic
         return topic_metadata(resp.topic)
 
-    async def describe_topic(self, name: str) -> TopicMetadata:
-        """The topic's partitions with leaders and watermarks; UnknownTopicError if absent."""
-        return topic_metadata(await self._topic_info(name, with_offsets=True))
+    async def describe_topic(self, name: str, *, offsets: bool = True) -> TopicMetadata:
+        """The topic's partitions with leaders and watermarks; UnknownTopicError if absent.
+
+        ``offsets=False``: from the metadata alone, no replica asked (one round trip
+        less): the partitions, replicas, schema and id are exact, leaders and
+        watermarks only as the answering node's own replicas know them (-1: none)."""
+        return topic_metadata(await self._topic_info(name, with_offsets=offsets))
 
     async def topic_id(self, name: str) -> int:
         """The topic's id (a topic deleted and created again has a new one), fresh from

@@ -246,9 +246,14 @@ class RaftlogClient(AdminCalls, CallRouting):
         producer_id: int,
         *,
         transaction_timeout_ms: int | None = None,
+        topic_id: int = -1,
     ) -> ProducerSession:
         """Start a new session of ``producer_id`` on the partition: bump its epoch
         (fencing older sessions) and abort their open transaction.
+
+        ``topic_id`` (>= 0: the id the caller read from the topic's metadata) makes the
+        session start only on that topic: once it was deleted and created again under
+        its name, UnknownTopicError naming both ids.
 
         ``transaction_timeout_ms`` (None or -1: the server's
         ``--transaction-timeout-ms``) is how long each transaction of this
@@ -265,7 +270,7 @@ class RaftlogClient(AdminCalls, CallRouting):
         r = await self.partition_call(
             topic,
             partition,
-            InitProducerRequest(topic, partition, producer_id, timeout),
+            InitProducerRequest(topic, partition, producer_id, timeout, topic_id),
             InitProducerResponse,
         )
         return ProducerSession(

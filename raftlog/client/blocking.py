@@ -102,8 +102,8 @@ class BlockingRaftlogClient:
             self._client.create_topic(name, partitions, replication_factor, schema, exist_ok)
         )
 
-    def describe_topic(self, name: str) -> TopicMetadata:
-        return self._run(self._client.describe_topic(name))
+    def describe_topic(self, name: str, *, offsets: bool = True) -> TopicMetadata:
+        return self._run(self._client.describe_topic(name, offsets=offsets))
 
     def list_topics(self) -> list[str]:
         return self._run(self._client.list_topics())

@@ -108,6 +108,9 @@ SLOW_NODE_S = 30.0
 
 #: Redirects per call that retry at once (see ``CallState.backoff``).
 FREE_REDIRECTS = 3
+LEADER_WAIT_S = 1.0
+"""How long a node may hold a partition call's metadata refresh while a partition has no
+known leader (``MetadataRequest.wait_for_leaders_ms``), at most half the attempt's bound."""
 # A partition call backs off at most 0.25 s between attempts: while its leader is
 # being elected it must notice the new one within a fraction of the election
 # timeout, not sleep through it (the failover benchmark's first ack).
@@ -300,10 +303,11 @@ class CallRouting:
         left = deadline - time.monotonic()
         return max(MIN_ATTEMPT_TIMEOUT_S, min(self._attempt_timeout_s, left))
 
-    async def _metadata(self, topics: list[str], with_offsets: bool) -> MetadataResponse:
-        resp = await self._prefer_controller(
-            MetadataRequest(topics, with_offsets), MetadataResponse
-        )
+    async def _metadata(
+        self, topics: list[str], with_offsets: bool, wait_for_leaders_s: float = 0.0
+    ) -> MetadataResponse:
+        req = MetadataRequest(topics, with_offsets, int(wait_for_leaders_s * 1000))
+        resp = await self._prefer_controller(req, MetadataResponse)
         self._absorb(resp)
         return resp
 
@@ -465,7 +469,11 @@ class CallRouting:
         """Refresh ``topic``'s metadata; concurrent callers share one request."""
         fut = self._refreshing.get(topic)
         if fut is None or fut.done():
-            fut = asyncio.ensure_future(self._metadata([topic], with_offsets=True))
+            # The node holds its answer until the partitions have leaders (a new topic's
+            # first election), at most half this attempt's bound: the call that needs one
+            # goes on the moment it is known, instead of after a backoff.
+            wait_s = min(LEADER_WAIT_S, self._attempt_timeout() / 2)
+            fut = asyncio.ensure_future(self._metadata([topic], True, wait_s))
             self._refreshing[topic] = fut
 
             def _forget(f: asyncio.Future[Any], t: str = topic) -> None:

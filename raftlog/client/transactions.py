@@ -30,7 +30,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import hashlib
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Awaitable, Iterable
 from typing import Any
 
 from raftlog.client.async_client import RaftlogClient
@@ -108,12 +108,20 @@ async def prepare(
     *,
     max_in_flight: int = 5,
     transaction_timeout_ms: int = DEFAULT_TRANSACTION_TIMEOUT_MS,
-    compression: Compression | str = Compression.NONE,
+    compression: Compression | str | Awaitable[Compression | str] = Compression.NONE,
+    topic_id: int = -1,
 ) -> Prepared:
     """Write ``chunks`` (payload, record count) as one open transaction; never commit.
 
     ``compression`` (none, lz4, zstd) compresses every payload on the way out
-    (:mod:`raftlog.records.compression`).
+    (:mod:`raftlog.records.compression`); given as an awaitable (a lookup of the
+    topic's config), it is awaited only once the participant is registered, so the
+    lookup runs beside the registration's round trips.
+
+    ``topic_id`` (>= 0): the topic's id as the caller planned the write (from its
+    metadata); the producer session then starts only on that topic (a topic deleted
+    and created again under its name raises UnknownTopicError), and no lookup of the
+    id is made. -1: the id is looked up once the session started.
 
     An empty ``chunks`` registers nothing and contacts no server. Raises
     :class:`TxnRefusedError` when the run already decided this version, and
@@ -127,9 +135,12 @@ async def prepare(
         return Prepared()
     pid = producer_id_for(key.writer, key.run, attempt, topic, partition)
     session = await client.init_producer(
-        topic, partition, pid, transaction_timeout_ms=transaction_timeout_ms
+        topic, partition, pid, transaction_timeout_ms=transaction_timeout_ms, topic_id=topic_id
     )
-    topic_id = await client.topic_id(topic)  # per task: no fan-out for offsets
+    if topic_id < 0:
+        # Read after the session started: a topic created again since then is another
+        # id, and this session's writes fail there (it has no such producer).
+        topic_id = await client.topic_id(topic)  # per task: no fan-out for offsets
     participant = Participant(
         attempt, key.run, topic, partition, pid, session.epoch, topic_id=topic_id
     )
@@ -138,6 +149,8 @@ async def prepare(
         return Prepared(replayed=True)
     if reply.status != "registered":
         raise TxnRefusedError(reply.error or f"registration refused: {reply}")
+    if not isinstance(compression, (Compression, str)):
+        compression = await compression
     producer = IdempotentProducer(
         client,
         topic,

@@ -155,6 +155,16 @@ class DataApi:
         return replica.offset_for_timestamp(req.timestamp_ms)
 
     async def init_producer(self, req: InitProducerRequest) -> Any:
+        topic = self._metadata.assignment(req.topic, req.partition)[0]
+        topic_id = topic.partitions[0].group_id  # as TopicInfo.topic_id
+        if req.topic_id >= 0 and topic_id != req.topic_id:
+            # the replica below is of this incarnation of the topic: not the one planned
+            raise RequestError(
+                ErrorCode.UNKNOWN_TOPIC,
+                f"topic {req.topic!r} is not the one this write was planned against: its id "
+                f"is {topic_id}, not {req.topic_id} (the topic was deleted and created again "
+                "since)",
+            )
         rep = self._leader_replica(req.topic, req.partition)
         self._refuse_when_disk_full("init_producer")
         return await self._writing("init_producer", rep.init_producer(req))

@@ -37,6 +37,15 @@ log = logging.getLogger("raftlog.node")
 REMOTE_STATUS_S = 1.0
 """How long a metadata call waits for another node's partition statuses (best effort)."""
 
+LEADER_WAIT_MAX_S = 2.0
+"""The longest a metadata answer is held for partitions without a known leader
+(``MetadataRequest.wait_for_leaders_ms`` is capped to it)."""
+
+LEADER_POLL_S = 0.01
+"""How often a held metadata answer looks again for the missing leaders: a new
+partition's replicas learn their leader from its first append, within a few ms of the
+election, and this node's own replicas are looked at in memory."""
+
 CONTROLLER_READ_WAIT_S = 2.0
 """How long a new controller leader holds a metadata answer until it can answer from
 state that includes everything acknowledged (see :meth:`MetadataApi._controller_read_barrier`);
@@ -108,21 +117,42 @@ class MetadataApi:
                 "ask in several requests, or name none for all",
             )
             raise RequestError(ErrorCode.INVALID_REQUEST, why)
-        topics = [
-            self._ctx.controller_stm.topics[n]
-            for n in names
-            if n in self._ctx.controller_stm.topics
-        ]
-        here = await self.statuses_here([p.group_id for t in topics for p in t.partitions])
-        remote: dict[int, PartitionStatus] = {}
-        if req.with_offsets:
-            remote = await self.remote_statuses(topics, here)
+        stm = self._ctx.controller_stm
+        topics = [stm.topics[n] for n in names if n in stm.topics]
+        infos = await self._topic_infos(topics, req.with_offsets)
+        wait_s = min(req.wait_for_leaders_ms / 1000.0, LEADER_WAIT_MAX_S)
+        if req.with_offsets and wait_s > 0:
+            # A client that found no leader (a topic just created: its first election
+            # takes 100-350 ms) is answered the moment one is known, rather than polling
+            # with its backoff (up to 250 ms between tries): one request instead of five.
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + wait_s
+            for _ in range(int(wait_s / LEADER_POLL_S) + 1):
+                if loop.time() >= deadline or all(
+                    p.leader >= 0 for t in infos for p in t.partitions
+                ):
+                    break
+                await asyncio.sleep(LEADER_POLL_S)
+                # the controller's copy of the topics may have changed meanwhile
+                topics = [stm.topics[n] for n in names if n in stm.topics]
+                infos = await self._topic_infos(topics, True)
         return MetadataResponse(
             self._ctx.node_id,
             self._ctx.controller_leader(),
             self._membership.node_infos(),
-            [self.topic_info(t, here, remote) for t in topics],
+            infos,
         )
+
+    async def _topic_infos(
+        self, topics: list[TopicAssignment], with_offsets: bool
+    ) -> list[TopicInfo]:
+        """``topics`` as this node's replicas know them, and with ``with_offsets`` as their
+        leaders (or preferred replicas) report them."""
+        here = await self.statuses_here([p.group_id for t in topics for p in t.partitions])
+        remote: dict[int, PartitionStatus] = {}
+        if with_offsets:
+            remote = await self.remote_statuses(topics, here)
+        return [self.topic_info(t, here, remote) for t in topics]
 
     def topic_info(
         self,

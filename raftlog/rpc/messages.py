@@ -79,6 +79,10 @@ class ConfigEntry:
 class MetadataRequest:
     topics: list[str]  # empty: every topic
     with_offsets: bool = False  # ask replicas for leaders and watermarks (slower)
+    # with_offsets: hold the answer up to this long while a partition asked for has no
+    # known leader (a topic just created, an election), answering once every one has
+    # one; the node caps it at MAX_LEADER_WAIT_MS. 0: answer at once.
+    wait_for_leaders_ms: int = dataclasses.field(default=0, metadata={"range": (0, I32_MAX)})
 
 
 @register(11)
@@ -223,6 +227,9 @@ class InitProducerRequest:
     producer_id: int
     # the session's transaction timeout; -1: the server's --transaction-timeout-ms
     transaction_timeout_ms: int = -1
+    # the id of the topic the caller planned its write against (TopicInfo.topic_id; -1:
+    # any): a topic deleted and created again under the name is refused (UNKNOWN_TOPIC)
+    topic_id: int = -1
 
 
 @register(28)
