@@ -771,16 +771,19 @@ class Consensus:
         for listener in self.leader_listeners:
             listener()
         self.recovery.cancel_all()
+        # The term's first entry: every linearizable read of the term waits for it to
+        # commit (the read index, see read_index.py), so it is flushed at once and asks
+        # the followers to flush (quorum_ack), not left to the coalesced flush.
         noop = RecordBatch.create(b"", kind=BatchKind.NOOP, timestamp_ms=0)
         if self._seal_ahead_fn(self.core.term) is None:
-            self.replicate([noop], Consistency.LEADER_ACK, expected_term=self.core.term)
+            self.replicate([noop], Consistency.QUORUM_ACK, expected_term=self.core.term)
         else:  # the no-op of the new term rolls the segment: seal it off the loop first
             self.spawn(self._noop_after_seal(noop, self.core.term))
 
     async def _noop_after_seal(self, noop: RecordBatch, term: int) -> None:
         await self.seal_ahead(term)
         if self.running and self.core.is_leader and self.core.term == term:
-            self.replicate([noop], Consistency.LEADER_ACK, expected_term=term)
+            self.replicate([noop], Consistency.QUORUM_ACK, expected_term=term)
 
     def _seal_ahead_fn(self, term: int) -> Callable[[], None] | None:
         if not self.options.flush_in_executor:  # the simulator: no threads

@@ -365,6 +365,7 @@ def test_heartbeats_are_batched_per_peer_node() -> None:
         groups = {}
         options = sim_options()
         options.idle_heartbeat_ticks = 1  # every follower every round, idle or not
+        options.quiesce = False  # and no group quiesces meanwhile
         for node in (1, 2, 3):
             rec = recorders[node] = _Recorder(network, node)
             hb = HeartbeatManager(node, rec, interval_s=0.1)
