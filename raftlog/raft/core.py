@@ -673,11 +673,16 @@ class RaftCore:
         far, and make every follower due a heartbeat (a quiescent group wakes)."""
         if self.role is not Role.LEADER:
             return
-        self._read_rounds += 1
         fence = {node: self._sent_seq.get(node, 0) for node in self.progress}
+        self._wake()
+        if self._read_fences and self._read_fences[-1][1] == fence:
+            # Nothing drawn since the last round was asked: it is this one too (so reads
+            # retried against a leader that hears nobody add no fence each).
+            self._ready.read_round = self._read_fences[-1][0]
+            return
+        self._read_rounds += 1
         self._read_fences.append((self._read_rounds, fence))
         self._ready.read_round = self._read_rounds
-        self._wake()
         self._confirm_reads()  # a group of one confirms at once
 
     def _note_answered(self, peer: int, req_seq: int) -> None:
