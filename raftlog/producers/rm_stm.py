@@ -25,9 +25,11 @@ the replicate batcher but not yet applied. Invariants:
   it, would fail and be resent, which cost idempotent producers more than
   half their throughput.
 - Every replicate is conditional on the term the stm has *synced* to
-  (``expected_term``). Syncing to a new term replicates a barrier and waits
-  until it is applied, so the table holds everything earlier leaders
-  committed; in-flight lists of older terms are dropped then.
+  (``expected_term``). Syncing to a new term passes the group's read barrier
+  (``Consensus.read_barrier``: an entry of the term committed, and applied up
+  to the term's read index), so the table holds everything earlier leaders
+  committed; in-flight lists of older terms are dropped then. Nothing is
+  written for it.
 - When a request's outcome is unknown (``finished`` failed or timed out after
   ``enqueued``), the leader steps down. The next leader syncs, and a retry is
   resolved from the log: written (original offsets) or not (written now).
@@ -160,6 +162,8 @@ class ConsensusLike(Protocol):
     ) -> ReplicateStages: ...
 
     def step_down(self) -> Any: ...
+
+    async def read_barrier(self, timeout_s: float, *, quorum_round: bool = False) -> int: ...
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -368,9 +372,11 @@ class RmStm:
             self._inflight.clear()  # requests of older terms resolve through their own stages
             for pid in list(self._reorder):
                 self._tail_changed(pid)
-            res = await self._barrier(term, "sync to")
             try:
-                await self._wait_applied(res.last_offset, self.config.sync_timeout_s)
+                # The group's one read barrier: an entry of this term committed (the
+                # leader's no-op) and the state machines applied the term's read index.
+                index = await self._c.read_barrier(self.config.sync_timeout_s)
+                await self._wait_applied(index, self.config.sync_timeout_s)
             except (TimeoutError, RaftError) as exc:
                 raise SyncError(f"rm_stm could not sync to term {term}: {exc!r}") from exc
             if self._c.term == term:
@@ -378,24 +384,22 @@ class RmStm:
             return term
 
     async def _confirm_term(self, term: int) -> None:
-        """Prove with a quorum round (a barrier committed in ``term``) that no newer leader
-        has been elected, before an answer that one could contradict: a session or an
-        epoch unknown here may have been granted by a newer leader while this one, cut
-        off, still leads in its own view (seed 131 of the producer simulation: its
-        "epoch 2 was never granted here" was a stale leader's). Raises SyncError
-        (retriable: the client tries the newer leader) when the round fails."""
-        await self._barrier(term, "confirm its leadership in")
-
-    async def _barrier(self, term: int, what: str) -> Any:
-        """Commit a no-op batch in ``term`` with a quorum (the one round that proves this
-        node leads in ``term``); its replicate result. Raises SyncError ("rm_stm could
-        not {what} term ...") when it fails or times out."""
-        barrier = RecordBatch.create(b"", kind=BatchKind.NOOP, timestamp_ms=self._clock_ms())
+        """Prove with a quorum round that no newer leader has been elected, before an
+        answer that one could contradict: a session or an epoch unknown here may have
+        been granted by a newer leader while this one, cut off, still leads in its own
+        view (seed 131 of the producer simulation: its "epoch 2 was never granted here"
+        was a stale leader's). The group's read barrier with ``quorum_round``: a quorum
+        of voters answered this leader in ``term`` after the question was asked (not
+        the lease, which assumes ticks of bounded drift), and nothing is written.
+        Raises SyncError (retriable: the client tries the newer leader) when the round
+        fails, or when the term changed meanwhile."""
+        what = f"rm_stm could not confirm its leadership in term {term}"
         try:
-            stages = self._c.replicate([barrier], Consistency.QUORUM_ACK, term)
-            return await asyncio.wait_for(stages.finished, self.config.sync_timeout_s)
+            await self._c.read_barrier(self.config.sync_timeout_s, quorum_round=True)
         except (TimeoutError, RaftError) as exc:
-            raise SyncError(f"rm_stm could not {what} term {term}: {exc!r}") from exc
+            raise SyncError(f"{what}: {exc!r}") from exc
+        if self._c.term != term:
+            raise SyncError(f"{what}: the group is in term {self._c.term} now")
 
     def _leader_term(self) -> int:
         if not self._c.is_leader:

@@ -106,6 +106,7 @@ from raftlog.raft.local_messages import (
     LocalFlushed,
     NodeAlive,
     NodeDead,
+    ReadRequest,
     StepDown,
     Tick,
 )
@@ -770,16 +771,19 @@ class Consensus:
         for listener in self.leader_listeners:
             listener()
         self.recovery.cancel_all()
+        # The term's first entry: every linearizable read of the term waits for it to
+        # commit (the read index, see read_index.py), so it is flushed at once and asks
+        # the followers to flush (quorum_ack), not left to the coalesced flush.
         noop = RecordBatch.create(b"", kind=BatchKind.NOOP, timestamp_ms=0)
         if self._seal_ahead_fn(self.core.term) is None:
-            self.replicate([noop], Consistency.LEADER_ACK, expected_term=self.core.term)
+            self.replicate([noop], Consistency.QUORUM_ACK, expected_term=self.core.term)
         else:  # the no-op of the new term rolls the segment: seal it off the loop first
             self.spawn(self._noop_after_seal(noop, self.core.term))
 
     async def _noop_after_seal(self, noop: RecordBatch, term: int) -> None:
         await self.seal_ahead(term)
         if self.running and self.core.is_leader and self.core.term == term:
-            self.replicate([noop], Consistency.LEADER_ACK, expected_term=term)
+            self.replicate([noop], Consistency.QUORUM_ACK, expected_term=term)
 
     def _seal_ahead_fn(self, term: int) -> Callable[[], None] | None:
         if not self.options.flush_in_executor:  # the simulator: no threads
@@ -881,14 +885,19 @@ class Consensus:
 
         The core decides (:meth:`RaftCore.read_index`, see :mod:`raftlog.raft.read_index`):
         this node leads, is not transferring, committed an entry of its term (the term's
-        read index is its commit index then) and heard from a quorum lately; then the
-        state machines must have applied the read index. Raises :class:`NotLeaderError`
-        (naming the known leader) when this node does not lead, and
-        :class:`ReadNotReadyError` (retriable; its message says what is missing)
-        otherwise. For a handler that must answer at once; :meth:`read_barrier` waits."""
+        read index is its commit index then) and its lease holds (it heard from a quorum
+        lately, and sent no timeout-now in its term); then the state machines must have
+        applied the read index. Raises :class:`NotLeaderError` (naming the known leader)
+        when this node does not lead, and :class:`ReadNotReadyError` (retriable; its
+        message says what is missing) otherwise. For a handler that must answer at once;
+        :meth:`read_barrier` waits, and takes the quorum round that a term without a
+        lease needs (a read that answers at once cannot: the round must follow it)."""
+        return self._readable(-1, False)
+
+    def _readable(self, read_round: int, quorum_round: bool) -> int:
         if not self.running:
             raise RaftError(f"group {self.group} on node {self.node_id} is not running")
-        decision = self.core.read_index()
+        decision = self.core.read_index(read_round, quorum_round)
         if not decision.leader:
             raise self.not_leader_error()
         why = unready_reason(decision, self.last_applied)
@@ -899,21 +908,32 @@ class Consensus:
             f"cannot serve a linearizable read yet: it {why}"
         )
 
-    async def read_barrier(self, timeout_s: float) -> int:
-        """Wait until :meth:`check_readable` passes; return the read index. Returns at
-        once, without suspending, when it passes already. Raises NotLeaderError at once
-        when this node does not lead (or stops leading meanwhile), and
-        :class:`ReadBarrierTimeout` (a ReadNotReadyError and a TimeoutError, with the
-        same message) when the read is still not possible after ``timeout_s``."""
+    async def read_barrier(self, timeout_s: float, *, quorum_round: bool = False) -> int:
+        """Wait until a linearizable read may be answered (:meth:`check_readable`, with
+        the quorum round a term without a lease needs); return the read index. Returns
+        at once, without suspending, when it passes already. ``quorum_round``: prove the
+        leadership with a quorum round even while the lease holds (an answer that must
+        hold even if the nodes' ticks drift; it costs a heartbeat round trip). Raises
+        NotLeaderError at once when this node does not lead (or stops leading
+        meanwhile), and :class:`ReadBarrierTimeout` (a ReadNotReadyError and a
+        TimeoutError, with the same message) when the read is still not possible after
+        ``timeout_s``."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_s
+        read_round, term = -1, self.core.term
         while True:
             try:
-                return self.check_readable()
+                return self._readable(read_round, quorum_round)
             except ReadNotReadyError as exc:
                 left = deadline - loop.time()
                 if left <= 0:
                     raise ReadBarrierTimeout(f"{exc} (waited {timeout_s:g}s)") from None
+            if (read_round == -1 or term != self.core.term) and self.core.read_index(
+                read_round, quorum_round
+            ).confirm:
+                # Asked now, after the read began: the next heartbeat round reaches every
+                # follower (a quiescent group wakes), and a quorum's answers confirm it.
+                read_round, term = self.step(ReadRequest()).read_round, self.core.term
             if self._read_wake is None:
                 self._read_wake = asyncio.Event()
             # A tick at most: the lease and a transfer change on replies and ticks.

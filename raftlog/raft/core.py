@@ -79,6 +79,7 @@ from raftlog.raft.local_messages import (
     NodeDead,
     PromotionDone,
     Propose,
+    ReadRequest,
     RecoveryAnswered,
     RecoveryChunkRead,
     RecoveryLost,
@@ -243,7 +244,8 @@ class Ready:
     :class:`InstallAnswered` or :class:`RecoveryLost`), ``recovery_retry`` the
     followers whose lost request is to be sent again after a tick. Like
     ``replies`` and ``install_next`` they are the stepping stage's, not sent by
-    the driver.
+    the driver; so is ``read_round``, the number a :class:`ReadRequest` was given
+    (-1: none, or this node does not lead).
 
     Replies leave only here: :meth:`RaftCore.step` returns nothing.
     """
@@ -270,6 +272,7 @@ class Ready:
         dataclasses.field(default_factory=list)
     )
     recovery_retry: list[int] = dataclasses.field(default_factory=list)
+    read_round: int = -1
 
     def __bool__(self) -> bool:
         return bool(
@@ -423,6 +426,19 @@ class RaftCore:
         # Leader: (term, commit index when an entry of that term first committed): the
         # term's read index (see read_index).
         self._read_index: tuple[int, int] = (-1, -1)
+        # Leader: the last term in which it sent timeout-now: its lease no longer holds
+        # in that term, and each read waits for a quorum round (see read_index).
+        self._lease_lost_term = -1
+        # Read rounds (etcd's ReadOnlySafe): the rounds asked so far (ReadRequest numbers
+        # them, never reset), those not confirmed yet, oldest first, each with the last
+        # seq drawn per follower when it was asked, and the newest confirmed: a quorum
+        # of voters answered a request drawn after it was asked. Seqs rise per follower,
+        # so rounds are confirmed in order.
+        self._read_rounds = 0
+        self._read_fences: collections.deque[tuple[int, dict[int, int]]] = collections.deque()
+        self._read_confirmed = 0
+        # Leader: per follower, the highest seq of its requests answered in this term.
+        self._answered_seq: dict[int, int] = {}
         # The followers the last quorum_ack append asked to flush at once, and the last
         # offset that append placed.
         self._flushers: set[int] = set()
@@ -574,6 +590,7 @@ class RaftCore:
             and self.transfer_target == -1
             and not self._unsent
             and not self._promoting
+            and not self._read_fences
         ):
             return False
         end = self._last_offset()
@@ -607,9 +624,13 @@ class RaftCore:
         then, so it serves reads only once this holds."""
         return self.term_at(self.commit_index) == self.term
 
-    def read_index(self) -> ReadIndex:
+    def read_index(self, read_round: int = -1, quorum_round: bool = False) -> ReadIndex:
         """The read index decision (see :mod:`raftlog.raft.read_index`): the offset a
-        linearizable read must wait to be applied, or why none may be served now."""
+        linearizable read must wait to be applied, or why none may be served now.
+        ``read_round``: the round a :class:`ReadRequest` gave this read (-1: none); it
+        matters when the decision says ``confirm``: this leader's lease does not hold in
+        its term, or the caller asked for a ``quorum_round`` whatever the lease (an
+        answer that must hold even if ticks drift)."""
         if self.role is not Role.LEADER:
             return ReadIndex(-1, False, "does not lead")
         if self.transfer_target != -1:
@@ -624,6 +645,25 @@ class RaftCore:
                     "what an earlier leader committed)",
                 )
             index = self.commit_index
+        lease_lost = self._lease_lost_term == self.term
+        if lease_lost and mutations.active("lease_after_timeout_now"):
+            lease_lost = False
+        if lease_lost or quorum_round:
+            if read_round == -1 or read_round > self._read_confirmed:
+                why = (
+                    "sent timeout-now in its term, so its lease does not hold"
+                    if lease_lost
+                    else "was asked for a quorum round"
+                )
+                asked = "" if read_round == -1 else f" (round {read_round})"
+                return ReadIndex(
+                    -1,
+                    True,
+                    f"{why}: a read waits for a quorum of voters to answer a heartbeat or "
+                    f"append sent after the read was asked{asked}",
+                    confirm=True,
+                )
+            return ReadIndex(index, True)
         timeout = self.options.election_timeout_ticks
         if self.options.check_quorum and not self._quorum_heard(timeout):
             return ReadIndex(
@@ -633,6 +673,45 @@ class RaftCore:
                 "been deposed)",
             )
         return ReadIndex(index, True)
+
+    def _ask_read(self) -> None:
+        """Leader: number a read that needs a quorum round, fence it at the seqs drawn so
+        far, and make every follower due a heartbeat (a quiescent group wakes)."""
+        if self.role is not Role.LEADER:
+            return
+        fence = {node: self._sent_seq.get(node, 0) for node in self.progress}
+        self._wake()
+        if self._read_fences and self._read_fences[-1][1] == fence:
+            # Nothing drawn since the last round was asked: it is this one too (so reads
+            # retried against a leader that hears nobody add no fence each).
+            self._ready.read_round = self._read_fences[-1][0]
+            return
+        self._read_rounds += 1
+        self._read_fences.append((self._read_rounds, fence))
+        self._ready.read_round = self._read_rounds
+        self._confirm_reads()  # a group of one confirms at once
+
+    def _note_answered(self, peer: int, req_seq: int) -> None:
+        """Leader: ``peer`` answered its request ``req_seq`` of this term (in this term:
+        a higher one steps the leader down first)."""
+        if req_seq > self._answered_seq.get(peer, -1):
+            self._answered_seq[peer] = req_seq
+            if self._read_fences:
+                self._confirm_reads()
+
+    def _confirm_reads(self) -> None:
+        voters = self.configs.latest.voters
+        while self._read_fences:
+            read_round, fence = self._read_fences[0]
+            answered = sum(
+                1
+                for v in voters
+                if v == self.node_id or (v in fence and self._answered_seq.get(v, -1) > fence[v])
+            )
+            if answered < len(voters) // 2 + 1:
+                return
+            self._read_confirmed = read_round
+            self._read_fences.popleft()
 
     def _quorum_heard(self, ticks: int) -> bool:
         """A majority of the voters (this node included) heard within the last ``ticks``."""
@@ -709,7 +788,12 @@ class RaftCore:
             hb = message.heartbeat
             if message.reply.result != APPEND_GROUP_UNAVAILABLE:
                 self._handle_append_reply(
-                    message.peer, hb.term, hb.prev_log_offset, message.reply, is_heartbeat=True
+                    message.peer,
+                    hb.term,
+                    hb.prev_log_offset,
+                    message.reply,
+                    is_heartbeat=True,
+                    req_seq=hb.seq,
                 )
         elif isinstance(message, AppendAnswered):
             answer = message.reply
@@ -762,6 +846,8 @@ class RaftCore:
             self._begin_transfer(message.target)
         elif isinstance(message, AbortTransfer):
             self._abort_transfer()
+        elif isinstance(message, ReadRequest):
+            self._ask_read()
         elif isinstance(message, StepDown):
             self._step_down()
         elif isinstance(message, ConfigurationChanged):
@@ -1032,6 +1118,7 @@ class RaftCore:
         self.role = Role.FOLLOWER
         self._refresh_role()
         self.transfer_target = -1
+        self._read_fences.clear()
         self._promoting.clear()
         self.timer.reset()
         if leader != -1:
@@ -1045,6 +1132,8 @@ class RaftCore:
         self._drop_unsent()
         self.leader_id = self.node_id
         self.transfer_target = -1
+        self._read_fences.clear()
+        self._answered_seq.clear()
         self._quorum_check_elapsed = 0
         self.progress = {}
         self._sync_progress()
@@ -1282,6 +1371,7 @@ class RaftCore:
             if (
                 self.ticks - p.heartbeat_tick < every
                 and self.transfer_target == -1
+                and not self._read_fences
                 and p.state is ProgressState.REPLICATE
                 and (self._heartbeat_idle(p) or self._appended_lately(p))
             ):
@@ -1330,6 +1420,7 @@ class RaftCore:
         req_prev_offset: int,
         reply: AppendEntriesReply | HeartbeatReply,
         is_heartbeat: bool = False,
+        req_seq: int = -1,
     ) -> None:
         """Update a follower's progress from a reply (append entries or heartbeat).
 
@@ -1346,6 +1437,10 @@ class RaftCore:
         p = self.progress.get(peer)
         if p is None:
             return
+        # Stale or not, an answer in this term to a request drawn after a read round was
+        # asked confirms that round's member (the reply's own seq may have been raised
+        # by the follower, see _reply_seq: the request's is what was drawn when).
+        self._note_answered(peer, req_seq)
         if reply.seq <= p.last_reply_seq and not mutations.active("accept_stale_replies"):
             self.stale_replies += 1
             if (
@@ -1644,7 +1739,7 @@ class RaftCore:
         if reply is None:
             self._on_send_failed(peer, req.term)
         else:
-            self._handle_append_reply(peer, req.term, req.prev_log_offset, reply)
+            self._handle_append_reply(peer, req.term, req.prev_log_offset, reply, req_seq=req.seq)
         p = self.progress.get(peer)
         if self.role is Role.LEADER and p is not None and p.state is ProgressState.REPLICATE:
             # It asks for a flush when it carries what a quorum_ack append placed.
@@ -1731,7 +1826,7 @@ class RaftCore:
         p = self.progress.get(node)
         if p is not None and self.role is Role.LEADER and req.term == self.term:
             p.recovery_window.release(req.seq)
-        self._handle_append_reply(node, req.term, req.prev_log_offset, reply)
+        self._handle_append_reply(node, req.term, req.prev_log_offset, reply, req_seq=req.seq)
 
     def _recovery_failed(self, node: int, term: int, seq: int | None = None) -> bool:
         """A recovery request (or snapshot chunk) to ``node`` got no usable reply (a
@@ -1963,6 +2058,9 @@ class RaftCore:
             return  # the target may be campaigning already
         if p.match_offset >= self._last_offset():
             self._timeout_now_sent_tick = self.ticks
+            # Its campaign ignores the voters' leases, whenever it arrives: no lease in
+            # this term from now on (see read_index).
+            self._lease_lost_term = self.term
             self._ready.messages.append((target, self._timeout_now_for(target)))
         else:
             self._catch_up(target)

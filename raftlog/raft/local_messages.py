@@ -67,6 +67,14 @@ class AbortTransfer:
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
+class ReadRequest:
+    """Leader: a linearizable read was asked now and needs a quorum round (its read
+    index said ``confirm``): the core numbers it (``Ready.read_round``) and makes the
+    next heartbeat round reach every follower; the read may be served once
+    :meth:`~raftlog.raft.core.RaftCore.read_index` of that round is ready."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
 class StepDown:
     """Give up leadership (or candidacy) in the current term."""
 
@@ -231,6 +239,7 @@ LocalMessage = (
     | Campaign
     | TransferLeadership
     | AbortTransfer
+    | ReadRequest
     | StepDown
     | ConfigurationChanged
     | LocalFlushed

@@ -38,6 +38,10 @@ The names and what each one breaks:
 - ``read_before_commit_in_term``: a new leader's read index is its commit index
   before an entry of its term is committed (linearizable reads: a read misses
   what the previous leader acknowledged).
+- ``lease_after_timeout_now``: a leader that sent timeout-now in its term serves
+  reads on its lease again once the transfer ended (linearizable reads: the target,
+  elected by a late timeout-now with votes that ignore leases, commits writes the old
+  leader's reads miss).
 """
 
 from __future__ import annotations
@@ -58,6 +62,7 @@ MUTATIONS: tuple[str, ...] = (
     "vote_twice_in_term",
     "send_before_vote_saved",
     "read_before_commit_in_term",
+    "lease_after_timeout_now",
 )
 
 ACTIVE: set[str] = set()

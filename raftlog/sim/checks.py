@@ -44,7 +44,9 @@
   its term: acknowledged at ``quorum_ack`` in an earlier term, or seen committed
   while no node had reached its term (checked at every step and the moment it is
   elected: a new leader's commit index may lag them until an entry of its term
-  commits);
+  commits); and none was acknowledged at ``quorum_ack`` in a later term (a leader
+  deposed without knowing it, by a transfer's target elected past the voters'
+  leases, must not serve reads on its own lease);
 - no entry acknowledged at ``quorum_ack`` is ever lost: each one equals the
   committed history at its offset, and after the final heal every one of them
   is committed on the final leader.
@@ -172,6 +174,14 @@ class InvariantChecker:
         decision = core.read_index()
         if not decision.ready:
             return ""
+        later = [(t, o) for t, o in self._acked_upto.items() if t > core.term]
+        if later:
+            term, offset = max(later)
+            return (
+                f"linearizable reads: node {node.node_id}, leader of term {core.term}, may "
+                f"serve reads from read index {decision.index}, though offset {offset} was "
+                f"acknowledged in the later term {term}"
+            )
         before = [o for t, o in self._acked_upto.items() if t < core.term]
         before += [o for t, o in self._committed_upto.items() if t < core.term]
         earlier = max(before, default=-1)

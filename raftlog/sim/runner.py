@@ -30,7 +30,8 @@ from collections.abc import Iterable
 
 from raftlog.raft.core import Role
 from raftlog.raft.errors import RaftError
-from raftlog.raft.messages import AppendEntriesRequest, VoteRequest
+from raftlog.raft.local_messages import AbortTransfer
+from raftlog.raft.messages import AppendEntriesRequest, TimeoutNowRequest, VoteRequest
 from raftlog.raft.progress import ProgressState
 from raftlog.raft.replicate_batcher import Consistency
 from raftlog.sim.checks import InvariantChecker
@@ -175,6 +176,7 @@ class _Sim:
             checker_task.result()
         tasks = [asyncio.create_task(self._client(i)) for i in range(4)]
         await self._backlog_before_chaos()
+        await self._late_timeout_now()
         tasks.append(asyncio.create_task(self._nemesis()))
         # The checker, a client or the nemesis raising ends the run at once with its error.
         await asyncio.wait(
@@ -283,6 +285,83 @@ class _Sim:
         self.trace.append(
             f"{self._now():.3f} backlog under leader {leader.node_id if leader else None}{done}"
         )
+
+    async def _late_timeout_now(self) -> None:
+        """:meth:`_late_timeout_now_step` with the clients paused (the target catches up at
+        once, and the step costs the 500-seed test less)."""
+        self.idle_until = float("inf")
+        try:
+            await self._late_timeout_now_step()
+        finally:
+            self.idle_until = 0.0
+
+    async def _late_timeout_now_step(self) -> None:
+        """Before the chaos, with the clients writing: a leadership transfer whose
+        timeout-now arrives after the transfer ended (the network held it longer than
+        the transfer timeout; here the transfer is ended as it is sent). The old leader
+        then hears nobody (one-way cuts: its heartbeats still leave, no answer comes
+        back) but heard a quorum within an election timeout; the late timeout-now elects
+        the target with votes that ignore the leases, and the new leader acknowledges a
+        write. The old leader's clock runs slow meanwhile (a stalled loop), so that its
+        lease outlasts that election. It must not serve reads (the check of linearizable
+        reads: its read index would miss that write). Once in every seed; its draws are
+        its own, so the scenarios after it keep theirs."""
+        leader = await self._settled_leader()
+        if leader is None:
+            self.trace.append(f"{self._now():.3f} late timeout-now: no leader")
+            return
+        c, network = leader.consensus, self.cluster.network
+        term = c.term
+        others = [i for i in self.cluster.ids if i != leader.node_id]
+        # The follower furthest along: timeout-now goes once the target holds the whole log.
+        peers = c.status().peers
+        best = max((peers[i].match_offset for i in others if i in peers), default=-1)
+        target = random.Random(self.seed * 59 + 1).choice(
+            [i for i in others if i in peers and peers[i].match_offset == best] or others
+        )
+        sent: list[TimeoutNowRequest] = []
+
+        def held(message: object) -> bool:
+            if isinstance(message, TimeoutNowRequest) and message.source_node == leader.node_id:
+                sent.append(message)
+                return True
+            return False
+
+        network.hold(held)
+        transfer = asyncio.create_task(c.transfer_leadership(target))
+        transfer.add_done_callback(lambda t: t.cancelled() or t.exception())
+        try:
+            # The first timeout-now is ended on (well below the RPC timeout, 0.2 s, so
+            # that the held message still counts); the transfer times out after 1 s.
+            for _ in range(int(0.9 / self.config.step_s)):
+                if sent or not (leader.alive and c.is_leader):
+                    break
+                await asyncio.sleep(self.config.step_s)
+            if not (sent and leader.alive and c.is_leader and c.term == term):
+                self.trace.append(f"{self._now():.3f} late timeout-now: none sent")
+                return
+            c.step(AbortTransfer())  # writes resume; the timeout-now is still on its way
+            for i in others:
+                network.cut_one_way(i, leader.node_id)
+            c.clock_rate = 0.25
+        finally:
+            network.release()
+        self.trace.append(
+            f"{self._now():.3f} late timeout-now to {target}, leader {leader.node_id} hears nobody"
+        )
+        new = await self._new_leader(leader.node_id, timeout_s=0.5)
+        if new is not None:
+            batch = RecordBatch.create(f"{self.seed}:after-late-transfer".encode(), timestamp_ms=0)
+            try:
+                stages = new.consensus.replicate([batch], Consistency.QUORUM_ACK)
+                self.checker.record_ack(await asyncio.wait_for(stages.finished, 0.6), batch)
+            except (RaftError, TimeoutError) as exc:
+                self.trace.append(f"{self._now():.3f} late timeout-now: write not acked: {exc!r}")
+            await asyncio.sleep(self.config.step_s * 2)  # the checker looks at the old leader
+        c.clock_rate = 1.0
+        network.heal()
+        await asyncio.gather(transfer, return_exceptions=True)
+        self.trace.append(f"{self._now():.3f} heal (new leader {new.node_id if new else None})")
 
     async def _final_write(self) -> None:
         """A quorum_ack write must succeed once healed (elections may still churn a bit).

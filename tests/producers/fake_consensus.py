@@ -5,16 +5,23 @@ order is fixed). Committing is automatic unless ``auto_commit`` is off, when
 the test calls :meth:`commit`. Committed batches are applied to every
 registered state machine in order. :meth:`new_term` models an election:
 uncommitted entries are kept (the new leader had them) or dropped (it did
-not), and callers still waiting get LeadershipLostError.
+not), and callers still waiting get LeadershipLostError. :meth:`read_barrier` is
+the group's read barrier as this leader sees it; ``quorum_answers`` off models a
+leader cut off from its followers (a quorum round never completes).
 """
 
 from __future__ import annotations
 
 import asyncio
 
-from raftlog.raft.errors import LeadershipLostError, NotLeaderError, TermMismatchError
+from raftlog.raft.errors import (
+    LeadershipLostError,
+    NotLeaderError,
+    ReadBarrierTimeout,
+    TermMismatchError,
+)
 from raftlog.raft.replicate_batcher import Consistency, ReplicateResult, ReplicateStages
-from raftlog.storage.batch import RecordBatch
+from raftlog.storage.batch import BatchKind, RecordBatch
 
 
 class FakeConsensus:
@@ -30,6 +37,9 @@ class FakeConsensus:
         self.step_downs = 0
         self.fail_enqueue: Exception | None = None
         self._waiting: list[tuple[int, asyncio.Future[ReplicateResult], ReplicateResult]] = []
+        self._readers: list[asyncio.Future[None]] = []  # read_barrier callers waiting
+        self.quorum_answers = True
+        self.quorum_rounds = 0  # read barriers that asked for a quorum round
 
     @property
     def high_watermark(self) -> int:
@@ -85,6 +95,47 @@ class FakeConsensus:
             else:
                 still.append((last, fut, result))
         self._waiting = still
+        if self._committed_in_term():
+            for reader in self._readers:
+                if not reader.done():
+                    reader.set_result(None)
+            self._readers = []
+
+    async def read_barrier(self, timeout_s: float, *, quorum_round: bool = False) -> int:
+        """The real group's read barrier, as this one leader sees it: once an entry of
+        the term is committed (here the leader's no-op is appended when first asked,
+        committed with the rest) and so applied (commit applies at once), and with
+        ``quorum_round`` once a quorum answered (never, with ``quorum_answers`` off);
+        NotLeaderError on a follower or when the term ends first, ReadBarrierTimeout
+        after ``timeout_s``."""
+        if not self.is_leader:
+            raise NotLeaderError(self.group, -1)
+        if not any(b.term == self.term for b in self.log):
+            noop = RecordBatch.create(b"", kind=BatchKind.NOOP, timestamp_ms=0)  # as the core's
+            self.replicate([noop], Consistency.QUORUM_ACK, -1)
+        if quorum_round:
+            self.quorum_rounds += 1
+        if self._committed_in_term() and (self.quorum_answers or not quorum_round):
+            return self._read_index()
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._readers.append(fut)
+        try:
+            await asyncio.wait_for(fut, timeout_s)
+        except TimeoutError:
+            why = f"group {self.group}: nothing of term {self.term} committed"
+            if quorum_round and not self.quorum_answers:
+                why = f"group {self.group}: no quorum answered in term {self.term}"
+            raise ReadBarrierTimeout(why) from None
+        if quorum_round and not self.quorum_answers:
+            raise ReadBarrierTimeout(f"group {self.group}: no quorum answered")
+        return self._read_index()
+
+    def _read_index(self) -> int:
+        """The term's read index: its first entry (every earlier term's entry precedes it)."""
+        return next(b.last_offset for b in self.log if b.term == self.term)
+
+    def _committed_in_term(self) -> bool:
+        return any(b.term == self.term and b.last_offset <= self.commit_index for b in self.log)
 
     def step_down(self) -> None:
         self.step_downs += 1
@@ -97,6 +148,11 @@ class FakeConsensus:
                 fut.set_exception(LeadershipLostError(self.group, -1))
                 fut.exception()
         self._waiting = []
+        for reader in self._readers:
+            if not reader.done():
+                reader.set_exception(NotLeaderError(self.group, -1))
+                reader.exception()
+        self._readers = []
         if not keep_uncommitted:
             self.log = [b for b in self.log if b.last_offset <= self.commit_index]
         self.term += 1

@@ -16,7 +16,7 @@ from raftlog.errors import (
 )
 from raftlog.producers.outcomes import ProduceResult, UnknownOutcomeError
 from raftlog.producers.producer_table import ProducerTable
-from raftlog.producers.rm_stm import RmStm, RmStmConfig
+from raftlog.producers.rm_stm import RmStm, RmStmConfig, SyncError
 from raftlog.raft.errors import NotLeaderError
 from raftlog.raft.replicate_batcher import Consistency
 from raftlog.storage.batch import BatchKind, RecordBatch
@@ -217,6 +217,31 @@ async def test_end_transaction_errors() -> None:
         await stm.end_transaction(PID, 5, commit=False)
     with pytest.raises(ValueError, match="version"):
         await stm.end_transaction(PID, 1, commit=True, version=-7)
+
+
+async def test_unknown_session_or_epoch_is_answered_after_a_quorum_round_only() -> None:
+    """Before saying "no session" or "never granted", the leader proves with a quorum
+    round that no newer leader could have granted it; the round writes nothing. A
+    leader whose followers do not answer (cut off) says SyncError, retriable, naming
+    the term, instead of the stale answer; syncing to a term writes nothing either
+    (the group's own no-op is the only entry of the term)."""
+    c = FakeConsensus()
+    stm = RmStm(c, RmStmConfig(sync_timeout_s=0.05))
+    with pytest.raises(InvalidTxnStateError, match="call init_producer first"):
+        await stm.end_transaction(PID, 0, commit=True)
+    assert c.quorum_rounds == 1
+    assert [b.kind for b in c.log] == [BatchKind.NOOP]
+    await stm.init_producer(PID)
+    c.quorum_answers = False
+    with pytest.raises(SyncError, match="confirm its leadership in term 1") as info:
+        await stm.end_transaction(PID, 5, commit=False)
+    assert info.value.code.retriable
+    with pytest.raises(SyncError, match="confirm its leadership in term 1"):
+        await stm.end_transaction(PID + 1, 0, commit=True)
+    c.quorum_answers = True
+    with pytest.raises(InvalidProducerEpochError, match="never granted"):
+        await stm.end_transaction(PID, 5, commit=False)
+    assert [b.kind for b in c.log] == [BatchKind.NOOP, BatchKind.PRODUCER_FENCE]
 
 
 async def test_lso_and_fetch_filter_hide_open_aborted_and_control_batches() -> None:

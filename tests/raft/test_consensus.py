@@ -14,13 +14,21 @@ from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt,
 from raftlog.raft.configuration import Configuration
 from raftlog.raft.consensus import Consensus
 from raftlog.raft.dispatch import PeerDispatcher
-from raftlog.raft.errors import ConfigurationChangeError, NotLeaderError, TermMismatchError
+from raftlog.raft.errors import (
+    ConfigurationChangeError,
+    NotLeaderError,
+    RaftError,
+    ReadBarrierTimeout,
+    ReadNotReadyError,
+    TermMismatchError,
+)
 from raftlog.raft.heartbeat_manager import HeartbeatManager
 from raftlog.raft.messages import HeartbeatBatchRequest
 from raftlog.raft.replicate_batcher import Consistency, ReplicateBatcher
 from raftlog.sim.cluster import SimCluster, sim_options
 from raftlog.sim.local_network import LocalNetwork
 from raftlog.sim.loop import run_virtual
+from raftlog.sim.node import SimNode
 from raftlog.storage.batch import BatchKind, RecordBatch
 from raftlog.storage.fs import DiskFull
 from raftlog.storage.memory import MemoryLog
@@ -149,6 +157,58 @@ def test_leadership_transfer_hands_over_and_stops_writes() -> None:
         await new.consensus.replicate([data(b"after")]).finished
         payloads = [b.payload for b in new.consensus.read(0, 1 << 20) if not b.is_control]
         assert payloads == [b"before", b"after"]
+        await cluster.stop()
+
+    run_virtual(scenario())
+
+
+class _Applied:
+    """A state machine that applies nothing (reads wait for the applier to pass it)."""
+
+    def apply(self, batch: RecordBatch) -> None:
+        pass
+
+    def snapshot(self) -> bytes:
+        return b""
+
+    def restore(self, data: bytes) -> None:
+        pass
+
+
+class _AppliedNode(SimNode):
+    def _build(self) -> None:
+        super()._build()
+        self.consensus.add_state_machine(_Applied())
+
+
+def test_reads_after_a_timed_out_transfer_take_a_quorum_round() -> None:
+    """A leader that sent timeout-now has no lease for the rest of its term (the target
+    may still be elected by it): a read that answers at once is refused, naming why;
+    read_barrier takes a quorum round and passes while a quorum answers, and times out
+    once the leader is cut off from every follower (its lease would still hold then).
+    A read that asks for a quorum round gets one in any term."""
+
+    async def scenario() -> None:
+        cluster = SimCluster(3, seed=5)
+        cluster.rebuild_nodes(_AppliedNode)
+        await cluster.start()
+        old = await cluster.wait_for_leader()
+        c = old.consensus
+        await c.replicate([data(b"before")]).finished
+        # The term's read index: its commit index when its no-op committed (offset 0).
+        assert await c.read_barrier(1.0, quorum_round=True) == 0
+        target, other = (i for i in cluster.ids if i != old.node_id)
+        cluster.network.cut(old.node_id, target)
+        with pytest.raises(RaftError, match="transfer"):
+            await c.transfer_leadership(target)
+        assert c.is_leader and c.core.accepting_writes
+        with pytest.raises(ReadNotReadyError, match="sent timeout-now in its term"):
+            c.check_readable()
+        await c.replicate([data(b"after")]).finished
+        assert await c.read_barrier(1.0) == 0
+        cluster.network.cut(old.node_id, other)
+        with pytest.raises(ReadBarrierTimeout, match="sent timeout-now in its term"):
+            await c.read_barrier(0.05)
         await cluster.stop()
 
     run_virtual(scenario())
@@ -305,6 +365,7 @@ def test_heartbeats_are_batched_per_peer_node() -> None:
         groups = {}
         options = sim_options()
         options.idle_heartbeat_ticks = 1  # every follower every round, idle or not
+        options.quiesce = False  # and no group quiesces meanwhile
         for node in (1, 2, 3):
             rec = recorders[node] = _Recorder(network, node)
             hb = HeartbeatManager(node, rec, interval_s=0.1)

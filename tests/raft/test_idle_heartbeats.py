@@ -127,9 +127,10 @@ def test_without_heartbeats_after_appends_the_followers_miss_the_commit(
 ) -> None:
     """The planted fault: a follower an append went to is never heartbeated again (every
     node's readies lose the heartbeats to a follower that one of its earlier readies
-    sent an append). The leader's first append (its no-op) ends the heartbeats, the
-    followers time out, and no leader settles: the check above fails before it gets to
-    the commit index."""
+    sent an append). The leader's first append (its no-op) ends the heartbeats: either
+    the followers time out before the writes begin and no leader settles, or the writes'
+    appends keep the leader until they stop, and then the followers miss the last
+    commit index (or time out and elect another): the check above fails."""
     step = Consensus.step
     appended: dict[int, set[int]] = {}  # by the Consensus's id: followers sent an append
 
@@ -141,9 +142,12 @@ def test_without_heartbeats_after_appends_the_followers_miss_the_commit(
         return ready
 
     monkeypatch.setattr(Consensus, "step", never_after_an_append)
-    with pytest.raises(TimeoutError, match="no leader"):
-        # the leader's first append (its no-op) ends the heartbeats: no leader stays
-        _watch(idle_heartbeat_ticks=3, writes=True)
+    try:
+        _, kept, terms, commits = _watch(idle_heartbeat_ticks=3, writes=True)
+    except TimeoutError as exc:
+        assert "no leader" in str(exc)
+        return
+    assert not kept or len(set(terms)) > 1 or len(set(commits)) > 1, (kept, terms, commits)
 
 
 def test_idle_heartbeats_rarer_than_the_election_timeout_lose_the_leader(

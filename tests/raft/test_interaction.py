@@ -63,6 +63,14 @@ recovery_inflight=R`` sets the window, the recovery chunk size and recovery's wi
 - ``transfer LEADER TARGET``: begin a leadership transfer (``deliver`` then carries
   the timeout-now the core decides to send).
 
+Delays and reads:
+
+- ``hold ID``: the network holds back ID's requests to peers not yet delivered (votes,
+  timeout-now) until ``release ID`` gives them back to ``deliver``;
+- ``read ID [round=N] [quorum]``: ID's read index decision (for the read given round
+  N; ``quorum``: a quorum round asked for whatever the lease); ``read-ask ID``: ID
+  numbers a read that needs a quorum round (``ReadRequest``) and prints the round.
+
 Quiescence:
 
 - ``heartbeats LEADER``: one heartbeat round (what a ``HeartbeatRound`` step makes, each
@@ -104,6 +112,7 @@ from raftlog.raft.local_messages import (
     NodeAlive,
     NodeDead,
     Propose,
+    ReadRequest,
     RecoveryAnswered,
     RecoveryChunkRead,
     RecoveryLost,
@@ -182,6 +191,8 @@ class Interpreter:
         self.net = CoreNet(3)
         # Replies a follower made but the network holds back (``send ... hold``).
         self.held: list[tuple[Outgoing, AppendEntriesReply]] = []
+        # Requests to peers (votes, timeout-now) the network holds back (``hold``).
+        self.held_requests: dict[int, list[tuple[int, object]]] = {}
 
     def run(self, command: str) -> list[str]:
         name, *args = command.split()
@@ -561,6 +572,36 @@ class Interpreter:
         core.step(TransferLeadership(target))
         return [f"n{leader} transfer_target={core.transfer_target} writes={core.accepting_writes}"]
 
+    def cmd_hold(self, args: list[str]) -> list[str]:
+        """``hold ID``: hold back ID's undelivered requests to peers (a slow network)."""
+        node = int(args[0])
+        held = [(t, m) for _, t, m in self.net.process(node)]
+        self.held_requests.setdefault(node, []).extend(held)
+        return [f"{node}->{t} {type(m).__name__} held" for t, m in held] or ["(nothing)"]
+
+    def cmd_release(self, args: list[str]) -> list[str]:
+        """``release ID``: give ID's held requests back to the network (``deliver``)."""
+        node = int(args[0])
+        held = self.held_requests.pop(node, [])
+        self.net.unsent.setdefault(node, []).extend(held)
+        return [f"{node}->{t} {type(m).__name__} released" for t, m in held] or ["(nothing)"]
+
+    def cmd_read(self, args: list[str]) -> list[str]:
+        """``read ID [round=N] [quorum]``: ID's read index decision."""
+        kv, flags = _kv(args[1:])
+        core = self.net.cores[int(args[0])]
+        d = core.read_index(int(kv.get("round", "-1")), quorum_round="quorum" in flags)
+        if d.ready:
+            return [f"n{args[0]} read index={d.index}"]
+        confirm = " (needs a round)" if d.confirm else ""
+        return [f"n{args[0]} refuses the read{confirm}: it {d.why}"]
+
+    def cmd_read_ask(self, args: list[str]) -> list[str]:
+        """``read-ask ID``: ID numbers a read that needs a quorum round."""
+        node = int(args[0])
+        ready = self.net.step(node, ReadRequest())
+        return [f"n{node} read round={ready.read_round}", *self._quiescence()]
+
     def cmd_install(self, args: list[str]) -> list[str]:
         """One snapshot install round as ``recovery`` and ``follower_install`` do it: the
         snapshot as of the leader's log start minus one (its configuration), in chunks of
@@ -761,6 +802,7 @@ def test_parse_rejects_a_command_without_separator() -> None:
         ("inflight_window_full", "paused_backlog_gap"),
         ("quiesce_dead_leader", "quiesced_keeps_dead_leader"),
         ("split_vote", "vote_twice_in_term"),
+        ("read_after_transfer_timed_out", "lease_after_timeout_now"),
     ],
 )
 def test_a_planted_fault_breaks_its_script(script: str, mutation: str) -> None:

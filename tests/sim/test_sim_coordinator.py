@@ -25,8 +25,11 @@ def test_many_seeds_are_clean() -> None:
     assert summary.seeds == SEEDS
     assert [r.seed for r in summary.failed] == [], summary.failed[0].error
     # The histories did the work the protocol must survive (per seed, over seeds 0..999:
-    # 5.5 committed versions, 2.7 driver kills, 23 cuts).
-    assert summary.versions > 350
+    # 5.5 committed versions, 2.7 driver kills, 23 cuts). Versions move with the history
+    # (per-seed sd 2.2, so about +-22 over 100 seeds): with rm_stm syncing through the
+    # read barrier, 349 on seeds 0-99 and 369 on 100-199; with its own no-op barrier
+    # before, 355 and 391 (2026-12-02).
+    assert summary.versions > 330
     assert summary.crashes > 180
     assert summary.cuts > 1600
 
