@@ -13,6 +13,9 @@ from raftlog.sim.power import run_power_seed, run_power_seeds
 from raftlog.storage.fs import MUTATION_ENV
 
 
+# A bound against a hang, not a speed goal: about 100-200 s of 2 processes on a
+# 2-core machine, longer when it shares the machine (the default bound is 300 s).
+@pytest.mark.timeout(600)
 def test_thousand_seeds_of_whole_cluster_power_loss_lose_nothing_committed() -> None:
     results = run_power_seeds(range(1000), processes=2)
     failed = [r for r in results if not r.ok]
