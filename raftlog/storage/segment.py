@@ -441,14 +441,22 @@ class Segment:
         return batch
 
     def scan(
-        self, position: int, expected_base: int, limit: int, *, read_bytes: int = _READ_CHUNK
+        self,
+        position: int,
+        expected_base: int,
+        limit: int,
+        *,
+        read_bytes: int = _READ_CHUNK,
+        verify: bool = True,
     ) -> Iterator[tuple[int, RecordBatch]]:
         """Yield (position, batch) from ``position`` up to byte ``limit``, checking each batch.
 
         Each batch must decode (CRC), start at the expected offset (contiguity) and
         carry this segment's term. Raises :class:`SegmentDecodeError` naming the file and
         the position of the first batch that does not. Reads ``read_bytes`` at a time,
-        or a whole batch when it is larger.
+        or a whole batch when it is larger. ``verify=False`` leaves out the CRC (a
+        client's fetch: its reader checks it, see LogStorage.read); the header, the
+        contiguity and the term are checked all the same.
         """
         buf = b""
         buf_start = position
@@ -469,7 +477,7 @@ class Segment:
                     buf = self.fd.pread(min(need, limit - position), position)
                     buf_start, rel = position, 0
             try:
-                batch, end = RecordBatch.decode(buf, rel)
+                batch, end = RecordBatch.decode(buf, rel, verify=verify)
             except BatchError as exc:
                 reason = _AT_BYTE.sub(f"at position {position}", str(exc))
                 raise SegmentDecodeError(
@@ -490,7 +498,7 @@ class Segment:
             expected = batch.last_offset + 1
             position = buf_start + end
 
-    def iter_from(self, offset: int) -> Iterator[tuple[int, RecordBatch]]:
+    def iter_from(self, offset: int, *, verify: bool = True) -> Iterator[tuple[int, RecordBatch]]:
         """Yield (position, batch) from the batch holding ``offset`` to the segment's end.
 
         Uses the sparse index, so it decodes at most about one index interval of
@@ -500,7 +508,7 @@ class Segment:
         indexed_offset, position = self.index.lookup(offset)
         last = indexed_offset - 1
         try:
-            for pos, batch in self.scan(position, indexed_offset, self.size):
+            for pos, batch in self.scan(position, indexed_offset, self.size, verify=verify):
                 last = batch.last_offset
                 if last >= offset:
                     yield pos, batch
