@@ -793,8 +793,16 @@ class SegmentedLog:
         if self._files is not None:
             self._files.touch(self)
         total = 0
+        full = False
+
+        def fits(base: int, size: int) -> bool:
+            # a batch that cannot be returned is not read (its header says so)
+            nonlocal full
+            full = base > hi or bool(out and total + size > max_bytes)
+            return not full
+
         for seg in self._segments[bisect.bisect_right(self._bases, start) - 1 :]:
-            for _, batch in seg.iter_from(max(start, seg.base_offset), verify=verify):
+            for _, batch in seg.iter_from(max(start, seg.base_offset), verify=verify, fits=fits):
                 if batch.base_offset > hi or (out and total + batch.size_bytes > max_bytes):
                     return out
                 out.append(batch)
@@ -802,6 +810,8 @@ class SegmentedLog:
                 # stop before decoding a batch that cannot be returned anyway
                 if total >= max_bytes or batch.last_offset >= hi:
                     return out
+            if full:
+                return out
         return out
 
     @_stops_on_failed_fsync
