@@ -176,3 +176,49 @@ async def test_readers_get_past_a_bad_batch_already_in_the_log(unchecked_cluster
         f"corrupt batch at offsets {keyed_at}..{last_keyed} of topic '{topic}' partition 0" in err
     )
     assert "MemoryError" not in err and "Traceback" not in err
+
+
+async def test_a_batch_damaged_on_the_leaders_disk_is_sent_as_stored_and_its_reader_refuses_it(
+    raftlog_cluster,
+) -> None:
+    """The leader serves a fetch without checking CRCs (Kafka's broker does not either;
+    every batch was checked before it entered the log): a batch damaged on its disk
+    after that goes out as stored, and the client, which checks every fetched batch,
+    returns the good batch before it, names it in CorruptBatchError, and reads on
+    past it. A leader that checked would fail the first fetch whole."""
+    servers = raftlog_cluster.servers
+    topic = f"damaged-{uuid.uuid4().hex[:8]}"
+    marker = b"damaged-on-disk-" * 8
+    async with RaftlogClient(servers) as client:
+        # one replica: no other copy to read from, the leader's file is the log
+        await client.create_topic(topic, partitions=1, replication_factor=1)
+        one = await client.produce(topic, 0, [(frame_records([b"one"]), 1)], acks="all")
+        hurt = await client.produce(topic, 0, [(frame_records([marker]), 1)], acks="all")
+        two = await client.produce(topic, 0, [(frame_records([b"two"]), 1)], acks="all")
+        leader = (await client.describe_topic(topic)).partitions[0].leader
+        part_dir = raftlog_cluster.data_dir / f"node-{leader}" / "partitions" / topic / "0"
+        (segment,) = part_dir.glob("*.log")
+        at = segment.read_bytes().index(marker) + 5
+        fd = os.open(segment, os.O_RDWR)
+        try:  # in place: the node's open descriptor reads the damage through the page cache
+            os.pwrite(fd, bytes([os.pread(fd, 1, at)[0] ^ 0x20]), at)
+        finally:
+            os.close(fd)
+
+        first = await client.fetch(topic, 0, one.base_offset)
+        assert [b.base_offset for b in first.batches] == [one.base_offset]
+        assert first.next_offset == hurt.base_offset
+        named = rf"offsets {hurt.base_offset}\.\.{hurt.base_offset} of topic '{topic}' partition 0"
+        with pytest.raises(CorruptBatchError, match=named + ": CRC mismatch") as e:
+            await client.fetch(topic, 0, hurt.base_offset)
+        assert e.value.last_offset == hurt.base_offset
+        rest = await client.fetch(topic, 0, hurt.base_offset + 1)
+        assert [b.base_offset for b in rest.batches] == [two.base_offset]
+        # the leader goes on serving and writing the partition
+        three = await client.produce(topic, 0, [(frame_records([b"three"]), 1)], acks="all")
+        after = await client.fetch(topic, 0, two.base_offset)
+        assert [b.base_offset for b in after.batches] == [two.base_offset, three.base_offset]
+    out = _cli(servers, "consume", topic, "--from-beginning", "--timeout-ms", "2000")
+    assert out.stdout == b"one\ntwo\nthree\n", out.stderr
+    assert out.returncode == 1
+    assert f"corrupt batch at offsets {hurt.base_offset}..{hurt.base_offset}" in out.stderr.decode()

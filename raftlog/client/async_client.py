@@ -178,7 +178,8 @@ class RaftlogClient(AdminCalls, CallRouting):
         """Committed data batches from ``offset`` (the batch holding it first), up to
         ``max_bytes`` (at least one batch when any is available).
 
-        A batch whose payload does not decompress ends the result before it
+        A batch whose CRC does not match its bytes, or whose payload does not
+        decompress, ends the result before it
         (``next_offset`` is its base offset); asked for first, it raises
         :class:`CorruptBatchError` naming it, so one bad batch never hides the rest
         and is never skipped unseen."""
@@ -193,6 +194,9 @@ class RaftlogClient(AdminCalls, CallRouting):
         batches: list[RecordBatch] = []
         for b in r.batches:
             try:
+                # The one CRC check of a fetched batch (the node serving it does not
+                # check it again: see ARCHITECTURE.md), as Kafka's consumer's check.crcs.
+                b.check_crc()
                 batches.append(decompressed(b))
             except ValueError as exc:
                 if not batches:  # the batch asked for: the caller skips it knowingly

@@ -131,6 +131,26 @@ def kafka_code(exc: Exception) -> tuple[int, str]:
     return UNKNOWN_SERVER_ERROR, f"{type(exc).__name__}: {exc}"
 
 
+def _crc_checked(batches: list[Any]) -> list[Any]:
+    """``batches`` up to the first whose CRC does not match (a fetch answer's, as the
+    node read them from its log unchecked: see ARCHITECTURE.md). The Kafka door is
+    their reader: it re-encodes them under a new Kafka CRC, which would hide the
+    damage from the Kafka consumer's check, so it checks them first, and answers
+    CORRUPT_MESSAGE when the first one is bad (the consumer sees the error at that
+    offset, as it would see Kafka's own CRC fail)."""
+    for i, b in enumerate(batches):
+        try:
+            b.check_crc()
+        except ValueError as exc:
+            if i == 0:
+                raise KafkaRecordError(
+                    CORRUPT_MESSAGE,
+                    f"the batch at offsets {b.base_offset}..{b.last_offset} is corrupt: {exc}",
+                ) from None
+            return batches[:i]
+    return batches
+
+
 class KafkaApis:
     """The Kafka APIs of one node. ``node``: the :class:`raftlog.node.process.Node`;
     ``brokers``: every node's Kafka address (node id -> HOST:PORT), what Metadata lists;
@@ -462,14 +482,16 @@ class KafkaApis:
             out["high_watermark"] = resp.high_watermark
             out["last_stable_offset"] = resp.last_stable_offset
             out["log_start_offset"] = resp.start_offset
-            batches = [b for b in resp.batches if b.last_offset >= p.fetch_offset]
+            wanted = [b for b in resp.batches if b.last_offset >= p.fetch_offset]
+            batches = _crc_checked(wanted)
             index = int(p.partition)
             chunks = [
                 self.produced.encoded(b, topic, index) or encode_batch(b, topic) for b in batches
             ]
             seen_to = batches[-1].last_offset + 1 if batches else int(p.fetch_offset)
-            if resp.next_offset > seen_to:
-                # offsets the reader never sees follow: a control batch moves it past them
+            if resp.next_offset > seen_to and len(batches) == len(wanted):
+                # offsets the reader never sees follow (none of a bad batch's: it comes
+                # next): a control batch moves it past them
                 stamp = batches[-1].timestamp_ms if batches else 0
                 chunks.append(skip_batch(seen_to, resp.next_offset - 1, stamp))
             out["records"] = b"".join(chunks)

@@ -857,12 +857,16 @@ class Consensus:
 
     # ----------------------------------------------------------------- reads
 
-    def read(self, start: int, max_bytes: int, end: int | None = None) -> list[RecordBatch]:
-        """Committed batches from the one holding ``start`` (see LogStorage.read)."""
+    def read(
+        self, start: int, max_bytes: int, end: int | None = None, *, verify: bool = True
+    ) -> list[RecordBatch]:
+        """Committed batches from the one holding ``start`` (see LogStorage.read; only a
+        client's fetch passes ``verify=False``)."""
         last = self.core.commit_index if end is None else min(end, self.core.commit_index)
         if start > last:
             return []
-        return [b for b in self.log.read(start, max_bytes, last) if b.last_offset <= last]
+        batches = self.log.read(start, max_bytes, last, verify=verify)
+        return [b for b in batches if b.last_offset <= last]
 
     async def commit_changed(self) -> None:
         """Wait until the commit index next advances (the applier's wake-up)."""

@@ -71,7 +71,9 @@ class GroupContext(Protocol):
 
     def start_snapshot(self) -> tuple[int, bytes] | None: ...
 
-    def read(self, start: int, max_bytes: int, end: int | None = None) -> list[RecordBatch]: ...
+    def read(
+        self, start: int, max_bytes: int, end: int | None = None, *, verify: bool = True
+    ) -> list[RecordBatch]: ...
 
     def replicate(
         self,

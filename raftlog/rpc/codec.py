@@ -14,7 +14,10 @@ Field encodings (little-endian, driven by the field's type annotation):
   frame when the frame is ``bytes`` (a payload is not copied out of it);
 - ``RecordBatch``: its own encoded form (header + payload, self-delimiting).
   Payloads pass through untouched: only the 52-byte header is read, and its
-  CRC checked, never the records inside;
+  CRC checked, never the records inside. A field marked
+  ``dataclasses.field(metadata={"crc": "reader"})`` (a fetch answer's batches) is
+  decoded without the CRC check: its reader checks each batch
+  (``RecordBatch.check_crc``), so that it can name the bad one and read past it;
 - ``list[T]``: uint32 count + items; ``T | None``: one presence byte + T;
 - a nested dataclass: its fields, inline; an ``IntEnum``: int64.
 
@@ -435,9 +438,11 @@ _BATCH_RANGES = (
 )
 
 
-def _dec_batch(view: memoryview, pos: int, path: str) -> tuple[RecordBatch, int]:
+def _dec_batch(
+    view: memoryview, pos: int, path: str, verify: bool = True
+) -> tuple[RecordBatch, int]:
     try:
-        batch, end = RecordBatch.decode(view, pos)
+        batch, end = RecordBatch.decode(view, pos, verify=verify)
     except BatchError as exc:
         raise CodecError(f"{path}: {exc}") from exc
     for name, lo, hi in _BATCH_RANGES:
@@ -474,6 +479,10 @@ _BYTES = _Codec(_enc_bytes, _dec_bytes, 4)
 _VIEW = _Codec(_enc_bytes, _dec_view, 4)
 _STR = _Codec(_enc_str, _dec_str, 4)
 _BATCH = _Codec(_enc_batch, _dec_batch, HEADER_SIZE)
+# a fetch answer's batches: the reader checks their CRCs (see the module doc)
+_BATCH_FOR_READER = _Codec(
+    _enc_batch, lambda view, pos, path: _dec_batch(view, pos, path, False), HEADER_SIZE
+)
 
 # Fixed-size scalars that can be merged into one struct: format char, checker.
 _FIXED: dict[Any, str] = {int: "q", float: "d", bool: "?"}
@@ -541,7 +550,9 @@ def _enum_codec(cls: type[enum.IntEnum]) -> _Codec:
     return _Codec(enc, dec, 8)
 
 
-def _codec_for(tp: Any, int_range: tuple[int, int] = DEFAULT_RANGE) -> _Codec:
+def _codec_for(
+    tp: Any, int_range: tuple[int, int] = DEFAULT_RANGE, reader_checks_crc: bool = False
+) -> _Codec:
     if tp is int:
         return _ranged_int(*int_range)
     if tp is float:
@@ -555,7 +566,7 @@ def _codec_for(tp: Any, int_range: tuple[int, int] = DEFAULT_RANGE) -> _Codec:
     if tp is str:
         return _STR
     if tp is RecordBatch:
-        return _BATCH
+        return _BATCH_FOR_READER if reader_checks_crc else _BATCH
     if isinstance(tp, type) and issubclass(tp, enum.IntEnum):
         return _enum_codec(tp)
     if isinstance(tp, type) and dataclasses.is_dataclass(tp):
@@ -564,7 +575,8 @@ def _codec_for(tp: Any, int_range: tuple[int, int] = DEFAULT_RANGE) -> _Codec:
     args = typing.get_args(tp)
     if origin is list and len(args) == 1:
         return _list_codec(
-            _codec_for(args[0], int_range), getattr(args[0], "__name__", str(args[0]))
+            _codec_for(args[0], int_range, reader_checks_crc),
+            getattr(args[0], "__name__", str(args[0])),
         )
     if origin in (typing.Union, types.UnionType):
         rest = [a for a in args if a is not type(None)]
@@ -617,7 +629,10 @@ def _plan(cls: type) -> _Codec:
             run_types.append(tp)
         else:
             flush_run()
-            steps.append(("var", f.name, _codec_for(tp, field_range(cls, f.name))))
+            reader_checks_crc = f.metadata.get("crc") == "reader"
+            steps.append(
+                ("var", f.name, _codec_for(tp, field_range(cls, f.name), reader_checks_crc))
+            )
     flush_run()
 
     name = cls.__name__

@@ -24,6 +24,16 @@ frame's size, when smaller) and grows :data:`FRAME_GROWTH` times over, up to the
 declared size, each time it fills. A frame of 4 MiB (the sink's) is copied once
 in part (its first MiB); memory never exceeds four times what arrived.
 
+That is a node's side, where the announced size is a stranger's word. The side
+that opened the stream (a client reading a node's answers, a node reading its
+peer's) reads answers to its own requests from a node it chose to call: there
+(``sized_by_header``) a frame's array is allocated once at its announced size, up
+to :data:`SIZED_BY_HEADER_MAX` (a fetch answer: up to 16 MiB of batches and a
+batch of up to 64 MiB), and grows as above past that. The reader's 1 -> 4 ->
+16 MiB growth copies of a 16 MiB fetch answer cost about 0.3 ms each (4 % of the
+reader's CPU). The array is not zeroed (``numpy.empty``): its pages become
+memory as the socket fills them, not when allocated.
+
 Reading can be paused for reasons of the owner's (:meth:`FrameReceiver.pause`):
 a stream with too many requests in flight; and while the transport's write
 buffer is over its high-water mark (answers the other end does not read): then
@@ -66,6 +76,7 @@ __all__ = [
     "FIRST_FRAME_BYTES",
     "FRAME_GROWTH",
     "OVERSIZED_HEAD_BYTES",
+    "SIZED_BY_HEADER_MAX",
     "FrameReceiver",
     "RequestBudget",
     "take_over",
@@ -76,6 +87,9 @@ FIRST_FRAME_BYTES = 1024 * 1024
 
 FRAME_GROWTH = 4
 """How many times over a frame's array grows each time it fills (to its size at most)."""
+
+SIZED_BY_HEADER_MAX = 96 * 1024 * 1024
+"""The largest frame allocated at its announced size at once with ``sized_by_header``."""
 
 #: the pause reasons a FrameReceiver sets itself
 PAUSED_WRITES = "write buffer over its high-water mark"
@@ -129,7 +143,9 @@ class FrameReceiver(asyncio.BufferedProtocol):
     With a ``budget``, every delivered frame's ``len(payload)`` bytes are charged
     to it, and the owner must release them (once answered); bytes of a frame not
     delivered (the connection lost in its middle) are released here.
-    ``last_active`` is the monotonic time bytes last arrived.
+    ``last_active`` is the monotonic time bytes last arrived. ``sized_by_header``:
+    the other end is a node this side called, whose announced frame sizes are
+    allocated at once (see the module doc); never on a node's side of a stream.
     """
 
     def __init__(
@@ -140,8 +156,10 @@ class FrameReceiver(asyncio.BufferedProtocol):
         max_frame_bytes: int,
         on_oversized: Callable[[bytes, int], None] | None = None,
         budget: RequestBudget | None = None,
+        sized_by_header: bool = False,
     ) -> None:
         self._transport = transport
+        self._sized_by_header = sized_by_header
         self._budget = budget
         self._paused: set[str] = set()  # why reading is paused (empty: it is not)
         self.last_active = time.monotonic()
@@ -332,7 +350,10 @@ class FrameReceiver(asyncio.BufferedProtocol):
             # of a follower's CPU under the sink's load. A masked frame is unmasked in
             # place once whole.
             have = avail - header
-            frame = numpy.empty(min(size, max(FIRST_FRAME_BYTES, have)), numpy.uint8)
+            first = max(FIRST_FRAME_BYTES, have)
+            if self._sized_by_header and size <= SIZED_BY_HEADER_MAX:
+                first = size  # an answer to this side's request: allocated once
+            frame = numpy.empty(min(size, first), numpy.uint8)
             frame[:have] = numpy.frombuffer(head, numpy.uint8, have, body)
             self._frame, self._filled, self._size, self._mask = frame, have, size, mask
             self._start = self._end = 0
@@ -431,6 +452,7 @@ def take_over(
     max_frame_bytes: int,
     on_oversized: Callable[[bytes, int], None] | None = None,
     budget: RequestBudget | None = None,
+    sized_by_header: bool = False,
 ) -> FrameReceiver | None:
     """Read an upgraded stream with a :class:`FrameReceiver` from now on; None where it
     cannot (a TLS connection, whose transport decrypts into its own buffers: aiohttp's
@@ -440,9 +462,12 @@ def take_over(
     a server's request's (its ``WebSocketResponse`` prepared, no await since), or a
     client WebSocket writer's (right after the handshake, before any request: the
     other end sends nothing before it, so aiohttp's reader holds nothing yet).
+    ``sized_by_header``: only on the side that opened the stream (see FrameReceiver).
     """
     if transport is None or transport.is_closing() or transport.get_extra_info("sslcontext"):
         return None
-    receiver = FrameReceiver(transport, inner, on_frame, max_frame_bytes, on_oversized, budget)
+    receiver = FrameReceiver(
+        transport, inner, on_frame, max_frame_bytes, on_oversized, budget, sized_by_header
+    )
     transport.set_protocol(receiver)
     return receiver

@@ -143,7 +143,10 @@ class FrameStream:
         self._next_id = 0
         self._pending: dict[int, asyncio.Future[memoryview]] = {}
         writer = ws._frame_writer
-        self._receiver = take_over(writer.transport, writer.protocol, self._on_frame, max_frame)
+        # this side called the node: its answers are allocated at their announced size
+        self._receiver = take_over(
+            writer.transport, writer.protocol, self._on_frame, max_frame, sized_by_header=True
+        )
         self.reader = loop.create_task(self._watch() if self._receiver else self._read())
 
     async def request(self, message: Any) -> memoryview:

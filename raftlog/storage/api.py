@@ -181,11 +181,18 @@ class LogStorage(Protocol):
         prepared); return the flushed offset."""
         ...
 
-    def read(self, start: int, max_bytes: int, end: int | None = None) -> list[RecordBatch]:
+    def read(
+        self, start: int, max_bytes: int, end: int | None = None, *, verify: bool = True
+    ) -> list[RecordBatch]:
         """Whole batches from the one holding ``start``, up to ``max_bytes``.
 
         At least one batch is returned when any exists at ``start`` (even if it
         is larger than ``max_bytes``); none beyond ``end`` (inclusive) when given.
+        ``verify=False`` (a client's fetch only) leaves out each batch's CRC check
+        (its header is still checked): the bytes go to a reader, which checks the
+        CRC itself, as Kafka's broker leaves it to the consumer (ARCHITECTURE.md).
+        Such a batch keeps its stored bytes as its encoded form, so a damaged one
+        is sent as stored and its reader detects it.
         """
         ...
 

@@ -295,12 +295,38 @@ class RecordBatch:
         crc = crc32c.crc32c(self.payload, crc32c.crc32c(body))
         return _CRC_FIELD.pack(crc) + body
 
+    def check_crc(self) -> None:
+        """Raise :class:`CorruptBatch` when the batch's encoded form (as received or
+        stored) does not match its CRC: the reader's check of a batch decoded with
+        ``verify=False`` (see :meth:`decode`). A batch with no encoded form of its own
+        (built here, or copied from a writable buffer) is re-encoded, which cannot fail."""
+        encoded = self._encoded
+        if encoded is None or isinstance(encoded, tuple):
+            return
+        view = memoryview(encoded)
+        (crc,) = _CRC_FIELD.unpack_from(view, 0)
+        computed = crc32c.crc32c(view[4:])
+        if computed != crc:
+            raise CorruptBatch(
+                f"CRC mismatch in batch at base offset {self.base_offset} "
+                f"(offsets {self.base_offset}..{self.last_offset}): "
+                f"stored {crc:#010x}, computed {computed:#010x}",
+                0,
+            )
+
     @classmethod
-    def decode(cls, buf: bytes | memoryview, pos: int = 0) -> tuple[RecordBatch, int]:
+    def decode(
+        cls, buf: bytes | memoryview, pos: int = 0, *, verify: bool = True
+    ) -> tuple[RecordBatch, int]:
         """Decode the batch at ``pos``; return it and the position after it.
 
         Raises :class:`TruncatedBatch` when the buffer ends inside the batch and
-        :class:`CorruptBatch` when the CRC or a field is invalid.
+        :class:`CorruptBatch` when the CRC or a field is invalid. ``verify=False``
+        leaves out the CRC, and only for a read-only buffer (anything else is
+        verified: a copied payload could not be checked later): the batch keeps its
+        bytes as its encoded form, as they came, so it is sent on as it was stored
+        and its reader checks it (:meth:`check_crc`). Only the fetch path does that
+        (a node serving a client, the client until it checks; see ARCHITECTURE.md).
         """
         view = memoryview(buf)
         end_header = pos + HEADER_SIZE
@@ -324,7 +350,12 @@ class RecordBatch:
                 f"of {plen} bytes",
                 pos,
             )
-        computed = crc32c.crc32c(view[end_header:end], crc32c.crc32c(view[pos + 4 : end_header]))
+        if verify or not view.readonly:
+            computed = crc32c.crc32c(
+                view[end_header:end], crc32c.crc32c(view[pos + 4 : end_header])
+            )
+        else:
+            computed = crc
         if computed != crc:
             raise CorruptBatch(
                 f"CRC mismatch in batch at byte {pos} (base offset {base}): "

@@ -773,13 +773,17 @@ class SegmentedLog:
     # -- reading --------------------------------------------------------------------------
 
     @_stops_on_failed_fsync
-    def read(self, start: int, max_bytes: int, end: int | None = None) -> list[RecordBatch]:
+    def read(
+        self, start: int, max_bytes: int, end: int | None = None, *, verify: bool = True
+    ) -> list[RecordBatch]:
         """Whole batches from the one holding ``start``, up to ``max_bytes`` of encoded size.
 
         At least one batch is returned when any exists at ``start``; none whose base
         offset is beyond ``end`` (inclusive) when given. Reading below
         ``start_offset`` raises ValueError (that prefix is gone); at or past the end
-        returns ``[]``. Damaged data raises :class:`StorageCorruption`.
+        returns ``[]``. Damaged data raises :class:`StorageCorruption`; with
+        ``verify=False`` (a client's fetch, see LogStorage.read) a batch whose header
+        holds but whose CRC does not is returned as stored, for its reader to refuse.
         """
         contract_checks.check_read_start(start, self._start)
         hi = self._dirty if end is None else min(end, self._dirty)
@@ -789,8 +793,16 @@ class SegmentedLog:
         if self._files is not None:
             self._files.touch(self)
         total = 0
+        full = False
+
+        def fits(base: int, size: int) -> bool:
+            # a batch that cannot be returned is not read (its header says so)
+            nonlocal full
+            full = base > hi or bool(out and total + size > max_bytes)
+            return not full
+
         for seg in self._segments[bisect.bisect_right(self._bases, start) - 1 :]:
-            for _, batch in seg.iter_from(max(start, seg.base_offset)):
+            for _, batch in seg.iter_from(max(start, seg.base_offset), verify=verify, fits=fits):
                 if batch.base_offset > hi or (out and total + batch.size_bytes > max_bytes):
                     return out
                 out.append(batch)
@@ -798,6 +810,8 @@ class SegmentedLog:
                 # stop before decoding a batch that cannot be returned anyway
                 if total >= max_bytes or batch.last_offset >= hi:
                     return out
+            if full:
+                return out
         return out
 
     @_stops_on_failed_fsync

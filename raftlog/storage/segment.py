@@ -441,14 +441,26 @@ class Segment:
         return batch
 
     def scan(
-        self, position: int, expected_base: int, limit: int, *, read_bytes: int = _READ_CHUNK
+        self,
+        position: int,
+        expected_base: int,
+        limit: int,
+        *,
+        read_bytes: int = _READ_CHUNK,
+        verify: bool = True,
+        fits: Callable[[int, int], bool] | None = None,
     ) -> Iterator[tuple[int, RecordBatch]]:
         """Yield (position, batch) from ``position`` up to byte ``limit``, checking each batch.
 
         Each batch must decode (CRC), start at the expected offset (contiguity) and
         carry this segment's term. Raises :class:`SegmentDecodeError` naming the file and
         the position of the first batch that does not. Reads ``read_bytes`` at a time,
-        or a whole batch when it is larger.
+        or a whole batch when it is larger. ``verify=False`` leaves out the CRC (a
+        client's fetch: its reader checks it, see LogStorage.read); the header, the
+        contiguity and the term are checked all the same. ``fits`` is asked with each
+        batch's expected base offset and encoded size once its header is read, before
+        the rest is: False ends the scan there (a read whose budget it would pass: its
+        bytes are never read).
         """
         buf = b""
         buf_start = position
@@ -465,11 +477,20 @@ class Segment:
                     HEADER_SIZE
                     + _PAYLOAD_LEN.unpack_from(buf, rel + HEADER_SIZE - _PAYLOAD_LEN.size)[0]
                 )
+                if fits is not None and not fits(expected, need):
+                    return
                 if len(buf) - rel < need:
-                    buf = self.fd.pread(min(need, limit - position), position)
+                    # The batch and the next one's header, so that the next turn reads
+                    # that batch whole at once (large batches, a fetch's: each read
+                    # once, not its first chunk twice), or a chunk when larger; a read of
+                    # a header at a time (first_batch) reads nothing past its batch.
+                    want = (
+                        need if read_bytes <= HEADER_SIZE else max(need + HEADER_SIZE, read_bytes)
+                    )
+                    buf = self.fd.pread(min(want, limit - position), position)
                     buf_start, rel = position, 0
             try:
-                batch, end = RecordBatch.decode(buf, rel)
+                batch, end = RecordBatch.decode(buf, rel, verify=verify)
             except BatchError as exc:
                 reason = _AT_BYTE.sub(f"at position {position}", str(exc))
                 raise SegmentDecodeError(
@@ -490,8 +511,15 @@ class Segment:
             expected = batch.last_offset + 1
             position = buf_start + end
 
-    def iter_from(self, offset: int) -> Iterator[tuple[int, RecordBatch]]:
-        """Yield (position, batch) from the batch holding ``offset`` to the segment's end.
+    def iter_from(
+        self,
+        offset: int,
+        *,
+        verify: bool = True,
+        fits: Callable[[int, int], bool] | None = None,
+    ) -> Iterator[tuple[int, RecordBatch]]:
+        """Yield (position, batch) from the batch holding ``offset`` to the segment's end,
+        or until ``fits`` ends it (see :meth:`scan`).
 
         Uses the sparse index, so it decodes at most about one index interval of
         batches before the wanted one. Any invalid batch, or an index entry that
@@ -499,8 +527,21 @@ class Segment:
         """
         indexed_offset, position = self.index.lookup(offset)
         last = indexed_offset - 1
+        stopped = False
+
+        def fits_here(base: int, size: int) -> bool:
+            nonlocal stopped
+            stopped = fits is not None and not fits(base, size)
+            return not stopped
+
         try:
-            for pos, batch in self.scan(position, indexed_offset, self.size):
+            for pos, batch in self.scan(
+                position,
+                indexed_offset,
+                self.size,
+                verify=verify,
+                fits=None if fits is None else fits_here,
+            ):
                 last = batch.last_offset
                 if last >= offset:
                     yield pos, batch
@@ -513,7 +554,7 @@ class Segment:
                     position,
                 ) from exc
             raise exc.as_corruption() from exc
-        if last != self.last_offset:
+        if last != self.last_offset and not stopped:
             raise StorageCorruption(
                 f"{self.path}: data ends at position {self.size} after offset {last}, "
                 f"but the segment should hold offsets up to {self.last_offset}",

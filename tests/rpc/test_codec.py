@@ -154,10 +154,32 @@ def test_huge_list_count_rejected_without_allocating() -> None:
 
 
 def test_corrupt_batch_crc_is_reported() -> None:
-    raw = bytearray(codec.encode(FetchResponse([_batch(b"abcdef", 0)], 1, 1, 0, 1)))
-    raw[2 + 4 + 52 + 2] ^= 0xFF  # a payload byte of the first batch
-    with pytest.raises(CodecError, match=r"FetchResponse\.batches\[0\]: CRC mismatch"):
+    """Anything but a fetch answer (a replication append here) is refused whole."""
+    sample = dataclasses.replace(SAMPLE, batches=[_batch(b"abcdef", 0)])
+    raw = bytearray(codec.encode(sample))
+    at = bytes(raw).index(b"abcdef")
+    raw[at + 2] ^= 0xFF  # a payload byte of the first batch
+    with pytest.raises(CodecError, match=r"SampleAppend\.batches\[0\]: CRC mismatch"):
         codec.decode(bytes(raw))
+
+
+def test_a_fetch_answers_batches_are_left_to_their_reader_to_check() -> None:
+    """A fetch answer decodes with a damaged batch in it (its reader, the client, checks
+    each batch and names the bad one, ``RecordBatch.check_crc``); the batch keeps the
+    bytes it came with, so re-encoding it sends the damage on, never a fresh CRC."""
+    good, bad = _batch(b"abcdef", 0), _batch(b"ghijkl", 1)
+    raw = bytearray(codec.encode(FetchResponse([good, bad], 2, 2, 0, 2)))
+    at = bytes(raw).index(b"ghijkl")
+    raw[at + 2] ^= 0xFF
+    resp = codec.decode(bytes(raw), FetchResponse)
+    first, damaged = resp.batches
+    first.check_crc()
+    assert bytes(damaged.payload) == b"gh" + bytes([ord("i") ^ 0xFF]) + b"jkl"
+    with pytest.raises(
+        ValueError, match=r"CRC mismatch in batch at base offset 1 \(offsets 1\.\.1\)"
+    ):
+        damaged.check_crc()
+    assert codec.encode(resp) == bytes(raw)
 
 
 def test_encode_rejects_wrong_field_type() -> None:

@@ -26,6 +26,7 @@ from raftlog.rpc.frame_receiver import (
     FRAME_GROWTH,
     PAUSED_BUDGET,
     PAUSED_WRITES,
+    SIZED_BY_HEADER_MAX,
     FrameReceiver,
 )
 
@@ -112,6 +113,49 @@ def test_frames_of_several_mib_arrive_whole_however_the_reads_cut_them() -> None
                 assert bytes(g) == payload and g.readonly
                 assert len(g.obj) == size  # exactly its size: the last growth stops there
                 assert not transport.closed
+
+    asyncio.run(body())
+
+
+def test_the_side_that_called_allocates_an_answer_once_at_its_announced_size() -> None:
+    """``sized_by_header`` (a client reading a node's answers): one array of the frame's
+    size, filled straight from the socket, never grown by copies; a size past
+    SIZED_BY_HEADER_MAX starts at FIRST_FRAME_BYTES and grows as on a node's side."""
+
+    async def body() -> None:
+        rng = random.Random(48)
+        for size in ((16 << 20) + 7, FIRST_FRAME_BYTES + 1):
+            for mask in (None, os.urandom(4)):
+                payload = os.urandom(size)
+                got: list[Any] = []
+                r = FrameReceiver(
+                    PausableTransport(),  # type: ignore[arg-type]
+                    Inner(),  # type: ignore[arg-type]
+                    got.append,
+                    0,
+                    sized_by_header=True,
+                )
+                wire = frame(payload, mask=mask)
+                buf = r.get_buffer(-1)
+                buf[:100] = wire[:100]
+                r.buffer_updated(100)
+                array = r.get_buffer(-1).obj
+                assert len(array) == size  # at once, not FIRST_FRAME_BYTES
+                feed(r, wire[100:], rng)
+                (g,) = got
+                assert bytes(g) == payload and g.readonly and g.obj is array
+        r = FrameReceiver(
+            PausableTransport(),  # type: ignore[arg-type]
+            Inner(),  # type: ignore[arg-type]
+            got.append,
+            0,
+            sized_by_header=True,
+        )
+        wire = head(SIZED_BY_HEADER_MAX + 1) + os.urandom(16)
+        buf = r.get_buffer(-1)
+        buf[: len(wire)] = wire
+        r.buffer_updated(len(wire))
+        assert len(r.get_buffer(-1).obj) == FIRST_FRAME_BYTES
 
     asyncio.run(body())
 

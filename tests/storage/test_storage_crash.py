@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from storage_helpers import cut_file, flip_byte, make_batches, segment_files
 
 from raftlog.storage.api import StorageCorruption
+from raftlog.storage.batch import CorruptBatch
 from raftlog.storage.log import SegmentedLog
 from raftlog.storage.memory import MemoryLog
 from raftlog.storage.offset_index import ENTRY, read_index_file
@@ -116,6 +117,26 @@ def test_corruption_in_older_segment_is_an_error_naming_file_and_position(tmp_pa
         with pytest.raises(StorageCorruption, match=f"{older}: invalid batch at position 152"):
             log.read(0, 10**6)
         assert log.read(0, 1)[0].base_offset == 0
+
+
+def test_a_clients_fetch_read_leaves_the_crc_to_its_reader(tmp_path):
+    """read(verify=False), a client's fetch: the damaged batch comes back as stored
+    (its encoded form the bytes on disk, so it is sent on with its old CRC) and its
+    reader's check_crc refuses it; every other read still fails at it."""
+    batches = write_log(tmp_path, [100] * 10)  # 152-byte batches, three per segment
+    older = segment_files(tmp_path)[0]
+    flip_byte(older, 152 + 70)  # inside the second batch's payload
+    with open_log(tmp_path) as log:
+        got = log.read(0, 10**6, 4, verify=False)
+        assert [b.base_offset for b in got] == [0, 2, 4]
+        assert got[1].payload != batches[1].payload  # as stored: damaged, not repaired
+        got[0].check_crc()
+        got[2].check_crc()
+        with pytest.raises(CorruptBatch, match=r"CRC mismatch in batch at base offset 2"):
+            got[1].check_crc()
+        assert bytes(got[1].encode()) == (older.read_bytes()[152:304])
+        with pytest.raises(StorageCorruption, match=f"{older}: invalid batch at position 152"):
+            log.read(0, 10**6, 4)
 
 
 def test_damaged_last_batch_of_sealed_segment_fails_open(tmp_path):
