@@ -36,7 +36,7 @@ from collections.abc import Awaitable, Callable
 from benchmarks.workloads.nemesis_cluster import NODES, ProxiedCluster
 from benchmarks.workloads.nemesis_workload import Workload
 from raftlog.checker import Report
-from raftlog.faults.crash import tear_tail
+from raftlog.faults.crash import has_segment, tear_tail
 from raftlog.faults.failpoints import ENV_VAR, LOG_BEFORE_FLUSH
 
 PRODUCERS_PER_PARTITION = 2
@@ -176,7 +176,8 @@ async def _crash(c: ProxiedCluster, w: Workload, rng: random.Random, plan: Round
 
 
 _TORN_WAIT_STEPS = 300
-"""Tenths of a second the torn nemesis waits for its victim's log of the round's topic."""
+"""Tenths of a second the torn nemesis waits for its victim's log of the round's topic
+(a segment in it)."""
 
 
 async def _torn(c: ProxiedCluster, w: Workload, rng: random.Random, plan: RoundPlan) -> str:
@@ -186,8 +187,10 @@ async def _torn(c: ProxiedCluster, w: Workload, rng: random.Random, plan: RoundP
     log_dir = c.data_dir / f"node-{victim}" / "partitions" / w.topic / str(partition)
     # The round's topic has leaders once two replicas serve; a victim restarted by the
     # round before creates its replica when it catches up with the controller.
+    # Its directory comes before its first segment: wait for the segment (a full run
+    # tore an empty directory once: "holds no segment to tear").
     for _ in range(_TORN_WAIT_STEPS):
-        if log_dir.is_dir():
+        if has_segment(log_dir):
             break
         await asyncio.sleep(0.1)
     else:

@@ -116,6 +116,13 @@ def cut_to_flushed(log_dir: str | pathlib.Path, flushed_offset: int) -> CutResul
     return CutResult(last, size - cut_at)
 
 
+def has_segment(log_dir: str | pathlib.Path) -> bool:
+    """Whether ``log_dir`` exists and holds a segment file. A replica makes its directory
+    before its first segment, so the directory alone is not yet a log to cut."""
+    path = pathlib.Path(log_dir)
+    return path.is_dir() and bool(_segments(path))
+
+
 def tear_tail(log_dir: str | pathlib.Path, nbytes: int) -> CutResult:
     """Cut the last ``nbytes`` (1 .. size) off the last segment file: a torn write.
 

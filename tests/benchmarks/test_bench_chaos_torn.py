@@ -19,7 +19,8 @@ import pytest
 
 from benchmarks.workloads import chaos_nemeses
 from benchmarks.workloads.chaos_nemeses import RoundPlan
-from raftlog.faults.crash import CutResult
+from raftlog.faults.crash import CutResult, has_segment
+from raftlog.storage.segment import segment_name
 
 
 class FakeCluster:
@@ -60,7 +61,7 @@ def test_torn_waits_for_the_victims_log_then_kills_and_tears_it(
     log_dir = _victim_dir(tmp_path, 3)
 
     def tear(path: pathlib.Path, nbytes: int) -> CutResult:
-        assert pathlib.Path(path) == log_dir and log_dir.is_dir()
+        assert pathlib.Path(path) == log_dir and has_segment(log_dir)
         cluster.events.append("tear")
         return CutResult(last_offset=41, bytes_dropped=nbytes)
 
@@ -68,9 +69,11 @@ def test_torn_waits_for_the_victims_log_then_kills_and_tears_it(
 
     async def scenario() -> str:
         async def create_later() -> None:
-            await asyncio.sleep(0.5)
+            await asyncio.sleep(0.3)
+            log_dir.mkdir(parents=True)  # a replica's directory comes before its segment
+            await asyncio.sleep(0.3)
             cluster.events.append("created")
-            log_dir.mkdir(parents=True)
+            (log_dir / segment_name(0, 1)).write_bytes(b"")
 
         creating = asyncio.ensure_future(create_later())
         detail = await chaos_nemeses._torn(
