@@ -221,9 +221,9 @@ class PartitionReplica:
         end = c.dirty_offset
         return {node: max(0, end - p.match_offset) for node, p in c.status().peers.items()}
 
-    def sample_lag(self, now_s: float) -> None:
+    def sample_lag(self, now_s: float) -> bool:
         """Feed the follower lag tracker one sample of the leader's progress (forgets
-        every follower on a follower)."""
+        every follower on a follower); whether it sampled (False: it forgot them)."""
         c = self.consensus
         if not c.is_leader or (c.quiescent and not c.quiescent_without_dead):
             # Quiescent with every member: each holds the whole log, so none lags; the
@@ -231,9 +231,10 @@ class PartitionReplica:
             # then samples nothing per partition. A leader that quiesced without the
             # members on nodes declared dead is sampled on: those may be behind.
             self.lag.reset()
-            return
+            return False
         matched = {node: p.match_offset for node, p in c.status().peers.items()}
         self.lag.observe(now_s, c.term, c.dirty_offset, matched)
+        return True
 
     def lagging_followers(self, now_s: float, max_lag_ms: int) -> list[FollowerLag]:
         """On the leader, the followers (learners included) not caught up to its last

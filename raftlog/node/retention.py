@@ -199,6 +199,12 @@ class Retention:
         when a restart restored an older snapshot than the deletions it made."""
         return max(self._log.start_offset, self.stm.log_start)
 
+    def due(self) -> bool:
+        """Whether :meth:`run` can do anything now: both of its steps need a sealed
+        segment (one below the active one), so a partition whose log is one segment
+        (an idle one, by far the most common at scale) costs the loop no task."""
+        return self._log.segment_count >= 2
+
     async def run(self, now_ms: int) -> None:
         """One round: propose a new log start when leading, then delete below it."""
         if self._c.is_leader:

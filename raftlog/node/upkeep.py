@@ -44,6 +44,9 @@ from raftlog.storage.api import StorageCorruption
 from raftlog.storage.fs import REAL_FS
 
 IDLE_FILES_CHECK_S = 10.0
+BALANCE_FULL_SCAN_S = 10.0
+"""How often the move to preferred replicas looks at every partition (each second at
+the ones that can have changed leader: see ``_balance_loop``)."""
 TRANSFER_BATCH = 32
 """Leadership transfers to preferred replicas a node runs at once."""
 OPEN_BATCH = 16
@@ -145,6 +148,14 @@ class Upkeep:
         self.open_failures: dict[int, OpenFailure] = {}
         # group -> when a leadership transfer to its preferred replica was last tried
         self._transfer_attempts: dict[int, float] = {}
+        # groups whose preferred replica changed: the move to it looks at them next second
+        self._preferred_changed: set[int] = set()
+        # the leader balancer's last inputs that planned no move (see _balance_leaders)
+        self._balanced_inputs: tuple[Any, ...] | None = None
+        #: the replicas of ``ctx.partitions`` with a transaction coordinator (those of
+        #: ``__transactions``): the coordinator loop looks at these only, not at every
+        #: partition five times a second
+        self._coordinators: dict[int, PartitionReplica] = {}
 
     def loops(
         self, *, delete_files: bool, balance_leaders: bool
@@ -227,6 +238,7 @@ class Upkeep:
                     # a new preferred replica: the balancer moves the leadership at once
                     rep.replicas = list(part.replicas)
                     self._transfer_attempts.pop(gid, None)
+                    self._preferred_changed.add(gid)
 
     def _partition_dir(self, topic: str, partition: int) -> pathlib.Path:
         return identity.partition_dir(self._ctx.config.data_dir, topic, partition)
@@ -286,10 +298,12 @@ class Upkeep:
             )
         if replica.tm is not None:
             replica.txn = TxnCoordinator(replica.tm, self._markers)
+            self._coordinators[part.group_id] = replica
         self._ctx.partitions[part.group_id] = replica
 
     async def _close_partition(self, gid: int, *, delete: bool) -> None:
         replica = self._ctx.partitions.pop(gid, None)
+        self._coordinators.pop(gid, None)
         if replica is None:
             return
         if replica.txn is not None:
@@ -335,14 +349,32 @@ class Upkeep:
         1,000 snapshots a second on the live nodes of a 3,000-partition cluster while
         they elect. The node back is heard again, and the transfers go."""
         beats = self._ctx.host.heartbeats
+        # Leadership changes only in a group the clock ticks: each second looks at those
+        # and at the ones it found led away from their preferred replica; every
+        # BALANCE_FULL_SCAN_S at every partition (a group that won and quiesced between
+        # two looks, a replica list changed). Every partition every second was a tenth
+        # of an idle node's CPU.
+        candidates: set[int] = set()
+        full_scan_at = 0.0
         while True:
             await asyncio.sleep(1.0)
             now = time.monotonic()
+            parts = self._ctx.partitions
+            if now >= full_scan_at:
+                full_scan_at = now + BALANCE_FULL_SCAN_S
+                look = list(parts.items())
+            else:
+                gids = {c.group for c in self._ctx.host.clock.active()} | candidates
+                gids |= self._preferred_changed
+                look = [(g, parts[g]) for g in gids if g in parts]
+            self._preferred_changed.clear()
             due = []
-            for gid, rep in list(self._ctx.partitions.items()):
+            candidates = set()
+            for gid, rep in look:
                 preferred = rep.replicas[0]
                 if preferred == self._ctx.node_id or not rep.consensus.is_leader:
                     continue
+                candidates.add(gid)
                 if not beats.is_alive(preferred):
                     continue
                 if now - self._transfer_attempts.get(gid, 0.0) < 10.0:
@@ -435,7 +467,16 @@ class Upkeep:
                 pinned_at = stm.pinned.get(gid)
                 if gid in stm.moves or (pinned_at is not None and now_ms - pinned_at < pin_ms):
                     frozen.add(gid)
+        # The plan is a function of its inputs: a round that finds the ones of a round
+        # that planned nothing plans nothing either. An idle cluster's balancer then
+        # plans once, not every interval (planning 3,000 partitions, with the garbage
+        # collections its allocations set off, was most of the controller leader's
+        # idle CPU).
+        inputs = (leaders, replicas, live, frozen)
+        if inputs == self._balanced_inputs:
+            return []
         moves = plan_leader_moves(leaders, replicas, live, frozen)
+        self._balanced_inputs = None if moves else inputs
         for m in moves:
             topic, partition = where[m.group_id]
             log.info(
@@ -451,11 +492,23 @@ class Upkeep:
     async def _replica_lag_loop(self) -> None:
         """Every ``REPLICA_LAG_SAMPLE_S``, each partition samples its followers' progress
         (on its leader), so ``/health`` can name the followers that lag."""
+        sampled: set[int] = set()  # groups whose tracker the last round fed
         while True:
             await asyncio.sleep(REPLICA_LAG_SAMPLE_S)
             now = time.monotonic()
-            for rep in list(self._ctx.partitions.values()):
-                rep.sample_lag(now)
+            parts = self._ctx.partitions
+            beats = self._ctx.host.heartbeats
+            if all(beats.is_alive(n) for n in self._ctx.config.peers):
+                # With every node alive no group is quiescent without a member, and a
+                # quiescent group is sampled as nothing (reset): only the groups the
+                # clock ticks, plus those fed last round (reset once as they quiesce),
+                # can need a sample. A round over every idle partition twice a second
+                # was a tenth of an idle node's CPU.
+                gids = {c.group for c in self._ctx.host.clock.active()} | sampled
+                reps = [parts[g] for g in gids if g in parts]
+            else:  # groups quiescent without the dead are sampled on (they may lag)
+                reps = list(parts.values())
+            sampled = {rep.group_id for rep in reps if rep.sample_lag(now)}
 
     async def _coordinator_resume_loop(self) -> None:
         """On the ``__transactions`` partition this node leads, finish the decisions the
@@ -468,7 +521,9 @@ class Upkeep:
         while True:
             await asyncio.sleep(COORDINATOR_ELECTION_CHECK_S)
             now = time.monotonic()
-            for gid, rep in list(self._ctx.partitions.items()):
+            for gid in [g for g in last if g not in self._coordinators]:
+                del last[gid]  # closed: a group opened again starts afresh
+            for gid, rep in list(self._coordinators.items()):
                 if rep.txn is None or not rep.consensus.is_leader:
                     last.pop(gid, None)
                     continue
@@ -509,7 +564,14 @@ class Upkeep:
         while True:
             await asyncio.sleep(interval)
             now_ms = int(time.time() * 1000)
-            reps = [r for r in self._ctx.partitions.values() if r.retention is not None]
+            # Only partitions with a sealed segment: a round over thousands of idle
+            # partitions spent a task and a wait_for each (and the garbage collections
+            # their allocations set off), a third of an idle node's CPU.
+            reps = [
+                r
+                for r in self._ctx.partitions.values()
+                if r.retention is not None and r.retention.due()
+            ]
 
             async def run(rep: PartitionReplica, now_ms: int) -> None:
                 assert rep.retention is not None
@@ -533,8 +595,11 @@ class Upkeep:
             now_ms = int(time.time() * 1000)
             # Only partitions with a transaction open can have one to abort: an idle
             # node's thousands of partitions cost no read barrier each round.
+            # Nothing allocated per idle partition either (garbage to collect).
             timeouts = [
-                (rep, rep.rm.min_open_timeout_ms()) for rep in self._ctx.partitions.values()
+                (rep, rep.rm.min_open_timeout_ms())
+                for rep in self._ctx.partitions.values()
+                if rep.rm.table.has_open_transactions
             ]
             pending = [rep for rep, t in timeouts if t is not None]
             shortest = min(

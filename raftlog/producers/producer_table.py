@@ -157,12 +157,19 @@ class ProducerTable:
     def __len__(self) -> int:
         return len(self._producers)
 
+    @property
+    def has_open_transactions(self) -> bool:
+        """Whether any transaction is open (without copying them)."""
+        return bool(self._open)
+
     def open_transactions(self) -> dict[int, OpenTransaction]:
         """Open transactions by producer id (a copy)."""
         return dict(self._open)
 
     def first_unstable_offset(self) -> int | None:
         """The first offset of the oldest open transaction, or None when none is open."""
+        if not self._open:  # the common case, asked per partition by status snapshots
+            return None
         return min((tx.first_offset for tx in self._open.values()), default=None)
 
     def last_stable_offset(self) -> int:
@@ -191,6 +198,8 @@ class ProducerTable:
 
     def min_open_timeout_ms(self, default_timeout_ms: int) -> int | None:
         """The shortest timeout among the open transactions (None when none is open)."""
+        if not self._open:  # the common case, asked per partition every second
+            return None
         return min(
             (self.transaction_timeout_ms(pid, default_timeout_ms) for pid in self._open),
             default=None,

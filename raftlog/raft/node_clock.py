@@ -55,6 +55,11 @@ class NodeClock:
     def active_groups(self) -> int:
         return len(self._active)
 
+    def active(self) -> list[TickingGroup]:
+        """The groups ticked now (a copy), for node loops that need look only at
+        groups whose state can change without a message: a quiescent group's can't."""
+        return list(self._active)
+
     def set_active(self, group: TickingGroup, active: bool) -> None:
         """Tick ``group`` (and heartbeat it, as leader) from the next tick on, or stop."""
         if active:

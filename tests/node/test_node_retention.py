@@ -226,11 +226,15 @@ async def test_log_start_moves_through_the_log_and_every_replica_deletes(
     try:
         await _wait_for(lambda: any(r.c.is_leader for r in replicas.values()), "a leader")
         leader = next(r for r in replicas.values() if r.c.is_leader)
+        # one segment: nothing to do, so the node's loop spends nothing on the partition
+        assert [r.retention.due() for r in replicas.values()] == [False] * 3
+        assert await leader.retention.propose(NOW) is None
         last = await _write(leader.c, 40)  # 40 batches of 452 bytes, 2 per 1000-byte segment
         await _wait_for(
             lambda: all(r.c.log.commit_context_offset >= last for r in replicas.values()),
             "every replica to save a commit context past the writes",
         )
+        assert [r.retention.due() for r in replicas.values()] == [True] * 3
         new_start = await leader.retention.propose(NOW)
         assert new_start is not None and new_start > 0
         # Kafka's rule on the leader's segments: what remains is at least 2000 bytes
