@@ -304,6 +304,7 @@ class Consensus:
             self.options.flush_linger_s,
             self._flush_barrier,
             self._on_flush_failed,
+            self.options.flush_linger_max_bytes,
         )
         self.batcher = ReplicateBatcher(self._entries, self.options.batcher_memory_bytes)
         self._applier.restore(self._restored_ctx)

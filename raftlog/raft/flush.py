@@ -6,7 +6,8 @@ flush when the pending bytes pass ``flush_bytes`` or after ``flush_delay_s``;
 (concurrent callers share it). Group commit: when the last flush served more than
 one waiter, writers are concurrent, and an asked-for flush first waits
 ``linger_s`` for more of them to join (one fsync for all; a lone writer never
-waits, nor does a flush whose pending bytes already pass ``flush_bytes``).
+waits, nor does a flush whose pending bytes already pass ``linger_max_bytes``,
+``flush_bytes`` unless given).
 
 A flush is the log's three steps (see :class:`~raftlog.storage.api.LogStorage`):
 ``prepare_flush`` records the dirty offset on the event loop, ``sync_flush``
@@ -49,6 +50,7 @@ class FlushCoalescer:
         linger_s: float = 0.0,
         barrier: Callable[[], Awaitable[None]] | None = None,
         on_failed: Callable[[BaseException], None] | None = None,
+        linger_max_bytes: int | None = None,
     ) -> None:
         self._log = log
         # Told of a failed flush that a request_flush asked for (that caller does not
@@ -66,6 +68,8 @@ class FlushCoalescer:
         # Group commit under concurrency: how long an asked-for flush waits for more
         # appends to join it, once the last flush served more than one waiter.
         self._linger_s = linger_s
+        # A flush with this many bytes pending or more never lingers (default flush_bytes).
+        self._linger_max_bytes = flush_bytes if linger_max_bytes is None else linger_max_bytes
         self._last_waiters = 0
         self._asked = 0  # request_flush calls since the last flush started
         self._pending_bytes = 0
@@ -126,12 +130,12 @@ class FlushCoalescer:
                 self._urgent.is_set()
                 and self._linger_s > 0
                 and self._last_waiters > 1
-                and self._pending_bytes < self._flush_bytes
+                and self._pending_bytes < self._linger_max_bytes
             ):
                 # Writers are concurrent: more of them are about to ask; one fsync for
                 # all of them costs them the linger, and saves the disk and the CPU
                 # one fsync each. A lone writer (the last flush served one) never waits,
-                # nor a flush of flush_bytes or more: it has a full flush's worth, and
+                # nor a flush of linger_max_bytes or more: it has a full flush's worth, and
                 # lingering only delayed large writes (1 partition of 256 KiB batches at
                 # acks=all in `benchmarks throughput`: 100 MB/s, 105-108 without it).
                 await asyncio.sleep(self._linger_s)

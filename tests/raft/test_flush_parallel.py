@@ -284,12 +284,20 @@ async def test_concurrent_writers_share_an_fsync_with_the_linger_and_a_lone_one_
     assert lone_wait < 0.015, lone_wait
 
 
-async def _second_round_wait(payload: bytes, flush_bytes: int, linger_s: float) -> float:
+async def _second_round_wait(
+    payload: bytes, flush_bytes: int, linger_s: float, linger_max_bytes: int | None = None
+) -> float:
     """Two writers append ``payload`` each and wait for a flush, twice; how long the
     second round waited (its flusher knows the last flush served two writers)."""
     log = SegmentedLog.open(LOG_DIR, fs=ModelFileSystem())
     flusher = FlushCoalescer(
-        log, flush_bytes, 10.0, in_executor=True, on_flushed=lambda _: None, linger_s=linger_s
+        log,
+        flush_bytes,
+        10.0,
+        in_executor=True,
+        on_flushed=lambda _: None,
+        linger_s=linger_s,
+        linger_max_bytes=linger_max_bytes,
     )
     task = asyncio.get_running_loop().create_task(flusher.run())
     loop = asyncio.get_running_loop()
@@ -322,6 +330,19 @@ async def test_a_flush_the_bytes_bound_asks_for_never_lingers():
     small = await _second_round_wait(b"x" * 16, 4096, linger)
     assert large < linger / 3, large
     assert small >= linger, small
+
+
+async def test_the_linger_bound_is_its_own_below_the_bytes_bound():
+    """The node's groups flush by bytes at 1 MiB but stop lingering at 256 KiB
+    (ConsensusOptions): appends between the two still skip the linger, smaller ones
+    linger, and an append past ``flush_bytes`` skips it as before."""
+    linger = 0.3
+    between = await _second_round_wait(b"x" * 4096, 1 << 20, linger, linger_max_bytes=4096)
+    small = await _second_round_wait(b"x" * 16, 1 << 20, linger, linger_max_bytes=4096)
+    past = await _second_round_wait(b"x" * 4096, 4096, linger, linger_max_bytes=1 << 20)
+    assert between < linger / 3, between
+    assert small >= linger, small
+    assert past >= linger, past  # the linger bound alone decides, not flush_bytes
 
 
 async def test_a_failed_flush_that_request_flush_asked_for_reaches_on_failed():

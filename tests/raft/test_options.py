@@ -28,6 +28,13 @@ def test_a_bad_window_names_the_option() -> None:
         ConsensusOptions(max_in_flight_bytes=0).validate()
 
 
+def test_a_bad_flush_linger_bound_names_the_option() -> None:
+    with pytest.raises(
+        ValueError, match=r"ConsensusOptions\.flush_linger_max_bytes must be >= 1, got 0"
+    ):
+        ConsensusOptions(flush_linger_max_bytes=0).validate()
+
+
 def test_idle_heartbeats_as_rare_as_the_election_timeout_are_refused_by_name() -> None:
     ConsensusOptions(idle_heartbeat_ticks=9, election_timeout_ticks=10).validate()
     with pytest.raises(
