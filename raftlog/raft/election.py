@@ -40,6 +40,16 @@ class ElectionTimer:
         """This timeout only: expire ``ticks`` ticks from now (if sooner than drawn)."""
         self.timeout = min(self.timeout, self.elapsed + max(1, ticks))
 
+    def end_lease(self) -> None:
+        """Count the leader as unheard for at least the minimum timeout: the lease it
+        held here is over (:attr:`within_lease` is False); the timeout drawn stands."""
+        self.elapsed = max(self.elapsed, self.base_ticks)
+
+    def give_way(self) -> None:
+        """This timeout only: expire no sooner than a whole minimum timeout plus a fresh
+        randomized one from now (another replica campaigns first)."""
+        self.timeout = max(self.timeout, self.elapsed + self.base_ticks + self._draw())
+
     def tick(self) -> bool:
         """Advance one tick; True when the timeout has expired."""
         self.elapsed += 1
