@@ -56,7 +56,12 @@ from raftlog.client import RaftlogClient
 # writers on, re-election p50 59 s, p99 258 s, every partition led within 300 s; 5,964
 # writes read back once each; but node 1 led 0 partitions 302 s after its restart (a
 # 3,000-partition kill and restart without writers, 03:44 UTC, load 2-6, handed back
-# 883 in 41 s). Run it with `-m scale`.
+# 883 in 41 s). On 2026-12-02 10:00-10:16 UTC (load 19-23), with a verdict now naming one
+# live replica per partition to campaign (no split votes), the benchmark's steps at 3,000
+# created and led in 97 s (the code before stalled at 2,700), but after the kill 75 of
+# 1,000 were not led within 120 s (p50 42 s): on a fifth of a core per node neither the
+# p99 nor CI's time (creation alone ~100 s) allows it in the default run (see
+# docs/operations.md, "Split votes and connects to the dead node"). Run it with `-m scale`.
 pytestmark = pytest.mark.scale
 
 PARTITIONS = 3000

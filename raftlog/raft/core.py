@@ -114,6 +114,9 @@ RECOVERY_MAX_FAILURES = 3
 heartbeat reply from the follower starts it again)."""
 TIMEOUT_NOW_RESEND_TICKS = 3
 """Ticks after a timeout-now before it is sent again (it or its reply may be lost)."""
+VERDICT_CAMPAIGN_TICKS = 3
+"""After its leader's node is declared dead, the live voter that campaigns first does so
+this many ticks later (see ``RaftCore._order_campaign``)."""
 MAX_UNSENT_BATCHES = 1024
 """The most batches the leader keeps for its paused followers (see ``RaftCore._unsent``;
 its bytes are bounded by ``max_in_flight_bytes``): small writes make many small
@@ -559,6 +562,10 @@ class RaftCore:
         every group its peers lead (a third of a 3-node cluster's groups each), so
         every verdict woke them all, on top of the groups the dead node led."""
         self._dead_nodes.add(node)
+        if self.role is not Role.LEADER and node == self.leader_id:
+            self._order_campaign(node)
+        elif self.role is not Role.LEADER and mutations.active("lease_ends_on_any_verdict"):
+            self.timer.end_lease()
         if not self._quiescent:
             return
         if self.role is Role.LEADER:
@@ -566,6 +573,46 @@ class RaftCore:
                 self._wake()
         elif node == self.leader_id and not mutations.active("quiesced_keeps_dead_leader"):
             self._wake()
+
+    def _order_campaign(self, dead_leader: int) -> None:
+        """The leader's node was declared dead: its lease here is over, one live voter
+        campaigns at once and the others give it a whole election timeout first.
+
+        The lease: a verdict means this node heard nothing from the leader's node for
+        ``dead_after_s`` (two election timeouts on a node, one in the simulator) counted
+        in its own rounds, so a follower whose timer had kept ticking would hold no
+        lease by now; only a quiescent follower's frozen timer still did, for up to
+        another timeout after it woke. Ending it makes a quiescent follower refuse
+        candidates exactly as long as a ticking one (the lease argument of the read
+        index is unchanged), and lets the first campaign win without waiting.
+
+        Which one campaigns: among the live voters of the highest priority (neither
+        the dead leader nor a node declared dead here), the one at ``group`` modulo
+        their count, so every replica names the same one and the new leaderships
+        spread over the live nodes. It campaigns ``VERDICT_CAMPAIGN_TICKS`` later (the
+        others' verdicts come within that) plus a random part of half a timeout (the
+        node's other groups told at the same verdict spread their campaigns: all at
+        once, their vote saves and round trips queued past the election timeout and
+        the terms were lost again, 1,034 terms for 334 partitions at load 13), the
+        others a minimum timeout plus a randomized one later. Why: both live followers
+        of a 3-replica group woke at the verdict and drew their timeouts alike; two
+        campaigns within one vote round trip (common while a node's loop runs a
+        thousand elections) each voted for itself and the term was lost, and every
+        split cost another timeout and another vote save per replica. Who may vote
+        for whom is unchanged."""
+        config = self.configs.latest
+        self.timer.end_lease()
+        if self.node_id not in config.voters or self.role is Role.LEARNER:
+            return
+        live = [v for v in config.voters if v != dead_leader and v not in self._dead_nodes]
+        if self.node_id not in live:
+            return
+        top = max(config.priority(v) for v in live)
+        first = [v for v in live if config.priority(v) == top]
+        if first[self.group % len(first)] == self.node_id:
+            self.timer.expire_soon(VERDICT_CAMPAIGN_TICKS)
+        else:
+            self.timer.give_way()
 
     def _on_node_alive(self, node: int) -> None:
         """Node liveness heard ``node`` again after declaring it dead: a quiescent leader

@@ -40,6 +40,22 @@ class ElectionTimer:
         """This timeout only: expire ``ticks`` ticks from now (if sooner than drawn)."""
         self.timeout = min(self.timeout, self.elapsed + max(1, ticks))
 
+    def end_lease(self) -> None:
+        """Count the leader as unheard for at least the minimum timeout: the lease it
+        held here is over (:attr:`within_lease` is False); the timeout drawn stands."""
+        self.elapsed = max(self.elapsed, self.base_ticks)
+
+    def expire_soon(self, ticks: int) -> None:
+        """This timeout only: expire ``ticks`` plus a random part of half the minimum
+        timeout from now (if sooner than drawn): thousands of groups told at once
+        spread their campaigns over that half timeout."""
+        self.expire_after(ticks + self._rng.randrange(max(1, self.base_ticks // 2)))
+
+    def give_way(self) -> None:
+        """This timeout only: expire no sooner than a whole minimum timeout plus a fresh
+        randomized one from now (another replica campaigns first)."""
+        self.timeout = max(self.timeout, self.elapsed + self.base_ticks + self._draw())
+
     def tick(self) -> bool:
         """Advance one tick; True when the timeout has expired."""
         self.elapsed += 1

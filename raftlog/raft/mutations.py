@@ -42,6 +42,9 @@ The names and what each one breaks:
   reads on its lease again once the transfer ended (linearizable reads: the target,
   elected by a late timeout-now with votes that ignore leases, commits writes the old
   leader's reads miss).
+- ``lease_ends_on_any_verdict``: a follower's leader lease ends when any node is
+  declared dead, not only its leader's (it grants a candidate while its leader is
+  heard, and that leader's lease reads miss what the new one commits).
 """
 
 from __future__ import annotations
@@ -63,6 +66,7 @@ MUTATIONS: tuple[str, ...] = (
     "send_before_vote_saved",
     "read_before_commit_in_term",
     "lease_after_timeout_now",
+    "lease_ends_on_any_verdict",
 )
 
 ACTIVE: set[str] = set()

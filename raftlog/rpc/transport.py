@@ -69,6 +69,9 @@ AUTH_HEADER = "Authorization"
 MAX_REPLY_BYTES = 16 << 20
 #: how long closing a stream may wait for the peer's close frame (a cut link sends none)
 CLOSE_TIMEOUT_S = 1.0
+#: after a failed open of a peer's raft stream, its sends fail at once for this long
+#: (StreamTransport._stream): a restarted peer is reached at most this much later.
+REOPEN_AFTER_S = 0.2
 
 
 class UnmaskedWebSocket(aiohttp.ClientWebSocketResponse):
@@ -458,6 +461,8 @@ class StreamTransport:
         self._timeout_s = timeout_s
         self._session: aiohttp.ClientSession | None = None
         self._streams = StreamPool[int]("transport is closed")
+        # target -> (loop time until which its sends fail at once, the failure): see _stream
+        self._failed_open: dict[int, tuple[float, TransportError]] = {}
         self._closed = False
 
     def add_peer(self, node_id: int, address: str) -> None:
@@ -466,6 +471,7 @@ class StreamTransport:
         if self._peers.get(node_id) == address:
             return
         self._peers[node_id] = address
+        self._failed_open.pop(node_id, None)
         self._streams.drop(node_id, f"node {node_id} moved to {address}")
 
     async def send(self, target_node: int, message: Any) -> Any:
@@ -553,8 +559,27 @@ class StreamTransport:
         return f"node {target} ({advertised}{via})"
 
     async def _stream(self, target: int) -> FrameStream:
-        """The open stream to ``target``, opening it (once, shared by concurrent sends)."""
-        return await self._streams.get(target, lambda: self._open(target))
+        """The open stream to ``target``, opening it (once, shared by concurrent sends).
+
+        After an open that failed, sends to ``target`` fail at once with that error for
+        :data:`REOPEN_AFTER_S`: a lost message, which raft's timers resend. Why: after a
+        kill -9, every group that sends to the dead node (a vote request per election,
+        the new leaders' appends, recovery) tried a connection of its own, one after
+        the other as each was refused: at 1,000 partitions about a tenth of a live
+        node's event loop during the failover went into connects to the dead node."""
+        failed = self._failed_open.get(target)
+        if failed is not None:
+            until, error = failed
+            if asyncio.get_running_loop().time() < until:
+                raise TransportError(f"{error} (not retried for {REOPEN_AFTER_S:g} s)")
+            del self._failed_open[target]
+        try:
+            return await self._streams.get(target, lambda: self._open(target))
+        except TransportError as exc:
+            if target not in self._failed_open:
+                until = asyncio.get_running_loop().time() + REOPEN_AFTER_S
+                self._failed_open[target] = (until, exc)
+            raise
 
     async def _open(self, target: int) -> FrameStream:
         advertised = self._peers.get(target)

@@ -803,6 +803,7 @@ def test_parse_rejects_a_command_without_separator() -> None:
         ("quiesce_dead_leader", "quiesced_keeps_dead_leader"),
         ("split_vote", "vote_twice_in_term"),
         ("read_after_transfer_timed_out", "lease_after_timeout_now"),
+        ("verdict_campaign_order", "lease_ends_on_any_verdict"),
     ],
 )
 def test_a_planted_fault_breaks_its_script(script: str, mutation: str) -> None:

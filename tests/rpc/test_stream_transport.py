@@ -30,7 +30,7 @@ from raftlog.raft.messages import (
     VoteReply,
     VoteRequest,
 )
-from raftlog.rpc import codec
+from raftlog.rpc import codec, transport
 from raftlog.rpc.messages import ErrorCode, ErrorResponse
 from raftlog.rpc.peer import STREAM_PATH, split_frame, stream_frame
 from raftlog.rpc.server import AuthPolicy, RequestError, make_app
@@ -637,5 +637,73 @@ def test_send_now_reply_fails_when_the_link_is_cut_and_times_out_on_a_silent_one
                 with pytest.raises(TransportError, match="timed out"):
                     await silent
                 assert t.send_now(1, vote(4)) is None  # the silent stream was dropped
+
+    run(body)
+
+
+def test_a_refused_peer_costs_one_connect_per_reopen_interval() -> None:
+    """After an open that failed, sends to that peer fail at once (the same error) for
+    REOPEN_AFTER_S instead of each trying a connection of its own (a node killed under
+    a thousand groups drew a connect per vote request and append); then one send tries
+    again and reaches the peer once it listens."""
+
+    async def body() -> None:
+        accepted = 0
+
+        async def drop(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            nonlocal accepted
+            accepted += 1
+            writer.close()  # no handshake: the open fails
+
+        dropper = await asyncio.start_server(drop, "127.0.0.1", 0)
+        port = dropper.sockets[0].getsockname()[1]
+        async with transport_to(f"127.0.0.1:{port}", timeout_s=BOUND_S) as t:
+            errors = []
+            with pytest.raises(TransportError):
+                await t.send(1, vote(0))
+            per_open = accepted  # aiohttp may try a dropped handshake twice
+            assert per_open in (1, 2), per_open
+            for term in range(1, 51):
+                with pytest.raises(TransportError) as caught:
+                    await t.send(1, vote(term))
+                errors.append(str(caught.value))
+            assert accepted == per_open, accepted
+            assert all("cannot open the raft stream to node 1" in e for e in errors), errors[:2]
+            assert f"not retried for {transport.REOPEN_AFTER_S:g} s" in errors[-1]
+            dropper.close()
+            await dropper.wait_closed()
+            await asyncio.sleep(transport.REOPEN_AFTER_S + 0.05)
+            async with Server(ScriptedNode()) as server:
+                t.add_peer(1, server.address)  # the peer back (here at another port)
+                assert (await t.send(1, vote(60))).term == 60
+                assert server.handshakes == 1
+
+    run(body)
+
+
+def test_a_failed_open_is_retried_after_the_reopen_interval() -> None:
+    async def body() -> None:
+        accepted = 0
+
+        async def drop(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            nonlocal accepted
+            accepted += 1
+            writer.close()
+
+        dropper = await asyncio.start_server(drop, "127.0.0.1", 0)
+        port = dropper.sockets[0].getsockname()[1]
+        async with transport_to(f"127.0.0.1:{port}", timeout_s=BOUND_S) as t:
+            counts = []
+            for _ in range(3):
+                with pytest.raises(TransportError):
+                    await t.send(1, vote(1))
+                with pytest.raises(TransportError):
+                    await t.send(1, vote(2))
+                counts.append(accepted)
+                await asyncio.sleep(transport.REOPEN_AFTER_S + 0.05)
+            per_open = counts[0]
+            assert counts == [per_open, 2 * per_open, 3 * per_open], counts
+        dropper.close()
+        await dropper.wait_closed()
 
     run(body)
