@@ -66,12 +66,6 @@ FLOOR = {  # measured on seeds 0-15 (since the isolate scenario cuts the leader 
     # within 0.5 s, or its write not acknowledged); 86 of seeds 0-99 (2026-12-02). The
     # interaction script read_after_transfer_timed_out catches it every time.
     "lease_after_timeout_now": 13,
-    # Not seen by the simulator (0 of 16, 2026-12-02): its liveness declares a node dead
-    # after one election timeout of silence, the lease's own length, so a lease ended at
-    # any verdict has mostly run out already; and a verdict about a node a follower's
-    # live leader is not needs a candidate that reaches it unheard. The interaction
-    # script verdict_campaign_order catches it every time.
-    "lease_ends_on_any_verdict": 0,
 }
 
 
