@@ -364,7 +364,7 @@ class Upkeep:
                 full_scan_at = now + BALANCE_FULL_SCAN_S
                 look = list(parts.items())
             else:
-                gids = {c.group for c in self._ctx.host.clock.active()} | candidates
+                gids = self._ctx.host.clock.active_group_ids() | candidates
                 gids |= self._preferred_changed
                 look = [(g, parts[g]) for g in gids if g in parts]
             self._preferred_changed.clear()
@@ -504,7 +504,7 @@ class Upkeep:
                 # clock ticks, plus those fed last round (reset once as they quiesce),
                 # can need a sample. A round over every idle partition twice a second
                 # was a tenth of an idle node's CPU.
-                gids = {c.group for c in self._ctx.host.clock.active()} | sampled
+                gids = self._ctx.host.clock.active_group_ids() | sampled
                 reps = [parts[g] for g in gids if g in parts]
             else:  # groups quiescent without the dead are sampled on (they may lag)
                 reps = list(parts.values())

@@ -60,6 +60,11 @@ class NodeClock:
         groups whose state can change without a message: a quiescent group's can't."""
         return list(self._active)
 
+    def active_group_ids(self) -> set[int]:
+        """The group ids of :meth:`active`: what node loops that look only at groups
+        that can change without a message join with their own candidates."""
+        return {g.group for g in self._active}
+
     def set_active(self, group: TickingGroup, active: bool) -> None:
         """Tick ``group`` (and heartbeat it, as leader) from the next tick on, or stop."""
         if active:
