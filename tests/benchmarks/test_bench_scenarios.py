@@ -57,6 +57,8 @@ class FakeLog:
 
     def __init__(self, path: Path) -> None:
         self.path = path
+        path.mkdir(parents=True, exist_ok=True)  # the cold opens drop its files' pages
+        (path / "segment.log").touch()
         known = self.logs.get(path)
         self.dirty_offset = -1 if known is None else known - (1 if self.lose_on_reopen else 0)
 
@@ -82,7 +84,11 @@ def test_restart_reports_each_size_and_the_ratio(tmp_path: Path) -> None:
     small, large, ratio = rows
     assert small["opens"] == large["opens"] == restart.QUICK_OPENS
     assert small["open s (median)"] <= small["open s (max)"]
+    assert small["open s cold (median)"] <= small["open s cold (max)"]
     assert ratio["ratio"] == pytest.approx(large["open s (median)"] / small["open s (median)"])
+    assert ratio["ratio cold"] == pytest.approx(
+        large["open s cold (median)"] / small["open s cold (median)"]
+    )
     assert ratio["goal ratio"] == restart.GOAL_RATIO
     # 100 MiB of 1 KiB records were written, then every open recovered all of them.
     assert FakeLog.logs[max(FakeLog.logs, key=FakeLog.logs.get)] == 100 * 1024 - 1
