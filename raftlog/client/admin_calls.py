@@ -84,13 +84,28 @@ class AdminCalls(CallRouting):
         self._topics[name] = resp.topic
         return topic_metadata(resp.topic)
 
-    async def describe_topic(self, name: str, *, offsets: bool = True) -> TopicMetadata:
+    async def describe_topic(
+        self, name: str, *, offsets: bool = True, wait_for_leaders_s: float = 0.0
+    ) -> TopicMetadata:
         """The topic's partitions with leaders and watermarks; UnknownTopicError if absent.
 
         ``offsets=False``: from the metadata alone, no replica asked (one round trip
         less): the partitions, replicas, schema and id are exact, leaders and
-        watermarks only as the answering node's own replicas know them (-1: none)."""
-        return topic_metadata(await self._topic_info(name, with_offsets=offsets))
+        watermarks only as the answering node's own replicas know them (-1: none).
+
+        ``wait_for_leaders_s`` (with ``offsets``): the node may hold its answer that
+        long (it caps the wait at 2 s) while a partition has no known leader, and
+        answers the moment the last one is known: a new topic's first leaders in one
+        call instead of a poll. Some may still be -1 when the wait ran out."""
+        if wait_for_leaders_s < 0:
+            raise InvalidRequestError(
+                f"wait_for_leaders_s: expected seconds >= 0, got {wait_for_leaders_s}"
+            )
+        return topic_metadata(
+            await self._topic_info(
+                name, with_offsets=offsets, wait_for_leaders_s=wait_for_leaders_s
+            )
+        )
 
     async def topic_id(self, name: str) -> int:
         """The topic's id (a topic deleted and created again has a new one), fresh from
@@ -98,8 +113,10 @@ class AdminCalls(CallRouting):
         offsets. UnknownTopicError if absent."""
         return (await self._topic_info(name, with_offsets=False)).topic_id
 
-    async def _topic_info(self, name: str, with_offsets: bool) -> TopicInfo:
-        meta = await self._metadata([name], with_offsets=with_offsets)
+    async def _topic_info(
+        self, name: str, with_offsets: bool, wait_for_leaders_s: float = 0.0
+    ) -> TopicInfo:
+        meta = await self._metadata([name], with_offsets, wait_for_leaders_s)
         for t in meta.topics:
             if t.name == name:
                 return t

@@ -102,8 +102,14 @@ class BlockingRaftlogClient:
             self._client.create_topic(name, partitions, replication_factor, schema, exist_ok)
         )
 
-    def describe_topic(self, name: str, *, offsets: bool = True) -> TopicMetadata:
-        return self._run(self._client.describe_topic(name, offsets=offsets))
+    def describe_topic(
+        self, name: str, *, offsets: bool = True, wait_for_leaders_s: float = 0.0
+    ) -> TopicMetadata:
+        return self._run(
+            self._client.describe_topic(
+                name, offsets=offsets, wait_for_leaders_s=wait_for_leaders_s
+            )
+        )
 
     def list_topics(self) -> list[str]:
         return self._run(self._client.list_topics())

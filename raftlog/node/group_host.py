@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import logging
 import os
 import pathlib
@@ -26,6 +27,7 @@ from raftlog.node.config import (
     FLUSH_SCOPE_GROUP,
     FLUSH_SCOPE_NODE,
 )
+from raftlog.node.leader_notices import LeaderNotices
 from raftlog.node.partition_replica import PartitionReplica
 from raftlog.node.retention import Retention
 from raftlog.producers.rm_stm import RmStm, RmStmConfig
@@ -108,6 +110,9 @@ class GroupHost:
         self.clock = NodeClock(self.options.tick_interval_s, self.heartbeats)
         self.dispatcher = PeerDispatcher(node_id, self.heartbeats)
         self.groups: dict[int, Consensus] = {}
+        #: every hosted group's replica reports the leader it learns here (a held
+        #: metadata answer waits on these notices)
+        self.leader_notices = LeaderNotices()
         self._crash_hooks: dict[int, Any] = {}
 
     async def start(self) -> None:
@@ -196,7 +201,7 @@ class GroupHost:
         log = await asyncio.to_thread(SegmentedLog.open, directory)
         log.attach_files(self.open_files)
         self._register_crash_hook(group, log)
-        return Consensus(
+        c = Consensus(
             group,
             self.node_id,
             Configuration.of(replicas, priorities=priorities(replicas)),
@@ -210,6 +215,8 @@ class GroupHost:
             vote_saver=self._vote_saver(log),
             commit_context_saver=self._commit_context_saver(log),
         )
+        c.known_leader_listeners.append(functools.partial(self.leader_notices.leader_known, group))
+        return c
 
     async def open_group(
         self, group: int, directory: pathlib.Path, replicas: list[int], state_machines: list[Any]

@@ -13,6 +13,7 @@ from raftlog.controller import (
     topic_config,
 )
 from raftlog.node.context import NodeContext
+from raftlog.node.leader_notices import LeaderWatch
 from raftlog.node.membership import Membership
 from raftlog.raft.errors import RaftError, ReadNotReadyError
 from raftlog.rpc.messages import (
@@ -42,9 +43,11 @@ LEADER_WAIT_MAX_S = 2.0
 (``MetadataRequest.wait_for_leaders_ms`` is capped to it)."""
 
 LEADER_POLL_S = 0.01
-"""How often a held metadata answer looks again for the missing leaders: a new
-partition's replicas learn their leader from its first append, within a few ms of the
-election, and this node's own replicas are looked at in memory."""
+"""How often a held metadata answer asks again for the missing leaders a notice cannot
+tell it about (partitions without a replica in this process, see
+:meth:`MetadataApi._infos_with_leaders`); those of its own replicas wake it the moment
+they learn one (a new partition's replicas learn it from its first append, within a few
+ms of the election)."""
 
 CONTROLLER_READ_WAIT_S = 2.0
 """How long a new controller leader holds a metadata answer until it can answer from
@@ -117,25 +120,16 @@ class MetadataApi:
                 "ask in several requests, or name none for all",
             )
             raise RequestError(ErrorCode.INVALID_REQUEST, why)
-        stm = self._ctx.controller_stm
-        topics = [stm.topics[n] for n in names if n in stm.topics]
-        infos = await self._topic_infos(topics, req.with_offsets)
         wait_s = min(req.wait_for_leaders_ms / 1000.0, LEADER_WAIT_MAX_S)
         if req.with_offsets and wait_s > 0:
             # A client that found no leader (a topic just created: its first election
             # takes 100-350 ms) is answered the moment one is known, rather than polling
             # with its backoff (up to 250 ms between tries): one request instead of five.
-            loop = asyncio.get_running_loop()
-            deadline = loop.time() + wait_s
-            for _ in range(int(wait_s / LEADER_POLL_S) + 1):
-                if loop.time() >= deadline or all(
-                    p.leader >= 0 for t in infos for p in t.partitions
-                ):
-                    break
-                await asyncio.sleep(LEADER_POLL_S)
-                # the controller's copy of the topics may have changed meanwhile
-                topics = [stm.topics[n] for n in names if n in stm.topics]
-                infos = await self._topic_infos(topics, True)
+            infos = await self._infos_with_leaders(names, wait_s)
+        else:
+            stm = self._ctx.controller_stm
+            topics = [stm.topics[n] for n in names if n in stm.topics]
+            infos = await self._topic_infos(topics, req.with_offsets)
         return MetadataResponse(
             self._ctx.node_id,
             self._ctx.controller_leader(),
@@ -163,12 +157,7 @@ class MetadataApi:
         """``here``: the statuses of this node's replicas; ``remote``: the leaders'."""
         parts = []
         for p in t.partitions:
-            local = here.get(p.group_id)
-            # Offsets are the leader's: a follower's high watermark lags.
-            if local is not None and local.leader == self._ctx.node_id:
-                st: PartitionStatus | None = local
-            else:
-                st = (remote or {}).get(p.group_id) or local
+            st = self._status_of(p.group_id, here, remote or {})
             if st is None:
                 parts.append(PartitionInfo(p.partition, p.group_id, -1, list(p.replicas)))
             else:
@@ -185,6 +174,127 @@ class MetadataApi:
                 )
         topic_id = t.partitions[0].group_id if t.partitions else -1
         return TopicInfo(t.name, t.replication_factor, parts, t.schema, topic_id)
+
+    def _status_of(
+        self, gid: int, here: dict[int, PartitionStatus], remote: dict[int, PartitionStatus]
+    ) -> PartitionStatus | None:
+        """The status a metadata answer gives group ``gid``: this node's replica's when it
+        leads; else its leader's (``remote``), else this node's replica's."""
+        local = here.get(gid)
+        # Offsets are the leader's: a follower's high watermark lags.
+        if local is not None and local.leader == self._ctx.node_id:
+            return local
+        return remote.get(gid) or local
+
+    async def _infos_with_leaders(self, names: list[str], wait_s: float) -> list[TopicInfo]:
+        """Topics ``names`` (those that exist) with offsets, as :meth:`_topic_infos`, held
+        up to ``wait_s`` until every partition has a known leader.
+
+        Event-driven (:mod:`raftlog.node.leader_notices`): the answer is built once, then
+        only the partitions still without a leader are asked again, each when this
+        process's replica of it learns a leader (or the controller's copy of a topic
+        asked changes: that topic alone is asked again). The partitions a notice cannot
+        tell about (no replica in this process: another shard's, another node's; or one
+        whose replica here names a leader that its leader did not confirm) are asked
+        again every ``LEADER_POLL_S``, they alone."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + wait_s
+        stm = self._ctx.controller_stm
+        here: dict[int, PartitionStatus] = {}
+        remote: dict[int, PartitionStatus] = {}
+        asked: dict[str, TopicAssignment] = {}
+        missing: dict[int, PartitionAssignment] = {}
+        polled: list[int] = []
+        next_poll = loop.time() + LEADER_POLL_S
+        topics_changed = True  # the first round asks every topic
+        with self._ctx.host.leader_notices.watching() as watch:
+            while True:
+                again: list[PartitionAssignment] = []
+                if topics_changed:
+                    current = {n: stm.topics[n] for n in names if n in stm.topics}
+                    if current.keys() != asked.keys() or any(
+                        asked[n] is not t for n, t in current.items()
+                    ):
+                        for n, t in asked.items():
+                            if current.get(n) is not t:
+                                for p in t.partitions:
+                                    missing.pop(p.group_id, None)
+                        again += [
+                            p
+                            for n, t in current.items()
+                            if asked.get(n) is not t
+                            for p in t.partitions
+                        ]
+                        asked = current
+                learned = watch.take_learned()
+                if polled and loop.time() >= next_poll:
+                    learned.update(polled)
+                    next_poll = loop.time() + LEADER_POLL_S
+                again += [missing[g] for g in learned if g in missing]
+                if again:
+                    again = list({p.group_id: p for p in again}.values())
+                    await self._ask_again(again, here, remote)
+                    for p in again:
+                        st = self._status_of(p.group_id, here, remote)
+                        if st is None or st.leader < 0:
+                            missing[p.group_id] = p
+                        else:
+                            missing.pop(p.group_id, None)
+                if not missing or loop.time() >= deadline:
+                    break
+                polled = self._follow_missing(watch, missing, here)
+                timeout = deadline - loop.time()
+                if polled:
+                    timeout = min(timeout, max(0.0, next_poll - loop.time()))
+                await watch.wait(timeout)
+                topics_changed = watch.take_topics_changed()
+        return [self.topic_info(t, here, remote) for t in asked.values()]
+
+    def _follow_missing(
+        self,
+        watch: LeaderWatch,
+        missing: dict[int, PartitionAssignment],
+        here: dict[int, PartitionStatus],
+    ) -> list[int]:
+        """Have ``watch`` follow the ``missing`` groups whose replica in this process
+        knows no leader yet (or is still to open); a replica that learned one since
+        ``here`` was asked counts as learned at once. The rest, which must be polled:
+        those without a replica in this process, and those whose replica names the
+        same leader as when asked (that leader did not confirm it)."""
+        polled = []
+        follow = []
+        for gid, p in missing.items():
+            replica = self._ctx.partitions.get(gid)
+            if replica is None:
+                if gid not in here and self._ctx.owns(gid) and self._ctx.node_id in p.replicas:
+                    follow.append(gid)  # not open yet: it learns its first leader after
+                else:
+                    polled.append(gid)
+                continue
+            leader = replica.status().leader
+            asked = here.get(gid)
+            if leader < 0:
+                follow.append(gid)
+            elif asked is None or asked.leader != leader:
+                watch.learned(gid)  # learned between the ask and now: no notice follows
+            else:
+                polled.append(gid)
+        watch.follow(follow)
+        return polled
+
+    async def _ask_again(
+        self,
+        parts: list[PartitionAssignment],
+        here: dict[int, PartitionStatus],
+        remote: dict[int, PartitionStatus],
+    ) -> None:
+        """Update ``here`` and ``remote`` (as :meth:`_topic_infos` builds them) for
+        ``parts`` alone."""
+        gids = [p.group_id for p in parts]
+        here.update(await self.statuses_here(gids))
+        for g in gids:
+            remote.pop(g, None)  # an earlier answer (no leader) must not hide a new one
+        remote.update(await self.leaders_statuses(parts, here))
 
     async def topic_info_now(self, t: TopicAssignment, *, ask_leaders: bool = False) -> TopicInfo:
         """``t``'s partitions as this node's replicas report them, or with
@@ -223,20 +333,26 @@ class MetadataApi:
     async def remote_statuses(
         self, topics: list[TopicAssignment], here: dict[int, PartitionStatus]
     ) -> dict[int, PartitionStatus]:
-        """Ask one replica of each partition this node does not lead (bounded, best
+        """Ask one replica of each partition of ``topics`` this node does not lead
+        (:meth:`leaders_statuses`)."""
+        return await self.leaders_statuses([p for t in topics for p in t.partitions], here)
+
+    async def leaders_statuses(
+        self, parts: list[PartitionAssignment], here: dict[int, PartitionStatus]
+    ) -> dict[int, PartitionStatus]:
+        """Ask one replica of each of ``parts`` this node does not lead (bounded, best
         effort): its leader as ``here`` (this node's replicas) knows it, else the
         preferred replica."""
         wanted: dict[int, list[int]] = {}
-        for t in topics:
-            for p in t.partitions:
-                local = here.get(p.group_id)
-                if local is None:
-                    target = p.replicas[0]
-                else:
-                    target = local.leader
-                    if target == self._ctx.node_id or target < 0:
-                        continue
-                wanted.setdefault(target, []).append(p.group_id)
+        for p in parts:
+            local = here.get(p.group_id)
+            if local is None:
+                target = p.replicas[0]
+            else:
+                target = local.leader
+                if target == self._ctx.node_id or target < 0:
+                    continue
+            wanted.setdefault(target, []).append(p.group_id)
         if not wanted:
             return {}
         out: dict[int, PartitionStatus] = {}

@@ -97,6 +97,8 @@ class PartitionReplica:
         self.retention = retention
         # when each follower last caught up (on the leader; sampled by the node)
         self.lag = FollowerLagTracker()
+        #: the topic settings it runs with (:meth:`configure`); None until configured
+        self.config: TopicConfig | None = None
 
     def _errors(self) -> RequestErrors:
         return RequestErrors(f"{self.topic}/{self.partition}", self.consensus.node_id)
@@ -122,6 +124,7 @@ class PartitionReplica:
         are dropped, an open one's state survives in the snapshot. ``__consumer_offsets``
         likewise: group_stm's snapshot holds every group's offsets and metadata (what
         Kafka's log compaction keeps)."""
+        self.config = config
         log = self.consensus.log
         segment_bytes = config.segment_bytes
         if self.topic in _SNAPSHOTTED_TOPICS:

@@ -287,6 +287,7 @@ class Node:
             await asyncio.to_thread(identity.migrate_layout, self.config.data_dir)
         await self.host.start()
         self.controller_stm.add_listener(self.upkeep.reconcile_needed.set)
+        self.controller_stm.add_listener(self.host.leader_notices.topics_changed)
         internal = self.config.shard_index > 0
         if not internal:
             self.ctx.controller = await self.host.open_group(

@@ -242,6 +242,12 @@ class Consensus:
         # else runs: the simulator checks election safety over every leader, not only
         # the ones alive at its next step.
         self.leader_listeners: list[Callable[[], None]] = []
+        # Called with the leader's id whenever the leader this replica knows changes (-1:
+        # none known), while the ready that changed it is carried out (before its
+        # sends: a listener only takes note): a node's waiters for a new partition's
+        # leader (a held metadata answer) wake on it instead of polling.
+        self.known_leader_listeners: list[Callable[[int], None]] = []
+        self._known_leader = -1
         self._own_clock = clock is None
         self.clock = clock if clock is not None else NodeClock(self.options.tick_interval_s)
         self._ticking = False  # on the clock's active list (not quiescent)
@@ -680,6 +686,10 @@ class Consensus:
                 # In flight, not unsaved: a failure sets it again (see _vote_saved).
                 self._save_vote_async(vote)
             self._unsaved_vote = None
+        if self.core.leader_id != self._known_leader:
+            self._known_leader = self.core.leader_id
+            for known in self.known_leader_listeners:
+                known(self._known_leader)
         if not ready:
             return ready
         if self._vote_gate is not None and not mutations.active("send_before_vote_saved"):

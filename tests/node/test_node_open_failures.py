@@ -5,6 +5,7 @@ to open a group on demand."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import pathlib
 import time
 import types
@@ -13,6 +14,20 @@ from raftlog.controller import PartitionAssignment, TopicAssignment
 from raftlog.controller.topic_config import TopicConfig
 from raftlog.node.membership import Membership
 from raftlog.node.upkeep import Upkeep, open_retry_delay
+
+
+class _Replica:
+    """A partition replica as reconciling uses it: its replicas, and its settings."""
+
+    def __init__(self, replicas: list[int]) -> None:
+        self.replicas = list(replicas)
+        self.tm = None
+        self.config: TopicConfig | None = None
+        self.configured: list[TopicConfig] = []
+
+    def configure(self, config: TopicConfig) -> None:
+        self.config = config
+        self.configured.append(config)
 
 
 class _Host:
@@ -33,7 +48,7 @@ class _Host:
         self.attempts[group_id] = self.attempts.get(group_id, 0) + 1
         if group_id in self.failing:
             raise NotADirectoryError(f"cannot open {topic}/{partition}")
-        return types.SimpleNamespace(configure=lambda _c: None, replicas=list(replicas), tm=None)
+        return _Replica(replicas)
 
 
 class _ModelNode:
@@ -43,14 +58,16 @@ class _ModelNode:
     def __init__(self, data_dir: pathlib.Path, groups: dict[int, str]) -> None:
         self.groups = groups
         self.host = _Host()
-        self.partitions: dict[int, object] = {}
+        self.partitions: dict[int, _Replica] = {}
+        self.configs: dict[str, TopicConfig] = {}
         controller_stm = types.SimpleNamespace(
             nodes={},
             assignments_for=lambda _node: {
                 gid: (TopicAssignment(t, 1, [p := PartitionAssignment(0, gid, [1])]), p)
                 for gid, t in self.groups.items()
             },
-            topic_config=lambda _name: TopicConfig(),
+            # a new object each time, as the controller state resolves it
+            topic_config=lambda name: dataclasses.replace(self.configs.get(name, TopicConfig())),
             find_group=lambda gid: None,
         )
         ctx = types.SimpleNamespace(
@@ -115,3 +132,25 @@ def test_the_backoff_doubles_and_is_bounded() -> None:
     delays = [open_retry_delay(n) for n in range(1, 12)]
     assert delays[:4] == [0.5, 1.0, 2.0, 4.0]
     assert max(delays) == 30.0 and delays == sorted(delays)
+
+
+def test_a_replica_is_configured_when_it_opens_and_when_its_topic_settings_change(
+    tmp_path,
+) -> None:
+    """Every controller change reconciles; a replica is configured again only when its
+    topic's settings changed (not every replica on every change: at 10,000 partitions
+    that was 0.27 s of the event loop per topic created)."""
+
+    async def go() -> None:
+        node = _ModelNode(tmp_path, {1: "a", 2: "b", 3: "c"})
+        await node.upkeep.reconcile()
+        assert [len(node.partitions[g].configured) for g in (1, 2, 3)] == [1, 1, 1]
+        await node.upkeep.reconcile()  # another controller change: nothing to apply
+        assert [len(node.partitions[g].configured) for g in (1, 2, 3)] == [1, 1, 1]
+        node.configs["a"] = TopicConfig(segment_bytes=1 << 20)
+        await node.upkeep.reconcile()
+        assert [len(node.partitions[g].configured) for g in (1, 2, 3)] == [2, 1, 1]
+        assert node.partitions[1].config == TopicConfig(segment_bytes=1 << 20)
+        assert node.partitions[2].config == TopicConfig()
+
+    asyncio.run(go())

@@ -7,6 +7,7 @@ waits below cost no wall-clock time (they are bounds, not assertions on speed).
 from __future__ import annotations
 
 import asyncio
+import itertools
 
 import pytest
 from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt, wait_fixed
@@ -490,6 +491,37 @@ def test_a_full_disk_refuses_the_write_whole_and_the_group_goes_on() -> None:
         assert len({tuple(v) for v in logs.values()}) == 1, logs
         payloads = [line.split(" ", 2)[2] for line in logs[follower.node_id] if "DATA" in line]
         assert payloads == ["kept", "after", "y" * 1000]
+        await cluster.stop()
+
+    run_virtual(scenario())
+
+
+def test_every_replica_tells_its_listeners_the_leader_it_learns_once_per_change() -> None:
+    """``known_leader_listeners`` hear each change of the leader a replica knows (a held
+    metadata answer wakes on them): every replica the first leader, then, after that
+    leader is cut off, the survivors the new one."""
+
+    async def scenario() -> None:
+        cluster = SimCluster(3, seed=5)
+        heard: dict[int, list[int]] = {i: [] for i in cluster.ids}
+        await cluster.start()
+        for i, node in cluster.nodes.items():
+            assert node.consensus.leader_id == -1  # none yet: every change is heard
+            node.consensus.known_leader_listeners.append(heard[i].append)
+        first = (await cluster.wait_for_leader()).node_id
+        await asyncio.sleep(1.0)  # heartbeats tell the followers
+        for i in cluster.ids:
+            known = [leader for leader in heard[i] if leader >= 0]
+            assert known == [first], (i, heard[i])
+            # a change each time: the same leader is never told twice in a row
+            assert all(a != b for a, b in itertools.pairwise(heard[i])), heard[i]
+        cluster.network.partition({first}, cluster.ids)
+        second = (await cluster.wait_for_leader(exclude=first)).node_id
+        await asyncio.sleep(1.0)
+        for i in cluster.ids:
+            if i != first:
+                assert [x for x in heard[i] if x >= 0][-1] == second, (i, heard[i])
+                assert heard[i][-1] == second, (i, heard[i])
         await cluster.stop()
 
     run_virtual(scenario())
