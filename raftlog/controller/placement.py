@@ -6,25 +6,23 @@ from __future__ import annotations
 def place_partitions(
     partitions: int, replication_factor: int, nodes: list[int], start: int
 ) -> list[list[int]]:
-    """Round-robin replica lists for ``partitions`` partitions, as Kafka assigns them.
+    """Round-robin replica lists for ``partitions`` partitions.
 
-    Partition p (the cluster's ``q = start + p``-th) is preferred-led by node
-    ``q mod len(nodes)`` of the sorted node list: the first replica is the preferred
-    leader, so leaders rotate over the nodes; ``start`` (the controller's running
-    partition count) keeps successive topics from all piling their first leader on
-    the same node. The other replicas follow it at distinct shifts, and the shifts
-    rotate every ``len(nodes)`` partitions (Kafka's ``nextReplicaShift``): the second
-    replica of the partitions one node leads is each of the other nodes in turn.
-    Why: the replica order is the voting priority (``group_host.priorities``), and a
-    verdict on a dead leader's node names the live replica of the highest priority to
-    campaign; with the followers always in the same order, every partition a node led
-    failed over to the same next node (981 of 1,000 at 3,000 partitions on 3 nodes),
-    which ran all the elections while the other only voted.
+    Partition p's replicas are ``replication_factor`` consecutive nodes of the
+    sorted node list starting at ``(start + p) mod len(nodes)``. The first
+    replica is the preferred leader, so leaders rotate over the nodes too;
+    ``start`` (the controller's running partition count) keeps successive
+    topics from all piling their first leader on the same node.
 
-    Invariants: every list has distinct nodes; over any ``len(nodes)`` consecutive
-    partitions each node is preferred leader exactly once; over ``len(nodes) *
-    (len(nodes) - 1)`` consecutive partitions each ordered (leader, second replica)
-    pair occurs equally often.
+    Invariants: every list has distinct nodes; over any ``len(nodes)``
+    consecutive partitions each node is preferred leader exactly once.
+
+    The followers keep the nodes' order (Kafka rotates it), so all the partitions a
+    node leads fail over to the same next node: the order is the voting priority,
+    and a verdict on a dead leader's node names the live replica of the highest
+    priority to campaign. Rotated, each live node of a 3-node cluster campaigned for
+    half of them, and failover at 3,000 partitions got slower in every run measured
+    (docs/operations.md, "Failover at 3,000 on 2026-12-02"); why is not known.
     """
     ordered = sorted(set(nodes))
     if not ordered:
@@ -37,13 +35,6 @@ def place_partitions(
             f"got {replication_factor}"
         )
     n = len(ordered)
-    lists = []
-    for p in range(partitions):
-        q = start + p
-        first = q % n
-        shift = (q // n) % (n - 1) if n > 1 else 0
-        followers = [
-            ordered[(first + 1 + (shift + j) % (n - 1)) % n] for j in range(replication_factor - 1)
-        ]
-        lists.append([ordered[first], *followers])
-    return lists
+    return [
+        [ordered[(start + p + j) % n] for j in range(replication_factor)] for p in range(partitions)
+    ]
