@@ -197,6 +197,28 @@ async def test_abort_then_replay_commits_and_abort_after_commit_completes(env) -
         )
 
 
+async def test_an_abort_on_a_topic_just_created_writes_its_marker(raftlog_cluster) -> None:
+    """Prepare and abort right after the topic's creation, many times: a node that has not
+    applied the creation yet calls the topic unknown, and the coordinator must not take
+    that for a deletion (the abort counted done, no marker written, the open transaction
+    holding the partition's last stable offset until its timeout)."""
+    async with RaftlogClient(raftlog_cluster.servers, request_timeout_s=20.0) as client:
+        coord = CoordinatorClient(client)
+        for round_ in range(ROUNDS * 4):
+            topic = f"tpc-new-{uuid.uuid4().hex[:8]}"
+            await client.create_topic(topic, partitions=2, replication_factor=3)
+            key = TxnKey(f"q-{topic}", 0, "run-1")
+            p = await prepare(client, coord, key, "t0", topic, round_ % 2, chunks([round_]))
+            assert (await decide(coord, key, [], commit=False))["status"] == "aborted"
+            _start, hwm, lso = await client.list_offsets(topic, round_ % 2)
+            assert lso == hwm, (
+                f"round {round_}: the aborted transaction at {p.participants[0].first_offset} "
+                f"holds the last stable offset at {lso} (high watermark {hwm})"
+            )
+            assert await read_all(client, topic) == []
+            await client.delete_topic(topic)
+
+
 async def test_a_reader_never_sees_part_of_a_committed_batch(env) -> None:
     client, coord, topic = env
     writer = f"q-{topic}"

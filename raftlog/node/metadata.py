@@ -98,6 +98,20 @@ class MetadataApi:
             )
         return t, t.partitions[partition]
 
+    def topic_gone(self, topic: str, topic_id: int) -> bool:
+        """Whether this node's controller state proves topic ``topic`` of id ``topic_id``
+        deleted: it applied the creation (``next_group_id`` is past the id, which only
+        grows) and holds no topic of that name and id. A state that has not applied the
+        creation yet (a lagging follower, a node just restarted) proves nothing: False.
+        ``topic_id`` -1 (not known): the name is absent here."""
+        stm = self._ctx.controller_stm
+        t = stm.topics.get(topic)
+        if topic_id < 0:
+            return t is None
+        if t is not None and t.partitions and t.partitions[0].group_id == topic_id:
+            return False
+        return stm.next_group_id > topic_id
+
     def topic_configs(self, name: str) -> TopicConfigs:
         overrides = self._ctx.controller_stm.topic_overrides(name)
         described = topic_config.described(overrides)

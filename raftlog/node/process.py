@@ -228,7 +228,11 @@ class Node:
         self.admin = AdminApi(self.ctx, self.metadata, self.membership)
         # the transaction coordinator's markers go node to node, on the peer stream
         self.txn_markers = PeerMarkers(
-            config.node_id, self.data.marker_targets, self.data.marker_here, transport.send
+            config.node_id,
+            self.data.marker_targets,
+            self.data.marker_here,
+            transport.send,
+            self.metadata.topic_gone,
         )
         self.upkeep = Upkeep(self.ctx, self.metadata, self.membership, self.admin, self.txn_markers)
         self._client_handlers: dict[type, Callable[[Any], Awaitable[Any]]] = {

@@ -37,7 +37,9 @@ up this round (its caller retries the EndTxn, and the resume timer the decision)
 _SETTLED = (ErrorCode.FENCED, ErrorCode.INVALID_TXN_STATE, ErrorCode.INVALID_PRODUCER_EPOCH)
 """Refusals that settle a marker: the partition will refuse it again, whoever leads."""
 _GONE = (ErrorCode.UNKNOWN_TOPIC, ErrorCode.UNKNOWN_PARTITION)
-"""The partition is gone (its topic deleted): no transaction is left to end there."""
+"""The answering node does not know the partition: its topic was deleted, or that node
+has not applied the topic's creation yet. Only the first settles the marker, so it is
+settled only when this node's controller state proves the deletion (``gone``)."""
 
 
 class _Retry(Exception):
@@ -54,7 +56,10 @@ class PeerMarkers:
     ``replicas(topic, partition)`` lists the partition's replicas, the leader this node
     knows first (raises for an unknown partition); ``local`` handles a request on this
     node; ``send`` sends one to another node on the peer stream (TransportError when
-    the link fails).
+    the link fails); ``gone(topic, topic_id)`` is whether this node's controller state
+    proves the topic deleted (an unknown partition settles the marker only then: a
+    replica that has not applied the topic's creation yet also calls it unknown, and
+    taking that for a deletion would leave the transaction open, unmarked).
     """
 
     def __init__(
@@ -63,6 +68,7 @@ class PeerMarkers:
         replicas: Callable[[str, int], list[int]],
         local: Callable[[WriteTxnMarkerRequest], Awaitable[WriteTxnMarkerReply]],
         send: Callable[[int, WriteTxnMarkerRequest], Awaitable[WriteTxnMarkerReply]],
+        gone: Callable[[str, int], bool],
         *,
         retry_s: float = MARKER_RETRY_S,
     ) -> None:
@@ -70,6 +76,7 @@ class PeerMarkers:
         self._replicas = replicas
         self._local = local
         self._send = send
+        self._gone = gone
         self._retry_s = retry_s
 
     async def write_marker(self, participant: Participant, commit: bool) -> int:
@@ -95,7 +102,7 @@ class PeerMarkers:
                 try:
                     candidates = self._replicas(p.topic, p.partition)
                 except LookupError as exc:
-                    raise InvalidTxnStateError(f"{p.topic}/{p.partition}: {exc}") from exc
+                    raise self._unknown_here(p, str(exc)) from exc
                 target = hint if hint >= 0 else candidates[tried % len(candidates)]
                 tried += 1
                 hint = -1
@@ -111,9 +118,16 @@ class PeerMarkers:
                 if reply.error in _SETTLED:
                     raise error_for(reply.error, reply.message)
                 if reply.error in _GONE:
-                    raise InvalidTxnStateError(reply.message)
+                    raise self._unknown_here(p, f"node {target}: {reply.message}")
                 if reply.error.retriable or reply.error is ErrorCode.KAFKA_STORAGE_ERROR:
                     hint = reply.leader_id
                     raise _Retry(reply.message)
                 raise MarkerRefusedError(f"{reply.error.name}: {reply.message}")
         raise AssertionError("unreachable")  # tenacity reraises the last error
+
+    def _unknown_here(self, p: Participant, why: str) -> Exception:
+        """An unknown partition: settled (InvalidTxnStateError) when its topic is proven
+        deleted, else retried (a view that lags the topic's creation)."""
+        if self._gone(p.topic, p.topic_id):
+            return InvalidTxnStateError(f"{p.topic}/{p.partition}: {why}")
+        return _Retry(f"{why} (the topic of id {p.topic_id} is not known deleted)")

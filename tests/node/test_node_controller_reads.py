@@ -11,6 +11,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from raftlog.controller import ControllerStm, CreateTopicCmd, DeleteTopicCmd, command_batch
 from raftlog.node import metadata
 from raftlog.node.metadata import MetadataApi
 from raftlog.raft.errors import ReadBarrierTimeout, ReadNotReadyError
@@ -102,3 +103,27 @@ async def test_the_wait_is_bounded_and_then_refused(monkeypatch: pytest.MonkeyPa
     assert info.value.code is ErrorCode.LEADER_NOT_AVAILABLE
     assert "has not committed an entry of its term yet" in str(info.value)
     assert issubclass(ReadBarrierTimeout, ReadNotReadyError)
+
+
+def test_a_topic_is_gone_only_once_the_state_applied_its_creation_and_deletion() -> None:
+    """What settles a transaction marker on an unknown partition (PeerMarkers): a state
+    that has not applied the topic's creation yet proves nothing; one that applied it
+    and no longer holds that id proves the topic deleted (or deleted and created again)."""
+    stm = ControllerStm()
+    api = MetadataApi(SimpleNamespace(controller_stm=stm), None)  # type: ignore[arg-type]
+
+    def apply(cmd: object) -> None:
+        stm.apply(command_batch(cmd).stamped(stm.last_applied + 1, 1))  # type: ignore[arg-type]
+
+    apply(CreateTopicCmd("other", 1, 3, [1, 2, 3]))
+    # a lagging replica: topic t (whose id will be 2) not created here yet
+    assert not api.topic_gone("t", 2)
+    assert api.topic_gone("t", -1)  # no id to go by: the name alone
+    apply(CreateTopicCmd("t", 2, 3, [1, 2, 3]))
+    tid = stm.topics["t"].partitions[0].group_id
+    assert tid == 2 and not api.topic_gone("t", tid) and not api.topic_gone("t", -1)
+    apply(DeleteTopicCmd("t"))
+    assert api.topic_gone("t", tid)
+    apply(CreateTopicCmd("t", 1, 3, [1, 2, 3]))  # the name again, a new id
+    again = stm.topics["t"].partitions[0].group_id
+    assert again > tid and api.topic_gone("t", tid) and not api.topic_gone("t", again)
