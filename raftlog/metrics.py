@@ -250,11 +250,20 @@ class _RaftClockCollector(Collector):
     _GAUGES = {
         "active_groups": "groups the node clock ticks (not quiescent)",
         "quiescent_groups": "groups quiescent here: no ticks, no heartbeats of their own",
+        "leaderless_groups": "groups whose replica here knows no leader (itself included)",
     }
     _COUNTERS = {
         "group_heartbeats": "per-group heartbeats this node sent as leader",
         "heartbeat_batches": "heartbeat requests sent, one per peer node a round",
         "nodes_declared_dead": "times node liveness declared a peer node dead",
+        # raftlog.raft.core.ELECTION_COUNTERS, summed over the node's groups
+        "prevotes_started": "prevote rounds started here (a campaign's first step)",
+        "votes_started": "vote rounds (new terms) started here after a won prevote",
+        "campaigns_deferred": "election timeouts at which a replica let a higher-priority "
+        "one campaign first",
+        "votes_refused_lease": "(pre)votes refused while a live leader was heard (its lease)",
+        "votes_refused_log": "(pre)votes refused to a candidate whose log is behind",
+        "leaderships_won": "elections won here",
     }
 
     def __init__(self, node_id: int, stats: Callable[[], dict[str, float]]) -> None:

@@ -10,7 +10,10 @@
   and reads back;
 - kill -9 of the node leading the most partitions: every partition has a leader on
   another node again within ``FAILOVER_BOUND_S`` (node liveness wakes the quiescent
-  followers, which campaign).
+  followers, which campaign), and the live nodes' election counters
+  (``raftlog_raft_leaderships_won_total``, ``..._prevotes_started_total``,
+  ``..._votes_started_total``) grew by at least the partitions it led; before the
+  kill every replica knew its leader (``raftlog_raft_leaderless_groups`` 0).
 
 With ``--no-quiesce`` (or quiescence broken) the heartbeat check fails: every group
 keeps heartbeating. With the core's wake on a dead leader's node removed, the
@@ -140,6 +143,13 @@ async def test_idle_partitions_quiesce_wake_on_a_write_and_fail_over(
         leaders = await _leaders(client)
         victim, led = Counter(leaders.values()).most_common(1)[0]
         assert led >= 1
+        live = [n for n in addresses if n != victim]
+        # every replica knows its leader (no election under way anywhere)
+        assert [_raft_metrics(addresses[n])["raftlog_raft_leaderless_groups"] for n in live] == [
+            0,
+            0,
+        ]
+        elections = {n: _raft_metrics(addresses[n]) for n in live}
         cluster.kill(victim, signal.SIGKILL)
         took, after_kill = await _wait_all_led(client, FAILOVER_BOUND_S, exclude=victim)
         print(
@@ -147,3 +157,21 @@ async def test_idle_partitions_quiesce_wake_on_a_write_and_fail_over(
             f"every partition led again in {took:.1f} s"
         )
         assert victim not in after_kill.values()
+        # The election counters account for it: a new leader for each, after a prevote.
+        now = {n: _raft_metrics(addresses[n]) for n in live}
+
+        def grew(name: str) -> float:
+            return sum(now[n][name] - elections[n][name] for n in live)
+
+        won = grew("raftlog_raft_leaderships_won_total")
+        print(
+            "elections on the live nodes: "
+            + ", ".join(
+                f"{name} {grew(f'raftlog_raft_{name}_total'):.0f}"
+                for name in ("prevotes_started", "votes_started", "votes_refused_lease")
+            )
+            + f", won {won:.0f}"
+        )
+        assert won >= led, (won, led)
+        assert grew("raftlog_raft_prevotes_started_total") >= won
+        assert grew("raftlog_raft_votes_started_total") >= won

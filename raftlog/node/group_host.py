@@ -33,6 +33,7 @@ from raftlog.node.retention import Retention
 from raftlog.producers.rm_stm import RmStm, RmStmConfig
 from raftlog.raft.configuration import Configuration
 from raftlog.raft.consensus import Consensus, ConsensusOptions
+from raftlog.raft.core import ELECTION_COUNTERS, Role
 from raftlog.raft.dispatch import PeerDispatcher
 from raftlog.raft.heartbeat_manager import HeartbeatManager
 from raftlog.raft.node_clock import NodeClock
@@ -153,10 +154,19 @@ class GroupHost:
     def clock_stats(self) -> dict[str, float]:
         """The node clock's and heartbeats' figures (the raftlog_raft_* metrics)."""
         hosted = sum(1 for c in self.groups.values() if c.running)
+        elections = dict.fromkeys(ELECTION_COUNTERS, 0)
+        leaderless = 0
+        for c in self.groups.values():
+            for name, n in c.core.elections.items():
+                elections[name] += n
+            if c.running and c.role is not Role.LEARNER and c.leader_id == -1:
+                leaderless += 1
         return {
             "active_groups": float(self.clock.active_groups),
             "quiescent_groups": float(sum(1 for c in self.groups.values() if c.quiescent)),
+            "leaderless_groups": float(leaderless),
             "hosted_groups": float(hosted),
+            **{name: float(n) for name, n in elections.items()},
             "group_heartbeats": float(self.heartbeats.group_heartbeats_sent),
             "heartbeat_batches": float(self.heartbeats.batches_sent),
             "nodes_declared_dead": float(self.heartbeats.nodes_declared_dead),

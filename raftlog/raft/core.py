@@ -117,6 +117,16 @@ TIMEOUT_NOW_RESEND_TICKS = 3
 VERDICT_CAMPAIGN_TICKS = 3
 """After its leader's node is declared dead, the live voter that campaigns first does so
 this many ticks later (see ``RaftCore._order_campaign``)."""
+ELECTION_COUNTERS = (
+    "prevotes_started",
+    "votes_started",
+    "campaigns_deferred",
+    "votes_refused_lease",
+    "votes_refused_log",
+    "leaderships_won",
+)
+"""RaftCore.elections' counters (each one's meaning: the raftlog_raft_* metrics'
+help, raftlog.metrics)."""
 MAX_UNSENT_BATCHES = 1024
 """The most batches the leader keeps for its paused followers (see ``RaftCore._unsent``;
 its bytes are bounded by ``max_in_flight_bytes``): small writes make many small
@@ -418,6 +428,10 @@ class RaftCore:
         self.priority_target = PriorityTarget()
         self.progress: dict[int, FollowerProgress] = {}
         self.ticks = 0
+        # What this replica's elections did, by ELECTION_COUNTERS name: the node sums
+        # them over its groups (the raftlog_raft_* metrics), so a failover that stalls
+        # says whether nobody campaigned, or candidates were refused, and why.
+        self.elections: dict[str, int] = dict.fromkeys(ELECTION_COUNTERS, 0)
         # Follower: the last offset verified equal to the current leader's log.
         self.matched_upto = -1
         # Follower: (leader, term, highest seq answered) (see the module docstring).
@@ -1008,6 +1022,7 @@ class RaftCore:
         # another timeout in about half the kills (the failover benchmark: 1.3-1.8 s).
         self.leader_id = -1
         if not self.priority_target.may_campaign(config, self.node_id, silent_leader):
+            self.elections["campaigns_deferred"] += 1
             return
         self._campaign(prevote=True, transfer=False)
 
@@ -1022,6 +1037,7 @@ class RaftCore:
             return  # it may lack committed entries: it must not lead (see behind_promise)
         self._wake()
         self._prevoting = prevote
+        self.elections["prevotes_started" if prevote else "votes_started"] += 1
         self._votes = {self.node_id: True}
         if prevote:
             campaign_term = self.term + 1
@@ -1091,6 +1107,10 @@ class RaftCore:
             and self.leader_id not in (-1, req.source_node)
             and (self.role is Role.LEADER or self.timer.within_lease)
         )
+        if lease and req.term > self.term:
+            self.elections["votes_refused_lease"] += 1
+        elif not log_ok:
+            self.elections["votes_refused_log"] += 1
         if req.prevote:
             granted = req.term > self.term and log_ok and not lease
             return self._vote_reply(req, granted, log_ok, self.term if not granted else req.term)
@@ -1175,6 +1195,7 @@ class RaftCore:
 
     def _become_leader(self) -> None:
         self._wake()
+        self.elections["leaderships_won"] += 1
         self.role = Role.LEADER
         self._drop_unsent()
         self.leader_id = self.node_id

@@ -57,3 +57,28 @@ def test_a_lower_priority_follower_whose_timer_fired_grants_the_next_ones_prevot
     assert "2->3 prevote term=2: granted" in trace, trace
     assert second.role.value == "leader", trace
     assert third.leader_id in (-1, 2)
+
+
+def test_the_election_counters_tell_a_deferred_campaign_a_lease_refusal_and_a_win() -> None:
+    """What the raftlog_raft_* election metrics sum over a node's groups: the test of a
+    failover that stalls is which of these grows."""
+    net = CoreNet(3, priorities={1: 3, 2: 2, 3: 1})
+    _elect_node_1(net)
+    assert net.cores[1].elections["prevotes_started"] == 1
+    assert net.cores[1].elections["votes_started"] == 1
+    assert net.cores[1].elections["leaderships_won"] == 1
+    third, second = net.cores[3], net.cores[2]
+    # node 3 may not campaign while node 2 outranks it
+    third._on_election_timeout()
+    assert third.elections["campaigns_deferred"] == 1
+    assert third.elections["prevotes_started"] == 0
+    # node 2 campaigns while node 1 still leads: node 3 grants (its timer fired, so it
+    # holds no lease), node 1 refuses both the prevote and the vote as the leader
+    second._on_election_timeout()
+    trace = net.deliver()
+    assert second.elections["prevotes_started"] == 1, trace
+    assert second.elections["votes_started"] == 1, trace
+    assert net.cores[1].elections["votes_refused_lease"] == 2, trace
+    assert third.elections["votes_refused_lease"] == 0, trace
+    assert second.elections["leaderships_won"] == 1, trace
+    assert [c.elections["votes_refused_log"] for c in net.cores.values()] == [0, 0, 0]
