@@ -156,10 +156,11 @@ class MetadataApi:
     ) -> list[TopicInfo]:
         """``topics`` as this node's replicas know them, and with ``with_offsets`` as their
         leaders (or preferred replicas) report them."""
-        here = await self.statuses_here([p.group_id for t in topics for p in t.partitions])
+        parts = [p for t in topics for p in t.partitions]
+        here = await self.statuses_here([p.group_id for p in parts])
         remote: dict[int, PartitionStatus] = {}
         if with_offsets:
-            remote = await self.remote_statuses(topics, here)
+            remote = await self.leaders_statuses(parts, here)
         return [self.topic_info(t, here, remote) for t in topics]
 
     def topic_info(
@@ -314,7 +315,7 @@ class MetadataApi:
         """``t``'s partitions as this node's replicas report them, or with
         ``ask_leaders`` as their leaders do."""
         here = await self.statuses_here([p.group_id for p in t.partitions])
-        remote = await self.remote_statuses([t], here) if ask_leaders else {}
+        remote = await self.leaders_statuses(t.partitions, here) if ask_leaders else {}
         return self.topic_info(t, here, remote)
 
     async def statuses_here(self, gids: list[int]) -> dict[int, PartitionStatus]:
@@ -343,13 +344,6 @@ class MetadataApi:
         for statuses in await asyncio.gather(*(ask(k, g) for k, g in theirs.items())):
             out.update((st.group_id, st) for st in statuses)
         return out
-
-    async def remote_statuses(
-        self, topics: list[TopicAssignment], here: dict[int, PartitionStatus]
-    ) -> dict[int, PartitionStatus]:
-        """Ask one replica of each partition of ``topics`` this node does not lead
-        (:meth:`leaders_statuses`)."""
-        return await self.leaders_statuses([p for t in topics for p in t.partitions], here)
 
     async def leaders_statuses(
         self, parts: list[PartitionAssignment], here: dict[int, PartitionStatus]

@@ -455,10 +455,9 @@ class Upkeep:
         """
         stm = self._ctx.controller_stm
         topics = list(stm.topics.values())
-        here = await self._metadata.statuses_here(
-            [p.group_id for t in topics for p in t.partitions]
-        )
-        statuses = await self._metadata.remote_statuses(topics, here)
+        parts = [p for t in topics for p in t.partitions]
+        here = await self._metadata.statuses_here([p.group_id for p in parts])
+        statuses = await self._metadata.leaders_statuses(parts, here)
         live = self._live_nodes()
         now_ms = int(time.time() * 1000)
         pin_ms = self._ctx.config.leader_balance_pin_ms
