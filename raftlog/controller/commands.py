@@ -63,6 +63,12 @@ class TopicAssignment:
     partitions: list[PartitionAssignment]
     schema: bytes | None = None
 
+    @property
+    def topic_id(self) -> int:
+        """The topic's id (``TopicInfo.topic_id``): its first partition's group id, never
+        reused, so a topic deleted and created again under its name has another."""
+        return self.partitions[0].group_id if self.partitions else -1
+
 
 @codec.register(202)
 @dataclasses.dataclass(frozen=True, slots=True)

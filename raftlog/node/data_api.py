@@ -156,7 +156,7 @@ class DataApi:
 
     async def init_producer(self, req: InitProducerRequest) -> Any:
         topic = self._metadata.assignment(req.topic, req.partition)[0]
-        topic_id = topic.partitions[0].group_id  # as TopicInfo.topic_id
+        topic_id = topic.topic_id
         if req.topic_id >= 0 and topic_id != req.topic_id:
             # the replica below is of this incarnation of the topic: not the one planned
             raise RequestError(

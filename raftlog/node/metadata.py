@@ -108,7 +108,7 @@ class MetadataApi:
         t = stm.topics.get(topic)
         if topic_id < 0:
             return t is None
-        if t is not None and t.partitions and t.partitions[0].group_id == topic_id:
+        if t is not None and t.topic_id == topic_id:
             return False
         return stm.next_group_id > topic_id
 
@@ -187,8 +187,7 @@ class MetadataApi:
                         st.last_stable_offset,
                     )
                 )
-        topic_id = t.partitions[0].group_id if t.partitions else -1
-        return TopicInfo(t.name, t.replication_factor, parts, t.schema, topic_id)
+        return TopicInfo(t.name, t.replication_factor, parts, t.schema, t.topic_id)
 
     def _status_of(
         self, gid: int, here: dict[int, PartitionStatus], remote: dict[int, PartitionStatus]
