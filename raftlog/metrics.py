@@ -250,7 +250,9 @@ class _RaftClockCollector(Collector):
     _GAUGES = {
         "active_groups": "groups the node clock ticks (not quiescent)",
         "quiescent_groups": "groups quiescent here: no ticks, no heartbeats of their own",
-        "leaderless_groups": "groups whose replica here knows no leader (itself included)",
+        "leaderless_groups": (
+            "groups whose replica here knows no leader, or one on a node declared dead"
+        ),
     }
     _COUNTERS = {
         "group_heartbeats": "per-group heartbeats this node sent as leader",

@@ -7,7 +7,7 @@ after the other): ``s to create`` runs from the first create call until every
 partition reports a leader. Once the leaderships settle, the node leading the most
 partitions (about a third) is killed with SIGKILL, and each partition it led is timed
 until a live node reports another leader (:func:`partition_scale.reelection_times`:
-both live nodes polled every 0.1 s; late by at most one poll plus a metadata round
+both live nodes polled every 0.5 s; late by at most one poll plus a metadata round
 trip). The goal (issue 47): p99 <= 5 s at 3,000 partitions. Local cluster only: it
 kills a node by PID.
 """
@@ -150,7 +150,7 @@ def run(ctx: RunContext) -> list[Row]:
     ctx.note(
         f"3-node local cluster per count; topics of up to {TOPIC_PARTITIONS} partitions, "
         "3 replicas; s to create = first create call to every partition led; re-election: "
-        "per partition the killed node led, SIGKILL to the first 0.1 s poll of the live "
+        "per partition the killed node led, SIGKILL to the first 0.5 s poll of the live "
         "nodes' metadata that reports another leader"
     )
     return rows

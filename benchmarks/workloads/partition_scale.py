@@ -25,7 +25,13 @@ from typing import Any
 
 TOPIC_PARTITIONS = 100
 """Partitions per topic created: one controller command places that many."""
-POLL_S = 0.1
+POLL_S = 0.5
+"""How often each live node is asked for its leaders after a kill (from one ask's send
+to the next's). A metadata answer of 3,000 partitions blocks a node's loop while it is
+built; asked back to back (every 0.1 s, each answer taking longer than that), the
+poll took 40-60% of each live node's loop during the failover it measured (py-spy,
+2026-12-03), and the elections it timed waited behind it. A figure is late by at most
+this plus one answer's time, never early."""
 LEADER_WAIT_S = 2.0
 """How long a node may hold a new topic's description until every partition is led."""
 

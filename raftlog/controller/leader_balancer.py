@@ -23,9 +23,15 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 
-__all__ = ["MAX_MOVES_PER_ROUND", "LeaderMove", "leader_counts", "plan_leader_moves"]
+__all__ = [
+    "MAX_MOVES_PER_ROUND",
+    "LeaderMove",
+    "electing",
+    "leader_counts",
+    "plan_leader_moves",
+]
 
 #: Leaderships moved per round at most (a chain longer than that is still taken whole
 #: when it is the round's first, so a round always makes progress).
@@ -39,6 +45,21 @@ class LeaderMove:
     group_id: int
     from_node: int
     to_node: int
+
+
+def electing(
+    leaders: Mapping[int, int], replicas: Mapping[int, Sequence[int]], up: Callable[[int], bool]
+) -> int:
+    """How many partitions can elect a leader and have none up: their leader unknown
+    (-1) or on a node ``up`` says is down, and a majority of their replicas up. While
+    any is, a round plans no move: a failover's elections are under way on the live
+    nodes, and each move would be one more election among them."""
+    return sum(
+        1
+        for gid, leader in leaders.items()
+        if not (leader > 0 and up(leader))
+        and 2 * sum(1 for r in replicas[gid] if up(r)) > len(replicas[gid])
+    )
 
 
 def leader_counts(leaders: Mapping[int, int], live: Collection[int]) -> dict[int, int]:

@@ -223,7 +223,7 @@ class DataApi:
         rep = self._ctx.partitions.get(part.group_id)
         leader = -1
         if rep is not None:
-            leader = self._ctx.node_id if rep.consensus.is_leader else rep.consensus.leader_id
+            leader = self._ctx.node_id if rep.consensus.is_leader else rep.consensus.live_leader_id
         rest = [r for r in part.replicas if r != leader]
         return [leader, *rest] if leader >= 0 else rest
 

@@ -162,7 +162,7 @@ class GroupHost:
             quiescent += c.quiescent
             if c.running:
                 hosted += 1
-                leaderless += c.role is not Role.LEARNER and c.leader_id == -1
+                leaderless += c.role is not Role.LEARNER and c.live_leader_id == -1
         return {
             "active_groups": float(self.clock.active_groups),
             "quiescent_groups": float(quiescent),

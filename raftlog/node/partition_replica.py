@@ -259,7 +259,7 @@ class PartitionReplica:
 
     def _leader(self) -> int:
         c = self.consensus
-        return c.node_id if c.is_leader else c.leader_id
+        return c.node_id if c.is_leader else c.live_leader_id
 
     def require_leader(self, peers: dict[int, str]) -> None:
         """Raise NOT_LEADER (naming the leader) unless this replica leads."""
@@ -301,7 +301,7 @@ class PartitionReplica:
 
     def _not_leader(self, peers: dict[int, str]) -> RequestError:
         c = self.consensus
-        leader = c.leader_id if not c.is_leader else -1
+        leader = c.live_leader_id if not c.is_leader else -1
         code = ErrorCode.NOT_LEADER if leader >= 0 else ErrorCode.LEADER_NOT_AVAILABLE
         return RequestError(
             code,

@@ -23,7 +23,7 @@ from raftlog.controller import (
     PartitionAssignment,
     TopicAssignment,
 )
-from raftlog.controller.leader_balancer import LeaderMove, plan_leader_moves
+from raftlog.controller.leader_balancer import LeaderMove, electing, plan_leader_moves
 from raftlog.controller.topic_config import TopicConfig
 from raftlog.coordinator.txn_coordinator import TxnCoordinator
 from raftlog.node.admin import AdminApi
@@ -452,6 +452,8 @@ class Upkeep:
         by it and is left alone (its leadership is on its way there); so are partitions
         a user pinned with ``transfer-leadership`` in the last ``--leader-balance-pin-ms``
         (by the pin's timestamp against this node's clock) and partitions being moved.
+        No move is made while a partition that can elect (a majority of its replicas
+        up) has no leader up: a failover's elections come first.
         """
         stm = self._ctx.controller_stm
         topics = list(stm.topics.values())
@@ -465,13 +467,14 @@ class Upkeep:
         replicas: dict[int, list[int]] = {}
         frozen: set[int] = set()
         where: dict[int, tuple[str, int]] = {}
+        reported: dict[int, int] = {}  # the leaders as reported (-1: none known)
         for t in topics:
             info = self._metadata.topic_info(t, here, statuses)
             for part, meta in zip(t.partitions, info.partitions, strict=True):
                 gid = part.group_id
                 replicas[gid] = list(part.replicas)
                 where[gid] = (t.name, part.partition)
-                leaders[gid] = meta.leader
+                leaders[gid] = reported[gid] = meta.leader
                 preferred = part.replicas[0]
                 if preferred != meta.leader and preferred in live:
                     leaders[gid] = preferred
@@ -479,6 +482,14 @@ class Upkeep:
                 pinned_at = stm.pinned.get(gid)
                 if gid in stm.moves or (pinned_at is not None and now_ms - pinned_at < pin_ms):
                     frozen.add(gid)
+        beats, here_id = self._ctx.host.heartbeats, self._ctx.node_id
+        if electing(reported, replicas, lambda n: n == here_id or beats.is_alive(n)):
+            # Partitions that can elect a leader and have none (a node just died): their
+            # elections are under way, and every move now is one more election on the
+            # same busy nodes (a failover of 1,000 partitions moved leaderships while
+            # its last elections ran). The round after they are led balances.
+            self._balanced_inputs = None
+            return []
         # The plan is a function of its inputs: a round that finds the ones of a round
         # that planned nothing plans nothing either. An idle cluster's balancer then
         # plans once, not every interval (planning 3,000 partitions, with the garbage

@@ -510,6 +510,11 @@ class Consensus:
         return self.core.leader_id
 
     @property
+    def live_leader_id(self) -> int:
+        """:attr:`RaftCore.live_leader_id`: the leader, -1 when its node is declared dead."""
+        return self.core.live_leader_id
+
+    @property
     def term(self) -> int:
         return self.core.term
 

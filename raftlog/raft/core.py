@@ -508,6 +508,16 @@ class RaftCore:
         return self.role is Role.LEADER
 
     @property
+    def live_leader_id(self) -> int:
+        """The leader as this replica knows it, -1 when none is known or node liveness
+        declared its node dead (until it is heard again or another leader is known).
+        What the node reports as the partition's leader: a dead node named as leader
+        sends clients and the metadata's leader confirmations to a closed port, over
+        and over until the election ends (a follower keeps ``leader_id`` until its
+        timeout fires)."""
+        return -1 if self.leader_id in self._dead_nodes else self.leader_id
+
+    @property
     def behind_promise(self) -> bool:
         """True while this replica's log lacks entries it had acknowledged as flushed.
 
@@ -636,6 +646,9 @@ class RaftCore:
         self._dead_nodes.discard(node)
         if self._quiescent and self.role is Role.LEADER and node in self.progress:
             self._wake()
+        p = self.progress.get(node) if self.role is Role.LEADER else None
+        if p is not None and p.state is not ProgressState.REPLICATE:
+            self._request_recovery(p)  # held while its node was declared dead
 
     def _live_followers(self) -> set[int]:
         """Leader: the followers not declared dead; None of them when they are not a
@@ -1616,14 +1629,18 @@ class RaftCore:
         self._request_recovery(p)
 
     def _request_recovery(self, p: FollowerProgress) -> None:
-        if p.node not in self._ready.recover:
+        """Ask for ``recovery`` of ``p`` (in probe or snapshot), unless its node is declared
+        dead: every chunk to it would fail, and after a kill -9 each of the thousand
+        groups the live nodes took over ran a recovery to the dead node, restarted by
+        every write (a tenth of a live node's loop in the failover's profile). The
+        node's return (:meth:`_on_node_alive`) asks for it again."""
+        if p.node not in self._ready.recover and p.node not in self._dead_nodes:
             self._ready.recover.append(p.node)
 
     def _want_snapshot(self, p: FollowerProgress) -> None:
         """Move ``p`` to ``SNAPSHOT`` and ask for ``recovery`` to install one."""
         p.become_snapshot()
-        if p.node not in self._ready.recover:
-            self._ready.recover.append(p.node)
+        self._request_recovery(p)
 
     def _on_send_failed(self, peer: int, req_term: int) -> None:
         """A pipelined append could not be delivered: recovery takes the follower over."""
@@ -1678,8 +1695,8 @@ class RaftCore:
             self._quorum_upto = placed[-1].last_offset
         for p in self.progress.values():
             if p.state is not ProgressState.REPLICATE:
-                if p.state is ProgressState.PROBE and p.node not in self._ready.recover:
-                    self._ready.recover.append(p.node)  # a recovery that gave up restarts
+                if p.state is ProgressState.PROBE:
+                    self._request_recovery(p)  # a recovery that gave up restarts
                 continue
             self._stream(p, p.node in flushers)
         self._trim_unsent()

@@ -54,6 +54,13 @@ class TransportError(RaftError):
     """A peer could not be reached or did not answer in time."""
 
 
+class PeerRefused(TransportError):
+    """The peer's address refused the connection: no process listens there (it was
+    killed or stopped), as opposed to a peer that is slow, hung or cut off, whose
+    requests time out. Node liveness counts a refused peer's silence on the clock
+    (:mod:`raftlog.raft.heartbeat_manager`)."""
+
+
 class ReadNotReadyError(RaftError):
     """A linearizable read cannot be served here yet: the leader has not committed an
     entry of its term, is transferring, has not heard from a quorum lately, or its state

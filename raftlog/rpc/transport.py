@@ -47,7 +47,7 @@ from typing import Any, Generic, TypeVar
 
 import aiohttp
 
-from raftlog.raft.errors import TransportError
+from raftlog.raft.errors import PeerRefused, TransportError
 from raftlog.rpc import codec
 from raftlog.rpc.codec import CodecError
 from raftlog.rpc.frame_receiver import take_over
@@ -571,7 +571,7 @@ class StreamTransport:
         if failed is not None:
             until, error = failed
             if asyncio.get_running_loop().time() < until:
-                raise TransportError(f"{error} (not retried for {REOPEN_AFTER_S:g} s)")
+                raise type(error)(f"{error} (not retried for {REOPEN_AFTER_S:g} s)")
             del self._failed_open[target]
         try:
             return await self._streams.get(target, lambda: self._open(target))
@@ -612,6 +612,12 @@ class StreamTransport:
                 f"{peer} refused the raft stream: HTTP {exc.status} {exc.message} "
                 "(is this node's --peer-token the peer's?)"
             ) from exc
+        except aiohttp.ClientConnectorError as exc:
+            # Refused: nothing listens at the address (a killed or stopped node), which
+            # node liveness may judge at once; other connect errors may be a slow peer.
+            refused = isinstance(exc.os_error, ConnectionRefusedError)
+            error = PeerRefused if refused else TransportError
+            raise error(f"cannot open the raft stream to {peer}: {exc!r}") from exc
         except (aiohttp.ClientError, OSError, TimeoutError) as exc:
             raise TransportError(f"cannot open the raft stream to {peer}: {exc!r}") from exc
         if self._peers.get(target) != advertised:  # add_peer moved it while connecting

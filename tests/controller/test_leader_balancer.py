@@ -13,6 +13,7 @@ import pytest
 from raftlog.controller.leader_balancer import (
     MAX_MOVES_PER_ROUND,
     LeaderMove,
+    electing,
     leader_counts,
     plan_leader_moves,
 )
@@ -152,3 +153,20 @@ def test_balanced_counts_plan_nothing() -> None:
     replicas = {g: [1, 2, 3] for g in range(7)}
     leaders = {0: 1, 1: 2, 2: 3, 3: 1, 4: 2, 5: 3, 6: 1}
     assert plan_leader_moves(leaders, replicas, {1, 2, 3}) == []
+
+
+def test_elections_under_way_are_counted_only_where_a_majority_is_up() -> None:
+    """A round plans no move while a partition that can elect has no leader up (the
+    failover's elections come first): leader unknown, or on a node declared dead, with
+    a majority of its replicas up. A partition that cannot elect (a majority down)
+    never holds the balancer back, nor does one led by a node that is up."""
+    replicas = {1: [1, 2, 3], 2: [2, 3, 1], 3: [3, 1, 2], 4: [1, 2, 3], 5: [2, 3, 4]}
+    everyone = {1: 1, 2: 2, 3: 3, 4: 1, 5: 2}
+    assert electing(everyone, replicas, lambda n: True) == 0
+    node_1_down = lambda n: n != 1  # noqa: E731
+    # 1 and 4 were led by node 1 (a majority of their replicas is up); 5 never had node 1
+    assert electing(everyone, replicas, node_1_down) == 2
+    assert electing({**everyone, 1: 2, 4: -1}, replicas, node_1_down) == 1
+    assert electing({**everyone, 1: 2, 4: 3}, replicas, node_1_down) == 0
+    # nodes 1 and 2 down: only 5 (on 2, 3 and 4) can elect, whatever the others report
+    assert electing({g: -1 for g in replicas}, replicas, lambda n: n not in (1, 2)) == 1

@@ -49,6 +49,10 @@ class FakeConsensus:
     def high_watermark(self) -> int:
         return self.core.commit_index + 1
 
+    @property
+    def live_leader_id(self) -> int:  # no node declared dead here
+        return self.leader_id
+
     def check_readable(self) -> int:
         if not self.is_leader:
             raise NotLeaderError(7, self.leader_id)

@@ -12,6 +12,8 @@ from raftlog.raft.local_messages import (
     Campaign,
     HeartbeatFrom,
     LocalFlushed,
+    NodeAlive,
+    NodeDead,
     Propose,
     RecoveryLost,
     Tick,
@@ -286,6 +288,26 @@ def test_recovery_gives_up_after_three_failures_in_a_row_as_the_core_decides() -
     assert leader.progress[2].recovery_failures == 0  # a usable reply resets the count
     assert not lost(2, term + 1)  # another term's recovery stops
     assert not lost(9, term)  # not a follower
+
+
+def test_no_recovery_runs_to_a_node_declared_dead_until_it_is_back() -> None:
+    """A follower in probe on a node declared dead is not recovered: every chunk would
+    fail, and after a kill -9 each of the thousand groups a live node took over ran a
+    recovery to the dead node, restarted by each write. Its return asks for it again.
+    (Planted: the dead-node check taken out of ``_request_recovery``, the proposal's
+    ready names node 3.)"""
+    net = CoreNet(3)
+    net.cores[1].step(Campaign(prevote=False, transfer=False))
+    net.deliver()
+    leader = net.cores[1]
+    for p in (2, 3):
+        leader.progress[p].become_probe(0)  # both behind: a recovery each, as a rule
+    assert sorted(net.step(1, Propose([placed(0, leader.term)], flush=True)).recover) == [2, 3]
+    net.step(1, NodeDead(3))
+    for _ in range(3):
+        ready = net.step(1, Propose([placed(0, leader.term)], flush=True))
+        assert ready.recover == [2], ready.recover
+    assert net.step(1, NodeAlive(3)).recover == [3]
 
 
 def test_a_stale_mismatch_below_the_log_start_still_asks_for_a_snapshot() -> None:

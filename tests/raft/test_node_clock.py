@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from raftlog.raft.errors import PeerRefused
 from raftlog.raft.heartbeat_manager import HeartbeatManager
 from raftlog.raft.messages import Heartbeat, HeartbeatBatchReply, HeartbeatReply
 from raftlog.raft.node_clock import NodeClock
@@ -261,3 +262,62 @@ def test_a_quiescent_group_whose_leader_node_dies_elects_another_leader() -> Non
     assert active == [0, 0, 0]
     assert new != old
     assert took < 2.0, took
+
+
+class RefusingTransport(SilentTransport):
+    """Peers in ``down`` refuse the connection (:class:`PeerRefused`: a killed process's
+    port) when ``refuse``, else fail as a timeout does (a plain TransportError)."""
+
+    def __init__(self, refuse: bool) -> None:
+        super().__init__()
+        self.refuse = refuse
+
+    async def send(self, node: int, request: Any) -> Any:
+        if node in self.down and self.refuse:
+            self.sent.append((node, len(request.heartbeats)))
+            raise PeerRefused(f"node {node}: connection refused")
+        return await super().send(node, request)
+
+
+def _verdict_took(refuse: bool) -> tuple[float, HeartbeatManager]:
+    """Seconds from peer 3 going down to its verdict, on a node whose loop stalls 1 s at
+    every tick (rounds a second apart, each crediting two intervals of silence)."""
+
+    async def scenario() -> tuple[float, HeartbeatManager]:
+        transport = RefusingTransport(refuse)
+        hb = HeartbeatManager(1, transport, interval_s=0.05, dead_after_s=1.0)
+        clock = NodeClock(0.05, hb)
+        stalling = StallingGroup(7, stall_s=1.0, stalls=1000)
+        for g in (StubGroup(1, leader=True), stalling):
+            hb.register(g)
+            clock.set_active(g, True)
+        clock.start()
+        loop = asyncio.get_running_loop()
+        await asyncio.sleep(5.0)
+        assert hb.nodes_declared_dead == 0  # its own stalls alone declare nobody dead
+        transport.down.add(3)
+        down_at = loop.time()
+        while hb.is_alive(3) and loop.time() < down_at + 60.0:
+            await asyncio.sleep(0.01)
+        took = loop.time() - down_at
+        await clock.stop()
+        return took, hb
+
+    return run_virtual(scenario())
+
+
+def test_a_peer_that_refuses_connections_is_judged_on_the_clock_by_a_stalled_node() -> None:
+    """A killed peer's port refuses connections: no late round of this node can make a
+    process that is gone look gone, so its silence counts on the clock since it was last
+    heard. On a node whose loop stalls 1 s per tick, the refused peer is declared dead
+    within about ``dead_after_s`` (1 s) and a round of going down; a peer whose requests
+    only fail (a timeout: it may be alive and busy) still waits ``dead_after_s`` of
+    rounds, each crediting 0.1 s: ten rounds. (Planted: judging a refused peer in rounds
+    too, the first figure is the second's.) On 3,000 partitions a live node judging in
+    rounds declared a killed peer dead 5-10 s after the kill, the other live node within
+    2 s; candidates were refused meanwhile on the late node's lease."""
+    refused_took, hb = _verdict_took(refuse=True)
+    assert hb.nodes_declared_dead == 1 and not hb.is_alive(3) and hb.is_alive(2)
+    failed_took, _ = _verdict_took(refuse=False)
+    assert refused_took <= 3.5, refused_took
+    assert failed_took >= 8.0, failed_took

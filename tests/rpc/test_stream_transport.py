@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import logging
 import random
+import socket
 import struct
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
@@ -22,7 +23,7 @@ from rpc_helpers import NodeStub, serve_on_loopback
 
 from raftlog.client import frame_records
 from raftlog.faults.proxy import TcpProxy
-from raftlog.raft.errors import TransportError
+from raftlog.raft.errors import PeerRefused, TransportError
 from raftlog.raft.messages import (
     AppendEntriesRequest,
     TimeoutNowReply,
@@ -705,5 +706,38 @@ def test_a_failed_open_is_retried_after_the_reopen_interval() -> None:
             assert counts == [per_open, 2 * per_open, 3 * per_open], counts
         dropper.close()
         await dropper.wait_closed()
+
+    run(body)
+
+
+def test_a_refused_connect_is_told_apart_from_a_peer_that_answers_badly() -> None:
+    """Nothing listening at the peer's address (a killed node): PeerRefused, also for
+    the sends held after it; node liveness judges such a peer on the clock. A peer that
+    accepts the connection and then drops it (alive, or at least listening): a plain
+    TransportError, judged in rounds."""
+
+    async def body() -> None:
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            free = probe.getsockname()[1]  # closed on exit: nothing listens there
+        async with transport_to(f"127.0.0.1:{free}", timeout_s=BOUND_S) as t:
+            with pytest.raises(PeerRefused, match="cannot open the raft stream to node 1"):
+                await t.send(1, vote(1))
+            with pytest.raises(PeerRefused, match="not retried for"):
+                await t.send(1, vote(2))
+
+        async def drop(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            writer.close()
+
+        dropper = await asyncio.start_server(drop, "127.0.0.1", 0)
+        port = dropper.sockets[0].getsockname()[1]
+        try:
+            async with transport_to(f"127.0.0.1:{port}", timeout_s=BOUND_S) as t:
+                with pytest.raises(TransportError) as caught:
+                    await t.send(1, vote(1))
+                assert not isinstance(caught.value, PeerRefused), caught.value
+        finally:
+            dropper.close()
+            await dropper.wait_closed()
 
     run(body)
