@@ -6,10 +6,12 @@ For each count (300, 1,000 and 3,000 by default; ``--partition-counts``), a fres
 after the other): ``s to create`` runs from the first create call until every
 partition reports a leader. Once the leaderships settle, the node leading the most
 partitions (about a third) is killed with SIGKILL, and each partition it led is timed
-until a live node reports another leader (:func:`partition_scale.reelection_times`:
-both live nodes polled every 0.5 s; late by at most one poll plus a metadata round
-trip). The goal (issue 47): p99 <= 5 s at 3,000 partitions. Local cluster only: it
-kills a node by PID.
+from the kill to the moment its new leader took over, by that leader's own clock (it
+reports when it became leader; :func:`partition_scale.reelection_times`, both live
+nodes polled every second); a partition not led again within the bound counts as the
+bound. ``first seen by a poll`` is the upper bound the polls give (late by up to a
+poll interval plus one metadata answer). The goal (issue 47): p99 <= 5 s at 3,000
+partitions. Local cluster only: it kills a node by PID.
 """
 
 from __future__ import annotations
@@ -79,25 +81,26 @@ async def measure_one(handle: ClusterHandle, total: int) -> Row:
     victim, led = Counter(before.values()).most_common(1)[0]
     led_by_victim = {k for k, v in before.items() if v == victim}
     live = [handle.address(n) for n in (1, 2, 3) if n != victim]
-    clients = [client_class([a], request_timeout_s=10.0) for a in live]
-    try:
-        killed = time.monotonic()
+    async with client_class(live, request_timeout_s=10.0) as client:
+        killed = time.time()
         await asyncio.to_thread(handle.kill, victim, signal.SIGKILL)
-        times = await reelection_times(
-            clients, PREFIX, led_by_victim, victim, killed, FAILOVER_BOUND_S
+        found = await reelection_times(
+            client, live, PREFIX, led_by_victim, victim, killed, FAILOVER_BOUND_S
         )
-    finally:
-        for c in clients:
-            await c.close()
     row: Row = {
         "partitions": f"{total}",
         "s to create": created_s,
         "MiB per node": max(mib for mib, _ in used),
         "open files per node": float(max(fds for _, fds in used)),
         "led by the killed node": float(led),
-        "not led again": float(len(led_by_victim) - len(times)),
+        "not led again": float(len(led_by_victim) - len(found.elected)),
     }
-    row.update({f"re-election {k}": v for k, v in latency_columns(times.values(), "s").items()})
+    # a partition not led again counts as the whole bound: p99 never understated
+    missing = [FAILOVER_BOUND_S] * (len(led_by_victim) - len(found.elected))
+    elected = list(found.elected.values()) + missing
+    row.update({f"re-election {k}": v for k, v in latency_columns(elected, "s").items()})
+    seen = latency_columns(list(found.seen.values()) + missing, "s")
+    row.update({f"first seen by a poll {k}": v for k, v in seen.items() if k in ("p50 s", "p99 s")})
     return row
 
 
@@ -150,7 +153,7 @@ def run(ctx: RunContext) -> list[Row]:
     ctx.note(
         f"3-node local cluster per count; topics of up to {TOPIC_PARTITIONS} partitions, "
         "3 replicas; s to create = first create call to every partition led; re-election: "
-        "per partition the killed node led, SIGKILL to the first 0.5 s poll of the live "
-        "nodes' metadata that reports another leader"
+        "per partition the killed node led, SIGKILL to the moment its new leader took "
+        "over, by that leader's clock (first seen by a poll: the polls' upper bound)"
     )
     return rows

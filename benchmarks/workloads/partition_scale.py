@@ -9,29 +9,31 @@ scale test (``integration_tests/cluster/test_failover_at_scale.py``):
 - :func:`leaders`: each partition's leader as one node reports it (its own replicas'
   view: a new leader reports itself at once);
 - :func:`reelection_times`: after a kill, per partition the dead node led, the seconds
-  until a live node reports another leader. Each live node is polled on its own; a
-  partition counts from the send time of the first poll that finds it led, so a figure
-  is late by at most one poll interval plus one metadata round trip of that node,
-  never early;
+  until its new leader took over, by that leader's own clock (it reports when it
+  became leader), and until a poll first found it led (an upper bound);
 - :func:`node_resources`: a node process's resident memory and open descriptors.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
 import time
 from typing import Any
 
+from raftlog.rpc.messages import MetadataRequest, MetadataResponse
+
 TOPIC_PARTITIONS = 100
 """Partitions per topic created: one controller command places that many."""
-POLL_S = 0.5
+POLL_S = 1.0
 """How often each live node is asked for its leaders after a kill (from one ask's send
 to the next's). A metadata answer of 3,000 partitions blocks a node's loop while it is
 built; asked back to back (every 0.1 s, each answer taking longer than that), the
 poll took 40-60% of each live node's loop during the failover it measured (py-spy,
-2026-12-03), and the elections it timed waited behind it. A figure is late by at most
-this plus one answer's time, never early."""
+2026-12-03), and the elections it timed waited behind it. The re-election times come
+from the new leaders' own clocks (:class:`Reelection`), so the polls' pace only
+bounds how soon the last one is known."""
 LEADER_WAIT_S = 2.0
 """How long a node may hold a new topic's description until every partition is led."""
 
@@ -133,42 +135,83 @@ async def settled_leaders(
     return last
 
 
+@dataclasses.dataclass
+class Reelection:
+    """What :func:`reelection_times` found, per partition the killed node led (those not
+    led again within the bound are absent from both).
+
+    ``elected``: seconds from the kill to the moment the new leader took over, by its
+    own clock (``PartitionInfo.leader_since_ms``, reported by the leader itself; one
+    machine, one clock): the re-election time, exact whatever the polls' pace.
+    ``seen``: seconds from the kill to the send time of the first poll that found it
+    led: an upper bound, late by up to one poll interval plus one metadata answer (on
+    nodes busy with a thousand elections an answer of 3,000 partitions takes
+    seconds)."""
+
+    elected: dict[tuple[str, int], float]
+    seen: dict[tuple[str, int], float]
+
+
+Reports = dict[tuple[str, int], tuple[int, int]]
+
+
+async def _leader_reports(client: Any, address: str, prefix: str) -> tuple[int, Reports]:
+    """(the answering node, (topic, partition) -> (leader, leader_since_ms)) of every
+    ``prefix-*`` topic, as the node at ``address`` reports it (asked directly: the
+    client's ``metadata()`` asks the controller leader, whichever node was meant)."""
+    meta = await client.send(address, MetadataRequest([], False), MetadataResponse)
+    return meta.node_id, {
+        (t.name, p.partition): (p.leader, p.leader_since_ms)
+        for t in meta.topics
+        if t.name.startswith(prefix + "-")
+        for p in t.partitions
+    }
+
+
 async def reelection_times(
-    clients: list[Any],
+    client: Any,
+    addresses: list[str],
     prefix: str,
     led_by_victim: set[tuple[str, int]],
     victim: int,
     killed: float,
     bound_s: float,
-) -> dict[tuple[str, int], float]:
-    """Per partition in ``led_by_victim``: seconds from ``killed`` (monotonic) to the
-    first poll at which one of ``clients`` (one per live node) reports a leader other
-    than ``victim``. Partitions not led again within ``bound_s`` are absent.
+) -> Reelection:
+    """Per partition in ``led_by_victim``: when it was led again after ``killed`` (the
+    kill's ``time.time()``), by a node other than ``victim`` (see :class:`Reelection`).
 
-    Each live node is polled on its own, one poll after the other: a node slow to
-    answer (its loop busy with the failover's elections: a metadata answer of 3,000
-    partitions took seconds) delays only what that node reports, not the other's
-    polls. (Asked together, every round waited for the slower answer, up to the 10 s
-    timeout, and the figures came in steps of that round: at 3,000 partitions p95,
-    p99 and the maximum were one and the same poll.)"""
-    times: dict[tuple[str, int], float] = {}
-    deadline = killed + bound_s
+    Each of ``addresses`` (the live nodes) is asked through ``client`` every POLL_S on
+    its own, one ask after the other: a node slow to answer (its loop busy with the
+    failover's elections) delays only what that node reports. A partition counts as
+    elected once its new leader reported itself with its ``leader_since_ms``; found led
+    by the other node first, it waits for that report (the polls go on until every
+    partition has one, or the bound). (Asked together, every round waited for the
+    slower answer, up to the 10 s timeout, and the figures came in steps of that round.)"""
+    elected: dict[tuple[str, int], float] = {}
+    seen: dict[tuple[str, int], float] = {}
+    start = time.monotonic()
 
-    async def poll(client: Any) -> None:
-        while len(times) < len(led_by_victim) and time.monotonic() < deadline:
+    async def poll(address: str) -> None:
+        while len(elected) < len(led_by_victim) and time.monotonic() < start + bound_s:
             sent = time.monotonic()
             try:
-                answer = await asyncio.wait_for(leaders(client, prefix), 10.0)
+                node, answer = await asyncio.wait_for(
+                    _leader_reports(client, address, prefix), 10.0
+                )
             except Exception:  # a node too busy to answer in time: ask again
-                answer = {}
+                node, answer = -1, {}
+            since_kill = time.time() - killed - (time.monotonic() - sent)
             for key in led_by_victim:
-                leader = answer.get(key, -1)
-                if key not in times and leader > 0 and leader != victim:
-                    times[key] = sent - killed
+                leader, since_ms = answer.get(key, (-1, -1))
+                if leader <= 0 or leader == victim:
+                    continue
+                seen.setdefault(key, since_kill)
+                if leader == node and since_ms > 0 and key not in elected:
+                    elected[key] = min(max(0.0, since_ms / 1000 - killed), seen[key])
             await asyncio.sleep(max(0.0, POLL_S - (time.monotonic() - sent)))
 
-    await asyncio.gather(*(poll(c) for c in clients))
-    return times
+    await asyncio.gather(*(poll(a) for a in addresses))
+    return Reelection(elected, seen)
 
 
 def node_resources(pid: int) -> tuple[float, int]:

@@ -9,12 +9,11 @@ leaderships settle. Then:
   PID, through the cluster handle) while they write;
 - **re-election, per partition**: from the kill, both live nodes are asked for their
   metadata every ``POLL_S`` (each node answers from its own replicas; a new leader
-  reports itself at once). A partition the dead node led counts as led again at the
-  first poll where either live node reports a leader other than the dead node; its
-  time is that poll's send time minus the kill's (so it is late by at most one poll
-  interval plus one metadata round trip, never early). p99 over those partitions
-  must be at most ``FAILOVER_P99_S`` (5 s, the issue's goal), and every partition
-  must be led again;
+  reports itself, and when it took over, at once). A partition the dead node led is
+  timed from the kill to the moment its new leader took over, by that leader's own
+  clock (``partition_scale.reelection_times``; one machine, one clock). p99 over
+  those partitions must be at most ``FAILOVER_P99_S`` (5 s, the issue's goal), and
+  every partition must be led again;
 - **exactly once**: every write acknowledged during it reads back exactly once, in
   the order written, and no value appears twice in any of the 100 partitions;
 - **rebalance**: the dead node is restarted; the leaderships move back (each node's
@@ -146,8 +145,7 @@ async def test_kill_the_node_leading_a_third_of_3000_partitions(
     live_servers = [cluster.address(n) for n in live]
     async with (
         RaftlogClient(live_servers, request_timeout_s=60.0) as wclient,
-        RaftlogClient([live_servers[0]], request_timeout_s=10.0) as poll_a,
-        RaftlogClient([live_servers[1]], request_timeout_s=10.0) as poll_b,
+        RaftlogClient(live_servers, request_timeout_s=10.0) as poller,
     ):
         targets = rng.sample(sorted(before), WRITERS)
         writers = [Writer(wclient, topic, part) for topic, part in targets]
@@ -161,11 +159,12 @@ async def test_kill_the_node_leading_a_third_of_3000_partitions(
                 await asyncio.sleep(0.5)
             started_writers = sum(1 for w in writers if w.acked)
             assert started_writers == WRITERS, f"{started_writers} writers wrote before the kill"
-            killed = time.monotonic()
+            killed = time.time()
             cluster.kill(victim, signal.SIGKILL)
-            times = await reelection_times(
-                [poll_a, poll_b], PREFIX, led_by_victim, victim, killed, FAILOVER_BOUND_S
+            found = await reelection_times(
+                poller, live_servers, PREFIX, led_by_victim, victim, killed, FAILOVER_BOUND_S
             )
+            times = found.elected
             await asyncio.sleep(3.0)  # writes go on through the new leaders
         finally:
             stop.set()
@@ -174,10 +173,12 @@ async def test_kill_the_node_leading_a_third_of_3000_partitions(
         # a partition not led again counts as the whole bound (p99 never understated)
         values = list(times.values()) + [FAILOVER_BOUND_S] * len(missing)
         p50, p99 = quantile(values, 50.0), quantile(values, 99.0)
+        seen = list(found.seen.values()) + [FAILOVER_BOUND_S] * len(missing)
         print(
             f"kill -9 of node {victim} (leading {len(led_by_victim)}): re-elected "
             f"{len(times)} partitions, p50 {p50:.2f} s, p99 {p99:.2f} s, "
-            f"max {max(values, default=0.0):.2f} s; "
+            f"max {max(values, default=0.0):.2f} s (by the new leaders' clocks; first "
+            f"seen by a poll: p99 {quantile(seen, 99.0):.2f} s); "
             f"{len(missing)} not led within {FAILOVER_BOUND_S} s"
         )
         # Availability failures are collected, so that one run measures everything (the

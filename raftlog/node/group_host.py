@@ -208,7 +208,7 @@ class GroupHost:
         return save
 
     async def _new_consensus(
-        self, group: int, directory: pathlib.Path, replicas: list[int]
+        self, group: int, directory: pathlib.Path, replicas: list[int], campaign_first: bool = False
     ) -> Consensus:
         log = await asyncio.to_thread(SegmentedLog.open, directory)
         log.attach_files(self.open_files)
@@ -219,7 +219,7 @@ class GroupHost:
             Configuration.of(replicas, priorities=priorities(replicas)),
             log,
             self.transport,
-            dataclasses.replace(self.options),
+            dataclasses.replace(self.options, campaign_first=campaign_first),
             seed=self.node_id * 1_000_003 + group,
             heartbeats=self.heartbeats,
             clock=self.clock,
@@ -231,10 +231,16 @@ class GroupHost:
         return c
 
     async def open_group(
-        self, group: int, directory: pathlib.Path, replicas: list[int], state_machines: list[Any]
+        self,
+        group: int,
+        directory: pathlib.Path,
+        replicas: list[int],
+        state_machines: list[Any],
+        campaign_first: bool = False,
     ) -> Consensus:
-        """Open (creating or recovering) ``group``'s log in ``directory`` and start it."""
-        c = await self._new_consensus(group, directory, replicas)
+        """Open (creating or recovering) ``group``'s log in ``directory`` and start it.
+        ``campaign_first``: see :attr:`~raftlog.raft.core.CoreOptions.campaign_first`."""
+        c = await self._new_consensus(group, directory, replicas, campaign_first)
         for stm in state_machines:
             c.add_state_machine(stm)
         await c.start()

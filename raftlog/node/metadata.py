@@ -185,6 +185,7 @@ class MetadataApi:
                         st.start_offset,
                         st.high_watermark,
                         st.last_stable_offset,
+                        st.leader_since_ms,
                     )
                 )
         return TopicInfo(t.name, t.replication_factor, parts, t.schema, t.topic_id)

@@ -255,6 +255,7 @@ class PartitionReplica:
             self.log_start,
             c.high_watermark,
             self.rm.last_stable_offset,
+            c.leader_since_ms if leader >= 0 else -1,
         )
 
     def _leader(self) -> int:

@@ -299,6 +299,7 @@ class Node:
                 self.config.data_dir / identity.CONTROLLER_DIR,
                 sorted(self.config.peers),
                 state_machines=[self.controller_stm],
+                campaign_first=True,
             )
         if self.shards is not None:
             self.controller_stm.add_listener(self.shards.controller_changed)

@@ -75,6 +75,7 @@ import asyncio
 import contextlib
 import logging
 import random
+import time
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
@@ -248,6 +249,10 @@ class Consensus:
         # leader (a held metadata answer) wake on it instead of polling.
         self.known_leader_listeners: list[Callable[[int], None]] = []
         self._known_leader = -1
+        #: When this replica learned its current leader (itself included), in wall-clock
+        #: ms; -1 while none is known. Reported with the partition's status: the
+        #: failover benchmark times a re-election by the new leader's own clock.
+        self.leader_since_ms = -1
         self._own_clock = clock is None
         self.clock = clock if clock is not None else NodeClock(self.options.tick_interval_s)
         self._ticking = False  # on the clock's active list (not quiescent)
@@ -693,6 +698,7 @@ class Consensus:
             self._unsaved_vote = None
         if self.core.leader_id != self._known_leader:
             self._known_leader = self.core.leader_id
+            self.leader_since_ms = int(time.time() * 1000) if self._known_leader >= 0 else -1
             for known in self.known_leader_listeners:
                 known(self._known_leader)
         if not ready:

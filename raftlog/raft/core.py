@@ -200,6 +200,12 @@ class CoreOptions:
     # group (a vote request it does not have yet fails, and the usual timeout follows),
     # and only the preferred voter hurries, so it does not race the others.
     first_election_ticks: int = 0
+    # This group's voter named to campaign when its leader's node is declared dead does
+    # so at the next tick, not VERDICT_CAMPAIGN_TICKS plus a spread: the controller
+    # group, whose read barrier every metadata answer of its leader waits on, elects
+    # ahead of the thousand partitions told at the same verdict (at 3,000 partitions
+    # the new controller leader's metadata answers waited 5 s on its election).
+    campaign_first: bool = False
 
 
 @dataclasses.dataclass(slots=True)
@@ -634,7 +640,10 @@ class RaftCore:
         top = max(config.priority(v) for v in live)
         first = [v for v in live if config.priority(v) == top]
         if first[self.group % len(first)] == self.node_id:
-            self.timer.expire_soon(VERDICT_CAMPAIGN_TICKS)
+            if self.options.campaign_first:
+                self.timer.expire_after(1)
+            else:
+                self.timer.expire_soon(VERDICT_CAMPAIGN_TICKS)
         else:
             self.timer.give_way()
 

@@ -64,6 +64,8 @@ class ConsensusOptions:
     # A brand-new group's preferred voter campaigns after this many ticks (0: after a
     # randomized election timeout, as any follower); see CoreOptions.first_election_ticks.
     first_election_ticks: int = _CORE.first_election_ticks
+    # Campaign at the next tick after a verdict on the leader's node (the controller).
+    campaign_first: bool = _CORE.campaign_first
     # Save the commit context (and state machine snapshots) every this many ticks.
     commit_context_interval_ticks: int = 20
 

@@ -49,6 +49,8 @@ class PartitionInfo:
     start_offset: int = -1
     high_watermark: int = -1
     last_stable_offset: int = -1
+    # when the answering replica (or the leader asked) learned that leader: wall-clock ms
+    leader_since_ms: int = -1
 
 
 @register(4)
@@ -510,6 +512,8 @@ class PartitionStatus:
     start_offset: int
     high_watermark: int
     last_stable_offset: int
+    # when the replica learned that leader (wall-clock ms; -1: unknown)
+    leader_since_ms: int = -1
 
 
 @register(42)

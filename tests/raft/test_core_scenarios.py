@@ -5,7 +5,7 @@ Each scenario drives cores by hand and compares a readable trace or state.
 
 from __future__ import annotations
 
-from raftlog.raft.core import SafetyViolation, reply_in
+from raftlog.raft.core import CoreOptions, SafetyViolation, reply_in
 from raftlog.raft.local_messages import (
     AppendAnswered,
     AppendPersisted,
@@ -308,6 +308,57 @@ def test_no_recovery_runs_to_a_node_declared_dead_until_it_is_back() -> None:
         ready = net.step(1, Propose([placed(0, leader.term)], flush=True))
         assert ready.recover == [2], ready.recover
     assert net.step(1, NodeAlive(3)).recover == [3]
+
+
+def test_the_controller_campaigns_at_the_next_tick_after_the_verdict() -> None:
+    """``campaign_first`` (the controller group): the voter named to campaign when its
+    leader's node is declared dead prevotes at the next tick; a partition's waits
+    VERDICT_CAMPAIGN_TICKS plus a spread (here at least 3 ticks), so that the
+    controller, whose read barrier the new controller leader's metadata answers wait
+    on, elects ahead of the thousand partitions told at the same verdict."""
+
+    def ticks_to_campaign(campaign_first: bool) -> int:
+        net = CoreNet(
+            3, options=CoreOptions(election_timeout_ticks=10, campaign_first=campaign_first)
+        )
+        net.cores[1].step(Campaign(prevote=False, transfer=False))
+        net.deliver()
+        term = net.cores[1].term
+        for node in (2, 3):
+            net.request(node, HeartbeatFrom(1, Heartbeat(1, term, -1, 0, -1)))
+        net.cut = {1}
+        for node in (2, 3):
+            net.step(node, NodeDead(1))
+        named = net.cores[3]  # group 1: the live voter at 1 modulo 2
+        for ticks in range(1, 30):
+            net.step(3, Tick())
+            if named.role.value == "candidate":
+                return ticks
+        raise AssertionError("never campaigned")
+
+    assert ticks_to_campaign(True) == 1
+    assert ticks_to_campaign(False) >= 3
+
+
+def test_a_leader_on_a_node_declared_dead_is_reported_as_none() -> None:
+    """``live_leader_id``: what the node reports as the partition's leader (metadata,
+    NOT_LEADER hints, the leaderless gauge). A follower keeps ``leader_id`` until its
+    timeout fires, but once the leader's node is declared dead it reports none (a
+    dead node named as leader sent clients and held metadata answers to a closed port
+    until the election ended); heard again, the leader is reported again."""
+    net = CoreNet(3)
+    net.cores[1].step(Campaign(prevote=False, transfer=False))
+    net.deliver()
+    term = net.cores[1].term
+    follower = net.cores[2]
+    net.request(2, HeartbeatFrom(1, Heartbeat(1, term, -1, 0, -1)))
+    assert (follower.leader_id, follower.live_leader_id) == (1, 1)
+    net.step(2, NodeDead(3))  # another node: the leader stands
+    assert follower.live_leader_id == 1
+    net.step(2, NodeDead(1))
+    assert (follower.leader_id, follower.live_leader_id) == (1, -1)
+    net.step(2, NodeAlive(1))
+    assert follower.live_leader_id == 1
 
 
 def test_a_stale_mismatch_below_the_log_start_still_asks_for_a_snapshot() -> None:

@@ -11,6 +11,7 @@ reported to that group and the others still tick.
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Any
 
 from raftlog.raft.errors import PeerRefused
@@ -321,3 +322,33 @@ def test_a_peer_that_refuses_connections_is_judged_on_the_clock_by_a_stalled_nod
     failed_took, _ = _verdict_took(refuse=False)
     assert refused_took <= 3.5, refused_took
     assert failed_took >= 8.0, failed_took
+
+
+def test_a_new_leader_reports_when_it_took_over() -> None:
+    """``Consensus.leader_since_ms``: when the replica learned its current leader, by the
+    wall clock (the failover benchmark times re-elections by it). After the leader
+    crashes, the new leader's figure is after the crash, and no later than the moment
+    it is found leading; its followers learned it no earlier than it did."""
+
+    async def scenario() -> tuple[float, float, list[int], int]:
+        cluster = SimCluster(3, seed=7, options=sim_options())
+        await cluster.start()
+        await cluster.write(b"x")
+        leader = await cluster.wait_for_leader()
+        crashed_ms = time.time() * 1000
+        leader.crash()
+        new = await cluster.wait_for_leader(5.0, exclude=leader.node_id)
+        found_ms = time.time() * 1000
+        await cluster.write(b"y")  # its followers hear of it
+        others = [
+            n.consensus.leader_since_ms
+            for n in cluster.nodes.values()
+            if n.node_id not in (leader.node_id, new.node_id)
+        ]
+        since = new.consensus.leader_since_ms
+        await cluster.stop()
+        return crashed_ms, found_ms, others, since
+
+    crashed_ms, found_ms, others, since = run_virtual(scenario())
+    assert crashed_ms <= since <= found_ms, (crashed_ms, since, found_ms)
+    assert others and all(since <= o for o in others), (since, others)
