@@ -8,7 +8,7 @@ partition reports a leader. Once the leaderships settle, the node leading the mo
 partitions (about a third) is killed with SIGKILL, and each partition it led is timed
 from the kill to the moment its new leader took over, by that leader's own clock (it
 reports when it became leader; :func:`partition_scale.reelection_times`, both live
-nodes polled every second); a partition not led again within the bound counts as the
+nodes polled every 2 s); a partition not led again within the bound counts as the
 bound. ``first seen by a poll`` is the upper bound the polls give (late by up to a
 poll interval plus one metadata answer). The goal (issue 47): p99 <= 5 s at 3,000
 partitions. Local cluster only: it kills a node by PID.

@@ -26,7 +26,7 @@ from raftlog.rpc.messages import MetadataRequest, MetadataResponse
 
 TOPIC_PARTITIONS = 100
 """Partitions per topic created: one controller command places that many."""
-POLL_S = 1.0
+POLL_S = 2.0
 """How often each live node is asked for its leaders after a kill (from one ask's send
 to the next's). A metadata answer of 3,000 partitions blocks a node's loop while it is
 built; asked back to back (every 0.1 s, each answer taking longer than that), the

@@ -66,7 +66,11 @@ from raftlog.client import RaftlogClient
 # then met a partition whose leader was still the dead node. A probe of the same steps
 # without the writers right after it (14:55) saw all 1,000 led again after 15-25 s, 981 of
 # them by one live node: see docs/operations.md, "Failover at 3,000 on 2026-12-02".
-# Run it with `-m scale`.
+# On 2026-12-03 (load 2-5, the node changes of that day: docs/operations.md, "Failover at
+# 3,000 on 2026-12-03") it took 90-136 s; every run led every partition again, read
+# every acknowledged write back once and gave the restarted node its share back, but
+# re-election p99 by the new leaders' clocks was 5.45-11.1 s (p50 3.5-9.4 s) over
+# five runs: the goal is not met reliably. Run it with `-m scale`.
 pytestmark = pytest.mark.scale
 
 PARTITIONS = 3000

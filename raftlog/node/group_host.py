@@ -140,6 +140,7 @@ class GroupHost:
         await self.heartbeats.stop()
         if self.node_flush is not None:
             await self.node_flush.stop()
+        self.record_writer.close()
 
     def open_files_stats(self) -> dict[str, float]:
         """The bound on open segment files and its figures (the raftlog_storage_* metrics)."""

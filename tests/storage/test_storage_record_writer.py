@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import pathlib
+import threading
 
 from raftlog.storage.api import VoteState
 from raftlog.storage.durable_record import load_record
@@ -78,6 +80,32 @@ async def test_without_a_barrier_each_record_is_fsynced_in_a_thread() -> None:
     writer = RecordWriter(fs)
     assert await save_all(writer, stores) == [None] * GROUPS
     fs.crash(seed=2, keep_unsynced=False)
+    assert [VoteStore(ROOT / f"g{g}", fs).load() for g in range(GROUPS)] == [
+        new_vote(g) for g in range(GROUPS)
+    ]
+
+
+async def test_saves_do_not_wait_for_the_loops_default_executor() -> None:
+    """The writer's threads are its own: with the loop's default executor held by other
+    work (a failover's thousand segment seals and start snapshots), a batch of votes is
+    made durable at once. In the default executor (planted: ``_in_thread`` as
+    ``asyncio.to_thread``) they waited behind that work, and the elections with them."""
+    fs = ModelFileSystem()
+    stores = make_groups(fs)
+    loop = asyncio.get_running_loop()
+    busy = concurrent.futures.ThreadPoolExecutor(1)
+    loop.set_default_executor(busy)
+    release = threading.Event()
+    held = loop.run_in_executor(None, release.wait, 30.0)  # the default executor, held
+    writer = RecordWriter(fs)
+    try:
+        got = await asyncio.wait_for(save_all(writer, stores), 10.0)
+    finally:
+        release.set()
+        await held
+        writer.close()
+    assert got == [None] * GROUPS
+    fs.crash(seed=3, keep_unsynced=False)
     assert [VoteStore(ROOT / f"g{g}", fs).load() for g in range(GROUPS)] == [
         new_vote(g) for g in range(GROUPS)
     ]
