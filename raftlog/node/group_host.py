@@ -45,6 +45,7 @@ from raftlog.storage.fs import REAL_FS
 from raftlog.storage.log import SegmentedLog
 from raftlog.storage.open_files import OpenFiles, current_fd_limit, default_budget
 from raftlog.storage.record_writer import RecordWriter
+from raftlog.storage.vote_log import VoteLog, newer
 
 log = logging.getLogger(__name__)
 
@@ -71,15 +72,19 @@ class GroupHost:
         transport: StreamTransport,
         heartbeat_interval_s: float,
         rm_config: RmStmConfig | None = None,
-        data_dir: pathlib.Path | None = None,
+        *,
+        data_dir: pathlib.Path,
+        shard: int = 0,
         flush_scope: str = FLUSH_SCOPE_GROUP,
         transactions_segment_bytes: int = DEFAULT_TRANSACTION_STATE_LOG_SEGMENT_BYTES,
         quiesce: bool = True,
         max_open_segment_files: int | None = None,
     ) -> None:
-        """``flush_scope``: ``node`` makes one syncfs of ``data_dir``'s filesystem serve
-        every group whose log is on it (:mod:`raftlog.raft.node_flush`), where the
-        system's syncfs reports write-back errors; ``group``: each log fsyncs its files.
+        """``data_dir``: the node's data directory (its groups' votes are kept there, in
+        shard ``shard``'s :class:`~raftlog.storage.vote_log.VoteLog`). ``flush_scope``:
+        ``node`` makes one syncfs of ``data_dir``'s filesystem serve every group whose
+        log is on it (:mod:`raftlog.raft.node_flush`), where the system's
+        syncfs reports write-back errors; ``group``: each log fsyncs its files.
         ``transactions_segment_bytes``: ``__transactions``' largest segment (see
         :meth:`PartitionReplica.configure`). ``max_open_segment_files``: the bound on
         the groups' open segment descriptors (:mod:`raftlog.storage.open_files`; None:
@@ -91,7 +96,10 @@ class GroupHost:
         # The node's syncfs, and the device it serves (st_dev of data_dir); None: none.
         self.node_flush: NodeFlush | None = None
         self._flush_device: int | None = None
-        # The groups' vote records, saved in batches off the loop (see _vote_saver).
+        self.shard = shard
+        # Every group's vote, one append and one fsync per batch (opened by start()).
+        self.votes: VoteLog | None = None
+        # The groups' commit contexts, saved in batches off the loop.
         self.record_writer = RecordWriter()
         self.rm_config = rm_config or RmStmConfig()
         self.transactions_segment_bytes = transactions_segment_bytes
@@ -117,9 +125,10 @@ class GroupHost:
         self._crash_hooks: dict[int, Any] = {}
 
     async def start(self) -> None:
+        self.votes = await asyncio.to_thread(VoteLog.open, self.data_dir, self.shard)
         await self.heartbeats.start()
         self.clock.start()
-        if self.flush_scope == FLUSH_SCOPE_NODE and self.data_dir is not None:
+        if self.flush_scope == FLUSH_SCOPE_NODE:
             # Opened before any group writes: syncfs reports errors from its opening on.
             barrier = REAL_FS.open_barrier(self.data_dir)
             if barrier is None:
@@ -141,6 +150,9 @@ class GroupHost:
         if self.node_flush is not None:
             await self.node_flush.stop()
         self.record_writer.close()
+        if self.votes is not None:
+            self.votes.close()
+            self.votes = None
 
     def open_files_stats(self) -> dict[str, float]:
         """The bound on open segment files and its figures (the raftlog_storage_* metrics)."""
@@ -182,16 +194,14 @@ class GroupHost:
             return None
         return self.node_flush.sync
 
-    def _vote_saver(self, log: SegmentedLog) -> Callable[[VoteState], Awaitable[None]]:
-        """How ``log``'s votes are saved: batched with the other groups', off the loop."""
-        # Not behind the node's syncfs: on a disk shared with other writers a syncfs
-        # writes their dirty pages back too (0.6 s a round measured at 3,000 partitions
-        # on the shared machine), and a vote waits for two; small files' fsyncs, run in
-        # parallel threads, are committed together by the journal.
-        writer = self.record_writer
+    def _vote_saver(self, group: int) -> Callable[[VoteState], Awaitable[None]]:
+        """How ``group``'s votes are saved: in the node's vote log, batched with the
+        other groups' (one write and one fsync for all), off the loop."""
+        votes = self.votes
+        assert votes is not None
 
         async def save(vote: VoteState) -> None:
-            await writer.save(*log.vote_record(vote))
+            await votes.save(group, vote)
 
         return save
 
@@ -211,6 +221,8 @@ class GroupHost:
     async def _new_consensus(
         self, group: int, directory: pathlib.Path, replicas: list[int], campaign_first: bool = False
     ) -> Consensus:
+        votes = self.votes
+        assert votes is not None, "GroupHost.start() opens the vote log"
         log = await asyncio.to_thread(SegmentedLog.open, directory)
         log.attach_files(self.open_files)
         self._register_crash_hook(group, log)
@@ -225,7 +237,9 @@ class GroupHost:
             heartbeats=self.heartbeats,
             clock=self.clock,
             flush_barrier=self._flush_barrier(directory),
-            vote_saver=self._vote_saver(log),
+            vote_saver=self._vote_saver(group),
+            # the vote files of groups created before the vote log are read too
+            vote=newer(log.load_vote(), votes.vote(group)),
             commit_context_saver=self._commit_context_saver(log),
         )
         c.known_leader_listeners.append(functools.partial(self.leader_notices.leader_known, group))

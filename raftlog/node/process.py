@@ -182,6 +182,7 @@ class Node:
                 max_transaction_timeout_ms=config.max_transaction_timeout_ms,
             ),
             data_dir=config.data_dir,
+            shard=config.shard_index,
             flush_scope=config.flush_scope,
             transactions_segment_bytes=config.transaction_state_log_segment_bytes,
             quiesce=config.quiesce,

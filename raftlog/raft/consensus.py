@@ -173,6 +173,7 @@ class Consensus:
         clock: NodeClock | None = None,
         vote_saver: Callable[[VoteState], Awaitable[None]] | None = None,
         commit_context_saver: Callable[[CommitContext], Awaitable[None]] | None = None,
+        vote: VoteState | None = None,
     ) -> None:
         """``clock``: the node's clock, which ticks this group while it is not quiescent
         (None: a clock of the group's own, started and stopped with it).
@@ -180,6 +181,8 @@ class Consensus:
         :class:`~raftlog.storage.record_writer.RecordWriter`, one shared sync for many
         groups' votes); None: ``log.save_vote`` on the loop. Either way no message that
         carries a term or a vote leaves before that vote is durable (see process_ready).
+        ``vote``: the group's durable vote where ``vote_saver`` keeps it (the node's
+        :class:`~raftlog.storage.vote_log.VoteLog`); None: ``log.load_vote()``.
         ``commit_context_saver``: makes a commit context durable off the event loop (the
         same writer), except the last one at stop; None: ``log.save_commit_context`` on
         the loop."""
@@ -226,7 +229,7 @@ class Consensus:
             node_id,
             self.configs,
             log,
-            log.load_vote(),
+            vote if vote is not None else log.load_vote(),
             commit,
             self.options.core_options(),
             random.Random(seed),

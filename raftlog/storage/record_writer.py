@@ -1,13 +1,12 @@
 """Many groups' small durable records saved together, off the event loop.
 
-When thousands of Raft groups change term at once (a node died, a topic of
-hundreds of partitions was created), each must make its vote record durable
-before it sends anything in the new term. Saved one by one on the event loop
-(write, fsync, rename, fsync the directory: two fsyncs each) they serialise the
-whole node: a profile at 3,000 partitions had 43-58% of the loop's samples in
-those saves. etcd persists a round's HardState once for every message of it, and
-Redpanda batches its groups' writes behind one flush per disk; this does the
-same for a node's records.
+The node saves its groups' commit contexts through it (each group quiescing at
+once after a creation or a failover saves one). Saved one by one on the event
+loop (write, fsync, rename, fsync the directory: two fsyncs each) they serialise
+the whole node: a profile at 3,000 partitions had 43-58% of the loop's samples in
+such saves (then of the votes, which now go to one append-only file per node:
+:mod:`raftlog.storage.vote_log`). Redpanda batches its groups' writes behind one
+flush per disk; this does the same for a node's records.
 
 Contract: :meth:`RecordWriter.save` returns once ``path`` durably holds
 ``data`` (a crash after that finds it; a crash before finds the old record or
@@ -27,7 +26,7 @@ thread:
 - with a ``barrier`` (a syncfs, :class:`raftlog.raft.node_flush.NodeFlush`):
   every ``.tmp`` is written, one barrier makes them durable, every rename is done,
   and one more barrier makes the renames durable: two syncfs calls for any number
-  of records. The node does not use it for votes: a syncfs also writes back the
+  of records. The node does not use it: a syncfs also writes back the
   other writers' dirty pages on that disk (0.6 s a round on the shared machine at
   3,000 partitions), and a vote behind two of them outlived the election timeout.
 
