@@ -475,10 +475,10 @@ class Consensus:
     def peer_nodes(self) -> list[int]:
         return [n for n in self.configs.latest.members if n != self.node_id]
 
-    def on_node_dead(self, node: int) -> None:
+    def on_node_dead(self, node: int, refused: bool = False) -> None:
         """Node liveness declared ``node`` dead: the core decides whether to wake."""
         if self.running:
-            self.step(NodeDead(node))
+            self.step(NodeDead(node, refused))
 
     def on_node_alive(self, node: int) -> None:
         """Node liveness heard ``node`` again after declaring it dead."""

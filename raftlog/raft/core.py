@@ -115,6 +115,9 @@ heartbeat reply from the follower starts it again)."""
 TIMEOUT_NOW_RESEND_TICKS = 3
 """Ticks after a timeout-now before it is sent again (it or its reply may be lost)."""
 VERDICT_CAMPAIGN_TICKS = 3
+VERDICT_GIVE_WAY_TIMEOUTS = 2
+"""Minimum election timeouts (plus a randomized one) that the live voters not named by
+a verdict give the named one before they campaign too (see ``_order_campaign``)."""
 """After its leader's node is declared dead, the live voter that campaigns first does so
 this many ticks later (see ``RaftCore._order_campaign``)."""
 ELECTION_COUNTERS = (
@@ -432,6 +435,10 @@ class RaftCore:
         if options.first_election_ticks > 0 and self._first_of_new_group(vote):
             self.timer.expire_after(options.first_election_ticks)
         self.priority_target = PriorityTarget()
+        # Named by a verdict to campaign (see _order_campaign): its election timeouts
+        # campaign whatever its priority, until it learns a leader.
+        self._named_by_verdict = False
+        self._named_skips_prevote = False  # and without a prevote (its leader's port refused)
         self.progress: dict[int, FollowerProgress] = {}
         self.ticks = 0
         # What this replica's elections did, by ELECTION_COUNTERS name: the node sums
@@ -578,7 +585,7 @@ class RaftCore:
         self._quiesced_without.clear()
         self._quiescent = False
 
-    def _on_node_dead(self, node: int) -> None:
+    def _on_node_dead(self, node: int, refused: bool = False) -> None:
         """Node liveness declared ``node`` dead: wake if it is this quiescent follower's
         leader (it must campaign), or a member of this quiescent leader's group whose
         live members are no longer a majority (its quorum check must run, and step it
@@ -593,7 +600,7 @@ class RaftCore:
         every verdict woke them all, on top of the groups the dead node led."""
         self._dead_nodes.add(node)
         if self.role is not Role.LEADER and node == self.leader_id:
-            self._order_campaign(node)
+            self._order_campaign(node, refused)
         elif self.role is not Role.LEADER and mutations.active("lease_ends_on_any_verdict"):
             self.timer.end_lease()
         if not self._quiescent:
@@ -604,9 +611,9 @@ class RaftCore:
         elif node == self.leader_id and not mutations.active("quiesced_keeps_dead_leader"):
             self._wake()
 
-    def _order_campaign(self, dead_leader: int) -> None:
+    def _order_campaign(self, dead_leader: int, refused: bool) -> None:
         """The leader's node was declared dead: its lease here is over, one live voter
-        campaigns at once and the others give it a whole election timeout first.
+        campaigns at once and the others give it two election timeouts first.
 
         The lease: a verdict means this node heard nothing from the leader's node for
         ``dead_after_s`` (two election timeouts on a node, one in the simulator) counted
@@ -616,20 +623,35 @@ class RaftCore:
         candidates exactly as long as a ticking one (the lease argument of the read
         index is unchanged), and lets the first campaign win without waiting.
 
-        Which one campaigns: among the live voters of the highest priority (neither
-        the dead leader nor a node declared dead here), the one at ``group`` modulo
-        their count, so every replica names the same one and the new leaderships
-        spread over the live nodes. It campaigns ``VERDICT_CAMPAIGN_TICKS`` later (the
-        others' verdicts come within that) plus a random part of half a timeout (the
-        node's other groups told at the same verdict spread their campaigns: all at
-        once, their vote saves and round trips queued past the election timeout and
-        the terms were lost again, 1,034 terms for 334 partitions at load 13), the
-        others a minimum timeout plus a randomized one later. Why: both live followers
-        of a 3-replica group woke at the verdict and drew their timeouts alike; two
-        campaigns within one vote round trip (common while a node's loop runs a
-        thousand elections) each voted for itself and the term was lost, and every
-        split cost another timeout and another vote save per replica. Who may vote
-        for whom is unchanged."""
+        Which one campaigns: among the live voters (neither the dead leader nor a node
+        declared dead here), the one at ``group`` modulo their count, whatever its
+        priority, so every replica names the same one and the new leaderships spread
+        over the live nodes. By priority, the kill of a node made one node campaign
+        for every group the dead one led (placement puts the same node second on all
+        of them): a thousand elections on one node's loop at 3,000 partitions, and
+        then a third of them moved by the leader balancer anyway; priorities order
+        the elections that a timeout starts, never this one. It campaigns
+        ``VERDICT_CAMPAIGN_TICKS`` later (the others' verdicts come within that) plus
+        a random part of half a timeout (the node's other groups told at the same
+        verdict spread their campaigns: all at once, their vote saves and round trips
+        queued past the election timeout and the terms were lost again, 1,034 terms
+        for 334 partitions at load 13). The others give it two minimum timeouts plus
+        a randomized one: while a node's loop runs a thousand elections some take
+        more than one timeout, and a second campaign of the same group then cost
+        both their terms (a few hundred at 3,000 partitions), when the named one had
+        only been slow. Why one is named: both live followers of a 3-replica group
+        woke at the verdict and drew their timeouts alike; two campaigns within one
+        vote round trip (common while a node's loop runs a thousand elections) each
+        voted for itself and the term was lost, and every split cost another timeout
+        and another vote save per replica. Who may vote for whom is unchanged.
+
+        ``refused``: the dead leader's address refused connections (its process is
+        gone), so the named voter campaigns without a prevote. A prevote keeps a node
+        cut off from a leader that still serves the others from raising the term; a
+        refused port is no such partition, and the prevote round cost every election
+        of a failover one more round trip on two busy loops (1,000 at 3,000
+        partitions). A voter that still holds a lease refuses the vote as it would
+        have refused the prevote."""
         config = self.configs.latest
         self.timer.end_lease()
         if self.node_id not in config.voters or self.role is Role.LEARNER:
@@ -637,15 +659,15 @@ class RaftCore:
         live = [v for v in config.voters if v != dead_leader and v not in self._dead_nodes]
         if self.node_id not in live:
             return
-        top = max(config.priority(v) for v in live)
-        first = [v for v in live if config.priority(v) == top]
-        if first[self.group % len(first)] == self.node_id:
+        if live[self.group % len(live)] == self.node_id:
+            self._named_by_verdict = True
+            self._named_skips_prevote = refused
             if self.options.campaign_first:
                 self.timer.expire_after(1)
             else:
                 self.timer.expire_soon(VERDICT_CAMPAIGN_TICKS)
         else:
-            self.timer.give_way()
+            self.timer.give_way(VERDICT_GIVE_WAY_TIMEOUTS)
 
     def _on_node_alive(self, node: int) -> None:
         """Node liveness heard ``node`` again after declaring it dead: a quiescent leader
@@ -938,7 +960,7 @@ class RaftCore:
         elif isinstance(message, LocalFlushed):
             self._on_local_flush()
         elif isinstance(message, NodeDead):
-            self._on_node_dead(message.node)
+            self._on_node_dead(message.node, message.refused)
         elif isinstance(message, NodeAlive):
             self._on_node_alive(message.node)
         elif isinstance(message, PromotionDone):
@@ -1043,10 +1065,15 @@ class RaftCore:
         # prevote of the one that may, and cost every failover of a preferred leader
         # another timeout in about half the kills (the failover benchmark: 1.3-1.8 s).
         self.leader_id = -1
-        if not self.priority_target.may_campaign(config, self.node_id, silent_leader):
+        # Named stays named until a leader is known: a first vote refused by a voter
+        # whose lease still held (its verdict came later) is tried again at the next
+        # timeout, not deferred to a voter of higher priority that gives way for
+        # two timeouts.
+        named = self._named_by_verdict
+        if not named and not self.priority_target.may_campaign(config, self.node_id, silent_leader):
             self.elections["campaigns_deferred"] += 1
             return
-        self._campaign(prevote=True, transfer=False)
+        self._campaign(prevote=not (named and self._named_skips_prevote), transfer=False)
 
     # -------------------------------------------------------------- elections
 
@@ -1212,11 +1239,13 @@ class RaftCore:
         self.timer.reset()
         if leader != -1:
             self.priority_target.reset()
+            self._named_by_verdict = False
         if was_leader:
             self._ready.stepped_down = True
 
     def _become_leader(self) -> None:
         self._wake()
+        self._named_by_verdict = False
         self.elections["leaderships_won"] += 1
         self.role = Role.LEADER
         self._drop_unsent()
@@ -1277,6 +1306,7 @@ class RaftCore:
             self._become_follower(term, leader)
         self.timer.reset()
         self.priority_target.reset()
+        self._named_by_verdict = False
         return True
 
     def _check_append(self, req: AppendEntriesRequest) -> None:

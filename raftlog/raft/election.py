@@ -51,10 +51,10 @@ class ElectionTimer:
         spread their campaigns over that half timeout."""
         self.expire_after(ticks + self._rng.randrange(max(1, self.base_ticks // 2)))
 
-    def give_way(self) -> None:
-        """This timeout only: expire no sooner than a whole minimum timeout plus a fresh
-        randomized one from now (another replica campaigns first)."""
-        self.timeout = max(self.timeout, self.elapsed + self.base_ticks + self._draw())
+    def give_way(self, timeouts: int = 1) -> None:
+        """This timeout only: expire no sooner than ``timeouts`` minimum timeouts plus a
+        fresh randomized one from now (another replica campaigns first)."""
+        self.timeout = max(self.timeout, self.elapsed + timeouts * self.base_ticks + self._draw())
 
     def tick(self) -> bool:
         """Advance one tick; True when the timeout has expired."""

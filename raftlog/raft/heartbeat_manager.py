@@ -186,9 +186,10 @@ class HeartbeatManager:
                 rounds,
                 "refused" if node in self._refused else "failed",
             )
+            refused = node in self._refused
             for c in list(self._groups.values()):
                 if c.running:
-                    c.on_node_dead(node)
+                    c.on_node_dead(node, refused)
 
     def unregister(self, group: int) -> None:
         self._groups.pop(group, None)

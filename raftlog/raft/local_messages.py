@@ -91,9 +91,12 @@ class LocalFlushed:
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class NodeDead:
-    """Node liveness declared ``node`` dead."""
+    """Node liveness declared ``node`` dead. ``refused``: its address refused
+    connections (nothing listens there: the process is gone, it leads nothing), not
+    only silence, which an asymmetric partition can cause too."""
 
     node: int
+    refused: bool = False
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -110,8 +110,9 @@ class HeartbeatGroup(Protocol):
         """The other members of the group (the nodes whose liveness it depends on)."""
         ...
 
-    def on_node_dead(self, node: int) -> None:
-        """Node liveness declared ``node`` dead (a quiescent group may wake)."""
+    def on_node_dead(self, node: int, refused: bool = False) -> None:
+        """Node liveness declared ``node`` dead (a quiescent group may wake);
+        ``refused``: its address refused connections (see ``NodeDead``)."""
         ...
 
     def on_node_alive(self, node: int) -> None:

@@ -63,7 +63,7 @@ class StubGroup:
     def peer_nodes(self) -> list[int]:
         return [2, 3]
 
-    def on_node_dead(self, node: int) -> None:
+    def on_node_dead(self, node: int, refused: bool = False) -> None:
         self.dead.append(node)
 
     def on_node_alive(self, node: int) -> None:
