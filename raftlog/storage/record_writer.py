@@ -44,12 +44,12 @@ from collections.abc import Awaitable, Callable
 
 from raftlog.storage.durable_record import tmp_path
 from raftlog.storage.fs import REAL_FS, FileSystem
+from raftlog.storage.save_batches import SaveBatches
 
 Barrier = Callable[[], Awaitable[None]]
 # Threads that fsync one batch's records without a barrier (each its share): many, as
 # the journal commits concurrent fsyncs together (a syscall in a thread holds no GIL).
 FSYNC_THREADS = 16
-_Batch = dict[pathlib.Path, tuple[bytes, list[asyncio.Future[None]]]]
 
 
 class RecordWriter:
@@ -58,11 +58,7 @@ class RecordWriter:
     def __init__(self, fs: FileSystem = REAL_FS, barrier: Barrier | None = None) -> None:
         self._fs = fs
         self._barrier = barrier
-        # path -> (bytes, the callers waiting for them): a newer save of a path replaces
-        # the bytes waiting for the next batch (all its callers get the newest: durable
-        # state at least as new as each asked for).
-        self._pending: _Batch = {}
-        self._batch: asyncio.Task[None] | None = None
+        self._batches: SaveBatches[pathlib.Path, bytes] = SaveBatches(self._write)
         # Started on the first batch (a writer that never saves starts none), ended by
         # close(); not the loop's default executor (see the module doc).
         self._threads: concurrent.futures.ThreadPoolExecutor | None = None
@@ -71,38 +67,7 @@ class RecordWriter:
 
     async def save(self, path: pathlib.Path, data: bytes) -> None:
         """Durably replace ``path``'s content with ``data`` (see the module's contract)."""
-        loop = asyncio.get_running_loop()
-        fut: asyncio.Future[None] = loop.create_future()
-        _, waiters = self._pending.get(path, (b"", []))
-        waiters.append(fut)
-        self._pending[path] = (data, waiters)
-        if self._batch is None:
-            self._batch = loop.create_task(self._run())
-        await fut
-
-    async def _run(self) -> None:
-        try:
-            while self._pending:
-                await asyncio.sleep(0)  # the saves asked for in this loop turn join
-                batch, self._pending = self._pending, {}
-                try:
-                    await self._write(batch)
-                except BaseException as exc:
-                    for _, waiters in batch.values():
-                        for w in waiters:
-                            if not w.done():
-                                w.set_exception(exc)
-                    if isinstance(exc, asyncio.CancelledError):
-                        raise
-                    continue
-                self.batches += 1
-                self.records += len(batch)
-                for _, waiters in batch.values():
-                    for w in waiters:
-                        if not w.done():
-                            w.set_result(None)
-        finally:
-            self._batch = None
+        await self._batches.save(path, data)
 
     def close(self) -> None:
         """End the writer's threads (those running finish their records first)."""
@@ -117,8 +82,8 @@ class RecordWriter:
             )
         await asyncio.get_running_loop().run_in_executor(self._threads, fn, *args)
 
-    async def _write(self, batch: _Batch) -> None:
-        items = [(path, data) for path, (data, _) in batch.items()]
+    async def _write(self, batch: dict[pathlib.Path, bytes]) -> None:
+        items = list(batch.items())
         if self._barrier is None:
             # Chunks in parallel threads: the filesystem's journal commits the
             # concurrent fsyncs together (ext4's jbd2 batches them).
@@ -126,11 +91,13 @@ class RecordWriter:
             await asyncio.gather(
                 *(self._in_thread(self._write_fsynced, items[i::n]) for i in range(n))
             )
-            return
-        await self._in_thread(self._write_tmps, items)
-        await self._barrier()  # every .tmp durable before it replaces a record
-        await self._in_thread(self._rename, items)
-        await self._barrier()  # the renames durable
+        else:
+            await self._in_thread(self._write_tmps, items)
+            await self._barrier()  # every .tmp durable before it replaces a record
+            await self._in_thread(self._rename, items)
+            await self._barrier()  # the renames durable
+        self.batches += 1
+        self.records += len(items)
 
     def _write_tmps(self, items: list[tuple[pathlib.Path, bytes]]) -> None:
         for path, data in items:

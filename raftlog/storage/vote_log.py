@@ -54,6 +54,7 @@ import crc32c
 from raftlog.storage.api import StorageCorruption, VoteState
 from raftlog.storage.durable_record import TMP_SUFFIX
 from raftlog.storage.fs import REAL_FS, FileHandle, FileSystem
+from raftlog.storage.save_batches import SaveBatches
 
 log = logging.getLogger(__name__)
 
@@ -105,9 +106,6 @@ def _scan(data: bytes) -> tuple[dict[int, VoteState], int, int]:
     return votes, batch, len(data)
 
 
-_Pending = dict[int, tuple[VoteState, list["asyncio.Future[None]"]]]
-
-
 class VoteLog:
     """A node's (or shard's) votes of all its groups. Create with :meth:`open`.
 
@@ -132,8 +130,7 @@ class VoteLog:
         self._records = size // RECORD_SIZE
         self._batch = batch  # the last batch written
         self._compact_records = compact_records
-        self._pending: _Pending = {}
-        self._writing: asyncio.Task[None] | None = None
+        self._batches: SaveBatches[int, VoteState] = SaveBatches(self._write)
         self._thread: concurrent.futures.ThreadPoolExecutor | None = None
         self._failed: str | None = None  # why the log refuses saves (its tail is unknown)
         self.batches = 0  # batches written since open
@@ -205,43 +202,14 @@ class VoteLog:
             raise ValueError(f"vote.term must be >= 0, got {vote.term}")
         if self._failed is not None:
             raise OSError(f"{self.path}: refusing votes after a failed write: {self._failed}")
-        loop = asyncio.get_running_loop()
-        fut: asyncio.Future[None] = loop.create_future()
-        _, waiters = self._pending.get(group, (vote, []))
-        waiters.append(fut)
-        self._pending[group] = (vote, waiters)
         self._votes[group] = newer(self._votes.get(group, VoteState()), vote)
-        if self._writing is None:
-            self._writing = loop.create_task(self._run())
-        await fut
+        await self._batches.save(group, vote)
 
-    async def _run(self) -> None:
-        try:
-            while self._pending:
-                await asyncio.sleep(0)  # the saves asked for in this loop turn join
-                batch, self._pending = self._pending, {}
-                try:
-                    if self._failed is not None:
-                        raise OSError(f"{self.path}: refusing votes: {self._failed}")
-                    await self._write(batch)
-                except BaseException as exc:
-                    for _, waiters in batch.values():
-                        for w in waiters:
-                            if not w.done():
-                                w.set_exception(exc)
-                    if isinstance(exc, asyncio.CancelledError):
-                        raise
-                    continue
-                for _, waiters in batch.values():
-                    for w in waiters:
-                        if not w.done():
-                            w.set_result(None)
-        finally:
-            self._writing = None
-
-    async def _write(self, batch: _Pending) -> None:
+    async def _write(self, batch: dict[int, VoteState]) -> None:
+        if self._failed is not None:
+            raise OSError(f"{self.path}: refusing votes: {self._failed}")
         number = self._batch + 1
-        data = b"".join(_record(g, v, number) for g, (v, _) in batch.items())
+        data = b"".join(_record(g, v, number) for g, v in batch.items())
         compact = None
         if self._records + len(batch) >= self._compact_records and self._records + len(
             batch

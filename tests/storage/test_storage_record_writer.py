@@ -137,7 +137,7 @@ async def test_renaming_before_the_tmp_files_are_durable_is_caught() -> None:
 
     class RenameFirst(RecordWriter):
         async def _write(self, batch) -> None:  # type: ignore[no-untyped-def]
-            items = [(path, data) for path, (data, _) in batch.items()]
+            items = list(batch.items())  # path -> bytes (SaveBatches hands the newest)
             self._write_tmps(items)
             self._rename(items)
             await self._barrier()  # type: ignore[misc]
