@@ -28,6 +28,7 @@ import time
 import urllib.request
 
 from benchmarks.context import RunContext
+from benchmarks.goals import Pick, at_most, row
 from benchmarks.registry import Row, Skip, scenario
 from benchmarks.workloads import raftlog_local
 from benchmarks.workloads.partition_scale import (
@@ -56,6 +57,21 @@ QUIESCE_SLACK = 5
 QUIESCE_QUIET = 5
 CLI_TIMEOUT_S = 120.0
 """A CLI command not done by then fails the scenario (the goal is 2 s)."""
+
+GOALS = (
+    at_most(
+        "idle-cpu",
+        "an idle 3-node cluster's CPU per 1,000 partitions (3 replicas each), "
+        "over what it costs with none",
+        # the largest count measured: a per-partition cost shows best there
+        ours=tuple(
+            Pick(f"{n:,} partitions", row(partitions=str(n)), "cores per 1,000 partitions")
+            for n in (10000, 3000, 1000, 300)
+        ),
+        bound=0.02,
+        unit="cores per 1,000 partitions",
+    ),
+)
 
 
 def add_arguments(group: argparse._ArgumentGroup) -> None:
@@ -209,6 +225,7 @@ async def measure(
     "an idle 3-node cluster's cores, memory and open files per node by partition count "
     "(0, 300, 1000, 3000, or --partitions up to 10000; quick 0, 30)",
     add_arguments=add_arguments,
+    goals=GOALS,
 )
 def run(ctx: RunContext) -> list[Row]:
     if getattr(ctx.args, "servers", None):

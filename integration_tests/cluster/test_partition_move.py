@@ -23,7 +23,7 @@ from ops_helpers import (
 )
 
 from benchmarks.workloads.cluster_handle import ClusterHandle
-from raftlog.client import BlockingRaftlogClient, RaftlogError, frame_records
+from raftlog.client import BlockingRaftlogClient, RaftlogError
 from raftlog.cluster import add_node, load_cluster, pid_alive, start_cluster
 
 __all__ = ["ops_cluster"]  # the fixture, imported for pytest
@@ -32,8 +32,13 @@ TOPIC = "moving"
 
 
 class _Writer(threading.Thread):
-    """Produces numbered records (acks=all, 5 per request) until stopped; keeps the
-    numbers of every record whose produce was acknowledged."""
+    """Produces numbered records (an idempotent producer, acks=all, 5 per send) until
+    stopped; keeps the numbers of every record whose send was acknowledged.
+
+    Idempotent because the tests assert exactly once: a plain producer's client
+    retries a produce whose outcome it does not know (a timeout, a leader that stepped
+    down after appending), and the retry may land a second copy, as Kafka's plain
+    producer may. Sequences make the leader drop that copy."""
 
     def __init__(self, servers: list[str]) -> None:
         super().__init__(daemon=True)
@@ -45,16 +50,18 @@ class _Writer(threading.Thread):
 
     def run(self) -> None:
         with BlockingRaftlogClient(self.servers, request_timeout_s=20.0) as client:
+            producer = client.idempotent_producer(TOPIC, 0, delivery_timeout_s=60.0)
             for _ in range(100_000):  # bounded; stopped by the test long before
                 if self.stop.is_set():
                     return
                 seqs = list(range(self.next, self.next + 5))
                 self.next += 5
-                records = [struct.pack("<Q", s) for s in seqs]
                 try:
-                    client.produce(TOPIC, 0, [(frame_records(records), 5)], acks="all")
-                except RaftlogError as exc:  # not acknowledged: may or may not be there
+                    producer.send([struct.pack("<Q", s) for s in seqs]).result(timeout=90)
+                except (RaftlogError, TimeoutError) as exc:  # not acknowledged
                     self.errors.append(str(exc))
+                    # its sequence may now have a gap: a new producer starts afresh
+                    producer = client.idempotent_producer(TOPIC, 0, delivery_timeout_s=60.0)
                     continue
                 self.acked.extend(seqs)
 
