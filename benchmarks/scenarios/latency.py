@@ -56,6 +56,7 @@ from typing import Any
 import tenacity
 
 from benchmarks.context import RunContext
+from benchmarks.goals import Goal, Pick, row
 from benchmarks.registry import Row, require, scenario
 from benchmarks.results import ScenarioResult
 from benchmarks.scenarios import spark as spark_scenario
@@ -92,6 +93,42 @@ seen on this 2-core machine at load average 26, before any row was measured."""
 GUARANTEES = ("exactly-once", "at-least-once")
 EMPTY = "empty Python writer"
 TOPIC = "bench-latency"
+
+
+def _fixed_cost_goal(key: str, kind: str, what: str, column: str) -> Goal:
+    """Ours (exactly-once) against the empty Python writer's ``kind`` of write,
+    ``<= GOAL_RATIO`` times it (issue 48)."""
+    return Goal(
+        key,
+        what,
+        ours=(Pick("raftlog exactly-once", row(case=f"{kind}: raftlog exactly-once"), column),),
+        peers=(Pick(EMPTY, row(case=f"{kind}: {EMPTY}"), column),),
+        target=GOAL_RATIO,
+        higher_is_better=False,
+    )
+
+
+GOALS = (
+    _fixed_cost_goal(
+        "latency-small-write",
+        f"df.write {SMALL_ROWS:,} rows",
+        f"a small df.write ({SMALL_ROWS:,} rows into a new topic, exactly-once), "
+        "on a running session",
+        "median s",
+    ),
+    _fixed_cost_goal(
+        "latency-first-write",
+        f"first df.write {SMALL_ROWS:,} rows in a session",
+        f"the first df.write of a session ({SMALL_ROWS:,} rows, exactly-once), JVM start included",
+        "median s",
+    ),
+    _fixed_cost_goal(
+        "latency-micro-batch",
+        f"micro-batch of {SMALL_ROWS:,} rows",
+        f"a streaming micro-batch of {SMALL_ROWS:,} rows (exactly-once)",
+        "median ms",
+    ),
+)
 
 
 def add_arguments(group: argparse._ArgumentGroup) -> None:
@@ -524,6 +561,7 @@ def plot(result: ScenarioResult, fig: Any) -> None:
     "streaming write -> read latency by rate; a small write's fixed cost",
     add_arguments=add_arguments,
     plot=plot,
+    goals=GOALS,
 )
 def run(ctx: RunContext) -> list[Row]:
     require("pyspark.sql.datasource", "DataSourceStreamArrowWriter")
