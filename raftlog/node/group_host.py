@@ -53,7 +53,7 @@ TRANSFER_HEARD_TICKS = 10
 """A preferred replica not heard from in this many ticks is not handed the leadership."""
 TRANSFER_LAG_RECORDS = 1000
 """Nor one more records behind than this (the core catches it up while writes wait)."""
-FIRST_ELECTION_TICKS = 2
+FIRST_ELECTION_TICKS = 1
 """Ticks after which a new group's preferred replica campaigns (see CoreOptions)."""
 
 
@@ -219,7 +219,7 @@ class GroupHost:
         return save
 
     async def _new_consensus(
-        self, group: int, directory: pathlib.Path, replicas: list[int], campaign_first: bool = False
+        self, group: int, directory: pathlib.Path, replicas: list[int], controller: bool = False
     ) -> Consensus:
         votes = self.votes
         assert votes is not None, "GroupHost.start() opens the vote log"
@@ -232,7 +232,7 @@ class GroupHost:
             Configuration.of(replicas, priorities=priorities(replicas)),
             log,
             self.transport,
-            dataclasses.replace(self.options, campaign_first=campaign_first),
+            dataclasses.replace(self.options, campaign_first=controller, commit_at_once=controller),
             seed=self.node_id * 1_000_003 + group,
             heartbeats=self.heartbeats,
             clock=self.clock,
@@ -251,11 +251,13 @@ class GroupHost:
         directory: pathlib.Path,
         replicas: list[int],
         state_machines: list[Any],
-        campaign_first: bool = False,
+        controller: bool = False,
     ) -> Consensus:
         """Open (creating or recovering) ``group``'s log in ``directory`` and start it.
-        ``campaign_first``: see :attr:`~raftlog.raft.core.CoreOptions.campaign_first`."""
-        c = await self._new_consensus(group, directory, replicas, campaign_first)
+        ``controller``: the controller group, which campaigns first after a verdict and
+        tells its followers every commit at once (see
+        :attr:`~raftlog.raft.core.CoreOptions.campaign_first` and ``commit_at_once``)."""
+        c = await self._new_consensus(group, directory, replicas, controller)
         for stm in state_machines:
             c.add_state_machine(stm)
         await c.start()

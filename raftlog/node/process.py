@@ -300,7 +300,7 @@ class Node:
                 self.config.data_dir / identity.CONTROLLER_DIR,
                 sorted(self.config.peers),
                 state_machines=[self.controller_stm],
-                campaign_first=True,
+                controller=True,
             )
         if self.shards is not None:
             self.controller_stm.add_listener(self.shards.controller_changed)

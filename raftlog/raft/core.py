@@ -93,6 +93,7 @@ from raftlog.raft.messages import (
     APPEND_FAILURE,
     APPEND_GROUP_UNAVAILABLE,
     APPEND_SUCCESS,
+    GROUP_UNAVAILABLE_TERM,
     AppendEntriesReply,
     AppendEntriesRequest,
     Heartbeat,
@@ -199,9 +200,9 @@ class CoreOptions:
     # this many ticks instead of a randomized election timeout (0: it waits like any
     # follower). A topic's partitions otherwise had no leader for 0.7-1.1 s after
     # creation, most of a small df.write into a new topic (2026-12-01). Safe: a vote
-    # may be asked at any time; the ticks give the other replicas time to create the
-    # group (a vote request it does not have yet fails, and the usual timeout follows),
-    # and only the preferred voter hurries, so it does not race the others.
+    # may be asked at any time; a replica that has not created the group yet answers
+    # "unavailable" and is asked again at the next tick (see _handle_vote_reply), and
+    # only the preferred voter hurries, so it does not race the others.
     first_election_ticks: int = 0
     # This group's voter named to campaign when its leader's node is declared dead does
     # so at the next tick, not VERDICT_CAMPAIGN_TICKS plus a spread: the controller
@@ -209,6 +210,12 @@ class CoreOptions:
     # ahead of the thousand partitions told at the same verdict (at 3,000 partitions
     # the new controller leader's metadata answers waited 5 s on its election).
     campaign_first: bool = False
+    # A follower not yet told the leader's commit index is due a heartbeat every round,
+    # even one that an append went to lately (see _heartbeats_due): the controller
+    # group, whose every commit is a metadata change each node must apply (a new topic's
+    # replicas create its groups then; told up to idle_heartbeat_ticks later, the other
+    # nodes knew a new topic 50-115 ms after its creation was acknowledged).
+    commit_at_once: bool = False
 
 
 @dataclasses.dataclass(slots=True)
@@ -441,6 +448,10 @@ class RaftCore:
         self._named_skips_prevote = False  # and without a prevote (its leader's port refused)
         # This (pre)vote round's candidate waited a timeout more for its first reply.
         self._waited_for_replies = False
+        # This round's vote request per peer, and the peers that answered that they do
+        # not host the group (yet): asked again at the next tick (see _handle_vote_reply).
+        self._round_requests: dict[int, VoteRequest] = {}
+        self._vote_retry: set[int] = set()
         self.progress: dict[int, FollowerProgress] = {}
         self.ticks = 0
         # What this replica's elections did, by ELECTION_COUNTERS name: the node sums
@@ -1033,6 +1044,10 @@ class RaftCore:
         if self.role is Role.LEADER:
             self._tick_leader()
             return
+        if self.role is Role.CANDIDATE and self._vote_retry:
+            for peer in sorted(self._vote_retry):
+                self._ready.messages.append((peer, self._round_requests[peer]))
+            self._vote_retry.clear()
         if self.timer.tick() and self.role is not Role.LEARNER:
             self._on_election_timeout()
 
@@ -1102,6 +1117,8 @@ class RaftCore:
         self.elections["prevotes_started" if prevote else "votes_started"] += 1
         self._votes = {self.node_id: True}
         self._waited_for_replies = False
+        self._round_requests = {}
+        self._vote_retry.clear()
         if prevote:
             campaign_term = self.term + 1
             self.role = Role.CANDIDATE
@@ -1122,21 +1139,18 @@ class RaftCore:
         for peer in config.voters:
             if peer == self.node_id:
                 continue
-            self._ready.messages.append(
-                (
-                    peer,
-                    VoteRequest(
-                        group=self.group,
-                        source_node=self.node_id,
-                        target_node=peer,
-                        term=campaign_term,
-                        prevote=prevote,
-                        last_log_offset=self.log.dirty_offset,
-                        last_log_term=self.log.last_term,
-                        leadership_transfer=transfer,
-                    ),
-                )
+            request = VoteRequest(
+                group=self.group,
+                source_node=self.node_id,
+                target_node=peer,
+                term=campaign_term,
+                prevote=prevote,
+                last_log_offset=self.log.dirty_offset,
+                last_log_term=self.log.last_term,
+                leadership_transfer=transfer,
             )
+            self._round_requests[peer] = request
+            self._ready.messages.append((peer, request))
 
     def _tally(self) -> bool:
         """Act on a majority of grants; True when the round is decided in our favour."""
@@ -1206,6 +1220,16 @@ class RaftCore:
             self._become_follower(reply.term, -1)
             return
         if self.role is not Role.CANDIDATE or reply.prevote != self._prevoting:
+            return
+        if reply.term == GROUP_UNAVAILABLE_TERM:
+            # The peer does not host the group yet (a new topic's replicas each create it
+            # as they apply the controller's command, and a request can come first), or
+            # its replica is stopped: no answer on the merits. Counted as a refusal, a new
+            # group's first election lost its round and waited out a timeout (0.5-1 s;
+            # its preferred voter therefore waited two ticks before campaigning). Asked
+            # again at the next tick, while this round lasts (its election timeout).
+            if reply.source_node in self._round_requests:
+                self._vote_retry.add(reply.source_node)
             return
         expected_term = self.term + 1 if self._prevoting else self.term
         if reply.granted and reply.term != expected_term:
@@ -1501,12 +1525,13 @@ class RaftCore:
         due = []
         for node in sorted(self.progress):
             p = self.progress[node]
+            told = p.heartbeat_commit == self.commit_index or not self.options.commit_at_once
             if (
                 self.ticks - p.heartbeat_tick < every
                 and self.transfer_target == -1
                 and not self._read_fences
                 and p.state is ProgressState.REPLICATE
-                and (self._heartbeat_idle(p) or self._appended_lately(p))
+                and (self._heartbeat_idle(p) or (self._appended_lately(p) and told))
             ):
                 continue
             due.append((node, self._heartbeat_for(node, quiesce)))

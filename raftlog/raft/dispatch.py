@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 from raftlog.raft.messages import (
     APPEND_GROUP_UNAVAILABLE,
+    GROUP_UNAVAILABLE_TERM,
     AppendEntriesReply,
     AppendEntriesRequest,
     HeartbeatBatchRequest,
@@ -58,6 +59,7 @@ class PeerDispatcher:
             )  # fmt: skip
         if isinstance(message, VoteRequest):
             return VoteReply(
-                message.group, self.node_id, message.source_node, -1, message.prevote, False, False
-            )
+                message.group, self.node_id, message.source_node, GROUP_UNAVAILABLE_TERM,
+                message.prevote, False, False,
+            )  # fmt: skip
         return TimeoutNowReply(message.group, self.node_id, message.source_node, -1, False)

@@ -63,6 +63,7 @@ from collections.abc import Iterable
 from raftlog.raft.errors import PeerRefused, TransportError
 from raftlog.raft.messages import (
     APPEND_GROUP_UNAVAILABLE,
+    GROUP_UNAVAILABLE_TERM,
     Heartbeat,
     HeartbeatBatchReply,
     HeartbeatBatchRequest,
@@ -70,8 +71,6 @@ from raftlog.raft.messages import (
 )
 from raftlog.raft.stage_context import HeartbeatGroup
 from raftlog.raft.transport import Transport
-
-GROUP_UNAVAILABLE_TERM = -1
 
 log = logging.getLogger(__name__)
 

@@ -35,6 +35,9 @@ from raftlog.storage.batch import RecordBatch
 APPEND_SUCCESS = 0
 APPEND_FAILURE = 1  # stale term or log mismatch at prev_log_offset
 APPEND_GROUP_UNAVAILABLE = 2  # the target node does not host the group (or it is stopped)
+GROUP_UNAVAILABLE_TERM = -1
+"""The term of a reply from a node that does not host the group (or whose replica is
+stopped): no term of the group's, and never a refusal of the request's merits."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

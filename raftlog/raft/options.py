@@ -66,6 +66,8 @@ class ConsensusOptions:
     first_election_ticks: int = _CORE.first_election_ticks
     # Campaign at the next tick after a verdict on the leader's node (the controller).
     campaign_first: bool = _CORE.campaign_first
+    # Tell followers every commit at the next heartbeat round (the controller).
+    commit_at_once: bool = _CORE.commit_at_once
     # Save the commit context (and state machine snapshots) every this many ticks.
     commit_context_interval_ticks: int = 20
 

@@ -22,6 +22,7 @@ from raftlog.raft.local_messages import (
 from raftlog.raft.messages import (
     APPEND_FAILURE,
     APPEND_SUCCESS,
+    GROUP_UNAVAILABLE_TERM,
     AppendEntriesReply,
     AppendEntriesRequest,
     Heartbeat,
@@ -476,3 +477,33 @@ def test_a_leader_places_data_batches_in_timestamp_order() -> None:
     sent = [b.timestamp_ms for o in net.outbox if o.target == 2 for b in o.request.batches]
     # what the followers are sent (and store) is what the leader placed
     assert len(sent) >= len(stamps) and sent == [b.timestamp_ms for b in placed][: len(sent)]
+
+
+def test_a_voter_that_does_not_host_the_group_yet_is_asked_again_at_the_next_tick() -> None:
+    """A new topic's replicas each create the group as they apply the controller's
+    command, so the preferred voter's first vote requests can reach a node that has not
+    yet: it answers "unavailable" (GROUP_UNAVAILABLE_TERM). That is no refusal: the
+    candidate asks again at its next tick, within the round, and wins as soon as the
+    group is there. Counted as refusals, the round was lost and the group stayed
+    leaderless until the election timeout (10 ticks here)."""
+    net = CoreNet(3, priorities={1: 3, 2: 2, 3: 1}, options=CoreOptions(
+        election_timeout_ticks=10, first_election_ticks=1
+    ))  # fmt: skip
+    candidate = net.cores[1]
+
+    def vote_requests(ready) -> dict[int, VoteRequest]:
+        return {t: m for t, m in ready.messages if isinstance(m, VoteRequest)}
+
+    first = vote_requests(net.step(1, Tick()))
+    assert sorted(first) == [2, 3]  # it campaigns at its first tick
+    for peer, req in first.items():  # neither hosts the group yet
+        candidate.step(
+            VoteReply(1, peer, 1, GROUP_UNAVAILABLE_TERM, req.prevote, False, False)
+        )  # fmt: skip
+    net.unsent[1] = []
+    again = vote_requests(net.step(1, Tick()))
+    assert again == first  # the same round's requests, asked again
+    net.unsent[1] = [(t, m) for t, m in again.items()]
+    net.deliver()  # now they host it: the round is won
+    assert candidate.is_leader
+    assert candidate.ticks == 2

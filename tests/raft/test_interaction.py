@@ -218,6 +218,8 @@ class Interpreter:
             options.recovery_chunk_bytes = int(kv["chunk"])
         if "recovery_inflight" in kv:
             options.recovery_max_inflight = int(kv["recovery_inflight"])
+        if "commit_at_once" in kv:
+            options.commit_at_once = kv["commit_at_once"] == "1"
         self.net = CoreNet(int(args[0]), prio, options)
         return self.net.state()
 
