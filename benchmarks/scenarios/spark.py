@@ -43,7 +43,10 @@ batch from memory, with the raftlog read's schema, rows and stored batch size:
 the ceiling of any Python source, see
 :mod:`benchmarks.workloads.spark_replay_source`) and the parquet output are each
 read as a stream with ``Trigger.AvailableNow`` into ``noop``: rows/s the same
-way, every batch.
+way, every batch. Then the tail: the exactly-once sink writes a new topic while
+the raftlog source reads it as a stream (Spark's default trigger) into ``noop``;
+the reader's rows/s (over its busy time) beside the writer's shows whether it
+keeps up (see :func:`tail_read`).
 """
 
 from __future__ import annotations
@@ -508,7 +511,7 @@ def measure(
     sinks = READ_SINKS if cases == "read" else SINKS
     reads = cases != "write"
     once = [name for name in sinks if GUARANTEES.get(name) == "exactly-once"]
-    ctx.set_total(len(sinks) * rounds + len(once) * rounds + (3 if reads else 0))
+    ctx.set_total(len(sinks) * rounds + len(once) * rounds + (4 if reads else 0))
 
     def configure(name: str, round_no: int) -> Configure:
         if name == "noop":
@@ -590,6 +593,8 @@ def measure(
 
     if reads:
         rows += read_figures(ctx, spark, servers, scratch)
+        rows.append(tail_read(ctx, spark, servers, scratch, per_batch, seconds))
+        ctx.advance(1)
     if rounds > 1:
         per_round = "; ".join(
             f"{name.removeprefix('raftlog ')} "
@@ -697,6 +702,155 @@ def read_figures(ctx: RunContext, spark: Any, servers: list[str], scratch: Path)
     return read_rows
 
 
+TAIL_TOPIC = "bench-spark-tail"
+TAIL_CASE = "tail: raftlog exactly-once -> raftlog source -> noop"
+POLL_S = 0.5
+"""How often the tail's queries' progress is collected (Spark keeps only the last 100)."""
+CATCH_UP_TIMEOUT_S = 120.0
+"""Bound of the wait, once the tail's writer stopped, for its reader to read every row."""
+
+
+class _Batches:
+    """Every completed micro-batch of one query, ``batchId -> progress``, collected by
+    :meth:`poll` (``recentProgress`` keeps only the last 100)."""
+
+    def __init__(self, query: Any) -> None:
+        self.query = query
+        self.seen: dict[int, Any] = {}
+
+    def poll(self) -> None:
+        for p in self.query.recentProgress:
+            self.seen.setdefault(int(p.batchId), p)
+
+    def rows(self) -> int:
+        return sum(int(p.numInputRows) for p in self.seen.values())
+
+    def busy(self) -> list[Any]:
+        """The batches that had rows (an idle streaming query reports empty ones)."""
+        return [p for p in self.seen.values() if int(p.numInputRows) > 0]
+
+
+def tail_read(
+    ctx: RunContext, spark: Any, servers: list[str], scratch: Path, per_batch: int, seconds: float
+) -> Row:
+    """The exactly-once sink writing ``per_batch`` rows per micro-batch into a new topic
+    while the raftlog source tails it (Spark's default trigger: the next micro-batch as
+    soon as the last is done) into ``noop``, both for ``seconds`` once each has completed
+    its first micro-batch; then the writer stops and the reader reads the rest.
+
+    The row: the rows each query completed in the window over the window's wall time
+    (``rows/s``: the reader's, ``writer rows/s``), their ratio, how many committed rows
+    the reader was behind when the writer stopped, and how long it then took to read
+    them (bounded by CATCH_UP_TIMEOUT_S). A reader that keeps up reads in the window
+    what the writer wrote in it, give or take a micro-batch at each end (it reads
+    committed rows only, so it trails the writer by at least one); one that does not
+    falls further behind with every micro-batch. Its capacity (rows over the summed
+    ``triggerExecution`` of its batches) is shown too: a reader that keeps up waits for
+    rows, so that figure is not the one to judge it by."""
+    opts = raftlog_options(servers, TAIL_TOPIC, "exactly-once")
+    writer = (
+        source(spark, per_batch)
+        .writeStream.option("checkpointLocation", str(scratch / "cp-tail-writer"))
+        .format("raftlog")
+        .options(**opts)
+        .start()
+    )
+    reader_query = None
+    try:
+        written = _Batches(writer)
+        _await_first_batch(writer, written)
+        reader_query = (
+            spark.readStream.format("raftlog")
+            .option("topic", TAIL_TOPIC)
+            .option("servers", ",".join(servers))
+            .option("startingOffsets", "earliest")
+            .load()
+            .writeStream.format("noop")
+            .option("checkpointLocation", str(scratch / "cp-tail-reader"))
+            .start()
+        )
+        read = _Batches(reader_query)
+        _await_first_batch(reader_query, read)
+        written.poll()
+        start, written_before, read_before = time.monotonic(), written.rows(), read.rows()
+        reader_from = max(read.seen)
+        for _ in range(int(seconds / POLL_S) + 1):
+            if time.monotonic() - start >= seconds:
+                break
+            for q in (writer, reader_query):
+                if q.exception() is not None:
+                    raise RuntimeError(f"a tail query failed: {q.exception()}")
+            time.sleep(POLL_S)
+            written.poll()
+            read.poll()
+        window = time.monotonic() - start
+        written.poll()
+        read.poll()
+        in_window_written = written.rows() - written_before
+        in_window_read = read.rows() - read_before
+        quiet_stop(spark, writer)
+        written.poll()
+        committed = written.rows()
+        behind = max(committed - read.rows(), 0)
+        stopped = time.monotonic()
+        for _ in range(int(CATCH_UP_TIMEOUT_S / POLL_S)):
+            read.poll()
+            if read.rows() >= committed or reader_query.exception() is not None:
+                break
+            time.sleep(POLL_S)
+        caught_up = read.rows() >= committed
+        catch_up_s = time.monotonic() - stopped
+    finally:
+        for q in (writer, reader_query):
+            if q is not None and q.isActive:
+                quiet_stop(spark, q)
+    if reader_query.exception() is not None:
+        raise RuntimeError(f"the tail's reader failed: {reader_query.exception()}")
+    busy = [p for p in read.busy() if int(p.batchId) > reader_from]
+    busy_rows = sum(int(p.numInputRows) for p in busy)
+    busy_ms = sum(int(p.durationMs.get("triggerExecution", 0)) for p in busy)
+    writer_rate = in_window_written / window if window > 0 else 0.0
+    reader_rate = in_window_read / window if window > 0 else 0.0
+    if not caught_up:
+        ctx.note(
+            f"tail: the reader had not read every committed row {CATCH_UP_TIMEOUT_S:g} s "
+            f"after the writer stopped ({read.rows():,} of {committed:,})"
+        )
+    ctx.note(
+        f"tail: the exactly-once sink ({per_batch:,} rows per micro-batch) into a new topic "
+        f"while a raftlog streaming read (default trigger) of it runs into noop, {seconds:g} s; "
+        "rows/s = rows of each query's micro-batches completed in the window / the window; "
+        "reader capacity = rows / triggerExecution time of its micro-batches that had rows"
+    )
+    tail: Row = {
+        "case": TAIL_CASE,
+        "rows/s": reader_rate,
+        "writer rows/s": writer_rate,
+        "reader / writer": reader_rate / writer_rate if writer_rate > 0 else 0.0,
+        "rows read in the window": in_window_read,
+        "rows written in the window": in_window_written,
+        "micro-batches": len(busy),
+        "reader capacity rows/s": busy_rows * 1000.0 / busy_ms if busy_ms > 0 else 0.0,
+        "rows behind when the writer stopped": behind,
+    }
+    if caught_up:
+        tail["s to catch up"] = catch_up_s
+    return tail
+
+
+def _await_first_batch(query: Any, batches: _Batches) -> None:
+    """Until ``query`` completed a micro-batch with rows (bounded by FIRST_BATCH_TIMEOUT_S)."""
+    for _ in range(int(FIRST_BATCH_TIMEOUT_S / POLL_S)):
+        batches.poll()
+        if batches.busy() or query.exception() is not None:
+            break
+        time.sleep(POLL_S)
+    if query.exception() is not None:
+        raise RuntimeError(f"the streaming query failed: {query.exception()}")
+    if not batches.busy():
+        raise TimeoutError(f"no micro-batch with rows in {FIRST_BATCH_TIMEOUT_S:g} s")
+
+
 _WRITE = "write: rate-micro-batch -> "
 _READ = "read (AvailableNow): "
 GOALS = (
@@ -729,6 +883,15 @@ GOALS = (
         ours=(Pick("raftlog source", row(case=_READ + "raftlog -> noop"), "rows/s"),),
         peers=(Pick("parquet source", row(case=_READ + "parquet -> noop"), "rows/s"),),
         target=1.0,
+    ),
+    Goal(
+        "spark-tail",
+        "Spark source, Trigger default, tailing the exactly-once sink at 1,000,000 rows "
+        "per micro-batch: keeps up (reads in the window what was written in it, a "
+        "micro-batch of slack)",
+        ours=(Pick("raftlog source", row(case=TAIL_CASE), "rows/s"),),
+        peers=(Pick("the sink writing it", row(case=TAIL_CASE), "writer rows/s"),),
+        target=0.95,
     ),
 )
 

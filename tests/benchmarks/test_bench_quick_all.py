@@ -147,9 +147,16 @@ def test_spark_compares_every_sink_and_both_reads(quick_run: dict[str, Any]) -> 
         "read (AvailableNow): raftlog -> noop",
         "read (AvailableNow): python ceiling -> noop",
         "read (AvailableNow): parquet -> noop",
+        "tail: raftlog exactly-once -> raftlog source -> noop",
     ]
     for row in rows.values():
         assert row["rows/s"] > 0 and row["micro-batches"] >= 1
+    # the tail: a streaming read of the topic the sink writes read rows while it wrote,
+    # then every committed row (the scenario notes it otherwise, and leaves this out)
+    tail = rows["tail: raftlog exactly-once -> raftlog source -> noop"]
+    assert tail["rows read in the window"] > 0 and tail["rows written in the window"] > 0
+    assert tail["reader / writer"] == pytest.approx(tail["rows/s"] / tail["writer rows/s"])
+    assert 0 <= tail["s to catch up"] < 120, tail
     # the local cluster's nodes, read from /proc by PID: some CPU beside every sink (their
     # timers), and the raftlog sink's writes cost them more than an idle cluster's
     for sink in sinks:

@@ -270,3 +270,18 @@ def test_spark_cases_selects_what_runs(capsys: pytest.CaptureFixture) -> None:
     assert exit_info.value.code == 2
     err = capsys.readouterr().err
     assert "--spark-cases" in err and "'all', 'write', 'read'" in err
+
+
+def test_the_tails_batches_count_each_micro_batch_once_across_polls() -> None:
+    # Spark's recentProgress keeps the last 100 batches: a batch seen by two polls counts
+    # once, a batch that has left the list still counts, and empty batches (an idle
+    # streaming query reports them) are not busy
+    query = SimpleNamespace(recentProgress=[_progress(0, 100, 10), _progress(1, 0, 5)])
+    batches = spark._Batches(query)
+    batches.poll()
+    query.recentProgress = [_progress(1, 0, 5), _progress(2, 300, 20)]
+    batches.poll()
+    query.recentProgress = [_progress(3, 50, 7)]
+    batches.poll()
+    assert batches.rows() == 450
+    assert sorted(int(p.batchId) for p in batches.busy()) == [0, 2, 3]
