@@ -40,3 +40,32 @@ def test_node_resources_reads_memory_and_descriptors_of_a_process() -> None:
     finally:
         os.close(r)
         os.close(w)
+
+
+def test_a_leadership_taken_while_a_poll_is_answered_counts_from_its_leaders_clock(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The node takes over partition 0 while it builds its answer to a poll sent before:
+    # the re-election is the leader's own time, never the poll's send time (which
+    # understated it), and "seen" is when the answer arrived (an upper bound).
+    import asyncio
+    import time
+
+    from benchmarks.workloads import partition_scale
+
+    killed = time.time()
+    took_over: list[float] = []
+
+    async def reports(client: object, address: str, prefix: str) -> tuple[int, dict]:
+        await asyncio.sleep(0.3)  # a busy node's answer, built after it took over
+        took_over.append(time.time())
+        return 2, {("t-0", 0): (2, int(took_over[0] * 1000))}
+
+    monkeypatch.setattr(partition_scale, "_leader_reports", reports)
+    found = asyncio.run(
+        partition_scale.reelection_times(None, ["n2"], "t", {("t-0", 0)}, 1, killed, 10.0)
+    )
+    elected, seen = found.elected[("t-0", 0)], found.seen[("t-0", 0)]
+    assert elected == pytest.approx(took_over[0] - killed, abs=0.002)
+    assert elected >= 0.29  # not the send time (0 s after the kill)
+    assert seen >= elected
