@@ -441,10 +441,18 @@ class CallRouting:
         key = (topic, partition)
         leader = self._leader_hints.get(key, -1)
         if leader < 0 or leader not in self._nodes:
-            await self._refresh_topic(topic)
+            meta = await self._refresh_topic(topic)
             state.refreshed = True
             info = self._topics.get(topic)
             if info is None:
+                if meta.controller_leader != meta.node_id:
+                    # No controller leader was known (an election), and the node that
+                    # answered may lag a creation just acknowledged (a node restarted
+                    # after a crash): not proof the topic is unknown. Retried.
+                    raise LeaderNotAvailableError(
+                        f"topic {topic!r} is unknown to node {meta.node_id}, which does "
+                        "not lead the controller (its copy may lag); asking again"
+                    )
                 raise UnknownTopicError(f"unknown topic {topic!r}")
             if not 0 <= partition < len(info.partitions):
                 raise UnknownPartitionError(
@@ -478,8 +486,9 @@ class CallRouting:
             state.refreshed = True
             raise StaleMetadata(f"unknown topic {topic!r}") from None
 
-    async def _refresh_topic(self, topic: str) -> None:
-        """Refresh ``topic``'s metadata; concurrent callers share one request."""
+    async def _refresh_topic(self, topic: str) -> MetadataResponse:
+        """Refresh ``topic``'s metadata; concurrent callers share one request (and its
+        answer, returned)."""
         fut = self._refreshing.get(topic)
         if fut is None or fut.done():
             # The node holds its answer until the partitions have leaders (a new topic's
@@ -494,7 +503,7 @@ class CallRouting:
                     del self._refreshing[t]
 
             fut.add_done_callback(_forget)
-        await asyncio.shield(fut)
+        return await asyncio.shield(fut)
 
     def _http(self) -> aiohttp.ClientSession:
         if self._session is None:
