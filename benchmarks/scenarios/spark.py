@@ -643,17 +643,22 @@ def measure(
     return rows
 
 
-def read_figures(ctx: RunContext, spark: Any, servers: list[str], scratch: Path) -> list[Row]:
-    """The AvailableNow reads of the round-1 exactly-once topic, of the Python read ceiling
-    and of the round-1 parquet output, each after an untimed warm-up read; their rows."""
-    eo_topic = topic_of(EXACTLY_ONCE, 1)
-    raftlog_reader = (
+def raftlog_stream(spark: Any, servers: list[str], topic: str) -> Any:
+    """The raftlog source's stream of ``topic``, from its earliest offset."""
+    return (
         spark.readStream.format("raftlog")
-        .option("topic", eo_topic)
+        .option("topic", topic)
         .option("servers", ",".join(servers))
         .option("startingOffsets", "earliest")
         .load()
     )
+
+
+def read_figures(ctx: RunContext, spark: Any, servers: list[str], scratch: Path) -> list[Row]:
+    """The AvailableNow reads of the round-1 exactly-once topic, of the Python read ceiling
+    and of the round-1 parquet output, each after an untimed warm-up read; their rows."""
+    eo_topic = topic_of(EXACTLY_ONCE, 1)
+    raftlog_reader = raftlog_stream(spark, servers, eo_topic)
     read_rate: dict[str, float] = {}
     read_rows: list[Row] = []
 
@@ -760,11 +765,7 @@ def tail_read(
         written = _Batches(writer)
         _await_first_batch(writer, written)
         reader_query = (
-            spark.readStream.format("raftlog")
-            .option("topic", TAIL_TOPIC)
-            .option("servers", ",".join(servers))
-            .option("startingOffsets", "earliest")
-            .load()
+            raftlog_stream(spark, servers, TAIL_TOPIC)
             .writeStream.format("noop")
             .option("checkpointLocation", str(scratch / "cp-tail-reader"))
             .start()
