@@ -10,6 +10,13 @@ Spark finds ``DefaultSource`` by listing ``pyspark_*`` modules with
 ``pkgutil.iter_modules()`` in a Python worker. The project is installed in
 setuptools' *strict* editable mode (a link tree, not an import hook), so
 ``pyspark_raftlog`` is listable under any session, built here or not.
+
+A session built here also registers ``DefaultSource`` itself
+(``spark.dataSource.register``), as Spark's docs show for any Python data source:
+Spark then plans a raftlog write in the session's own Python workers, beside
+every other Python data source of the session, instead of in a second pool kept
+for statically found sources. Measured with pyspark 4.3 (docs/performance.md):
+a small ``df.write`` took 50-130 ms less, about a third of it.
 """
 
 from __future__ import annotations
@@ -72,4 +79,8 @@ def build_session(app_name: str, master: str | None = None) -> SparkSession:
         builder = builder.config(key, value)
     if master is not None:
         builder = builder.master(master)
-    return builder.getOrCreate()
+    spark = builder.getOrCreate()
+    from pyspark_raftlog.datasource import DefaultSource
+
+    spark.dataSource.register(DefaultSource)
+    return spark
