@@ -733,6 +733,8 @@ class Consensus:
     def _send(self, ready: Ready) -> None:
         for node, req in ready.appends:
             self._entries.send(node, req)
+        if ready.heartbeats_now and self._heartbeats is not None:
+            self._heartbeats.send_now(self, ready.heartbeats_now)
         for target, message in ready.messages:
             self.spawn(self._send_message(target, message))
 

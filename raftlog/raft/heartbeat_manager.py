@@ -252,17 +252,32 @@ class HeartbeatManager:
             self._sends[task] = None
             task.add_done_callback(lambda t: self._sends.pop(t, None))
 
-    async def _send(self, peer: int, items: list[tuple[HeartbeatGroup, Heartbeat]]) -> None:
+    def send_now(self, group: HeartbeatGroup, heartbeats: list[tuple[int, Heartbeat]]) -> None:
+        """Send ``group``'s ``heartbeats`` at once, a batch per peer, outside the rounds:
+        neither counted as a round (liveness) nor held back by a batch in flight to the
+        peer (a new commit index that waited for it would wait a round)."""
+        loop = asyncio.get_running_loop()
+        for peer, hb in heartbeats:
+            self.group_heartbeats_sent += 1
+            task = loop.create_task(self._send(peer, [(group, hb)], in_round=False))
+            self._sends[task] = None
+            task.add_done_callback(lambda t: self._sends.pop(t, None))
+
+    async def _send(
+        self, peer: int, items: list[tuple[HeartbeatGroup, Heartbeat]], *, in_round: bool = True
+    ) -> None:
         req = HeartbeatBatchRequest(self.node_id, peer, [hb for _, hb in items])
         try:
             reply = await self.transport.send(peer, req)
         except TransportError as exc:
-            self._unreachable.add(peer)
-            if isinstance(exc, PeerRefused):
-                self._refused.add(peer)
+            if in_round:  # the round's batch is the liveness verdict's evidence
+                self._unreachable.add(peer)
+                if isinstance(exc, PeerRefused):
+                    self._refused.add(peer)
             return
         finally:
-            self._in_flight.discard(peer)
+            if in_round:
+                self._in_flight.discard(peer)
         if not isinstance(reply, HeartbeatBatchReply) or len(reply.replies) != len(items):
             return
         self.heard(peer)

@@ -76,6 +76,8 @@ class CoreNet:
         self.last_flush: dict[int, str] = {}
         self.recover: dict[int, list[int]] = {}
         self.promote: dict[int, list[int]] = {}
+        # a leader's heartbeats to send at once (commit_at_once), until the caller takes them
+        self.heartbeats_now: dict[int, list[tuple[int, Heartbeat]]] = {}
 
     def add_node(self, node: int) -> None:
         """A fresh replica with the initial configuration (a learner until it is a voter)."""
@@ -160,6 +162,7 @@ class CoreNet:
         self.outbox.extend(Outgoing(node, t, req) for t, req in ready.appends)
         self.recover[node] = list(ready.recover)
         self.promote[node] = list(ready.promote)
+        self.heartbeats_now.setdefault(node, []).extend(ready.heartbeats_now)
         self.unsent.setdefault(node, []).extend(ready.messages)
         return ready
 

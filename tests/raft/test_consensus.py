@@ -525,3 +525,35 @@ def test_every_replica_tells_its_listeners_the_leader_it_learns_once_per_change(
         await cluster.stop()
 
     run_virtual(scenario())
+
+
+@pytest.mark.parametrize("commit_at_once", [True, False], ids=["commit_at_once", "rounds"])
+def test_a_commit_at_once_leader_tells_its_followers_before_the_next_round(
+    commit_at_once: bool,
+) -> None:
+    """The controller group's followers learn each new commit index within a network
+    round trip of the leader's commit, not at the next heartbeat round (the other
+    nodes create a new topic's groups when they apply its creation). Without the
+    option (the rounds variant) some of the 20 commits are not known there in time."""
+
+    async def scenario() -> list[int]:
+        options = sim_options()
+        options.commit_at_once = commit_at_once
+        cluster = SimCluster(3, seed=11, options=options, heartbeat_interval_s=0.5)
+        await cluster.start()
+        leader = (await cluster.wait_for_leader()).consensus
+        late = []
+        for i in range(20):
+            result = await leader.replicate([data(b"x%d" % i)]).finished
+            await asyncio.sleep(0.05)  # a tenth of a heartbeat round
+            followers = [n.consensus for n in cluster.nodes.values() if n.consensus is not leader]
+            if any(f.commit_index < result.last_offset for f in followers):
+                late.append(i)
+        await cluster.stop()
+        return late
+
+    late = run_virtual(scenario())
+    if commit_at_once:
+        assert late == []
+    else:
+        assert late, "every commit reached the followers within 50 ms without the option"

@@ -430,6 +430,13 @@ class Interpreter:
             if n in peers
         ]
         out += [f"promote n{n}" for n in self.net.promote.get(leader, [])]
+        for follower, hb in self.net.heartbeats_now.pop(leader, []):
+            told = f"hb now {leader}->{follower} seq={hb.seq} commit={hb.leader_commit}"
+            if not self.net.reachable(leader, follower):
+                out.append(f"{told}: lost")
+                continue
+            self._heartbeat(leader, follower, hb)
+            out.append(f"{told}: n{follower} commit={self.net.cores[follower].commit_index}")
         return out
 
     @staticmethod
