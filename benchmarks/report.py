@@ -250,7 +250,7 @@ def merge_history(text: str, rows: Sequence[str]) -> str:
         "`commit` is the code measured, as the run recorded it; runs from before runs",
         "recorded it (2026-12-01) give the commit that added their files, where they still",
         "are (`git show COMMIT --stat`). `benchmarks/reference/` keeps the latest full run",
-        "and the partial runs made after it.",
+        "only.",
         "",
         HISTORY_HEAD,
         "|---|---|---|---|---|",
