@@ -58,7 +58,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Iterable
+from collections.abc import Coroutine, Iterable
+from typing import Any
 
 from raftlog.raft.errors import PeerRefused, TransportError
 from raftlog.raft.messages import (
@@ -248,9 +249,7 @@ class HeartbeatManager:
             self._in_flight.add(peer)
             self.batches_sent += 1
             self.group_heartbeats_sent += len(items)
-            task = loop.create_task(self._send(peer, items))
-            self._sends[task] = None
-            task.add_done_callback(lambda t: self._sends.pop(t, None))
+            self._spawn(loop, self._send(peer, items))
 
     def send_now(self, group: HeartbeatGroup, heartbeats: list[tuple[int, Heartbeat]]) -> None:
         """Send ``group``'s ``heartbeats`` at once, a batch per peer, outside the rounds:
@@ -259,9 +258,14 @@ class HeartbeatManager:
         loop = asyncio.get_running_loop()
         for peer, hb in heartbeats:
             self.group_heartbeats_sent += 1
-            task = loop.create_task(self._send(peer, [(group, hb)], in_round=False))
-            self._sends[task] = None
-            task.add_done_callback(lambda t: self._sends.pop(t, None))
+            self._spawn(loop, self._send(peer, [(group, hb)], in_round=False))
+
+    def _spawn(self, loop: asyncio.AbstractEventLoop, send: Coroutine[Any, Any, None]) -> None:
+        """Run ``send`` as a task kept in ``_sends`` until it is done (``stop`` and
+        ``kill`` cancel what is left there)."""
+        task = loop.create_task(send)
+        self._sends[task] = None
+        task.add_done_callback(lambda t: self._sends.pop(t, None))
 
     async def _send(
         self, peer: int, items: list[tuple[HeartbeatGroup, Heartbeat]], *, in_round: bool = True
