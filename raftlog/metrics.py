@@ -312,6 +312,33 @@ class _OpenFilesCollector(Collector):
             yield counter
 
 
+class _GcCollector(Collector):
+    """The node process's garbage collector (raftlog.node.gc_policy): collections and
+    the seconds they stopped the process, by generation, and the frozen objects."""
+
+    def __init__(self, node_id: int, stats: Callable[[], dict[str, Any]]) -> None:
+        self._node_id = str(node_id)
+        self._stats = stats
+
+    def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
+        stats = self._stats()
+        for name, doc in (
+            ("collections", "garbage collections of the node's process, by generation"),
+            ("seconds", "seconds the node's process spent in garbage collections, by generation"),
+        ):
+            counter = CounterMetricFamily(f"raftlog_gc_{name}", doc, labels=["node", "generation"])
+            for generation, value in enumerate(stats[name]):
+                counter.add_metric([self._node_id, str(generation)], float(value))
+            yield counter
+        gauge = GaugeMetricFamily(
+            "raftlog_gc_frozen_objects",
+            "objects in the collector's permanent generation (the open replicas', frozen)",
+            labels=["node"],
+        )
+        gauge.add_metric([self._node_id], float(stats["frozen_objects"]))
+        yield gauge
+
+
 class NodeMetrics:
     """Every metric of one node, in a registry of its own."""
 
@@ -324,11 +351,13 @@ class NodeMetrics:
         edge: EdgeView | None = None,
         raft_clock: Callable[[], dict[str, float]] | None = None,
         open_files: Callable[[], dict[str, float]] | None = None,
+        gc: Callable[[], dict[str, Any]] | None = None,
     ) -> None:
         """``syncs``: the node's syncfs calls, None when it makes none (no sample);
         ``disk``: the node's :meth:`DiskSpace.status` (None: no disk metrics);
         ``edge``: the node's edge limits, whose refusals and usage are exported;
-        ``raft_clock``: the node clock's figures (``GroupHost.clock_stats``)."""
+        ``raft_clock``: the node clock's figures (``GroupHost.clock_stats``);
+        ``gc``: the process's collector figures (``gc_policy.stats``; None: not exported)."""
         self.registry = CollectorRegistry(auto_describe=True)
         if edge is not None:
             self.registry.register(_EdgeCollector(node_id, edge))
@@ -346,6 +375,8 @@ class NodeMetrics:
             self.registry.register(_RaftClockCollector(node_id, raft_clock))
         if open_files is not None:
             self.registry.register(_OpenFilesCollector(node_id, open_files))
+        if gc is not None:
+            self.registry.register(_GcCollector(node_id, gc))
         self.append_latency = Histogram(
             "raftlog_append_latency_seconds",
             "produce latency from request to acknowledgement, by acks",

@@ -173,3 +173,30 @@ async def test_metrics_give_offsets_bytes_and_lag_per_partition(
 
 
 __all__ = ["ops_cluster"]  # the fixture, imported for pytest
+
+
+async def test_nodes_freeze_their_open_replicas_and_export_their_collections(
+    ops_cluster: ClusterHandle,
+) -> None:
+    """``raftlog server`` installs raftlog.node.gc_policy: once a topic's replicas are
+    open, each node's /metrics shows the objects frozen (the permanent generation) and
+    its collections counted by generation."""
+    async with RaftlogClient(ops_cluster.servers, request_timeout_s=30.0) as client:
+        await client.create_topic("frozen", 8, 3)
+        await client.describe_topic("frozen", wait_for_leaders_s=2.0)
+    for address in ops_cluster.servers:
+        with urllib.request.urlopen(f"http://{address}/metrics", timeout=5) as resp:
+            families = {f.name: f for f in text_string_to_metric_families(resp.read().decode())}
+        frozen = families["raftlog_gc_frozen_objects"].samples
+        assert len(frozen) == 1 and frozen[0].value > 10_000, frozen
+        collections = {
+            s.labels["generation"]: s.value
+            for s in families["raftlog_gc_collections"].samples
+            if s.name == "raftlog_gc_collections_total"
+        }
+        assert sorted(collections) == ["0", "1", "2"], collections
+        assert collections["0"] > 0, collections
+        seconds = [
+            s.value for s in families["raftlog_gc_seconds"].samples if s.name.endswith("_total")
+        ]
+        assert len(seconds) == 3 and all(v >= 0 for v in seconds), seconds

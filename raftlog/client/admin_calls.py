@@ -241,6 +241,11 @@ class AdminCalls(CallRouting):
         )
         return resp.remaining, resp.removed
 
-    async def metadata(self) -> MetadataResponse:
-        """The raw cluster metadata (nodes, controller leader, topics)."""
-        return await self._metadata([], with_offsets=False)
+    async def metadata(self, *, with_offsets: bool = False) -> MetadataResponse:
+        """The raw cluster metadata (nodes, controller leader, every topic).
+
+        ``with_offsets``: each partition's leader and watermarks as its leader reports
+        them (the node asks each other node once for all of them: one call for every
+        topic, where :meth:`describe_topic` is one per topic); without, as the answering
+        node's own replicas know them (-1: none)."""
+        return await self._metadata([], with_offsets=with_offsets)

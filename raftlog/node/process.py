@@ -62,6 +62,7 @@ from raftlog.controller import (
 )
 from raftlog.coordinator.tm_stm import TRANSACTIONS_TOPIC
 from raftlog.metrics import NodeMetrics, merge_shard_metrics
+from raftlog.node import gc_policy
 from raftlog.node.admin import AdminApi
 from raftlog.node.config import (
     NodeConfig,
@@ -210,6 +211,7 @@ class Node:
             edge=edge,
             raft_clock=host.clock_stats,
             open_files=host.open_files_stats,
+            gc=gc_policy.stats if gc_policy.installed() else None,
         )
         self.ctx = NodeContext(
             config,
@@ -667,6 +669,7 @@ def run_server(args: argparse.Namespace) -> int:
         if config.tls is not None:
             warn_if_readable_by_others(config.tls.key_file, "--tls-key")
     keep_large_buffers_in_heap()
+    gc_policy.install()
     running = serve(config, getattr(args, "argv", None))
     try:
         import uvloop

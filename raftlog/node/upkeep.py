@@ -26,6 +26,7 @@ from raftlog.controller import (
 from raftlog.controller.leader_balancer import LeaderMove, electing, plan_leader_moves
 from raftlog.controller.topic_config import TopicConfig
 from raftlog.coordinator.txn_coordinator import TxnCoordinator
+from raftlog.node import gc_policy
 from raftlog.node.admin import AdminApi
 from raftlog.node.config import (
     COORDINATOR_ELECTION_CHECK_S,
@@ -207,8 +208,11 @@ class Upkeep:
             for gid, placed in self._ctx.controller_stm.assignments_for(self._ctx.node_id).items()
             if self._ctx.owns(gid)
         }
-        for gid in [g for g in self._ctx.partitions if g not in desired]:
+        closed = [g for g in self._ctx.partitions if g not in desired]
+        for gid in closed:
             await self._close_partition(gid, delete=True)
+        if closed:
+            gc_policy.replicas_closed()  # their reference cycles freed, the rest frozen again
         for gid in [g for g in self.open_failures if g not in desired]:
             del self.open_failures[gid]
         now = time.monotonic()
@@ -232,6 +236,8 @@ class Upkeep:
         for i in range(0, len(to_open), OPEN_BATCH):
             batch = to_open[i : i + OPEN_BATCH]
             await asyncio.gather(*(self._try_open_partition(*o) for o in batch))
+        if to_open:
+            gc_policy.replicas_opened()  # out of the full collections' walk (gc_policy)
         # Every controller change reconciles (a topic created among thousands): the
         # settings are resolved once per topic and applied only to the replicas whose
         # settings differ (just opened, or their topic's configs changed). Resolved per

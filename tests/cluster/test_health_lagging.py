@@ -13,9 +13,8 @@ from typing import Any
 import pytest
 from aiohttp import web
 
-from raftlog.client.results import PartitionMetadata, TopicMetadata
 from raftlog.health import HealthReport, LaggingReplica, check_health
-from raftlog.rpc.messages import NodeInfo
+from raftlog.rpc.messages import NodeInfo, PartitionInfo, TopicInfo
 
 EXISTING_KEYS = [
     "healthy",
@@ -30,25 +29,22 @@ EXISTING_KEYS = [
 @dataclasses.dataclass
 class _Meta:
     nodes: list[NodeInfo]
+    topics: list[TopicInfo]
 
 
 class _StubClient:
-    """What check_health asks of a client: metadata, topics, plain-HTTP URLs."""
+    """What check_health asks of a client: metadata (with the partitions' leaders),
+    plain-HTTP URLs."""
 
     tls_context = None
 
-    def __init__(self, nodes: list[NodeInfo], topics: list[TopicMetadata]) -> None:
+    def __init__(self, nodes: list[NodeInfo], topics: list[TopicInfo]) -> None:
         self._nodes = nodes
-        self._topics = {t.name: t for t in topics}
+        self._topics = topics
 
-    async def metadata(self) -> _Meta:
-        return _Meta(self._nodes)
-
-    async def list_topics(self) -> list[str]:
-        return sorted(self._topics)
-
-    async def describe_topic(self, name: str) -> TopicMetadata:
-        return self._topics[name]
+    async def metadata(self, *, with_offsets: bool = False) -> _Meta:
+        # without offsets a node knows only its own replicas' leaders: none here
+        return _Meta(self._nodes, self._topics if with_offsets else [])
 
     def url(self, address: str, path: str) -> str:
         return f"http://{address}{path}"
@@ -91,9 +87,9 @@ def _doc(node: int, lagging: list[dict[str, Any]] | None = None) -> dict[str, An
     return doc
 
 
-def _topic(leaders: list[int]) -> TopicMetadata:
-    parts = [PartitionMetadata(p, n, [1, 2, 3], 0, 10, 10) for p, n in enumerate(leaders)]
-    return TopicMetadata("t", parts, 3, None)
+def _topic(leaders: list[int]) -> TopicInfo:
+    parts = [PartitionInfo(p, 100 + p, n, [1, 2, 3], 0, 10, 10) for p, n in enumerate(leaders)]
+    return TopicInfo("t", 3, parts)
 
 
 def _lag(partition: int, node: int, behind: int = 500, ms: int = 31_000) -> dict[str, Any]:
