@@ -64,6 +64,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+from collections.abc import Callable
 
 from raftlog.producers import table_snapshot
 from raftlog.producers.aborted_index import AbortedIndex
@@ -131,6 +132,10 @@ class ProducerTable:
         # insertion order is recency order: the first entry is the least recently active
         self._producers: collections.OrderedDict[int, ProducerState] = collections.OrderedDict()
         self._open: dict[int, OpenTransaction] = {}
+        # Called with True when the first transaction opens, False when the last one
+        # ends (the node keeps the partitions with any open: its timeout loop looks at
+        # those only, not at every partition each second).
+        self.open_listener: Callable[[bool], None] | None = None
         self.aborted = AbortedIndex()
         self._applied_offset = -1
         self._log_clock_ms = 0
@@ -306,7 +311,10 @@ class ProducerTable:
             else:
                 tx = dataclasses.replace(tx, record_count=tx.record_count + batch.record_count)
             state.open_tx = tx
+            first = not self._open
             self._open[state.producer_id] = tx
+            if first:
+                self._tell_open(True)
 
     def _apply_commit(self, state: ProducerState, batch: RecordBatch) -> None:
         p = _marker(batch)
@@ -350,7 +358,8 @@ class ProducerTable:
 
     def _close_tx(self, state: ProducerState) -> None:
         state.open_tx = None
-        self._open.pop(state.producer_id, None)
+        if self._open.pop(state.producer_id, None) is not None and not self._open:
+            self._tell_open(False)
 
     def _expire(self, now_ms: int) -> None:
         horizon = now_ms - self.config.producer_expiry_ms
@@ -387,8 +396,15 @@ class ProducerTable:
         self._applied_offset = applied
         self._log_clock_ms = log_clock
         self._producers = collections.OrderedDict((p.producer_id, p) for p in producers)
+        had = bool(self._open)
         self._open = {p.producer_id: p.open_tx for p in producers if p.open_tx is not None}
         self.aborted = aborted
+        if had != bool(self._open):
+            self._tell_open(not had)
+
+    def _tell_open(self, any_open: bool) -> None:
+        if self.open_listener is not None:
+            self.open_listener(any_open)
 
 
 _PRODUCER_KINDS = frozenset(

@@ -14,14 +14,17 @@ from raftlog.controller import PartitionAssignment, TopicAssignment
 from raftlog.controller.topic_config import TopicConfig
 from raftlog.node.membership import Membership
 from raftlog.node.upkeep import Upkeep, open_retry_delay
+from raftlog.producers.producer_table import ProducerTable
 
 
 class _Replica:
-    """A partition replica as reconciling uses it: its replicas, and its settings."""
+    """A partition replica as reconciling uses it: its replicas, its settings, and its
+    producer table (whose open transactions the node follows)."""
 
     def __init__(self, replicas: list[int]) -> None:
         self.replicas = list(replicas)
         self.tm = None
+        self.rm = types.SimpleNamespace(table=ProducerTable())
         self.config: TopicConfig | None = None
         self.configured: list[TopicConfig] = []
 

@@ -270,3 +270,34 @@ def test_activity_is_the_log_clock_so_an_old_batch_timestamp_does_not_expire_it(
     table = table_with(log, config)
     assert table.log_clock_ms == 50_500
     assert table.get(PID).last_activity_ms == 50_000
+
+
+def test_the_open_listener_hears_the_first_transaction_open_and_the_last_one_end() -> None:
+    """What the node's transaction-timeout loop relies on to look at only the partitions
+    with a transaction open: every change between none open and some open is told, by
+    apply (begin, commit, abort, fence) and by restore, and nothing else is."""
+    log = LogBuilder()
+    log.data(PID, 0, 0, 1, tx=True)  # opens: told True
+    log.data(PID + 1, 0, 0, 1, tx=True)  # a second one: nothing
+    log.data(PID, 0, 1, 1, tx=True)  # more of the first: nothing
+    log.commit(PID, 0, version=1)  # one left: nothing
+    log.abort(PID + 1, 0)  # none left: told False
+    log.data(PID + 2, 0, 0, 1, tx=True)  # told True
+    log.fence(PID + 2, 1)  # fenced, so aborted: told False
+    heard: list[bool] = []
+    table = ProducerTable()
+    table.open_listener = heard.append
+    seen = []
+    for b in log.batches:
+        table.apply(b)
+        seen.append(table.has_open_transactions)
+    assert heard == [True, False, True, False]
+    assert seen == [True, True, True, True, False, True, False]
+    # restore: told when the snapshot's state differs from the table's
+    opened = ProducerTable()
+    for b in log.batches[:2]:
+        opened.apply(b)
+    table.restore(opened.snapshot())
+    table.restore(opened.snapshot())
+    table.restore(ProducerTable().snapshot())
+    assert heard == [True, False, True, False, True, False]
