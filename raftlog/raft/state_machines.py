@@ -66,12 +66,12 @@ class StateMachine(Protocol):
 log_ = logging.getLogger(__name__)
 
 PENDING_MAX_BYTES = 8 * 1024 * 1024
+"""Bytes of appended, not yet applied batches the applier keeps in memory; an applier
+further behind reads the rest from the log."""
 #: The share of the event loop that building a group's commit-context snapshots may
 #: take: a save waits until the last one's build time is this share of the time since
 #: (see Applier._defer_save).
 SNAPSHOT_LOOP_SHARE = 0.02
-"""Bytes of appended, not yet applied batches the applier keeps in memory; an applier
-further behind reads the rest from the log."""
 
 
 class Applier:
