@@ -157,3 +157,24 @@ def test_a_replica_is_configured_when_it_opens_and_when_its_topic_settings_chang
         assert node.partitions[2].config == TopicConfig()
 
     asyncio.run(go())
+
+
+def test_a_large_reconcile_freezes_the_collector_as_it_opens(tmp_path, monkeypatch) -> None:
+    """A reconcile that opens thousands of replicas freezes every FREEZE_EVERY of them,
+    not only at its end: unfrozen, millions of objects made each full collection stop
+    the loop for seconds."""
+    from raftlog.node import gc_policy, upkeep
+
+    opened_at_freeze: list[int] = []
+
+    async def go() -> None:
+        node = _ModelNode(tmp_path, {g: f"t{g}" for g in range(1, 601)})
+        monkeypatch.setattr(
+            gc_policy, "replicas_opened", lambda: opened_at_freeze.append(len(node.partitions))
+        )
+        await node.upkeep.reconcile()
+        assert len(node.partitions) == 600
+
+    asyncio.run(go())
+    every = upkeep.FREEZE_EVERY
+    assert opened_at_freeze == [every, 2 * every, 600], opened_at_freeze
