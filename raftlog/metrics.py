@@ -11,10 +11,20 @@ between scrapes. Counters and histograms that must be observed as events happen
 (append latency, RPCs) are ordinary prometheus-client metrics in a per-node
 registry, so several nodes in one process (tests) never collide in the global
 registry.
+
+A scrape never holds the node's event loop for long (:meth:`NodeMetrics.render_async`,
+what ``/metrics`` serves): the groups' values are read on the loop
+``RENDER_CHUNK_GROUPS`` groups per turn, and the exposition text is built in a
+thread. At 10,000 groups the text is about 12 MB; built on the loop, a scrape held
+it for 1.3 s (quiet machine) to 5 s (loaded), long enough for the node's peers to
+declare it dead.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import dataclasses
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, Protocol
 
@@ -24,6 +34,11 @@ from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import Collector
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+RENDER_CHUNK_GROUPS = 500
+"""Groups whose values one turn of the event loop reads for a scrape
+(:meth:`NodeMetrics.render_async`): about 15 ms of the loop each at a scrape's cost
+per group (0.025-0.03 ms), so replication and heartbeats go on between turns."""
 
 
 class GroupView(Protocol):
@@ -92,12 +107,63 @@ PARTITION_GAUGES = {
 }
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class _GroupRow:
+    """One group's values as a scrape read them (on the event loop)."""
+
+    group_id: int
+    topic: str
+    partition: int
+    values: dict[str, float]
+    lags: dict[int, int]
+
+
+def _read_row(g: GroupView) -> _GroupRow:
+    lags = getattr(g, "follower_lags", None)
+    return _GroupRow(
+        g.group_id, g.topic, g.partition, g.gauges(), lags() if lags is not None else {}
+    )
+
+
 class _GroupCollector(Collector):
+    """The per-group and per-partition families. ``collect`` reads the live groups;
+    :meth:`read_rows` and :meth:`families` split that into the part that must run on
+    the event loop (reading the groups) and the part that may run in a thread."""
+
     def __init__(self, node_id: int, groups: Callable[[], Iterable[GroupView]]) -> None:
         self._node_id = str(node_id)
         self._groups = groups
+        self._skip = False
 
     def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
+        if self._skip:
+            return iter(())
+        return iter(self.families([_read_row(g) for g in list(self._groups())]))
+
+    @contextlib.contextmanager
+    def skipped(self) -> Iterator[None]:
+        """Within it, ``collect`` yields nothing (the registry's other metrics are read
+        without the groups'); the caller must not await inside it."""
+        self._skip = True
+        try:
+            yield
+        finally:
+            self._skip = False
+
+    async def read_rows(self, chunk: int = RENDER_CHUNK_GROUPS) -> list[_GroupRow]:
+        """Every group's values, ``chunk`` groups per turn of the event loop. A group
+        closed meanwhile is still read once (its last values); one opened meanwhile
+        waits for the next scrape."""
+        groups = list(self._groups())
+        rows: list[_GroupRow] = []
+        for i in range(0, len(groups), chunk):
+            if i:
+                await asyncio.sleep(0)
+            rows.extend(_read_row(g) for g in groups[i : i + chunk])
+        return rows
+
+    def families(self, rows: list[_GroupRow]) -> list[GaugeMetricFamily | CounterMetricFamily]:
+        """The families of ``rows``: touches nothing live, so it may run in a thread."""
         labels = ["node", "group", "topic", "partition"]
         families = {
             k: GaugeMetricFamily(f"raftlog_group_{k}", doc, labels=labels)
@@ -134,27 +200,28 @@ class _GroupCollector(Collector):
             "offset, in records",
             labels=[*part_labels, "follower"],
         )
-        for g in list(self._groups()):
-            values = g.gauges()
-            lv = [self._node_id, str(g.group_id), g.topic, str(g.partition)]
+        for row in rows:
+            values = row.values
+            lv = [self._node_id, str(row.group_id), row.topic, str(row.partition)]
             for k, fam in families.items():
                 fam.add_metric(lv, float(values.get(k, 0.0)))
             fsyncs.add_metric(lv, float(values.get("fsyncs", 0.0)))
             recovery.add_metric(lv, float(values.get("recovery_requests", 0.0)))
             apply_errors.add_metric(lv, float(values.get("stm_apply_errors", 0.0)))
-            plv = [self._node_id, g.topic, str(g.partition)]
+            plv = [self._node_id, row.topic, str(row.partition)]
             for k, fam in partition.items():
                 if k in values:
                     fam.add_metric(plv, float(values[k]))
-            lags = getattr(g, "follower_lags", None)
-            for follower, lag in sorted((lags() if lags is not None else {}).items()):
+            for follower, lag in sorted(row.lags.items()):
                 follower_lag.add_metric([*plv, str(follower)], float(lag))
-        yield from families.values()
-        yield fsyncs
-        yield recovery
-        yield apply_errors
-        yield from partition.values()
-        yield follower_lag
+        return [
+            *families.values(),
+            fsyncs,
+            recovery,
+            apply_errors,
+            *partition.values(),
+            follower_lag,
+        ]
 
 
 class _SyncfsCollector(Collector):
@@ -361,7 +428,8 @@ class NodeMetrics:
         self.registry = CollectorRegistry(auto_describe=True)
         if edge is not None:
             self.registry.register(_EdgeCollector(node_id, edge))
-        self.registry.register(_GroupCollector(node_id, groups))
+        self._group_collector = _GroupCollector(node_id, groups)
+        self.registry.register(self._group_collector)
         self.registry.register(_SyncfsCollector(node_id, syncs))
         if disk is not None:
             self.registry.register(_DiskCollector(node_id, disk))
@@ -456,8 +524,23 @@ class NodeMetrics:
         )
 
     def render(self) -> bytes:
-        """The exposition text of every metric."""
+        """The exposition text of every metric, built here (see :meth:`render_async`)."""
         return generate_latest(self.registry)
+
+    async def render_async(self) -> bytes:
+        """The same text as :meth:`render`, without holding the event loop: the groups'
+        values are read ``RENDER_CHUNK_GROUPS`` per turn, the node's other metrics in
+        one turn (a few dozen samples), and the text is built in a thread from what
+        was read (nothing live is touched there)."""
+        rows = await self._group_collector.read_rows()
+        with self._group_collector.skipped():
+            others = list(self.registry.collect())
+        return await asyncio.to_thread(self._exposition, others, rows)
+
+    def _exposition(self, others: list[Metric], rows: list[_GroupRow]) -> bytes:
+        registry = CollectorRegistry()
+        registry.register(_Families([*others, *self._group_collector.families(rows)]))
+        return generate_latest(registry)
 
 
 class _Families(Collector):

@@ -573,8 +573,8 @@ class Node:
 
     async def render_metrics(self) -> bytes:
         if self.shards is None:
-            return self.metrics.render()
-        texts = {0: self.metrics.render()}
+            return await self.metrics.render_async()
+        texts = {0: await self.metrics.render_async()}
         others = self.shards.others
         answers = await asyncio.gather(
             *(self.shards.get(k, "/metrics") for k in others), return_exceptions=True
@@ -586,7 +586,8 @@ class Node:
                 raise answer
             else:
                 texts[k] = answer
-        return merge_shard_metrics(texts)
+        # parses and renders every shard's text: megabytes at thousands of partitions
+        return await asyncio.to_thread(merge_shard_metrics, texts)
 
     def count_request(self, route: str, status: int) -> None:
         self.metrics.rpc_requests.labels(route, str(status)).inc()
