@@ -40,6 +40,7 @@ import enum
 import struct
 import time
 from collections.abc import Iterator
+from typing import Any, NamedTuple
 
 import crc32c
 
@@ -106,6 +107,52 @@ class TruncatedBatch(BatchError):
 
 class CorruptBatch(BatchError):
     """The batch's CRC or fields are invalid."""
+
+
+class BatchHeader(NamedTuple):
+    """What a batch's header says of its place in the log, read without its payload
+    (:func:`decode_header`): a segment's structure is checked from these alone."""
+
+    base_offset: int
+    record_count: int
+    term: int
+    timestamp_ms: int
+    size_bytes: int  # header and payload
+
+    @property
+    def last_offset(self) -> int:
+        return self.base_offset + self.record_count - 1
+
+
+def decode_header(buf: bytes | memoryview, pos: int = 0) -> BatchHeader:
+    """The header of the batch at ``pos``, its fields checked as :meth:`RecordBatch.decode`
+    checks them, but not its CRC, which covers the payload too.
+
+    Raises :class:`TruncatedBatch` when ``buf`` ends inside the header and
+    :class:`CorruptBatch` when a field is invalid. Whether the payload's bytes are all
+    there is the caller's to check (``size_bytes``).
+    """
+    (_, base, count, term, _, _, _, _, ts, plen) = _unpack_header(buf, pos)
+    return BatchHeader(base, count, term, ts, HEADER_SIZE + plen)
+
+
+def _unpack_header(buf: bytes | memoryview, pos: int) -> tuple[Any, ...]:
+    """The header's fields at ``pos``, the ones that place the batch checked."""
+    if pos + HEADER_SIZE > len(buf):
+        raise TruncatedBatch(
+            f"truncated batch header at byte {pos}: "
+            f"{len(buf) - pos} of {HEADER_SIZE} bytes present",
+            pos,
+        )
+    fields = HEADER.unpack_from(buf, pos)
+    base, count, plen = fields[1], fields[2], fields[9]
+    if count < 1 or plen > MAX_PAYLOAD_BYTES or base < 0:
+        raise CorruptBatch(
+            f"corrupt batch header at byte {pos}: record_count={count}, "
+            f"payload_len={plen}, base_offset={base}",
+            pos,
+        )
+    return fields
 
 
 def make_attributes(
@@ -330,19 +377,7 @@ class RecordBatch:
         """
         view = memoryview(buf)
         end_header = pos + HEADER_SIZE
-        if end_header > len(view):
-            raise TruncatedBatch(
-                f"truncated batch header at byte {pos}: "
-                f"{len(view) - pos} of {HEADER_SIZE} bytes present",
-                pos,
-            )
-        (crc, base, count, term, attrs, pid, epoch, seq, ts, plen) = HEADER.unpack_from(view, pos)
-        if count < 1 or plen > MAX_PAYLOAD_BYTES or base < 0:
-            raise CorruptBatch(
-                f"corrupt batch header at byte {pos}: record_count={count}, "
-                f"payload_len={plen}, base_offset={base}",
-                pos,
-            )
+        (crc, base, count, term, attrs, pid, epoch, seq, ts, plen) = _unpack_header(view, pos)
         end = end_header + plen
         if end > len(view):
             raise TruncatedBatch(

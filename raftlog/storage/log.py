@@ -191,8 +191,9 @@ class SegmentedLog:
     ) -> SegmentedLog:
         """Open (creating if needed) the log in ``directory`` and recover it.
 
-        Recovery reads the commit context, each sealed segment's first and last
-        batch, and the last segment's tail after its last index entry; a torn or
+        Recovery reads the commit context, the headers of each sealed segment's first
+        and last batches (no payload: see raftlog.storage.recovery), and the last
+        segment's tail after its last index entry; a torn or
         corrupt tail is truncated with a warning. Afterwards ``flushed_offset ==
         dirty_offset`` and :attr:`recovery_report` says what was found, including
         ``lost_committed_suffix``. Raises :class:`StorageCorruption` for damage

@@ -139,16 +139,62 @@ def test_a_clients_fetch_read_leaves_the_crc_to_its_reader(tmp_path):
             log.read(0, 10**6, 4)
 
 
-def test_damaged_last_batch_of_sealed_segment_fails_open(tmp_path):
-    write_log(tmp_path, [150] * 10)
+def test_damaged_payload_of_sealed_segment_is_found_where_it_is_read(tmp_path):
+    """Open checks a sealed segment's structure from its headers, not its payloads'
+    CRCs (as Kafka and Redpanda): a flipped payload byte in its last batch opens, and
+    the read of that batch fails naming the file, the position and the CRC."""
+    batches = write_log(tmp_path, [150] * 10)  # 202-byte batches, two per segment
     older = segment_files(tmp_path)[0]
     size = os.path.getsize(older)
     flip_byte(older, size - 5)
-    with pytest.raises(StorageCorruption) as err:
+    with open_log(tmp_path) as log:
+        assert log.dirty_offset == batches[-1].last_offset
+        assert log.read(0, 1) == batches[:1]
+        with pytest.raises(StorageCorruption, match="CRC mismatch") as err:
+            log.read(0, 10**6)
+        assert (err.value.path, err.value.position) == (str(older), size - 202)
+        assert log.read(batches[2].base_offset, 10**6) == batches[2:]
+
+
+@pytest.mark.parametrize(
+    ("damage", "message"),
+    [
+        ("cut 5 bytes", "its 202 bytes end at byte 404, past the end of the data at byte 399"),
+        ("cut a whole batch", r"last entry \(offset 2 -> position 202\) lies outside"),
+        ("last header's base offset", "has base offset 253 and term 1, expected base offset 2 "),
+        ("last header's term", "has base offset 2 and term 254, expected base offset 2 and "),
+        ("first header's record count, sign", "corrupt batch header at position 0: record_c"),
+        ("first header's record count", r"first batch \(offsets 0..252, 202 bytes\) overlaps"),
+        ("first header's payload length", "its 65482 bytes end at byte 65482, past the end"),
+    ],
+)
+def test_damaged_structure_of_sealed_segment_fails_open(tmp_path, damage, message):
+    """What the header walk finds at open: a sealed segment cut short, a batch gone,
+    a header overwritten. Each fails the open naming the file (the node then sets
+    the log aside and fetches the group again)."""
+    write_log(tmp_path, [150] * 10)  # 202-byte batches, two per segment
+    older = segment_files(tmp_path)[0]
+    size = os.path.getsize(older)
+    assert size == 404
+    if damage == "cut 5 bytes":
+        cut_file(older, size - 5)
+    elif damage == "cut a whole batch":
+        cut_file(older, 202)
+    else:
+        # Header bytes (XOR 0xFF): base_offset at 4, record_count at 12, term at 16,
+        # payload_len at 48, little-endian; the second batch starts at 202.
+        position = {
+            "last header's base offset": 202 + 4,  # 2 -> 253
+            "last header's term": 202 + 16,  # 1 -> 254
+            "first header's record count, sign": 15,  # 2 -> negative
+            "first header's record count": 12,  # 2 -> 253
+            "first header's payload length": 49,  # 150 -> 65,430
+        }[damage]
+        flip_byte(older, position)
+    with pytest.raises(StorageCorruption, match=message) as err:
         open_log(tmp_path)
-    assert err.value.path == str(older)
-    assert str(older) in str(err.value)
-    assert "CRC mismatch" in str(err.value)
+    assert pathlib.Path(err.value.path).stem == older.stem  # the segment, or its index
+    assert err.value.path in str(err.value)
 
 
 def test_index_pointing_at_garbage_is_an_error(tmp_path):
