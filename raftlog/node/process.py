@@ -75,6 +75,7 @@ from raftlog.node.data_api import DataApi
 from raftlog.node.disk_space import DiskSpace
 from raftlog.node.file_modes import tighten_data_dir, warn_if_readable_by_others
 from raftlog.node.group_host import GroupHost, last_heard_ms
+from raftlog.node.heap import release_freed_memory
 from raftlog.node.membership import Membership
 from raftlog.node.metadata import MetadataApi
 from raftlog.node.partition_replica import PartitionReplica
@@ -572,6 +573,14 @@ class Node:
         ]
 
     async def render_metrics(self) -> bytes:
+        """The node's ``/metrics`` text (every shard's, merged), built off the loop; the
+        heap the scrape freed is then handed back to the system (raftlog.node.heap)."""
+        try:
+            return await self._render_metrics()
+        finally:
+            await asyncio.to_thread(release_freed_memory)
+
+    async def _render_metrics(self) -> bytes:
         if self.shards is None:
             return await self.metrics.render_async()
         texts = {0: await self.metrics.render_async()}
