@@ -22,10 +22,11 @@ it for 1.7-1.9 s on an idle machine, heartbeats to the node's peers included.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import dataclasses
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -406,6 +407,22 @@ class _GcCollector(Collector):
         yield gauge
 
 
+_T = TypeVar("_T")
+
+# One thread builds every scrape's text (and merges the shards' texts). glibc gives each
+# thread that allocates an arena of its own: on the event loop's shared pool, a scrape's
+# freed heap was left among what the pool's other jobs keep, and a node at 10,000
+# partitions grew by 25-30 MiB a scrape (docs/performance.md, "a scrape's heap").
+_RENDER_THREAD = concurrent.futures.ThreadPoolExecutor(
+    max_workers=1, thread_name_prefix="metrics-render"
+)
+
+
+async def in_render_thread(fn: Callable[..., _T], *args: Any) -> _T:
+    """``fn(*args)`` on the one thread that builds the node's ``/metrics`` text."""
+    return await asyncio.get_running_loop().run_in_executor(_RENDER_THREAD, fn, *args)
+
+
 class NodeMetrics:
     """Every metric of one node, in a registry of its own."""
 
@@ -535,7 +552,7 @@ class NodeMetrics:
         rows = await self._group_collector.read_rows()
         with self._group_collector.skipped():
             others = list(self.registry.collect())
-        return await asyncio.to_thread(self._exposition, others, rows)
+        return await in_render_thread(self._exposition, others, rows)
 
     def _exposition(self, others: list[Metric], rows: list[_GroupRow]) -> bytes:
         return _render_families([*others, *self._group_collector.families(rows)])

@@ -9,7 +9,9 @@ run of 2026-12-04 19:06 UTC, the first with scrapes built in a thread, measured 
 MiB per node at 10,000 partitions against 542 MiB the run before (docs/performance.md).
 
 What. :func:`release_freed_memory` asks glibc to return every whole free page of
-every arena (``malloc_trim(0)``); the node calls it in a thread after each scrape.
+every arena (``malloc_trim(0)``); the node calls it after each scrape, on the thread
+that builds the scrapes' text (``raftlog.metrics.in_render_thread``, whose arena holds
+little else).
 It frees nothing in use, so it cannot change what the node holds; it costs a walk of
 the free lists (about 0.2 ms for a 70 MiB heap). Elsewhere (musl, macOS) there is no
 such call, and nothing is done.

@@ -61,7 +61,7 @@ from raftlog.controller import (
     ControllerStm,
 )
 from raftlog.coordinator.tm_stm import TRANSACTIONS_TOPIC
-from raftlog.metrics import NodeMetrics, merge_shard_metrics
+from raftlog.metrics import NodeMetrics, in_render_thread, merge_shard_metrics
 from raftlog.node import gc_policy
 from raftlog.node.admin import AdminApi
 from raftlog.node.config import (
@@ -578,7 +578,7 @@ class Node:
         try:
             return await self._render_metrics()
         finally:
-            await asyncio.to_thread(release_freed_memory)
+            await in_render_thread(release_freed_memory)
 
     async def _render_metrics(self) -> bytes:
         if self.shards is None:
@@ -596,7 +596,7 @@ class Node:
             else:
                 texts[k] = answer
         # parses and renders every shard's text: megabytes at thousands of partitions
-        return await asyncio.to_thread(merge_shard_metrics, texts)
+        return await in_render_thread(merge_shard_metrics, texts)
 
     def count_request(self, route: str, status: int) -> None:
         self.metrics.rpc_requests.labels(route, str(status)).inc()

@@ -78,6 +78,13 @@ async def test_a_scrape_yields_to_the_loop_and_builds_the_text_in_a_thread(monke
     assert [g.reads for g in groups] == [n + 1 for n in reads_before]  # each read once
     # the same samples as the one-shot render
     assert sorted(text.decode().splitlines()) == sorted(metrics.render().decode().splitlines())
+    # always the one render thread: on the loop's shared pool a scrape's freed heap
+    # mixed with what the pool's other jobs keep (raftlog.node.heap)
+    first = built_on[0]
+    built_on.clear()  # the one-shot render above ran on this thread
+    await metrics.render_async()
+    assert built_on == [first], built_on
+    assert first.name.startswith("metrics-render"), first
     samples = {
         (s.name, tuple(sorted(s.labels.items()))): s.value
         for fam in text_string_to_metric_families(text.decode())
