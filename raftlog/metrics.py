@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import contextlib
 import dataclasses
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, Protocol, TypeVar
@@ -127,29 +126,17 @@ def _read_row(g: GroupView) -> _GroupRow:
 
 
 class _GroupCollector(Collector):
-    """The per-group and per-partition families. ``collect`` reads the live groups;
+    """The per-group and per-partition families, kept out of the node's registry (a
+    scrape reads them apart from the rest). ``collect`` reads the live groups;
     :meth:`read_rows` and :meth:`families` split that into the part that must run on
     the event loop (reading the groups) and the part that may run in a thread."""
 
     def __init__(self, node_id: int, groups: Callable[[], Iterable[GroupView]]) -> None:
         self._node_id = str(node_id)
         self._groups = groups
-        self._skip = False
 
     def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
-        if self._skip:
-            return iter(())
         return iter(self.families([_read_row(g) for g in list(self._groups())]))
-
-    @contextlib.contextmanager
-    def skipped(self) -> Iterator[None]:
-        """Within it, ``collect`` yields nothing (the registry's other metrics are read
-        without the groups'); the caller must not await inside it."""
-        self._skip = True
-        try:
-            yield
-        finally:
-            self._skip = False
 
     async def read_rows(self, chunk: int = RENDER_CHUNK_GROUPS) -> list[_GroupRow]:
         """Every group's values, ``chunk`` groups per turn of the event loop. A group
@@ -424,7 +411,8 @@ async def in_render_thread(fn: Callable[..., _T], *args: Any) -> _T:
 
 
 class NodeMetrics:
-    """Every metric of one node, in a registry of its own."""
+    """Every metric of one node: the per-group families (read apart, see
+    :meth:`render_async`) and the rest in a registry of its own."""
 
     def __init__(
         self,
@@ -446,7 +434,6 @@ class NodeMetrics:
         if edge is not None:
             self.registry.register(_EdgeCollector(node_id, edge))
         self._group_collector = _GroupCollector(node_id, groups)
-        self.registry.register(self._group_collector)
         self.registry.register(_SyncfsCollector(node_id, syncs))
         if disk is not None:
             self.registry.register(_DiskCollector(node_id, disk))
@@ -542,7 +529,7 @@ class NodeMetrics:
 
     def render(self) -> bytes:
         """The exposition text of every metric, built here (see :meth:`render_async`)."""
-        return generate_latest(self.registry)
+        return _render_families([*self.registry.collect(), *self._group_collector.collect()])
 
     async def render_async(self) -> bytes:
         """The same text as :meth:`render`, without holding the event loop: the groups'
@@ -550,8 +537,7 @@ class NodeMetrics:
         one turn (a few dozen samples), and the text is built in a thread from what
         was read (nothing live is touched there)."""
         rows = await self._group_collector.read_rows()
-        with self._group_collector.skipped():
-            others = list(self.registry.collect())
+        others = list(self.registry.collect())
         return await in_render_thread(self._exposition, others, rows)
 
     def _exposition(self, others: list[Metric], rows: list[_GroupRow]) -> bytes:
