@@ -86,6 +86,8 @@ FIRST_WRITE_TIMEOUT_S = 300.0
 """Bound of one fresh process's session start and two small writes."""
 POLL_S = 0.5
 RUN_ATTEMPTS = 5
+CLUSTER_DIR = "cluster"
+"""The local cluster's directory in the scenario's scratch directory."""
 """Tries of one (guarantee, rate) run whose query lost a Python worker at start-up."""
 WORKER_START_FAILURE = "Python worker failed to connect back"
 """Spark's error when a new Python worker takes over 10 s to start (its fixed timeout):
@@ -229,10 +231,12 @@ def latency_run(
     scratch: Path,
     guarantee: str,
     rate: int,
+    cluster_dir: Path,
     suffix: str = "",
 ) -> Row:
     """One writer and one reader query at ``rate`` (topic name ending in ``suffix``);
-    the row of figures."""
+    the row of figures. The topic is deleted and its data purged afterwards, also when
+    a query failed (``cluster_dir``: the local cluster's directory)."""
     seconds = _figure(ctx, "latency_seconds", QUICK_SECONDS, FULL_SECONDS)
     warmup = _figure(ctx, "latency_warmup", QUICK_WARMUP, FULL_WARMUP)
     name = f"{guarantee}-{rate}{suffix}"
@@ -286,6 +290,13 @@ def latency_run(
         for query in (reader, writer):
             if query is not None:
                 spark_scenario.quiet_stop(spark, query)
+        # At 1,000,000 rows/s a run's topic grew to about 28 GB (3 replicas); the runs'
+        # topics left in place filled a disk with 47 GB free (the full run of 2026-12-04
+        # 22:38). A failed delete is noted, not raised: it must not hide the query's error.
+        try:
+            spark_scenario.delete_topic(servers, topic, cluster_dir)
+        except Exception as exc:
+            ctx.note(f"{guarantee} at {rate:,} rows/s: topic {topic} not deleted: {exc}")
     tally = spark_latency_sink.collect(tallies, first_s, end_s)
     row: Row = {
         "case": f"{guarantee}, {rate:,} rows/s",
@@ -323,6 +334,7 @@ def latency_run_retried(
     scratch: Path,
     guarantee: str,
     rate: int,
+    cluster_dir: Path,
 ) -> Row:
     """:func:`latency_run`, run again (in a fresh directory and topic) when a query failed
     because a Python worker did not start in time; each retry is noted."""
@@ -341,7 +353,9 @@ def latency_run_retried(
             ctx.note(f"{guarantee} at {rate:,} rows/s: run again ({WORKER_START_FAILURE})")
         where = scratch / f"try-{attempt}"
         where.mkdir()
-        return latency_run(ctx, spark, servers, where, guarantee, rate, suffix=f"-{attempt}")
+        return latency_run(
+            ctx, spark, servers, where, guarantee, rate, cluster_dir, suffix=f"-{attempt}"
+        )
 
     return once()
 
@@ -468,7 +482,11 @@ def measure(ctx: RunContext, spark: Any, servers: list[str], scratch: Path) -> l
         for guarantee in GUARANTEES:
             where = scratch / f"run-{guarantee}-{rate}"
             where.mkdir()
-            rows.append(latency_run_retried(ctx, spark, servers, where, guarantee, rate))
+            rows.append(
+                latency_run_retried(
+                    ctx, spark, servers, where, guarantee, rate, scratch / CLUSTER_DIR
+                )
+            )
             ctx.advance(1)
     # Three more queries' start-up: too long for the quick run (its whole run stays
     # under 4 minutes on 2 cores).
@@ -569,7 +587,7 @@ def run(ctx: RunContext) -> list[Row]:
     spark_scenario.check_java()
     with (
         ctx.scratch_dir("latency") as scratch,
-        raftlog_local.local_cluster(scratch / "cluster", ctx=ctx) as cluster,
+        raftlog_local.local_cluster(scratch / CLUSTER_DIR, ctx=ctx) as cluster,
         spark_scenario.spark_session() as spark,
     ):
         spark.dataSource.register(spark_clock_source.ClockDataSource)
