@@ -86,9 +86,9 @@ FIRST_WRITE_TIMEOUT_S = 300.0
 """Bound of one fresh process's session start and two small writes."""
 POLL_S = 0.5
 RUN_ATTEMPTS = 5
+"""Tries of one (guarantee, rate) run whose query lost a Python worker at start-up."""
 CLUSTER_DIR = "cluster"
 """The local cluster's directory in the scenario's scratch directory."""
-"""Tries of one (guarantee, rate) run whose query lost a Python worker at start-up."""
 WORKER_START_FAILURE = "Python worker failed to connect back"
 """Spark's error when a new Python worker takes over 10 s to start (its fixed timeout):
 seen on this 2-core machine at load average 26, before any row was measured."""
