@@ -12,6 +12,9 @@ On one local 3-node cluster, 100-byte records to one partition (R=3, acks=all):
   flight), then a consumer assigned the partition reading everything from its
   beginning; then the same producer with at most 1,000 records queued, whose latency
   is a round trip's rather than librdkafka's queue's (100,000 records by default);
+- ``Kafka (confluent-kafka), fetch.queue.backoff.ms 0``: a second consumer that does not
+  put its next fetch off once its queue has been full (librdkafka's default waits up to
+  1 s): what the listener serves when the client asks without pause;
 - ``Kafka / native``: the ratios (goals: produce >= 0.5x, consume >= 0.7x);
 - ``native client, 1 batch of 9,000 in flight``: the native client in librdkafka's
   shape (one ~1 MB batch at a time), and ``confluent-kafka consume(), all prefetched``:
@@ -56,6 +59,10 @@ IN_FLIGHT = 4
 MAX_REQUESTS = 1_000_000
 NATIVE_TOPIC, KAFKA_TOPIC = "bench-native", "bench-kafka"
 SHORT_QUEUE = 1000
+NO_BACKOFF = {"fetch.queue.backoff.ms": 0}
+"""The second consumer's setting: it fetches again as soon as its queue is below
+queued.min.messages, where librdkafka's default puts the fetch off (up to 1 s) once the
+queue has been full. What is left is the client's own ceiling against the listener."""
 """The second Kafka producer's queue bound (records): one batch of them at a time."""
 IDLE_SECONDS = 2.0
 """How long the idle nodes' CPU is sampled before the loads."""
@@ -168,6 +175,7 @@ def run(ctx: RunContext) -> list[Row]:
         produced = kafka_produce(bootstrap, KAFKA_TOPIC, seconds, MAX_REQUESTS)
         nodes_cpu = tree_cpu_seconds(pids) - nodes_cpu - idle * (time.monotonic() - start)
         read, read_s = kafka_consume(bootstrap, KAFKA_TOPIC, produced.records)
+        eager, eager_s = kafka_consume(bootstrap, KAFKA_TOPIC, produced.records, NO_BACKOFF)
         ceiling = kafka_consume_prefetched(bootstrap, KAFKA_TOPIC, produced.records)
         # the same producer with a short queue: latency without librdkafka's queueing
         short = kafka_produce(bootstrap, KAFKA_TOPIC, seconds, MAX_REQUESTS, SHORT_QUEUE)
@@ -190,11 +198,16 @@ def run(ctx: RunContext) -> list[Row]:
     for p in (produced, short):
         if p.first_error:
             ctx.note(f"Kafka produce: first error: {p.first_error}")
-    if read < produced.records or counts["read"] < counts["records"]:
+    if min(read, eager) < produced.records or counts["read"] < counts["records"]:
         ctx.note(
-            f"read back {read} of {produced.records} (Kafka) and {counts['read']} of "
-            f"{counts['records']} (native) before the read timeout"
+            f"read back {read} and {eager} (fetch.queue.backoff.ms 0) of "
+            f"{produced.records} (Kafka) and {counts['read']} of {counts['records']} "
+            "(native) before the read timeout"
         )
+    no_backoff: Row = {
+        "path": "Kafka (confluent-kafka), fetch.queue.backoff.ms 0",
+        "consume records/s": eager / eager_s if eager_s > 0 else 0.0,
+    }
     prefetched: Row = {
         "path": "confluent-kafka consume(), all prefetched (the client's ceiling)",
         "consume records/s": ceiling,
@@ -213,7 +226,8 @@ def run(ctx: RunContext) -> list[Row]:
         "batch.size 1 MB, max.in.flight 5 under idempotence; one produce request in "
         "flight per partition: an idempotent librdkafka producer counts records, not "
         "requests, against that window), consumer defaults (max.partition.fetch.bytes "
-        "1 MiB, fetch.wait.max.ms 500), "
+        "1 MiB, fetch.wait.max.ms 500, fetch.queue.backoff.ms 1,000; a second "
+        "consumer sets fetch.queue.backoff.ms 0), "
         f"latency per record (with the default queue of 100,000 records, mostly the wait "
         f"in it; a second run queues at most {SHORT_QUEUE:,}); each path "
         "then reads what it wrote from offset 0. Goals: Kafka produce >= 0.5x and "
@@ -227,4 +241,4 @@ def run(ctx: RunContext) -> list[Row]:
     if float(mine["consume records/s"]) > 0:
         prefetched["Kafka / native"] = ceiling / float(mine["consume records/s"])
     conversion = {"path": "conversion (CPU per record)", **cost}
-    return [mine, shape, theirs, queued, prefetched, ratio, bound, conversion]
+    return [mine, shape, theirs, queued, no_backoff, prefetched, ratio, bound, conversion]

@@ -117,19 +117,24 @@ def kafka_produce(
     return result
 
 
-def kafka_consume(bootstrap: list[str], topic: str, records: int) -> tuple[int, float]:
+def kafka_consume(
+    bootstrap: list[str], topic: str, records: int, settings: dict[str, Any] | None = None
+) -> tuple[int, float]:
     """(records read, seconds) for a confluent-kafka consumer assigned partition 0 from
     its beginning, until it has read ``records`` (bounded by READ_TIMEOUT_S); timed
     from the assignment, once the consumer has the topic's metadata. librdkafka's
-    defaults: fetch.min.bytes 1, fetch.wait.max.ms 500, max.partition.fetch.bytes
-    1 MiB (so one ~1 MB producer batch a fetch), fetch.max.bytes 50 MiB,
-    queued.min.messages 100,000 prefetched."""
+    defaults unless ``settings`` (librdkafka's property names) says otherwise:
+    fetch.min.bytes 1, fetch.wait.max.ms 500, max.partition.fetch.bytes 1 MiB (so one
+    ~1 MB producer batch a fetch), fetch.max.bytes 50 MiB, queued.min.messages 100,000
+    prefetched, and fetch.queue.backoff.ms 1,000: once the local queue holds
+    queued.min.messages, the next fetch of the partition is put off (up to that long)."""
     ck = confluent()
     consumer = ck.Consumer(
         {
             "bootstrap.servers": ",".join(bootstrap),
             "group.id": "bench-unused",  # assigned, never joined
             "enable.auto.commit": False,
+            **(settings or {}),
         }
     )
     clock = time.perf_counter
