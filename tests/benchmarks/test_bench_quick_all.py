@@ -126,6 +126,24 @@ def test_idle_times_cluster_health_and_topic_describe_as_a_user_runs_them(
     assert 0.1 < rows["30"]["s for topic describe"] < 120, rows["30"]
 
 
+def test_kafka_reads_back_every_record_with_and_without_the_clients_fetch_backoff(
+    quick_run: dict[str, Any],
+) -> None:
+    kafka = _scenarios(quick_run)["kafka"]
+    assert kafka["status"] == "ok", kafka  # confluent-kafka is a test extra: installed here
+    rows = {row["path"]: row for row in kafka["rows"]}
+    produced = rows["Kafka (confluent-kafka)"]
+    assert produced["produce records/s"] > 0 and produced["errors"] == 0, produced
+    # both consumers read every record produced (the scenario notes a short read)
+    assert not any("read back" in note for note in kafka.get("notes", [])), kafka["notes"]
+    assert produced["consume records/s"] > 0
+    assert rows["Kafka (confluent-kafka), fetch.queue.backoff.ms 0"]["consume records/s"] > 0
+    native = rows["native client"]
+    assert rows["Kafka / native"]["consume records/s"] == pytest.approx(
+        produced["consume records/s"] / native["consume records/s"]
+    )
+
+
 def test_spark_compares_every_sink_and_both_reads(quick_run: dict[str, Any]) -> None:
     spark = _scenarios(quick_run)["spark"]
     if spark["status"] == "skipped":  # no Java here: the reason says how to get it
