@@ -8,13 +8,16 @@ from __future__ import annotations
 import datetime
 
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+from kafka.record.default_records import DefaultRecordBatchBuilder
 from kafka_wire import Wire, leader_address, produce_request, record_batch
 from kio.schema.fetch.v11.request import FetchPartition, FetchRequest, FetchTopic
+from kio.schema.init_producer_id.v1.request import InitProducerIdRequest
 
 from raftlog.client import BlockingRaftlogClient
 from raftlog.records.framing import frame_records
 
 NOT_LEADER_OR_FOLLOWER = 6
+INVALID_TXN_STATE = 48
 
 
 def _fetch(address: str, topic: str, offset: int, isolation: int) -> tuple[int, int, list]:
@@ -48,6 +51,41 @@ def _fetch(address: str, topic: str, offset: int, isolation: int) -> tuple[int, 
         if not batch.is_control_batch:  # as clients do: never handed to the application
             records += [(r.offset, r.value) for r in batch]
     return part.high_watermark, part.last_stable_offset, records
+
+
+def test_a_transactional_batch_is_refused_and_holds_no_reader_back(
+    kafka_cluster, bootstrap
+) -> None:
+    """The listener has no Kafka transactions, so no coordinator would end a transaction a
+    Kafka client opens: a transactional batch (from an InitProducerId producer, as a
+    hostile or buggy client sends it) gets INVALID_TXN_STATE and is not stored, and a
+    read_committed fetch sees the batch after it at once. Stored, it held the partition's
+    last stable offset below that batch until the transaction timeout (60 s)."""
+    topic = "txn-refused"
+    address = leader_address(kafka_cluster, bootstrap, topic)
+    with Wire(address) as wire:
+        init = wire.call(
+            InitProducerIdRequest(
+                transactional_id=None, transaction_timeout=datetime.timedelta(seconds=60)
+            )
+        )
+        assert init.error_code == 0
+        builder = DefaultRecordBatchBuilder(
+            2, 0, True, init.producer_id, init.producer_epoch, 0, 2**20
+        )
+        builder.append(0, 1_700_000_000_000, b"k", b"open-transaction", [])
+        answer = wire.call(produce_request(topic, bytes(builder.build())), correlation_id=2)
+        (refused,) = answer.responses[0].partition_responses
+        assert refused.error_code == INVALID_TXN_STATE, refused
+        assert "transactional" in (refused.error_message or ""), refused
+        plain = wire.call(produce_request(topic, bytes(record_batch())), correlation_id=3)
+        (stored,) = plain.responses[0].partition_responses
+        assert stored.error_code == 0, stored
+    hwm, lso, records = _fetch(address, topic, 0, isolation=1)
+    assert lso == hwm, (lso, hwm)
+    assert [v for _, v in records] == [b"value-0", b"value-1", b"value-2"]
+    _, _, uncommitted = _fetch(address, topic, 0, isolation=0)
+    assert [v for _, v in uncommitted] == [b"value-0", b"value-1", b"value-2"]
 
 
 def test_isolation_level_against_open_and_aborted_transactions(kafka_cluster, bootstrap) -> None:

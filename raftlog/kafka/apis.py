@@ -24,6 +24,7 @@ from raftlog.kafka.groups.handlers import GROUP_APIS, GroupApis
 from raftlog.kafka.protocol import API_VERSIONS, RequestHead
 from raftlog.kafka.records import (
     KafkaRecordError,
+    ProducedBatch,
     ProducedBytes,
     decode_batch,
     encode_batch,
@@ -363,6 +364,7 @@ class KafkaApis:
                     raise KafkaRecordError(CORRUPT_MESSAGE, "the partition's records are null")
                 self._refuse_typed(topic)
                 decoded = [decode_batch(b) for b in split_batches(part.records)]
+                _refuse_transactional(decoded)
                 first = decoded[0]
                 resp = await self._call(
                     "produce",
@@ -641,6 +643,24 @@ class KafkaApis:
         else:
             out.update(error_code=NONE, producer_id=secrets.randbits(62), producer_epoch=0)
         return out
+
+
+def _refuse_transactional(decoded: list[ProducedBatch]) -> None:
+    """Refuse a produce with a transactional batch: this door has no Kafka
+    transactions (InitProducerId with a transactional id is refused), so no
+    coordinator would ever end one. Stored, it would open a transaction on the
+    partition and hold its last stable offset, and every read_committed reader
+    (the Spark source among them), until the partition's transaction timeout, and a
+    client could open another each time. Kafka's leader refuses a transactional batch
+    of a transaction the partition was not added to the same way (KIP-890)."""
+    for i, d in enumerate(decoded):
+        if d.transactional:
+            raise KafkaRecordError(
+                INVALID_TXN_STATE,
+                f"batch {i} of the partition's records is transactional (attributes bit 4); "
+                "this listener has no Kafka transactions (a transactional.id is refused), "
+                "so only non-transactional batches are accepted",
+            )
 
 
 def _admin_code(exc: Exception) -> tuple[int, str]:
