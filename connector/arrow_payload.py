@@ -15,7 +15,8 @@ lets ``read()`` hand stored columns to Spark without a row-by-row path.
   rows, and cut one by one each became a full payload and a small one.
 * :func:`decode_payload` turns a payload back into its Arrow record batch.
 * :func:`schema_to_bytes` / :func:`schema_from_bytes` (de)serialize the topic's
-  Arrow schema for the topic metadata.
+  Arrow schema for the topic metadata (the latter is
+  :func:`raftlog.records.topic_schema.schema_from_bytes`, which the node uses too).
 * :func:`check_schema` raises :class:`SchemaMismatchError` showing both schemas.
 """
 
@@ -28,6 +29,7 @@ from pyspark_raftlog.errors import SchemaMismatchError
 from pyspark_raftlog.options import MAX_CHUNK_BYTES
 
 from raftlog.records.payload_check import PayloadError, arrow_rows
+from raftlog.records.topic_schema import schema_from_bytes, schema_shape
 
 __all__ = [
     "Chunk",
@@ -178,16 +180,6 @@ def schema_to_bytes(schema: pa.Schema) -> bytes:
     return schema.serialize().to_pybytes()
 
 
-def schema_from_bytes(data: bytes) -> pa.Schema:
-    """Inverse of :func:`schema_to_bytes`; a clear ValueError on bytes that are not a schema."""
-    try:
-        return pa.ipc.read_schema(pa.py_buffer(data))
-    except (pa.ArrowInvalid, OSError) as exc:
-        raise ValueError(
-            f"topic metadata holds {len(data)} bytes that are not an Arrow schema: {exc}"
-        ) from None
-
-
 def check_schema(topic: str, expected: pa.Schema, actual: pa.Schema) -> None:
     """Raise :class:`SchemaMismatchError` unless the two schemas have the same fields.
 
@@ -196,7 +188,7 @@ def check_schema(topic: str, expected: pa.Schema, actual: pa.Schema) -> None:
     differ between two DataFrames with the same data), nor representation
     (large vs regular string/binary, a timestamp's time zone label).
     """
-    if _shape(expected) == _shape(actual):
+    if schema_shape(expected) == schema_shape(actual):
         return
     raise SchemaMismatchError(
         f"the DataFrame's schema does not match the schema of topic {topic!r}.\n"
@@ -222,21 +214,6 @@ def conform_batch(topic: str, batch: pa.RecordBatch, target: pa.Schema) -> pa.Re
         for col, field in zip(batch.columns, target, strict=True)
     ]
     return pa.RecordBatch.from_arrays(columns, schema=target)
-
-
-def _shape(schema: pa.Schema) -> list[tuple[str, object]]:
-    return [(f.name, _representation_free(f.type)) for f in schema]
-
-
-def _representation_free(t: pa.DataType) -> object:
-    """A key equal for types that differ only in representation (see conform_batch)."""
-    if pa.types.is_large_string(t):
-        return pa.string()
-    if pa.types.is_large_binary(t):
-        return pa.binary()
-    if pa.types.is_timestamp(t):
-        return ("timestamp", t.unit, t.tz is not None)
-    return t
 
 
 def _show(schema: pa.Schema) -> str:

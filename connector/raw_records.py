@@ -37,6 +37,7 @@ from raftlog.records.framing import (
     unframe_records,
 )
 from raftlog.records.payload_check import KeyedLayout, check_payload, keyed_layout
+from raftlog.records.topic_schema import RECORDS_FORMAT_KEY, is_records_schema
 
 __all__ = [
     "HEADERS_TYPE",
@@ -49,18 +50,12 @@ __all__ = [
 ]
 
 HEADERS_TYPE = pa.list_(pa.struct([pa.field("key", pa.string()), pa.field("value", pa.binary())]))
-RECORDS_FORMAT_KEY = b"raftlog.format"
 _HEAD = struct.Struct("<4sII")
 
 
 def records_marker_schema() -> pa.Schema:
     """The schema stored as a raw-records topic's metadata: no fields, a format mark."""
     return pa.schema([], metadata={RECORDS_FORMAT_KEY: b"records"})
-
-
-def is_records_schema(schema: pa.Schema | None) -> bool:
-    """Whether a topic's stored schema marks it as holding raw records."""
-    return schema is not None and (schema.metadata or {}).get(RECORDS_FORMAT_KEY) == b"records"
 
 
 class _Binary:

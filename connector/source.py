@@ -70,7 +70,7 @@ from pyspark_raftlog.spark_schema import METADATA_FIELDS, arrow_schema_of, is_ra
 from pyspark_raftlog.splits import split_ranges
 
 from raftlog.client.errors import CorruptBatchError
-from raftlog.records.payload_check import PayloadError, check_payload
+from raftlog.records.payload_check import check_payload
 
 __all__ = ["RaftlogBatchReader", "RaftlogInputPartition", "RaftlogStreamReader"]
 
@@ -521,12 +521,13 @@ def _to_output(
             return _raw_output(topic, p, batch, lo, n, out_schema)
         # rows against bytes (and no IPC body compression) before Arrow reads it
         check_payload(batch.payload, batch.record_count)
-        data = decode_payload(batch.payload)
-    except PayloadError as exc:
+        # ValueError: not one Arrow batch, or not the topic's columns (SchemaMismatchError):
+        # a batch stored before the node checked typed topics' payloads
+        data = conform_batch(topic, decode_payload(batch.payload).slice(lo, n), user_schema)
+    except ValueError as exc:  # PayloadError among them
         # as Kafka's source on corrupt data: the query fails, naming the batch
         last = batch.base_offset + batch.record_count - 1
         raise CorruptBatchError(topic, p, batch.base_offset, last, str(exc)) from None
-    data = conform_batch(topic, data.slice(lo, n), user_schema)
     stamps = _row_stamps(data, batch.timestamp_ms * 1000)
     return pa.RecordBatch.from_arrays(
         [*data.columns, *_metadata(topic, p, first, stamps, out_schema)], schema=out_schema

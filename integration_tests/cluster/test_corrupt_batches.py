@@ -12,6 +12,7 @@ import uuid
 from collections.abc import Iterator
 
 import aiohttp
+import pyarrow as pa
 import pytest
 import zstandard
 
@@ -21,7 +22,13 @@ from raftlog.faults.failpoints import ENV_VAR, PRODUCE_SKIP_BATCH_CHECK
 from raftlog.records.framing import frame_records
 from raftlog.records.payload_check import PayloadError
 from raftlog.rpc import codec
-from raftlog.rpc.messages import ErrorCode, ErrorResponse, ProduceBatch, ProduceRequest
+from raftlog.rpc.messages import (
+    CreateTopicRequest,
+    ErrorCode,
+    ErrorResponse,
+    ProduceBatch,
+    ProduceRequest,
+)
 from raftlog.storage.batch import Compression
 
 GARBAGE_LZ4 = ProduceBatch(bytes(range(7)), 1, int(Compression.LZ4))
@@ -121,6 +128,56 @@ async def test_corrupt_batches_are_refused_and_the_partition_keeps_serving(
     out = _cli(servers, "consume", topic, "--from-beginning", "--timeout-ms", "2000")
     assert out.returncode == 0, out.stderr
     assert out.stdout == b"before\nafter\n"
+
+
+def _ipc(*batches: pa.RecordBatch) -> bytes:
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, batches[0].schema) as w:
+        for b in batches:
+            w.write_batch(b)
+    return sink.getvalue().to_pybytes()
+
+
+async def test_a_typed_topic_takes_only_one_arrow_batch_of_its_columns(raftlog_cluster) -> None:
+    """A Spark-typed topic (an Arrow schema in its metadata), written as a hostile client
+    with the client token would: two record batches in a payload, other columns, plain
+    bytes. Each was stored before, and every Spark reader of the topic then failed on
+    it; each is refused now, naming the batch and what the topic expects, and the
+    batch the sink would write still goes in. A schema that is not one is refused when
+    the topic is created."""
+    servers = raftlog_cluster.servers
+    topic = f"typed-{uuid.uuid4().hex[:8]}"
+    schema = pa.schema([("s", pa.string())])
+    rows = pa.record_batch({"s": pa.array(["a", "b"])})
+    async with RaftlogClient(servers) as client:
+        await client.create_topic(
+            topic, partitions=1, replication_factor=3, schema=schema.serialize().to_pybytes()
+        )
+        await client.produce(topic, 0, [(_ipc(rows), 2)], acks="all")
+        end = (await client.list_offsets(topic, 0))[1]
+        cases = [
+            (ProduceBatch(_ipc(rows, rows), 4), "holds 2 record batches"),
+            (
+                ProduceBatch(_ipc(pa.record_batch({"s": pa.array([1, 2])})), 2),
+                "columns do not match the topic's schema: expected (s: string), got (s: int64)",
+            ),
+            (ProduceBatch(b"hello", 1), "this is a plain payload"),
+        ]
+        for batch, why in cases:
+            status, err, _ = await _produce_raw(client, raftlog_cluster, topic, batch)
+            assert status == 400 and isinstance(err, ErrorResponse), err
+            assert err.message.startswith("CORRUPT_MESSAGE:"), err.message
+            assert f"topic {topic!r} partition 0 batches[0]" in err.message
+            assert why in err.message, err.message
+        assert (await client.list_offsets(topic, 0))[1] == end  # nothing refused went in
+        body = codec.encode(
+            CreateTopicRequest(f"{topic}-bad-schema", 1, 3, schema=b"garbage", exist_ok=False)
+        )
+        url = f"http://{raftlog_cluster.address(1)}/v1/create_topic"
+        async with aiohttp.ClientSession() as s, s.post(url, data=body) as r:
+            status, err = r.status, codec.decode(await r.read())
+        assert status == 400 and isinstance(err, ErrorResponse), err
+        assert err.message.startswith("schema: topic metadata holds 7 bytes that are not"), err
 
 
 @pytest.fixture

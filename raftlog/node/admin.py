@@ -55,6 +55,7 @@ from raftlog.node.internal_topics import refuse_internal, refuse_internal_create
 from raftlog.node.membership import Membership
 from raftlog.node.metadata import MetadataApi
 from raftlog.raft.errors import TransportError
+from raftlog.records.topic_schema import schema_from_bytes
 from raftlog.rpc.messages import (
     AlterConfigRequest,
     AlterConfigResponse,
@@ -150,6 +151,11 @@ class AdminApi:
                 f"replication_factor: expected >= 1 (or -1 for the default), "
                 f"got {req.replication_factor}",
             )
+        if req.schema is not None:
+            try:
+                schema_from_bytes(req.schema)
+            except ValueError as exc:
+                raise RequestError(ErrorCode.INVALID_REQUEST, f"schema: {exc}") from None
         overrides = _config_changes(req.configs)
         self._require_controller_leader()
         existing = self._ctx.controller_stm.topics.get(req.name)

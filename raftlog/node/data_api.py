@@ -16,6 +16,7 @@ from raftlog.node.internal_topics import refuse_internal
 from raftlog.node.metadata import MetadataApi
 from raftlog.node.partition_replica import PartitionReplica
 from raftlog.records.payload_check import PayloadError, check_payload
+from raftlog.records.topic_schema import typed_schema
 from raftlog.rpc.messages import (
     AbortRunRequest,
     ConsistentCutRequest,
@@ -131,10 +132,16 @@ class DataApi:
         batches does not hold its record count (raftlog.records.payload_check): what
         Kafka's broker answers CORRUPT_MESSAGE. A compressed payload is decoded into at
         most 64 MiB (the engine's payload limit, which every reader keeps too), so a
-        small bomb costs the node no more than that."""
+        small bomb costs the node no more than that. On a typed topic each payload must
+        be an Arrow IPC stream of one record batch with the topic's columns
+        (raftlog.records.topic_schema): what the Spark source reads."""
+        try:
+            schema = typed_schema(self._metadata.assignment(req.topic, req.partition)[0].schema)
+        except ValueError as exc:  # a topic created before create_topic checked its schema
+            raise RequestError(ErrorCode.INVALID_REQUEST, f"topic {req.topic!r}: {exc}") from None
         for i, b in enumerate(req.batches):
             try:
-                check_payload(b.payload, b.record_count, b.compression)
+                check_payload(b.payload, b.record_count, b.compression, schema=schema)
             except PayloadError as exc:
                 self._ctx.metrics.corrupt_batches.labels(req.topic).inc()
                 raise RequestError(

@@ -12,6 +12,9 @@ with a bounded decompression: :func:`raftlog.records.compression.decompress`):
   its record batches must add up to the record count, and IPC body compression is
   refused (its buffers declare their own decompressed sizes: a bomb that the codec cap
   would not see). The body itself is then read and validated by pyarrow, zero-copy.
+- on a *typed* topic (one with an Arrow schema that does not mark raw records:
+  :mod:`raftlog.records.topic_schema`) every payload must be an Arrow IPC stream of
+  exactly one record batch with the topic's columns, which is all the Spark source reads.
 - anything else is a *plain* payload: ``record_count`` length-prefixed records
   (:func:`raftlog.records.framing.frame_records`) or, when it does not parse so, one
   opaque value. The two cannot be told apart, so the node checks only the bound that
@@ -30,6 +33,7 @@ import pyarrow as pa
 
 from raftlog.records.compression import decompress
 from raftlog.records.framing import FLAG_HEADERS, FLAG_KEYS, FLAG_TIMESTAMPS, KEYED_MAGIC
+from raftlog.records.topic_schema import schema_shape
 from raftlog.storage.batch import MAX_PAYLOAD_BYTES, SUPPORTED_COMPRESSION, Compression
 
 __all__ = [
@@ -269,17 +273,37 @@ def _check_names(fields: list[pa.Field]) -> None:
     raise PayloadError("Arrow IPC payload nests its schema deeper than 64 levels")
 
 
-def _check_arrow(payload: bytes | memoryview, record_count: int) -> None:
+def _check_arrow(
+    payload: bytes | memoryview, record_count: int, schema: pa.Schema | None = None
+) -> None:
     rows = arrow_rows(payload)
     if rows != record_count:
         raise PayloadError(f"Arrow IPC payload holds {rows} rows, the batch claims {record_count}")
+    batches = 0
     try:
         reader = pa.ipc.open_stream(pa.py_buffer(payload))
         _check_names(list(reader.schema))
         for batch in reader:
             batch.validate(full=True)
+            batches += 1
     except (pa.ArrowException, OSError, UnicodeDecodeError) as exc:
         raise PayloadError(f"Arrow IPC payload is invalid: {exc}") from None
+    if schema is None:
+        return
+    if batches != 1:
+        raise PayloadError(
+            f"Arrow IPC payload holds {batches} record batches; a typed topic's payload "
+            "holds exactly 1"
+        )
+    if schema_shape(reader.schema) != schema_shape(schema):
+        raise PayloadError(
+            "Arrow IPC payload's columns do not match the topic's schema: expected "
+            f"{_columns(schema)}, got {_columns(reader.schema)}"
+        )
+
+
+def _columns(schema: pa.Schema) -> str:
+    return "(" + ", ".join(f"{f.name}: {f.type}" for f in schema) + ")"
 
 
 # -- the check -------------------------------------------------------------------
@@ -291,10 +315,13 @@ def check_payload(
     compression: int = Compression.NONE,
     *,
     max_decompressed: int = MAX_PAYLOAD_BYTES,
+    schema: pa.Schema | None = None,
 ) -> bytes | memoryview:
     """Check that ``payload`` (compressed with ``compression``) holds ``record_count``
     records in a layout readers decode (see the module doc); return it decompressed.
 
+    ``schema``: the topic's, when it is typed (``topic_schema.typed_schema``): then the
+    payload must be an Arrow IPC stream of one record batch with its columns.
     Decompression stops past ``max_decompressed`` bytes, so memory stays bounded
     whatever the payload claims. PayloadError says what does not fit.
     """
@@ -308,10 +335,17 @@ def check_payload(
     except ValueError as exc:
         raise PayloadError(str(exc)) from None
     head = bytes(data[:4])
+    if schema is not None and head != ARROW_MARKER:
+        layout = "a keyed" if head == KEYED_MAGIC else "a plain"
+        raise PayloadError(
+            f"the topic is typed (it has an Arrow schema): a payload must be an Arrow IPC "
+            f"stream of one record batch with its columns {_columns(schema)}, this is "
+            f"{layout} payload"
+        )
     if head == KEYED_MAGIC:
         keyed_layout(data, record_count)
     elif head == ARROW_MARKER:
-        _check_arrow(data, record_count)
+        _check_arrow(data, record_count, schema)
     elif record_count > max(1, len(data)):
         raise PayloadError(
             f"record_count {record_count} does not fit a payload of {len(data)} bytes "

@@ -103,6 +103,7 @@ STATUS: dict[ErrorCode, int] = {
     ErrorCode.INVALID_PRODUCER_EPOCH: 409,
     ErrorCode.TRANSACTION_LOST: 409,
     ErrorCode.KAFKA_STORAGE_ERROR: 507,  # Insufficient Storage: the disk is full
+    ErrorCode.INVALID_REPLICATION_FACTOR: 400,  # a bad field value, as INVALID_REQUEST
 }
 
 

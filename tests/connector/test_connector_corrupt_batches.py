@@ -59,6 +59,28 @@ def test_the_source_fails_the_batch_naming_topic_partition_and_offsets() -> None
         )
 
 
+def test_a_typed_batch_not_of_one_arrow_batch_of_the_topics_columns_fails_that_batch() -> None:
+    """Batches a node stored before it checked typed topics' payloads: two Arrow batches,
+    other columns, plain bytes. The source fails naming the batch, as for a corrupt one
+    (a bare ValueError or a schema mismatch that reads as the writer's fault before)."""
+    unused = pa.schema([])
+    rows = pa.record_batch({"a": pa.array([1, 2], pa.int64())})
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, rows.schema) as writer:
+        writer.write_batch(rows)
+        writer.write_batch(rows)
+    two = sink.getvalue().to_pybytes()
+    other = bytes(encode_payload(pa.record_batch({"a": pa.array(["x", "y"])})))
+    for payload, count, why in [
+        (two, 4, "holds 2 Arrow record batches; expected exactly 1"),
+        (other, 2, "schema does not match"),
+        (b"hello", 1, "not an Arrow IPC stream"),
+    ]:
+        with pytest.raises(CorruptBatchError, match=r"offsets 40\.\.") as caught:
+            _to_output("orders", 3, _batch(payload, count), 40, 40 + count, rows.schema, unused)
+        assert "topic 'orders' partition 3" in str(caught.value) and why in str(caught.value)
+
+
 def test_an_arrow_payload_compressing_its_body_is_refused_before_it_is_read() -> None:
     """Arrow IPC buffer compression declares each buffer's decompressed size: reading
     one is a bomb no codec cap sees, so the decoder refuses it from its metadata."""

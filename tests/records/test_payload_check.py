@@ -80,6 +80,41 @@ def test_arrow_payload_rows_must_match_and_ipc_body_compression_is_refused() -> 
         check_payload(ipc(compression="zstd"), 10)
 
 
+def _stream(*batches: pa.RecordBatch) -> bytes:
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, batches[0].schema) as w:
+        for b in batches:
+            w.write_batch(b)
+    return sink.getvalue().to_pybytes()
+
+
+def test_a_typed_topics_payload_is_one_arrow_batch_with_its_columns() -> None:
+    """The probes of a hostile client on a Spark-typed topic: two record batches, other
+    columns, a keyed or plain payload. Each was stored, and then failed every Spark
+    reader of the topic; now each is refused naming what the topic expects."""
+    topic = pa.schema([("s", pa.string()), ("n", pa.int64())])
+    rows = pa.record_batch({"s": pa.array(["a", "b"]), "n": pa.array([1, 2])})
+    assert len(check_payload(_stream(rows), 2, schema=topic)) == len(_stream(rows))
+    # Spark's Arrow batches may use large strings and other nullability: the same columns
+    large = pa.record_batch(
+        [pa.array(["a", "b"], pa.large_string()), pa.array([1, 2])],
+        schema=pa.schema([pa.field("s", pa.large_string()), pa.field("n", pa.int64(), False)]),
+    )
+    check_payload(_stream(large), 2, schema=topic)
+    with pytest.raises(PayloadError, match="holds 2 record batches; a typed topic's payload"):
+        check_payload(_stream(rows, rows), 4, schema=topic)
+    other = pa.record_batch({"s": pa.array([1, 2]), "n": pa.array([1, 2])})
+    with pytest.raises(PayloadError, match=r"expected \(s: string, n: int64\), got \(s: int64"):
+        check_payload(_stream(other), 2, schema=topic)
+    with pytest.raises(PayloadError, match="this is a plain payload"):
+        check_payload(b"hello", 1, schema=topic)
+    with pytest.raises(PayloadError, match="this is a keyed payload"):
+        check_payload(frame_keyed([Record(b"v")]), 1, schema=topic)
+    # an untyped topic (or a raw-records one) takes any of them
+    check_payload(_stream(rows, rows), 4)
+    check_payload(b"hello", 1)
+
+
 _BOMB_SCRIPT = textwrap.dedent(
     """
     import json, resource, sys

@@ -276,6 +276,18 @@ def test_type_of_names_a_frames_type_without_decoding_it() -> None:
         codec.type_of(b"\xff\xff")
 
 
+def test_every_error_code_has_a_status_and_only_internal_is_the_servers_fault() -> None:
+    """A refused request (a bad field, a replication factor above the nodes) is the
+    client's: 4xx, or 5xx for the cluster's own state; never the 500 of a bug."""
+    from raftlog.rpc.messages import ErrorCode
+    from raftlog.rpc.server import STATUS
+
+    for code in ErrorCode:
+        if code is not ErrorCode.NONE:
+            assert code in STATUS, code
+            assert (STATUS[code] == 500) == (code is ErrorCode.INTERNAL), (code, STATUS[code])
+
+
 def test_a_forwarded_answer_gets_its_error_codes_http_status() -> None:
     from raftlog.rpc.messages import ErrorCode, ErrorResponse, ProduceResponse
     from raftlog.rpc.server import STATUS, status_of_answer
