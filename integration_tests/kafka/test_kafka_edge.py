@@ -26,7 +26,9 @@ from kafka_wire import (
 from kio.schema.api_versions.v3.request import ApiVersionsRequest
 from kio.schema.fetch.v11.request import FetchPartition, FetchRequest, FetchTopic
 from kio.schema.init_producer_id.v1.request import InitProducerIdRequest
+from kio.schema.metadata.v6.request import MetadataRequest, MetadataRequestTopic
 
+from benchmarks.workloads.cluster_handle import running_cluster
 from raftlog.client import BlockingRaftlogClient
 from raftlog.kafka.protocol import API_VERSIONS
 
@@ -222,3 +224,69 @@ def test_idempotent_produce_dedups_and_refuses_a_sequence_gap(kafka_cluster, boo
     with BlockingRaftlogClient(kafka_cluster.servers) as client:
         fetched = client.fetch(topic, 0, 0)
     assert [b.base_offset for b in fetched.batches if b.record_count == 3] == [a.base_offset]
+
+
+def test_a_name_asked_for_many_times_is_answered_once(kafka_cluster, bootstrap) -> None:
+    """Metadata naming one topic 100,000 times, and Fetch naming one partition 50 times,
+    each answered once, as Kafka's broker answers a set: the probes' 1,000,000 names made
+    a 138 MB answer and kept the node from its peers for 137 s, and 200 copies of one
+    partition a 200 MB fetch answer. More distinct names than --max-topics-per-metadata
+    (10,000) close the connection, and the node serves the next one."""
+    topic = "edge-dup-names"
+    address = leader_address(kafka_cluster, bootstrap, topic)
+    with Wire(address) as wire:
+        asked = MetadataRequest(
+            topics=tuple(MetadataRequestTopic(name=topic) for _ in range(100_000)),
+            allow_auto_topic_creation=False,
+        )
+        answer = wire.call(asked)
+        assert [t.name for t in answer.topics] == [topic]
+        produced = wire.call(produce_request(topic, bytes(record_batch())), correlation_id=2)
+        assert produced.responses[0].partition_responses[0].error_code == 0
+        fetch = FetchRequest(
+            max_wait=datetime.timedelta(milliseconds=10),
+            min_bytes=1,
+            topics=(
+                FetchTopic(
+                    topic=topic,
+                    partitions=tuple(
+                        FetchPartition(partition=0, fetch_offset=0, partition_max_bytes=1 << 20)
+                        for _ in range(50)
+                    ),
+                ),
+            ),
+            forgotten_topics_data=(),
+        )
+        fetched = wire.call(fetch, correlation_id=3)
+        assert [len(r.partitions) for r in fetched.responses] == [1]
+        assert fetched.responses[0].partitions[0].records
+    with Wire(address) as wire:
+        too_many = MetadataRequest(
+            topics=tuple(MetadataRequestTopic(name=f"t{i}") for i in range(10_001)),
+            allow_auto_topic_creation=False,
+        )
+        wire.send(encode_request(too_many, 4))
+        assert wire.read_frame() is None  # closed: no Metadata error below v10
+    _api_versions_ok(address)
+
+
+def test_a_connection_silent_between_or_inside_requests_is_closed(tmp_path) -> None:
+    """--connections-max-idle-ms (Kafka's connections.max.idle.ms) on the Kafka door: a
+    connection that sent nothing, one cut inside its size prefix and one inside its
+    body are closed once idle that long; each was held open before (a hostile client
+    held 24 bodies of 33 MB for as long as it liked)."""
+    with running_cluster(tmp_path / "idle", extra_args=["--connections-max-idle-ms", "1500"]) as c:
+        address = c.cluster.kafka_bootstrap[0]
+        _api_versions_ok(address)
+        wires = [Wire(address) for _ in range(3)]
+        try:
+            wires[1].send(b"\x00\x00")  # half a size prefix
+            wires[2].send(struct.pack(">i", 1 << 20) + b"\x00" * 1000)  # a body cut short
+            started = time.monotonic()
+            for wire in wires:
+                assert wire.read_frame() is None  # closed, not answered
+            assert time.monotonic() - started < 10
+        finally:
+            for wire in wires:
+                wire.sock.close()
+        _api_versions_ok(address)

@@ -269,9 +269,26 @@ class KafkaApis:
     # -- Metadata -------------------------------------------------------------------
 
     async def metadata(self, head: RequestHead, req: Any) -> dict[str, Any]:
-        wanted = None if req.topics is None else [t.name for t in req.topics]
+        """Brokers and the topics asked for, each once: a name asked for twice is answered
+        once, as Kafka's broker answers a set. More distinct names than
+        ``--max-topics-per-metadata`` close the connection (Metadata has no error of its
+        own below v10, and an error per name would be an answer as large as the ask)."""
+        # duplicates dropped first: one name 1,000,000 times made a 138 MB answer
+        wanted = None if req.topics is None else list(dict.fromkeys(t.name for t in req.topics))
         if head.api_version == 0 and wanted == []:
             wanted = None  # v0: an empty list means every topic
+        limit = self.node.config.edge.max_topics_per_metadata
+        if wanted is not None and len(wanted) > limit:
+            raise ClosingRefusal(
+                "max_topics_per_metadata",
+                self.node.edge.refusal(
+                    "max_topics_per_metadata",
+                    "topics (distinct names)",
+                    len(wanted),
+                    "per metadata request",
+                    "ask in several requests, or name none for all",
+                ),
+            )
         live = self._live_brokers()
         brokers = []
         for node_id, address in sorted(self.brokers.items()):
@@ -416,7 +433,13 @@ class KafkaApis:
         wait_s = min(max(req.max_wait.total_seconds(), 0.0), MAX_FETCH_WAIT_S)
         deadline = loop.time() + wait_s
         isolation = int(getattr(req, "isolation_level", 0))
-        wanted = [(t.topic, p) for t in req.topics for p in t.partitions]
+        # each partition once, at its first position (Kafka's fetch keeps a map): one
+        # partition named K times was read, and answered, K times
+        unique: dict[tuple[str, int], tuple[str, Any]] = {}
+        for t in req.topics:
+            for p in t.partitions:
+                unique.setdefault((t.topic, int(p.partition)), (t.topic, p))
+        wanted = list(unique.values())
         answers: list[dict[str, Any]] = []
         for _ in range(int(wait_s / FETCH_POLL_S) + 2):
             answers = await asyncio.gather(
@@ -643,6 +666,16 @@ class KafkaApis:
         else:
             out.update(error_code=NONE, producer_id=secrets.randbits(62), producer_epoch=0)
         return out
+
+
+class ClosingRefusal(Exception):
+    """A request refused by closing its connection, where the API has no error to answer
+    with; ``reason`` is the ``raftlog_kafka_connections_closed`` label, the message says
+    what was refused and how to ask instead (the listener logs it)."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
 
 
 def _refuse_transactional(decoded: list[ProducedBatch]) -> None:

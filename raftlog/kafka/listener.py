@@ -21,6 +21,12 @@ The edge, before anything is allocated by what a client declares:
   unsupported codec or a control batch gets its partition's Kafka error
   (:mod:`raftlog.kafka.records`) and the connection stays usable.
 
+A connection that sends nothing for ``idle_timeout_s`` (the node's
+``--connections-max-idle-ms``, Kafka's ``connections.max.idle.ms``: 10 minutes), between
+requests or in the middle of one, is closed. A Metadata request naming more distinct
+topics than ``--max-topics-per-metadata`` closes its connection (duplicates are dropped
+first, in Metadata and in Fetch, as Kafka's broker does).
+
 Nothing a connection does reaches another connection or the node's other work
 beyond the calls it makes: an error closes that connection only. At most
 ``max_connections`` are open at once (``--kafka-max-connections``): one more is closed
@@ -48,6 +54,7 @@ from raftlog.kafka.apis import (
     CALLER,
     ILLEGAL_SASL_STATE,
     UNSUPPORTED_VERSION,
+    ClosingRefusal,
     KafkaApis,
     api_versions_body,
 )
@@ -76,6 +83,9 @@ MIN_REQUEST_BYTES = 10
 DEFAULT_MAX_IN_FLIGHT = 64
 #: Open Kafka connections a node accepts (--kafka-max-connections).
 DEFAULT_MAX_CONNECTIONS = 1024
+DEFAULT_IDLE_TIMEOUT_S = 600.0
+"""Kafka's ``connections.max.idle.ms`` default: a connection that sends no byte of a
+request for this long, between requests or inside one, is closed."""
 
 
 class KafkaListener:
@@ -90,9 +100,12 @@ class KafkaListener:
         max_connections: int = DEFAULT_MAX_CONNECTIONS,
         max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
         ssl_context: ssl.SSLContext | None = None,
+        idle_timeout_s: float = DEFAULT_IDLE_TIMEOUT_S,
     ) -> None:
         """``metrics``: the node's :class:`raftlog.metrics.NodeMetrics` (its
-        ``kafka_*`` families)."""
+        ``kafka_*`` families). ``idle_timeout_s``: the node's
+        ``--connections-max-idle-ms`` (Kafka's ``connections.max.idle.ms``)."""
+        self.idle_timeout_s = idle_timeout_s
         self.apis = apis
         self.max_request_bytes = max_request_bytes
         self.metrics = metrics
@@ -179,9 +192,18 @@ class KafkaListener:
         handshaken = False
         while True:
             try:
-                prefix = await reader.readexactly(_SIZE.size)
+                async with asyncio.timeout(self.idle_timeout_s):
+                    prefix = await reader.readexactly(_SIZE.size)
             except asyncio.IncompleteReadError:
                 return  # closed between requests, or mid size prefix
+            except TimeoutError:
+                log.info(
+                    "kafka: closing %s: idle for %gs (--connections-max-idle-ms)",
+                    peer,
+                    self.idle_timeout_s,
+                )
+                self._closed("idle")
+                return
             (size,) = _SIZE.unpack(prefix)
             if not MIN_REQUEST_BYTES <= size <= self.max_request_bytes:
                 log.warning(
@@ -194,7 +216,21 @@ class KafkaListener:
                 )
                 self._closed("request_size")
                 return
-            frame = await reader.readexactly(size)  # IncompleteReadError: cut short
+            try:
+                # a body cut short: IncompleteReadError; one that stops coming holds what
+                # came (up to --kafka-max-request-bytes) until the idle timeout
+                async with asyncio.timeout(self.idle_timeout_s):
+                    frame = await reader.readexactly(size)
+            except TimeoutError:
+                log.info(
+                    "kafka: closing %s: a %d-byte request still unread after %gs "
+                    "(--connections-max-idle-ms)",
+                    peer,
+                    size,
+                    self.idle_timeout_s,
+                )
+                self._closed("idle")
+                return
             try:
                 head, body_at = read_head(frame)
             except UnsupportedRequest as exc:
@@ -271,6 +307,12 @@ class KafkaListener:
             head, future = item
             try:
                 answer = await future
+            except ClosingRefusal as exc:
+                log.warning("kafka: closing %s: %s", peer, exc)
+                broken = True
+                self._closed(exc.reason)
+                writer.close()
+                continue
             except Exception:
                 log.exception(
                     "kafka: %s v%d from %s failed; closing",
