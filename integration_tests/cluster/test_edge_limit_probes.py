@@ -248,6 +248,11 @@ async def test_connections_past_the_per_address_cap_are_closed_at_once(cluster) 
     assert await health_latency(address) < HEALTH_BOUND_S
     for _, w in conns:
         w.close()
+    # a refusal is the warning line that says so, not a traceback per connection
+    # (aborting inside aiohttp's connection_made failed its handler's start)
+    log_text = (cluster.data_dir / "node-3.log").read_text()
+    assert "Task exception was never retrieved" not in log_text
+    assert log_text.count("over max_connections_per_ip") >= 10
 
 
 async def test_300000_batches_in_one_produce_are_refused(cluster) -> None:
@@ -336,3 +341,28 @@ async def test_frames_larger_than_the_memory_budget_go_through(tmp_path: pathlib
             leader = (await client.describe_topic("big")).partitions[0].leader
         assert await metric(small.address(leader), "raftlog_edge_backpressure_total",
                             "queued_max_request_bytes") >= 1  # fmt: skip
+
+
+async def test_a_post_cut_inside_its_body_is_one_log_line_not_a_traceback(cluster) -> None:
+    """A client that goes away inside a POST's body: nothing to answer, and a line in the
+    node's log saying so; it was a traceback per such client (a hostile one can make
+    many)."""
+    address = cluster.address(2)
+    host, port = address.rsplit(":", 1)
+    for _ in range(3):
+        _, writer = await asyncio.open_connection(host, int(port))
+        writer.write(
+            b"POST /v1/produce HTTP/1.1\r\nHost: x\r\nContent-Type: application/octet-stream\r\n"
+            b"Content-Length: 1000000\r\n\r\n" + b"\x00" * 1000
+        )
+        await writer.drain()
+        writer.transport.abort()
+    # the node sees each connection end; the log lines are written by then
+    for _ in range(50):
+        log_text = (cluster.data_dir / "node-2.log").read_text()
+        if log_text.count("the connection ended inside its body") >= 3:
+            break
+        await asyncio.sleep(0.1)
+    assert log_text.count("client call produce: the connection ended inside its body") >= 3
+    assert "client call produce failed" not in log_text
+    assert await health_latency(address) < HEALTH_BOUND_S

@@ -217,7 +217,12 @@ class EdgeGuard:
             log.warning(
                 "closed a connection from %s: over %s (%d, %s)", ip, limit, cap, FLAGS[limit]
             )
-            transport.abort()  # nothing read, nothing answered: the cap is the answer
+            # nothing read, nothing answered: the cap is the answer. After aiohttp's own
+            # connection_made has finished: an abort inside it ends the connection before
+            # aiohttp starts the handler's task, whose start then fails an assertion (a
+            # traceback in the log per refused connection)
+            transport.pause_reading()
+            asyncio.get_running_loop().call_soon(transport.abort)
             return
         now = time.monotonic()
         self._by_handler[handler] = EdgeConnection(transport, ip, now, now)

@@ -631,6 +631,9 @@ def make_app(
                 budget.charge(len(body))
             except RequestError as exc:
                 status, answer = _error_body_of(exc)
+            except ConnectionError as exc:  # the client went away mid-body: no one to answer
+                log.info("client call %s: the connection ended inside its body: %s", route, exc)
+                status, answer = _error_body(ErrorCode.INVALID_REQUEST, f"{route}: {exc}")
             except Exception as exc:
                 log.exception("client call %s failed", route)
                 status, answer = _error_body(

@@ -265,11 +265,16 @@ def test_connections_past_either_cap_are_closed_at_once_and_counted() -> None:
             conns = [(object(), AddressedTransport(ip)) for ip in ["10.0.0.1"] * 3]
             for handler, transport in conns:
                 server.connection_made(handler, transport)
+            # not read from, and aborted once aiohttp's connection_made has returned
+            assert [t.aborted for _, t in conns] == [False, False, False]
+            assert [t.reading for _, t in conns] == [True, True, False]
+            await asyncio.sleep(0)
             assert [t.aborted for _, t in conns] == [False, False, True]
             assert guard.refusals["max_connections_per_ip"] == 1
             more = [(object(), AddressedTransport(f"10.0.0.{i}")) for i in (2, 3, 4)]
             for handler, transport in more:
                 server.connection_made(handler, transport)
+            await asyncio.sleep(0)
             assert [t.aborted for _, t in more] == [False, False, True]
             assert guard.refusals["max_connections"] == 1
             assert guard.gauges()["connections"] == 4
