@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import datetime
 
+import pytest
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.record.default_records import DefaultRecordBatchBuilder
 from kafka_wire import Wire, leader_address, produce_request, record_batch
@@ -141,3 +142,21 @@ def test_a_follower_answers_not_leader_or_follower(kafka_cluster, bootstrap) -> 
         answer = wire.call(produce_request(topic, bytes(record_batch())))
     (part,) = answer.responses[0].partition_responses
     assert part.error_code == NOT_LEADER_OR_FOLLOWER, part
+
+
+def test_a_transactional_producer_fails_at_once_naming_what_is_not_supported(bootstrap) -> None:
+    """confluent-kafka's init_transactions gets a fatal error within a second, saying
+    that the listener has no Kafka transactions: it used to retry FindCoordinator's
+    INVALID_REQUEST until its own timeout and say only "Timed out"."""
+    import time
+
+    from confluent_kafka import KafkaException, Producer
+
+    producer = Producer({"bootstrap.servers": ",".join(bootstrap), "transactional.id": "t-1"})
+    started = time.monotonic()
+    with pytest.raises(KafkaException) as caught:
+        producer.init_transactions(30)
+    error = caught.value.args[0]
+    assert time.monotonic() - started < 10
+    assert error.fatal() and error.code() == 53, error  # TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+    assert "Kafka transactions (key_type 1, a transactional.id) are not supported" in error.str()

@@ -134,10 +134,15 @@ class GroupApis:
             if refused is not None:
                 raise GroupError(KafkaError.group_authorization_failed, refused)
             if key_type != _GROUP_KEY:
+                # not a retriable error: librdkafka's init_transactions retried
+                # INVALID_REQUEST until its timeout and said only "Timed out"
                 raise GroupError(
-                    KafkaError.invalid_request,
-                    "key_type: only 0 (a consumer group) is served; Kafka transactions "
-                    "(key_type 1) are not supported yet",
+                    KafkaError.transactional_id_authorization_failed
+                    if key_type == _TXN_KEY
+                    else KafkaError.invalid_request,
+                    f"key_type: only 0 (a consumer group) is served, got {key_type}; Kafka "
+                    "transactions (key_type 1, a transactional.id) are not supported by "
+                    "raftlog's Kafka listener (docs/kafka.md)",
                 )
             coordinator = self.coordinator
             coordinator.start()
