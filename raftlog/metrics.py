@@ -486,6 +486,13 @@ class NodeMetrics:
             "open Kafka protocol connections (at most --kafka-max-connections)",
             registry=self.registry,
         )
+        self.kafka_request_bytes = Gauge(
+            "raftlog_kafka_request_bytes",
+            "bytes of Kafka requests being read or answered, by their declared sizes (at "
+            "most --queued-max-request-bytes, or one request; over it the listener stops "
+            "reading new requests)",
+            registry=self.registry,
+        )
         self.kafka_produced_cache_bytes = Gauge(
             "raftlog_kafka_produced_cache_bytes",
             "bytes of produced Kafka batches kept to answer fetches as they came (at most "

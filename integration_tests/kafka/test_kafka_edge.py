@@ -6,9 +6,13 @@ usable and on a new one where it closed, succeeds."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import datetime
+import pathlib
 import struct
 import time
+import urllib.request
 
 import pytest
 from kafka.record.default_records import DefaultRecordBatchBuilder
@@ -289,4 +293,54 @@ def test_a_connection_silent_between_or_inside_requests_is_closed(tmp_path) -> N
         finally:
             for wire in wires:
                 wire.sock.close()
+        _api_versions_ok(address)
+
+
+def _rss_mib(pid: int) -> float:
+    for line in pathlib.Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    raise AssertionError(f"no VmRSS for pid {pid}")
+
+
+def _kafka_request_bytes(address: str) -> float:
+    with urllib.request.urlopen(f"http://{address}/metrics", timeout=10) as r:
+        text = r.read().decode()
+    (line,) = [x for x in text.splitlines() if x.startswith("raftlog_kafka_request_bytes ")]
+    return float(line.split()[1])
+
+
+def test_many_bodies_sent_at_once_hold_no_more_than_the_request_budget(tmp_path) -> None:
+    """12 connections each send 25 MB of a request declaring 30 MB, and stop: the listener
+    reads a request only while its declared size fits --queued-max-request-bytes (here
+    32 MiB) beside those held, as Kafka's memory pool does, so the node holds about one of
+    them. A hostile client's 24 such bodies took a node from 108 to 892 MiB before."""
+    budget, declared, sent = 32 << 20, 30_000_000, 25_000_000
+    args = ["--queued-max-request-bytes", str(budget)]
+    with running_cluster(tmp_path / "budget", extra_args=args) as c:
+        address, pid = c.cluster.kafka_bootstrap[0], c.pid(1)
+        _api_versions_ok(address)
+        before = _rss_mib(pid)
+
+        async def flood() -> tuple[float, float]:
+            host, port = address.rsplit(":", 1)
+            writers = []
+            for _ in range(12):
+                _, writer = await asyncio.open_connection(host, int(port))
+                writer.write(struct.pack(">i", declared) + b"\x01" * sent)
+                writers.append(writer)
+            for writer in writers:  # the node reads what fits; the rest waits in sockets
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(writer.drain(), 0.5)
+            await asyncio.sleep(2.0)
+            held = await asyncio.to_thread(_kafka_request_bytes, c.address(1))
+            grown = _rss_mib(pid) - before
+            _api_versions_ok(address)  # a small request still fits beside the one held
+            for writer in writers:
+                writer.transport.abort()
+            return held, grown
+
+        held, grown = asyncio.run(flood())
+        assert held <= budget + declared, held
+        assert grown < 150, f"the node's RSS grew by {grown:.0f} MiB"
         _api_versions_ok(address)

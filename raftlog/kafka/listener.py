@@ -27,6 +27,11 @@ requests or in the middle of one, is closed. A Metadata request naming more dist
 topics than ``--max-topics-per-metadata`` closes its connection (duplicates are dropped
 first, in Metadata and in Fetch, as Kafka's broker does).
 
+Requests are read only while their declared sizes, with those of the requests read and
+not yet answered, fit ``request_budget`` (the node's ``--queued-max-request-bytes``,
+Kafka's ``queued.max.request.bytes``; a request larger than it goes alone): many bodies
+sent at once, or half sent, hold no more than that (``raftlog_kafka_request_bytes``).
+
 Nothing a connection does reaches another connection or the node's other work
 beyond the calls it makes: an error closes that connection only. At most
 ``max_connections`` are open at once (``--kafka-max-connections``): one more is closed
@@ -83,6 +88,9 @@ MIN_REQUEST_BYTES = 10
 DEFAULT_MAX_IN_FLIGHT = 64
 #: Open Kafka connections a node accepts (--kafka-max-connections).
 DEFAULT_MAX_CONNECTIONS = 1024
+DEFAULT_REQUEST_BUDGET = 256 * 1024 * 1024
+"""The node's ``--queued-max-request-bytes`` default (Kafka's ``queued.max.request.bytes``):
+what the Kafka door's requests may hold at once, from their size prefix to their answer."""
 DEFAULT_IDLE_TIMEOUT_S = 600.0
 """Kafka's ``connections.max.idle.ms`` default: a connection that sends no byte of a
 request for this long, between requests or inside one, is closed."""
@@ -101,11 +109,16 @@ class KafkaListener:
         max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
         ssl_context: ssl.SSLContext | None = None,
         idle_timeout_s: float = DEFAULT_IDLE_TIMEOUT_S,
+        request_budget: int = DEFAULT_REQUEST_BUDGET,
     ) -> None:
         """``metrics``: the node's :class:`raftlog.metrics.NodeMetrics` (its
         ``kafka_*`` families). ``idle_timeout_s``: the node's
         ``--connections-max-idle-ms`` (Kafka's ``connections.max.idle.ms``)."""
         self.idle_timeout_s = idle_timeout_s
+        # bytes of requests read or being read and not yet answered, by declared size
+        self.request_budget = request_budget
+        self._held = 0
+        self._freed = asyncio.Event()
         self.apis = apis
         self.max_request_bytes = max_request_bytes
         self.metrics = metrics
@@ -216,12 +229,19 @@ class KafkaListener:
                 )
                 self._closed("request_size")
                 return
+            # Kafka's memory pool: a request is read only once its declared size fits what
+            # the requests being read and answered leave of the budget (or none are), so
+            # many bodies sent at once, or half sent, hold no more than the budget
+            await self._hold(size)
             try:
                 # a body cut short: IncompleteReadError; one that stops coming holds what
                 # came (up to --kafka-max-request-bytes) until the idle timeout
                 async with asyncio.timeout(self.idle_timeout_s):
                     frame = await reader.readexactly(size)
-            except TimeoutError:
+            except BaseException as exc:
+                self._give_back(size)
+                if not isinstance(exc, TimeoutError):
+                    raise
                 log.info(
                     "kafka: closing %s: a %d-byte request still unread after %gs "
                     "(--connections-max-idle-ms)",
@@ -231,58 +251,83 @@ class KafkaListener:
                 )
                 self._closed("idle")
                 return
+            owned = True  # the hold is given back here, unless an answer takes it
             try:
-                head, body_at = read_head(frame)
-            except UnsupportedRequest as exc:
-                if exc.head.api_key != API_VERSIONS_KEY:
-                    log.warning("kafka: closing %s: %s", peer, exc)
-                    self._closed("unsupported_api")
+                try:
+                    head, body_at = read_head(frame)
+                except UnsupportedRequest as exc:
+                    if exc.head.api_key != API_VERSIONS_KEY:
+                        log.warning("kafka: closing %s: %s", peer, exc)
+                        self._closed("unsupported_api")
+                        return
+                    await pending.put((exc.head, _done(_unsupported_api_versions(exc.head))))
+                    continue
+                except Exception as exc:
+                    log.warning(
+                        "kafka: closing %s: a request header does not decode: %r", peer, exc
+                    )
+                    self._closed("undecodable")
                     return
-                await pending.put((exc.head, _done(_unsupported_api_versions(exc.head))))
-                continue
-            except Exception as exc:
-                log.warning("kafka: closing %s: a request header does not decode: %r", peer, exc)
-                self._closed("undecodable")
-                return
-            try:
-                req = read_request(head, frame, body_at)
-            except Exception as exc:
-                log.warning(
-                    "kafka: closing %s: a %s v%d request does not decode: %r",
-                    peer,
-                    head.api_key,
-                    head.api_version,
-                    exc,
-                )
-                self._closed("undecodable")
-                return
-            if head.api_key == SASL_AUTHENTICATE_KEY:
-                if handshaken:
-                    values, role = self.apis.authenticate(req.auth_bytes)
-                else:
-                    values = {
-                        "error_code": ILLEGAL_SASL_STATE,
-                        "error_message": "SaslAuthenticate before a SaslHandshake (PLAIN)",
-                        "auth_bytes": b"",
-                    }
-                answer = encode_response(head, build(response_schema(head), values))
-                await pending.put((head, _done(answer)))
-                if role is None:
-                    log.warning("kafka: closing %s: %s", peer, values["error_message"])
-                    self._closed("authentication")
+                try:
+                    req = read_request(head, frame, body_at)
+                except Exception as exc:
+                    log.warning(
+                        "kafka: closing %s: a %s v%d request does not decode: %r",
+                        peer,
+                        head.api_key,
+                        head.api_version,
+                        exc,
+                    )
+                    self._closed("undecodable")
                     return
-                continue
-            if head.api_key == SASL_HANDSHAKE_KEY:
-                handshaken = req.mechanism == "PLAIN"
-            elif self.apis.sasl_required and role is None and head.api_key != API_VERSIONS_KEY:
-                log.warning(
-                    "kafka: closing %s: API %d before SASL/PLAIN authentication",
-                    peer,
-                    head.api_key,
-                )
-                self._closed("unauthenticated")
-                return
-            await pending.put((head, asyncio.ensure_future(self._answer(head, req, role))))
+                if head.api_key == SASL_AUTHENTICATE_KEY:
+                    if handshaken:
+                        values, role = self.apis.authenticate(req.auth_bytes)
+                    else:
+                        values = {
+                            "error_code": ILLEGAL_SASL_STATE,
+                            "error_message": "SaslAuthenticate before a SaslHandshake (PLAIN)",
+                            "auth_bytes": b"",
+                        }
+                    answer = encode_response(head, build(response_schema(head), values))
+                    await pending.put((head, _done(answer)))
+                    if role is None:
+                        log.warning("kafka: closing %s: %s", peer, values["error_message"])
+                        self._closed("authentication")
+                        return
+                    continue
+                if head.api_key == SASL_HANDSHAKE_KEY:
+                    handshaken = req.mechanism == "PLAIN"
+                elif self.apis.sasl_required and role is None and head.api_key != API_VERSIONS_KEY:
+                    log.warning(
+                        "kafka: closing %s: API %d before SASL/PLAIN authentication",
+                        peer,
+                        head.api_key,
+                    )
+                    self._closed("unauthenticated")
+                    return
+                answer_task = asyncio.ensure_future(self._answer(head, req, role))
+                answer_task.add_done_callback(lambda _t, n=size: self._give_back(n))
+                owned = False
+                await pending.put((head, answer_task))
+            finally:
+                if owned:
+                    self._give_back(size)
+
+    async def _hold(self, size: int) -> None:
+        """Wait until ``size`` more bytes fit ``request_budget`` beside the requests held
+        (or none is held: a request larger than the budget still goes alone), then hold
+        them until :meth:`_give_back`."""
+        while self._held and self._held + size > self.request_budget:
+            self._freed.clear()
+            await self._freed.wait()
+        self._held += size
+        self.metrics.kafka_request_bytes.set(self._held)
+
+    def _give_back(self, size: int) -> None:
+        self._held -= size
+        self.metrics.kafka_request_bytes.set(self._held)
+        self._freed.set()  # the waiting readers look again
 
     async def _answer(self, head: RequestHead, req: Any, role: Role | None) -> bytes | None:
         CALLER.set(role)  # this task's context: its handlers' tasks inherit it

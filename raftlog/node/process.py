@@ -387,6 +387,7 @@ class Node:
             self.metrics,
             max_connections=self.config.kafka_max_connections,
             idle_timeout_s=self.config.edge.connections_max_idle_ms / 1000,
+            request_budget=self.config.edge.queued_max_request_bytes,
             # the node's certificate, as its HTTPS: SASL/PLAIN's password is a token
             ssl_context=server_context(self.config.tls) if self.config.tls else None,
         )
