@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import ssl
 import struct
@@ -307,7 +308,7 @@ class KafkaListener:
                     self._closed("unauthenticated")
                     return
                 answer_task = asyncio.ensure_future(self._answer(head, req, role))
-                answer_task.add_done_callback(lambda _t, n=size: self._give_back(n))
+                answer_task.add_done_callback(functools.partial(self._answered, size))
                 owned = False
                 await pending.put((head, answer_task))
             finally:
@@ -323,6 +324,9 @@ class KafkaListener:
             await self._freed.wait()
         self._held += size
         self.metrics.kafka_request_bytes.set(self._held)
+
+    def _answered(self, size: int, _task: object) -> None:
+        self._give_back(size)
 
     def _give_back(self, size: int) -> None:
         self._held -= size
