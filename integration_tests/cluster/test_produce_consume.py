@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 
+import pyarrow as pa
 import pytest
 
 from raftlog.client import (
@@ -16,6 +17,7 @@ from raftlog.client import (
     frame_records,
     unframe_records,
 )
+from raftlog.records.topic_schema import RECORDS_FORMAT_KEY
 
 
 def _cli(servers: list[str], *args: str, stdin: bytes = b"") -> subprocess.CompletedProcess:
@@ -77,7 +79,9 @@ async def test_produce_fetch_bytes_equal_offsets_contiguous(raftlog_cluster) -> 
 
 async def test_multi_record_batch_and_default_partitions(raftlog_cluster) -> None:
     async with RaftlogClient(raftlog_cluster.servers) as client:
-        meta = await client.create_topic("defaults", schema=b"arrow-schema-bytes")
+        # a raw-records topic's schema (a typed one takes only Arrow payloads of its columns)
+        schema = pa.schema([], metadata={RECORDS_FORMAT_KEY: b"records"}).serialize().to_pybytes()
+        meta = await client.create_topic("defaults", schema=schema)
         assert len(meta.partitions) == 6  # the cluster default
         values = [b"a", b"", b"ccc"]
         r = await client.produce("defaults", 2, [(frame_records(values), 3)])
@@ -85,7 +89,7 @@ async def test_multi_record_batch_and_default_partitions(raftlog_cluster) -> Non
         f = await client.fetch("defaults", 2, r.base_offset)
         assert len(f.batches) == 1 and f.batches[0].record_count == 3
         assert unframe_records(f.batches[0].payload, 3) == values
-        assert (await client.describe_topic("defaults")).schema == b"arrow-schema-bytes"
+        assert (await client.describe_topic("defaults")).schema == schema
         await client.delete_topic("defaults")
         assert "defaults" not in await client.list_topics()
         with pytest.raises(UnknownTopicError, match="'defaults'"):
